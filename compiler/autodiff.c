@@ -1,0 +1,379 @@
+/* autodiff.c: reverse-mode differentiation of the real step graph.
+ * The per-row backward maps (dy, dnew) to dprev, dx and the adjoints of the
+ * static nodes the step reads (params, or values computed from params only);
+ * those adjoints are summed over every row, then a static backward, run once,
+ * maps them to the params' gradients. Rules reuse forward values where that is
+ * cheaper (sigmoid' = s(1 - s), tanh' = 1 - t^2, exp' = exp). Every node goes
+ * through the hash-consing builders, so the backward shares subexpressions
+ * with the forward and with itself. */
+#include <math.h>
+#include <string.h>
+
+#include "lower.h"
+
+typedef struct AD {
+  Program *p;
+  Graph *g;
+  int *adj; /* per node: its adjoint, or -1 (zero) */
+} AD;
+
+static Node *nd(AD *d, int id) { return graph_node(d->g, id); }
+
+static void add_adj(AD *d, int id, int contrib) {
+  if (contrib < 0 || g_is_const(d->g, contrib, 0)) return;
+  d->adj[id] = d->adj[id] < 0 ? contrib : g_binary(d->g, OP_ADD, d->adj[id], contrib);
+}
+
+static int k(AD *d, double v) { return g_const(d->g, v, 0, NULL); }
+static int mul(AD *d, int a, int b) { return g_binary(d->g, OP_MUL, a, b); }
+static int sub(AD *d, int a, int b) { return g_binary(d->g, OP_SUB, a, b); }
+static int addn(AD *d, int a, int b) { return g_binary(d->g, OP_ADD, a, b); }
+static int un(AD *d, Op op, int a) { return g_unary(d->g, op, a); }
+
+/* Propagates the adjoint G of node id to its arguments. */
+static void rule(AD *d, int id, int G) {
+  Graph *g = d->g;
+  Node n = *nd(d, id);
+  int a = n.a[0], b = n.a[1];
+  switch (n.op) {
+  case OP_CONST: case OP_INPUT: case OP_PREV: case OP_PARAM: case OP_NOISE: case OP_DY: case OP_DNEW: case OP_ACC:
+  case OP_STEP: case OP_SIGN: case OP_LT:
+    return;
+  case OP_NEG: add_adj(d, a, un(d, OP_NEG, G)); return;
+  case OP_ADD: add_adj(d, a, G); add_adj(d, b, G); return;
+  case OP_SUB: add_adj(d, a, G); add_adj(d, b, un(d, OP_NEG, G)); return;
+  case OP_MUL: add_adj(d, a, mul(d, G, b)); add_adj(d, b, mul(d, G, a)); return;
+  case OP_DIV:
+    add_adj(d, a, g_binary(g, OP_DIV, G, b));
+    add_adj(d, b, un(d, OP_NEG, g_binary(g, OP_DIV, mul(d, G, id), b)));
+    return;
+  case OP_MIN: { /* min(a, b) = a when a <= b */
+    int b_lt_a = g_binary(g, OP_LT, b, a);
+    add_adj(d, a, mul(d, G, sub(d, k(d, 1), b_lt_a)));
+    add_adj(d, b, mul(d, G, b_lt_a));
+    return;
+  }
+  case OP_MAX: { /* max(a, b) = a when a >= b */
+    int a_lt_b = g_binary(g, OP_LT, a, b);
+    add_adj(d, a, mul(d, G, sub(d, k(d, 1), a_lt_b)));
+    add_adj(d, b, mul(d, G, a_lt_b));
+    return;
+  }
+  case OP_SIGMOID: add_adj(d, a, mul(d, G, mul(d, id, sub(d, k(d, 1), id)))); return;
+  case OP_TANH: add_adj(d, a, mul(d, G, sub(d, k(d, 1), mul(d, id, id)))); return;
+  case OP_RELU: add_adj(d, a, mul(d, G, un(d, OP_STEP, a))); return;
+  case OP_SILU: {
+    int s = un(d, OP_SIGMOID, a);
+    add_adj(d, a, mul(d, G, mul(d, s, addn(d, k(d, 1), mul(d, a, sub(d, k(d, 1), s))))));
+    return;
+  }
+  case OP_GELU: {
+    int cdf = mul(d, k(d, 0.5), addn(d, k(d, 1), un(d, OP_ERF, mul(d, a, k(d, M_SQRT1_2)))));
+    int pdf = mul(d, k(d, 0.5 * M_2_SQRTPI * M_SQRT1_2), un(d, OP_EXP, mul(d, k(d, -0.5), mul(d, a, a))));
+    add_adj(d, a, mul(d, G, addn(d, cdf, mul(d, a, pdf))));
+    return;
+  }
+  case OP_EXP: add_adj(d, a, mul(d, G, id)); return;
+  case OP_LOG: add_adj(d, a, g_binary(g, OP_DIV, G, a)); return;
+  case OP_SOFTPLUS: add_adj(d, a, mul(d, G, un(d, OP_SIGMOID, a))); return;
+  case OP_LOGSIGMOID: add_adj(d, a, mul(d, G, sub(d, k(d, 1), un(d, OP_SIGMOID, a)))); return;
+  case OP_SQRT: add_adj(d, a, g_binary(g, OP_DIV, mul(d, G, k(d, 0.5)), id)); return;
+  case OP_ABS: add_adj(d, a, mul(d, G, un(d, OP_SIGN, a))); return;
+  case OP_SQUARE: add_adj(d, a, mul(d, G, mul(d, k(d, 2), a))); return;
+  case OP_SIN: add_adj(d, a, mul(d, G, un(d, OP_COS, a))); return;
+  case OP_COS: add_adj(d, a, un(d, OP_NEG, mul(d, G, un(d, OP_SIN, a)))); return;
+  case OP_ERF:
+    add_adj(d, a, mul(d, G, mul(d, k(d, M_2_SQRTPI), un(d, OP_EXP, un(d, OP_NEG, mul(d, a, a))))));
+    return;
+  case OP_BCAST: {
+    Node *x = nd(d, a);
+    add_adj(d, a, g_bcast(g, g_sum(g, G), x->rank, x->n));
+    return;
+  }
+  case OP_SUM: {
+    Node *x = nd(d, a);
+    add_adj(d, a, g_bcast(g, G, x->rank, x->n));
+    return;
+  }
+  case OP_CONCAT: {
+    int na = node_numel(nd(d, a)), nb = node_numel(nd(d, b));
+    add_adj(d, a, g_slice(g, G, 0, na));
+    add_adj(d, b, g_slice(g, G, na, nb));
+    return;
+  }
+  case OP_MATVEC:
+    add_adj(d, b, g_matvec_t(g, a, G));
+    add_adj(d, a, g_outer(g, G, b));
+    return;
+  default: UNREACHABLE(op_name(n.op)); /* SLICE, MATVEC_T, OUTER: backward only */
+  }
+}
+
+void ad_differentiate(Program *p) {
+  CHECK(!p->differentiated);
+  Graph *g = &p->g;
+  AD d = {p, g, NULL};
+  int nfwd = p->nforward;
+  /* adjoints live in a table sized for every node the backward may create */
+  int cap = nfwd * 16 + 1024;
+  d.adj = xmalloc(sizeof(int) * (size_t)cap);
+  for (int i = 0; i < cap; i++) d.adj[i] = -1;
+
+  p->dy = g_leaf(g, OP_DY, 0, 1, &p->output_size);
+  add_adj(&d, p->output, p->dy);
+  for (int i = 0; i < p->nsparts; i++) {
+    StatePart *s = &p->sparts[i];
+    Node *x = graph_node(g, s->prev);
+    int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+    s->dnew = g_leaf(g, OP_DNEW, i, rank, n);
+    add_adj(&d, s->next, s->dnew);
+  }
+  /* per-row backward: dynamic nodes in reverse order; stop at static ones */
+  program_mark_dyn(p);
+  bool *is_dyn = xcalloc((size_t)nfwd + 1, sizeof(bool));
+  memcpy(is_dyn, p->dyn, sizeof(bool) * (size_t)nfwd);
+  for (int id = nfwd - 1; id >= 0; id--) {
+    if (d.adj[id] < 0 || !is_dyn[id]) continue;
+    CHECK(g->nnodes < cap - 64);
+    rule(&d, id, d.adj[id]);
+    if (g->nnodes >= cap - 64) {
+      int ncap = cap * 2 + g->nnodes;
+      d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
+      for (int i = cap; i < ncap; i++) d.adj[i] = -1;
+      cap = ncap;
+    }
+  }
+  p->dx = d.adj[p->x];
+  for (int i = 0; i < p->nsparts; i++) p->sparts[i].dprev = d.adj[p->sparts[i].prev];
+  /* static nodes the per-row backward reached: their adjoints are summed over rows */
+  for (int id = 0; id < nfwd; id++) {
+    if (is_dyn[id] || d.adj[id] < 0) continue;
+    Node *x = graph_node(g, id);
+    if (x->op == OP_CONST) continue;
+    Boundary bd = {id, d.adj[id], -1};
+    int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+    bd.acc = g_leaf(g, OP_ACC, p->nbounds, rank, n);
+    p->bounds = xrealloc(p->bounds, sizeof(Boundary) * (size_t)(p->nbounds + 1));
+    p->bounds[p->nbounds++] = bd;
+  }
+  /* static backward, once: from the summed adjoints to the params */
+  if (g->nnodes + 64 > cap) {
+    int ncap = g->nnodes * 4 + 1024;
+    d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
+    for (int i = cap; i < ncap; i++) d.adj[i] = -1;
+    cap = ncap;
+  }
+  for (int i = 0; i < nfwd; i++) d.adj[i] = -1;
+  for (int i = 0; i < p->nbounds; i++) d.adj[p->bounds[i].node] = p->bounds[i].acc;
+  for (int id = nfwd - 1; id >= 0; id--) {
+    if (d.adj[id] < 0 || is_dyn[id]) continue;
+    rule(&d, id, d.adj[id]);
+    if (g->nnodes + 64 > cap) {
+      int ncap = cap * 2 + g->nnodes;
+      d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
+      for (int i = cap; i < ncap; i++) d.adj[i] = -1;
+      cap = ncap;
+    }
+  }
+  for (int i = 0; i < p->npparts; i++) p->pparts[i].grad = d.adj[p->pparts[i].leaf];
+  free(is_dyn);
+  free(d.adj);
+  p->differentiated = true;
+  program_mark_dyn(p);
+}
+
+/* ---- printing the backward as math ---- */
+
+typedef struct Printer {
+  Program *p;
+  FILE *f;
+  char **name;   /* per node: its name once printed (t1, t2, ...) */
+  int *uses;
+  int ntemps;
+} Printer;
+
+static void print_expr(Printer *P, int id, int prec);
+
+static const char *leaf_name(Printer *P, Node *n, char *buf, int size) {
+  Program *p = P->p;
+  Cell *c = p->cell;
+  switch (n->op) {
+  case OP_INPUT: return c->input_name;
+  case OP_PREV: {
+    StatePart *s = &p->sparts[n->idx];
+    snprintf(buf, (size_t)size, "%s%s", c->states[s->state].name, c->states[s->state].cplx ? (s->part ? ".im" : ".re") : "");
+    return buf;
+  }
+  case OP_PARAM: {
+    ParamPart *pp = &p->pparts[n->idx];
+    snprintf(buf, (size_t)size, "%s%s", c->params[pp->param].name, c->params[pp->param].cplx ? (pp->part ? ".im" : ".re") : "");
+    return buf;
+  }
+  case OP_DNEW: {
+    StatePart *s = &p->sparts[n->idx];
+    snprintf(buf, (size_t)size, "d%s'%s", c->states[s->state].name, c->states[s->state].cplx ? (s->part ? ".im" : ".re") : "");
+    return buf;
+  }
+  case OP_DY: return "dy";
+  case OP_NOISE: snprintf(buf, (size_t)size, "u%d", n->idx); return buf;
+  case OP_ACC: snprintf(buf, (size_t)size, "sum_rows(a%d)", n->idx); return buf;
+  default: return NULL;
+  }
+}
+
+static int prec_of(Op op) {
+  switch (op) {
+  case OP_ADD: case OP_SUB: return 1;
+  case OP_MUL: case OP_DIV: return 2;
+  case OP_NEG: return 3;
+  default: return 5;
+  }
+}
+
+static void print_expr(Printer *P, int id, int prec) {
+  Node *n = graph_node(&P->p->g, id);
+  FILE *f = P->f;
+  char buf[128];
+  if (P->name[id]) {
+    fputs(P->name[id], f);
+    return;
+  }
+  const char *leaf = leaf_name(P, n, buf, (int)sizeof buf);
+  if (leaf) {
+    fputs(leaf, f);
+    return;
+  }
+  switch (n->op) {
+  case OP_CONST: fprintf(f, n->k < 0 && prec > 0 ? "(%.9g)" : "%.9g", n->k); return;
+  case OP_NEG:
+    if (prec > 3) fputc('(', f);
+    fputc('-', f);
+    print_expr(P, n->a[0], 4);
+    if (prec > 3) fputc(')', f);
+    return;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: {
+    int p = prec_of(n->op);
+    if (prec > p) fputc('(', f);
+    print_expr(P, n->a[0], p);
+    fprintf(f, " %s ", op_text(n->op));
+    print_expr(P, n->a[1], p + 1);
+    if (prec > p) fputc(')', f);
+    return;
+  }
+  case OP_MATVEC:
+    if (prec > 4) fputc('(', f);
+    print_expr(P, n->a[0], 5);
+    fputs(" @ ", f);
+    print_expr(P, n->a[1], 5);
+    if (prec > 4) fputc(')', f);
+    return;
+  case OP_MATVEC_T:
+    if (prec > 4) fputc('(', f);
+    print_expr(P, n->a[0], 5);
+    fputs("^T @ ", f);
+    print_expr(P, n->a[1], 5);
+    if (prec > 4) fputc(')', f);
+    return;
+  case OP_SLICE:
+    print_expr(P, n->a[0], 5);
+    fprintf(f, "[%d:%d]", n->idx, n->idx + n->n[0]);
+    return;
+  case OP_BCAST:
+    print_expr(P, n->a[0], prec);
+    return;
+  default:
+    fprintf(f, "%s(", op_text(n->op));
+    for (int i = 0; i < op_arity(n->op); i++) {
+      if (i) fputs(", ", f);
+      print_expr(P, n->a[i], 0);
+    }
+    fputc(')', f);
+  }
+}
+
+static void count_uses(Printer *P, int id, bool *seen) {
+  if (id < 0) return;
+  P->uses[id]++;
+  if (seen[id]) return;
+  seen[id] = true;
+  Node *n = graph_node(&P->p->g, id);
+  for (int i = 0; i < op_arity(n->op); i++) count_uses(P, n->a[i], seen);
+}
+
+/* Name every non-leaf node used twice or more (common subexpressions), in id order. */
+static void print_temps(Printer *P, int id, bool *done) {
+  if (id < 0 || done[id]) return;
+  done[id] = true;
+  Node *n = graph_node(&P->p->g, id);
+  for (int i = 0; i < op_arity(n->op); i++) print_temps(P, n->a[i], done);
+  if (op_is_leaf(n->op) || n->op == OP_BCAST || P->uses[id] < 2) return;
+  char buf[32];
+  snprintf(buf, sizeof buf, "t%d", ++P->ntemps);
+  fprintf(P->f, "  %s = ", buf);
+  print_expr(P, id, 0);
+  fputc('\n', P->f);
+  P->name[id] = xstrdup(buf);
+}
+
+static void print_out(Printer *P, const char *what, int id, bool *done) {
+  print_temps(P, id, done);
+  fprintf(P->f, "  %s = ", what);
+  if (id < 0) fputs("0", P->f);
+  else print_expr(P, id, 0);
+  fputc('\n', P->f);
+}
+
+void ad_print(Program *p, FILE *f) {
+  Cell *c = p->cell;
+  int nn = p->g.nnodes;
+  Printer P = {p, f, xcalloc((size_t)nn, sizeof(char *)), xcalloc((size_t)nn, sizeof(int)), 0};
+  bool *seen = xcalloc((size_t)nn, sizeof(bool));
+  /* forward values keep their names (lets and gates read better than their expressions) */
+  for (int i = 0; i < p->nsparts; i++) {
+    StatePart *s = &p->sparts[i];
+    Node *x = graph_node(&p->g, s->next);
+    if (!op_is_leaf(x->op))
+      P.name[s->next] = xasprintf("%s'%s", c->states[s->state].name, c->states[s->state].cplx ? (s->part ? ".im" : ".re") : "");
+  }
+  for (int i = 0; i < p->ngates; i++)
+    if (!P.name[p->gates[i].node] && !op_is_leaf(graph_node(&p->g, p->gates[i].node)->op))
+      P.name[p->gates[i].node] = xstrdup(c->gates[i].name);
+  for (int i = 0; i < p->nsparts; i++) count_uses(&P, p->sparts[i].dprev, seen);
+  count_uses(&P, p->dx, seen);
+  for (int i = 0; i < p->nbounds; i++) count_uses(&P, p->bounds[i].adj, seen);
+  for (int i = 0; i < p->npparts; i++) count_uses(&P, p->pparts[i].grad, seen);
+  bool *done = xcalloc((size_t)nn, sizeof(bool));
+  for (int i = 0; i < nn; i++)
+    if (P.name[i]) done[i] = true;
+  fprintf(f, "backward step of cell %s (%s mode)\n", c->name, c->mode == MODE_SCAN ? "scan" : "sequential");
+  fprintf(f, "given dy (the output's gradient) and d<state>' (the new states' gradients):\n");
+  char what[160];
+  for (int i = 0; i < p->nsparts; i++) {
+    StatePart *s = &p->sparts[i];
+    snprintf(what, sizeof what, "d%s%s", c->states[s->state].name, c->states[s->state].cplx ? (s->part ? ".im" : ".re") : "");
+    print_out(&P, what, s->dprev, done);
+  }
+  snprintf(what, sizeof what, "d%s", c->input_name);
+  print_out(&P, what, p->dx, done);
+  fprintf(f, "per row, summed over all steps and batch rows:\n");
+  for (int i = 0; i < p->nbounds; i++) {
+    Boundary *b = &p->bounds[i];
+    Node *x = graph_node(&p->g, b->node);
+    char buf[128];
+    const char *nm = leaf_name(&P, x, buf, (int)sizeof buf);
+    if (nm) snprintf(what, sizeof what, "a%d (d%s)", i, nm);
+    else snprintf(what, sizeof what, "a%d", i);
+    print_out(&P, what, b->adj, done);
+  }
+  fprintf(f, "params (once, from the sums):\n");
+  for (int i = 0; i < p->npparts; i++) {
+    ParamPart *pp = &p->pparts[i];
+    snprintf(what, sizeof what, "d%s%s", c->params[pp->param].name, c->params[pp->param].cplx ? (pp->part ? ".im" : ".re") : "");
+    print_out(&P, what, pp->grad, done);
+  }
+  for (int i = 0; i < nn; i++) free(P.name[i]);
+  free(P.name);
+  free(P.uses);
+  free(seen);
+  free(done);
+}

@@ -1,0 +1,1333 @@
+/* check.c: names, imports, options and `if`, dims, shapes, real/complex types,
+ * the state-update rules and initializers; builds the typed step graph and
+ * runs the analysis of language spec section 5. The first error stops the
+ * check (a located diagnostic, then NULL to the caller). */
+#include "check.h"
+
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "init.h"
+
+/* ------------------------------------------------------------------ loading */
+
+typedef struct Loader {
+  Arena *arena;
+  Module *m;
+  const char *stdlib_dir;
+  const char *stack[32]; /* files being loaded: import cycles */
+  int depth;
+  const char **done;     /* files already loaded (real paths) */
+  int ndone, capdone;
+  int ncap;
+} Loader;
+
+static bool add_file(Loader *L, const Src *src, bool is_main);
+
+static char *dir_of(Arena *a, const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return arena_strdup(a, ".");
+  return arena_strndup(a, path, (size_t)(slash - path));
+}
+
+static bool load_import(Loader *L, const Src *from, const ImportAst *im) {
+  char *cands[2];
+  int nc = 0;
+  if (im->path[0] == '/') cands[nc++] = arena_strdup(L->arena, im->path);
+  else {
+    cands[nc++] = arena_strdup(L->arena, xasprintf("%s/%s", dir_of(L->arena, from->path), im->path));
+    if (L->stdlib_dir) cands[nc++] = arena_strdup(L->arena, xasprintf("%s/%s", L->stdlib_dir, im->path));
+  }
+  for (int i = 0; i < nc; i++) {
+    char *real = realpath(cands[i], NULL);
+    if (!real) continue;
+    for (int d = 0; d < L->depth; d++)
+      if (!strcmp(L->stack[d], real)) {
+        diag_error(im->loc, "import cycle: '%s' imports itself", im->path);
+        free(real);
+        return false;
+      }
+    for (int d = 0; d < L->ndone; d++)
+      if (!strcmp(L->done[d], real)) {
+        free(real);
+        return true;
+      }
+    Src *src = src_load(L->arena, cands[i]);
+    if (!src) {
+      free(real);
+      continue;
+    }
+    if (L->depth == 32) {
+      diag_error(im->loc, "imports nest too deeply");
+      free(real);
+      return false;
+    }
+    L->stack[L->depth++] = arena_strdup(L->arena, real);
+    free(real);
+    bool ok = add_file(L, src, false);
+    L->depth--;
+    return ok;
+  }
+  diag_error(im->loc, "cannot find '%s' (looked next to %s%s)", im->path, from->path,
+             L->stdlib_dir ? " and in the standard library" : "");
+  return false;
+}
+
+static bool add_file(Loader *L, const Src *src, bool is_main) {
+  FileAst *f = parse_file(L->arena, src);
+  if (!f) return false;
+  char *real = realpath(src->path, NULL);
+  if (real) {
+    const char *r = arena_strdup(L->arena, real);
+    free(real);
+    VEC_PUSH(L->done, L->ndone, L->capdone, r);
+  }
+  for (int i = 0; i < f->nimports; i++)
+    if (!load_import(L, src, &f->imports[i])) return false;
+  Module *m = L->m;
+  for (int i = 0; i < f->ncells; i++) {
+    const CellAst *c = f->cells[i];
+    for (int j = 0; j < m->ncells; j++)
+      if (!strcmp(m->cells[j]->name, c->name)) {
+        diag_error(c->loc, "cell '%s' is already defined", c->name);
+        diag_note(m->cells[j]->loc, "the first definition is here");
+        return false;
+      }
+    if (m->ncells == L->ncap) {
+      L->ncap = L->ncap ? 2 * L->ncap : 8;
+      const CellAst **cells = arena_alloc(L->arena, sizeof(void *) * (size_t)L->ncap);
+      const Src **srcs = arena_alloc(L->arena, sizeof(void *) * (size_t)L->ncap);
+      bool *in_main = arena_alloc(L->arena, sizeof(bool) * (size_t)L->ncap);
+      for (int j = 0; j < m->ncells; j++) cells[j] = m->cells[j], srcs[j] = m->srcs[j], in_main[j] = m->in_main[j];
+      m->cells = cells, m->srcs = srcs, m->in_main = in_main;
+    }
+    m->cells[m->ncells] = c;
+    m->srcs[m->ncells] = src;
+    m->in_main[m->ncells] = is_main;
+    m->ncells++;
+  }
+  return true;
+}
+
+static Module *load(Arena *a, Src *src, const char *stdlib_dir) {
+  Loader L = {0};
+  L.arena = a;
+  L.stdlib_dir = stdlib_dir;
+  L.m = arena_alloc(a, sizeof(Module));
+  char *real = realpath(src->path, NULL);
+  L.stack[L.depth++] = arena_strdup(a, real ? real : src->path);
+  free(real);
+  bool ok = add_file(&L, src, true);
+  free(L.done);
+  return ok ? L.m : NULL;
+}
+
+Module *check_load(Arena *a, const char *path, const char *stdlib_dir) {
+  Src *src = src_load(a, path);
+  if (!src) {
+    diag_plain("cannot read '%s': %m", path);
+    return NULL;
+  }
+  return load(a, src, stdlib_dir);
+}
+
+Module *check_load_text(Arena *a, const char *path, const char *text, size_t len, const char *stdlib_dir) {
+  return load(a, src_from_text(a, path, text, len), stdlib_dir);
+}
+
+const CellAst *check_find_cell(const Module *m, const char *name, const Src **src) {
+  for (int i = m->ncells - 1; i >= 0; i--)
+    if (name ? !strcmp(m->cells[i]->name, name) : m->in_main[i]) {
+      if (src) *src = m->srcs[i];
+      return m->cells[i];
+    }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ expression text */
+
+static void etext(const Expr *e, char *buf, int *len, int size, int prec) {
+#define PUT(...) (*len += snprintf(buf + *len, (size_t)(*len < size ? size - *len : 0), __VA_ARGS__))
+  if (*len >= size) return;
+  int p = 0;
+  const char *op = NULL;
+  switch (e->kind) {
+  case EX_NUM: PUT("%g", e->num); return;
+  case EX_NAME: PUT("%s", e->name); return;
+  case EX_CALL:
+    PUT("%s(", e->name);
+    for (int i = 0; i < e->nargs; i++) {
+      if (i) PUT(", ");
+      etext(e->args[i], buf, len, size, 0);
+    }
+    PUT(")");
+    return;
+  case EX_NEG:
+    if (prec > 3) PUT("(");
+    PUT("-");
+    etext(e->a, buf, len, size, 3);
+    if (prec > 3) PUT(")");
+    return;
+  case EX_ADD: p = 1, op = " + "; break;
+  case EX_SUB: p = 1, op = " - "; break;
+  case EX_MUL: p = 2, op = " * "; break;
+  case EX_DIV: p = 2, op = " / "; break;
+  case EX_MATMUL: p = 4, op = " @ "; break;
+  }
+  if (prec > p) PUT("(");
+  etext(e->a, buf, len, size, p);
+  PUT("%s", op);
+  etext(e->b, buf, len, size, p + 1);
+  if (prec > p) PUT(")");
+#undef PUT
+}
+
+char *expr_text(Arena *a, const Expr *e) {
+  char buf[256];
+  int len = 0;
+  buf[0] = 0;
+  etext(e, buf, &len, (int)sizeof buf, 0);
+  if (len >= (int)sizeof buf) strcpy(buf + sizeof buf - 4, "...");
+  return arena_strdup(a, buf);
+}
+
+/* ------------------------------------------------------------------ checker */
+
+typedef enum { E_OPTION, E_DIM, E_INPUT, E_PARAM, E_STATE, E_VALUE } EntityKind;
+
+typedef struct Entity {
+  const char *name;
+  EntityKind kind;
+  int idx;        /* option, dim, param, state index; node for values */
+  Loc loc;
+  bool hidden;    /* defined in only one branch of an `if` */
+  bool is_gate;
+} Entity;
+
+typedef struct Checker {
+  Arena *arena;
+  jmp_buf fail;
+  Cell *c;
+  const CheckOptions *o;
+  Entity *ents;
+  int nents, capents;
+  bool *dyn;       /* per node: depends on the input, a state or noise */
+  int capdyn;
+  bool has_input, has_output;
+  Loc output_loc;
+  int nupdates;
+  int capparams, capstates, capgates, capdims;
+} Checker;
+
+static _Noreturn void fail(Checker *k, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static _Noreturn void fail(Checker *k, Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(loc, fmt, ap);
+  va_end(ap);
+  longjmp(k->fail, 1);
+}
+
+static const char *kind_word(EntityKind k) {
+  switch (k) {
+  case E_OPTION: return "an option";
+  case E_DIM: return "a dim";
+  case E_INPUT: return "the input";
+  case E_PARAM: return "a param";
+  case E_STATE: return "a state";
+  case E_VALUE: return "a value";
+  default: UNREACHABLE("entity kind");
+  }
+}
+
+static Entity *lookup(Checker *k, const char *name) {
+  for (int i = k->nents - 1; i >= 0; i--)
+    if (!k->ents[i].hidden && !strcmp(k->ents[i].name, name)) return &k->ents[i];
+  return NULL;
+}
+
+static const char *nearest_entity(Checker *k, const char *name) {
+  const char **cands = xmalloc(sizeof(char *) * (size_t)(k->nents + 1));
+  int n = 0;
+  for (int i = 0; i < k->nents; i++)
+    if (!k->ents[i].hidden) cands[n++] = k->ents[i].name;
+  const char *best = diag_nearest(name, cands, n);
+  free(cands);
+  return best;
+}
+
+static _Noreturn void unknown_name(Checker *k, Loc loc, const char *name, const char *what) {
+  const char *near = nearest_entity(k, name);
+  if (near) fail(k, loc, "unknown %s '%s'; did you mean '%s'?", what, name, near);
+  fail(k, loc, "unknown %s '%s'", what, name);
+}
+
+static void declare(Checker *k, const char *name, Loc loc, EntityKind kind, int idx) {
+  Entity *prev = lookup(k, name);
+  if (prev) {
+    diag_error(loc, "'%s' is already declared (as %s)", name, kind_word(prev->kind));
+    diag_note(prev->loc, "the first declaration is here");
+    longjmp(k->fail, 1);
+  }
+  Entity e = {name, kind, idx, loc, false, false};
+  VEC_PUSH(k->ents, k->nents, k->capents, e);
+}
+
+/* ---- dims ---- */
+
+static int dimexpr(Checker *k, const DimExpr *d, bool declare_names) {
+  Cell *c = k->c;
+  int r = -1;
+  switch (d->kind) {
+  case DX_INT:
+    if (d->value > 1e9) fail(k, d->loc, "size %g is too large", d->value);
+    return dims_const(&c->dt, (long)d->value);
+  case DX_NAME: {
+    Entity *e = lookup(k, d->name);
+    if (!e && declare_names) {
+      /* `input x[D]`: the input's size symbol is declared by the input */
+      DimInfo di = {0};
+      di.name = d->name;
+      di.loc = d->loc;
+      di.sym = c->ndims;
+      di.from_input = true;
+      di.value = -1;
+      VEC_PUSH(c->dims, c->ndims, k->capdims, di);
+      declare(k, d->name, d->loc, E_DIM, c->ndims - 1);
+      return dims_var(&c->dt, di.sym);
+    }
+    if (!e) {
+      const char *near = nearest_entity(k, d->name);
+      if (near) fail(k, d->loc, "unbound dim '%s': no dim of that name is declared; did you mean '%s'?", d->name, near);
+      fail(k, d->loc, "unbound dim '%s': declare it with `dim %s` (and bind it with --dims %s=...)", d->name, d->name, d->name);
+    }
+    if (e->kind == E_OPTION) {
+      OptionInfo *o = &c->options[e->idx];
+      if (o->type != OPT_INT) fail(k, d->loc, "option '%s' is not an int, so it cannot be a size", d->name);
+      return dims_const(&c->dt, (long)o->value);
+    }
+    if (e->kind != E_DIM) fail(k, d->loc, "'%s' is %s, not a dim", d->name, kind_word(e->kind));
+    return dims_var(&c->dt, c->dims[e->idx].sym);
+  }
+  case DX_ADD: r = dims_add(&c->dt, dimexpr(k, d->a, false), dimexpr(k, d->b, false)); break;
+  case DX_SUB: r = dims_sub(&c->dt, dimexpr(k, d->a, false), dimexpr(k, d->b, false)); break;
+  case DX_MUL: r = dims_mul(&c->dt, dimexpr(k, d->a, false), dimexpr(k, d->b, false)); break;
+  }
+  if (r < 0) fail(k, d->loc, "size expression is too complex or too large");
+  long v;
+  if (dims_is_const(&c->dt, r, &v) && (v < 1 || v > 1000000000))
+    fail(k, d->loc, "size is %ld; sizes must be between 1 and 10^9", v);
+  return r;
+}
+
+static void shape_of(Checker *k, const ShapeAst *s, int *rank, int *dim, bool input) {
+  if (!s) {
+    *rank = 0;
+    return;
+  }
+  if (s->n > 2) fail(k, s->loc, "values are scalars, vectors or matrices: a shape has at most 2 sizes, this one has %d", s->n);
+  *rank = s->n;
+  for (int i = 0; i < s->n; i++) dim[i] = dimexpr(k, s->dims[i], input);
+}
+
+void cell_dim_text(const Cell *c, int dim, char *buf, int size) {
+  dims_print(&c->dt, dim, c->dim_names, buf, size);
+}
+
+void cell_shape_text(const Cell *c, int rank, const int *dim, char *buf, int size) {
+  int len = snprintf(buf, (size_t)size, "[");
+  for (int i = 0; i < rank && len < size; i++) {
+    if (i) len += snprintf(buf + len, (size_t)(size - len), ", ");
+    if (len < size) cell_dim_text(c, dim[i], buf + len, size - len);
+    len = (int)strlen(buf);
+  }
+  if (len < size) snprintf(buf + len, (size_t)(size - len), "]");
+}
+
+static const char *shape_str(Checker *k, const Node *n) {
+  char buf[160];
+  k->c->dim_names = NULL;
+  const char **names = arena_alloc(k->arena, sizeof(char *) * (size_t)(k->c->ndims + 1));
+  for (int i = 0; i < k->c->ndims; i++) names[i] = k->c->dims[i].name;
+  k->c->dim_names = names;
+  cell_shape_text(k->c, n->rank, n->dim, buf, (int)sizeof buf);
+  if (n->cplx) strncat(buf, " complex", sizeof buf - strlen(buf) - 1);
+  return arena_strdup(k->arena, buf);
+}
+
+/* ---- nodes ---- */
+
+static bool is_dyn(Checker *k, int id) { return k->dyn[id]; }
+
+static int mk(Checker *k, Op op, Loc loc, const Expr *ast, int rank, const int *dim, bool cplx, int a0, int a1) {
+  Node n = {0};
+  n.op = op;
+  n.rank = rank;
+  for (int i = 0; i < rank; i++) n.dim[i] = dim[i];
+  n.n[0] = n.n[1] = -1;
+  n.cplx = cplx;
+  n.a[0] = a0;
+  n.a[1] = a1;
+  n.a[2] = -1;
+  n.loc = loc;
+  n.ast = ast;
+  int id = graph_add(&k->c->g, n);
+  if (id >= k->capdyn) {
+    k->capdyn = 2 * id + 64;
+    k->dyn = xrealloc(k->dyn, sizeof(bool) * (size_t)k->capdyn);
+  }
+  bool d = op == OP_INPUT || op == OP_PREV || op == OP_NOISE;
+  for (int i = 0; i < op_arity(op); i++)
+    if (n.a[i] >= 0 && k->dyn[n.a[i]]) d = true;
+  k->dyn[id] = d;
+  return id;
+}
+
+static Node *N(Checker *k, int id) { return graph_node(&k->c->g, id); }
+
+static bool numel1(Checker *k, const Node *n) {
+  long v;
+  for (int i = 0; i < n->rank; i++)
+    if (!dims_is_const(&k->c->dt, n->dim[i], &v) || v != 1) return false;
+  return true;
+}
+
+static bool same_shape(const Node *a, const Node *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+static int bcast_to(Checker *k, int a, const Node *like, Loc loc) {
+  Node *x = N(k, a);
+  if (same_shape(x, like)) return a;
+  return mk(k, OP_BCAST, loc, x->ast, like->rank, like->dim, x->cplx, a, -1);
+}
+
+/* An elementwise binary op with broadcasting and complex promotion. */
+static int binary(Checker *k, Op op, Loc loc, const Expr *ast, int a, int b) {
+  Node *x = N(k, a), *y = N(k, b);
+  if (!same_shape(x, y)) {
+    if (numel1(k, x) && !numel1(k, y)) a = bcast_to(k, a, y, loc);
+    else if (numel1(k, y) && !numel1(k, x)) b = bcast_to(k, b, x, loc);
+    else if (numel1(k, x) && numel1(k, y)) {
+      if (x->rank < y->rank) a = bcast_to(k, a, y, loc);
+      else b = bcast_to(k, b, x, loc);
+    } else
+      fail(k, loc, "shape mismatch in '%s': %s and %s", op_text(op), shape_str(k, x), shape_str(k, y));
+    x = N(k, a), y = N(k, b);
+  }
+  bool cplx = x->cplx || y->cplx;
+  if (cplx && (op == OP_MIN || op == OP_MAX))
+    fail(k, loc, "%s takes real arguments, got %s and %s", op_text(op), shape_str(k, x), shape_str(k, y));
+  int id = mk(k, op, loc, ast, x->rank, x->dim, cplx, a, b);
+  if (N(k, id)->rank == 2 && is_dyn(k, id))
+    fail(k, loc, "a matrix may only be computed from params, options and numbers; this one depends on the input or a state");
+  return id;
+}
+
+static int konst(Checker *k, double v, Loc loc, const Expr *ast) {
+  int id = mk(k, OP_CONST, loc, ast, 0, NULL, false, -1, -1);
+  N(k, id)->k = v;
+  return id;
+}
+
+/* ---- built-in functions ---- */
+
+typedef enum { F_REAL1, F_ANY1, F_ABS, F_MINMAX, F_COMPLEX, F_PART, F_CONJ, F_CIS, F_REDUCE, F_CONCAT, F_NORM, F_GUMBEL } FnKind;
+static const struct {
+  const char *name;
+  int nargs;
+  FnKind kind;
+  Op op;
+} builtins[] = {
+    {"sigmoid", 1, F_REAL1, OP_SIGMOID}, {"tanh", 1, F_REAL1, OP_TANH},       {"relu", 1, F_REAL1, OP_RELU},
+    {"silu", 1, F_REAL1, OP_SILU},       {"gelu", 1, F_REAL1, OP_GELU},       {"exp", 1, F_ANY1, OP_EXP},
+    {"log", 1, F_REAL1, OP_LOG},         {"softplus", 1, F_REAL1, OP_SOFTPLUS}, {"logsigmoid", 1, F_REAL1, OP_LOGSIGMOID},
+    {"sqrt", 1, F_REAL1, OP_SQRT},       {"abs", 1, F_ABS, OP_ABS},           {"square", 1, F_ANY1, OP_SQUARE},
+    {"min", 2, F_MINMAX, OP_MIN},        {"max", 2, F_MINMAX, OP_MAX},        {"complex", 2, F_COMPLEX, OP_CPLX},
+    {"re", 1, F_PART, OP_RE},            {"im", 1, F_PART, OP_IM},            {"conj", 1, F_CONJ, OP_CONJ},
+    {"cis", 1, F_CIS, OP_CIS},           {"sum", 1, F_REDUCE, OP_SUM},        {"mean", 1, F_REDUCE, OP_MEAN},
+    {"concat", 2, F_CONCAT, OP_CONCAT},  {"layernorm", 1, F_NORM, OP_LAYERNORM}, {"rmsnorm", 1, F_NORM, OP_RMSNORM},
+    {"gumbel_sigmoid", 2, F_GUMBEL, OP_GUMBEL},
+};
+#define NBUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+static int expr(Checker *k, const Expr *e);
+
+static void need_real(Checker *k, const Expr *call, int arg, int id) {
+  if (N(k, id)->cplx)
+    fail(k, call->args[arg]->loc, "%s takes a real argument, got %s", call->name, shape_str(k, N(k, id)));
+}
+
+static void need_vector(Checker *k, const Expr *call, int arg, int id) {
+  if (N(k, id)->rank > 1)
+    fail(k, call->args[arg]->loc, "%s takes a vector, got %s", call->name, shape_str(k, N(k, id)));
+}
+
+static int call(Checker *k, const Expr *e) {
+  int f = -1;
+  for (int i = 0; i < NBUILTINS; i++)
+    if (!strcmp(builtins[i].name, e->name)) f = i;
+  if (f < 0) {
+    Entity *ent = lookup(k, e->name);
+    if (ent) fail(k, e->loc, "'%s' is %s, not a function", e->name, kind_word(ent->kind));
+    const char *names[NBUILTINS];
+    for (int i = 0; i < NBUILTINS; i++) names[i] = builtins[i].name;
+    const char *near = diag_nearest(e->name, names, NBUILTINS);
+    if (near) fail(k, e->loc, "unknown function '%s'; did you mean '%s'?", e->name, near);
+    fail(k, e->loc, "unknown function '%s'", e->name);
+  }
+  if (e->nargs != builtins[f].nargs)
+    fail(k, e->loc, "%s takes %d argument%s, got %d", e->name, builtins[f].nargs, builtins[f].nargs == 1 ? "" : "s",
+         e->nargs);
+  int a = expr(k, e->args[0]);
+  int b = e->nargs > 1 ? expr(k, e->args[1]) : -1;
+  Node *x = N(k, a);
+  Op op = builtins[f].op;
+  switch (builtins[f].kind) {
+  case F_REAL1:
+    need_real(k, e, 0, a);
+    return mk(k, op, e->loc, e, x->rank, x->dim, false, a, -1);
+  case F_ANY1: return mk(k, op, e->loc, e, x->rank, x->dim, x->cplx, a, -1);
+  case F_ABS: return mk(k, op, e->loc, e, x->rank, x->dim, false, a, -1);
+  case F_MINMAX:
+    need_real(k, e, 0, a);
+    need_real(k, e, 1, b);
+    return binary(k, op, e->loc, e, a, b);
+  case F_COMPLEX: {
+    need_real(k, e, 0, a);
+    need_real(k, e, 1, b);
+    int id = binary(k, OP_CPLX, e->loc, e, a, b);
+    N(k, id)->cplx = true;
+    return id;
+  }
+  case F_PART: return mk(k, op, e->loc, e, x->rank, x->dim, false, a, -1);
+  case F_CONJ: return mk(k, op, e->loc, e, x->rank, x->dim, x->cplx, a, -1);
+  case F_CIS:
+    need_real(k, e, 0, a);
+    return mk(k, op, e->loc, e, x->rank, x->dim, true, a, -1);
+  case F_REDUCE:
+    need_vector(k, e, 0, a);
+    return mk(k, op, e->loc, e, 0, NULL, x->cplx, a, -1);
+  case F_CONCAT: {
+    need_vector(k, e, 0, a);
+    need_vector(k, e, 1, b);
+    Node *y = N(k, b);
+    int one = dims_const(&k->c->dt, 1);
+    int d = dims_add(&k->c->dt, x->rank ? x->dim[0] : one, y->rank ? y->dim[0] : one);
+    if (d < 0) fail(k, e->loc, "size expression is too complex");
+    bool cplx = x->cplx || y->cplx;
+    return mk(k, op, e->loc, e, 1, &d, cplx, a, b);
+  }
+  case F_NORM:
+    need_real(k, e, 0, a);
+    need_vector(k, e, 0, a);
+    return mk(k, op, e->loc, e, x->rank, x->dim, false, a, -1);
+  case F_GUMBEL: {
+    need_real(k, e, 0, a);
+    need_real(k, e, 1, b);
+    int id = binary(k, OP_GUMBEL, e->loc, e, a, b);
+    return id;
+  }
+  }
+  UNREACHABLE("builtin kind");
+}
+
+static int name_ref(Checker *k, const Expr *e) {
+  Entity *ent = lookup(k, e->name);
+  Cell *c = k->c;
+  if (!ent) unknown_name(k, e->loc, e->name, "name");
+  switch (ent->kind) {
+  case E_OPTION: return konst(k, c->options[ent->idx].value, e->loc, e);
+  case E_DIM:
+    fail(k, e->loc, "'%s' is a dim: a size, not a value (mean(v) divides by a vector's size)", e->name);
+  case E_INPUT: {
+    int d = c->input_dim;
+    return mk(k, OP_INPUT, e->loc, e, 1, &d, false, -1, -1);
+  }
+  case E_PARAM: {
+    ParamInfo *p = &c->params[ent->idx];
+    int id = mk(k, OP_PARAM, e->loc, e, p->rank, p->dim, p->cplx, -1, -1);
+    N(k, id)->idx = ent->idx;
+    return id;
+  }
+  case E_STATE: {
+    StateInfo *s = &c->states[ent->idx];
+    if (s->update >= 0) return s->update; /* the new value, after its update */
+    int id = mk(k, OP_PREV, e->loc, e, s->rank, s->dim, s->cplx, -1, -1);
+    N(k, id)->idx = ent->idx;
+    return id;
+  }
+  case E_VALUE: return ent->idx;
+  }
+  UNREACHABLE("entity kind");
+}
+
+static int expr(Checker *k, const Expr *e) {
+  switch (e->kind) {
+  case EX_NUM:
+    if (!isfinite(e->num)) fail(k, e->loc, "number out of range");
+    return konst(k, e->num, e->loc, e);
+  case EX_NAME: return name_ref(k, e);
+  case EX_CALL: return call(k, e);
+  case EX_NEG: {
+    int a = expr(k, e->a);
+    Node *x = N(k, a);
+    return mk(k, OP_NEG, e->loc, e, x->rank, x->dim, x->cplx, a, -1);
+  }
+  case EX_ADD: return binary(k, OP_ADD, e->loc, e, expr(k, e->a), expr(k, e->b));
+  case EX_SUB: return binary(k, OP_SUB, e->loc, e, expr(k, e->a), expr(k, e->b));
+  case EX_MUL: return binary(k, OP_MUL, e->loc, e, expr(k, e->a), expr(k, e->b));
+  case EX_DIV: return binary(k, OP_DIV, e->loc, e, expr(k, e->a), expr(k, e->b));
+  case EX_MATMUL: {
+    int m = expr(k, e->a), v = expr(k, e->b);
+    Node *M = N(k, m), *V = N(k, v);
+    if (M->rank != 2) fail(k, e->loc, "'@' needs a matrix on the left, got %s", shape_str(k, M));
+    if (V->rank != 1) fail(k, e->loc, "'@' needs a vector on the right, got %s", shape_str(k, V));
+    if (M->dim[1] != V->dim[0])
+      fail(k, e->loc, "shape mismatch in '@': %s @ %s", shape_str(k, M), shape_str(k, V));
+    if (is_dyn(k, m)) fail(k, e->loc, "the matrix of '@' must not depend on the input or a state");
+    int d = M->dim[0];
+    return mk(k, OP_MATVEC, e->loc, e, 1, &d, M->cplx || V->cplx, m, v);
+  }
+  }
+  UNREACHABLE("expression kind");
+}
+
+/* ---- initializer arguments: constant expressions over numbers, dims, options ---- */
+
+static void check_init_expr(Checker *k, const Expr *e) {
+  switch (e->kind) {
+  case EX_NUM: return;
+  case EX_NAME: {
+    Entity *ent = lookup(k, e->name);
+    if (!ent) unknown_name(k, e->loc, e->name, "name");
+    if (ent->kind != E_DIM && ent->kind != E_OPTION)
+      fail(k, e->loc, "initializer arguments are constants: numbers, dims and options; '%s' is %s", e->name,
+           kind_word(ent->kind));
+    return;
+  }
+  case EX_CALL: {
+    static const char *const ok[] = {"sqrt", "log", "exp", "abs", "min", "max", "square", "tanh", "sigmoid"};
+    int nok = (int)(sizeof ok / sizeof ok[0]);
+    bool found = false;
+    for (int i = 0; i < nok; i++)
+      if (!strcmp(ok[i], e->name)) found = true;
+    if (!found) fail(k, e->loc, "'%s' cannot be used in an initializer argument", e->name);
+    int want = (!strcmp(e->name, "min") || !strcmp(e->name, "max")) ? 2 : 1;
+    if (e->nargs != want) fail(k, e->loc, "%s takes %d argument%s, got %d", e->name, want, want == 1 ? "" : "s", e->nargs);
+    for (int i = 0; i < e->nargs; i++) check_init_expr(k, e->args[i]);
+    return;
+  }
+  case EX_MATMUL: fail(k, e->loc, "'@' cannot be used in an initializer argument");
+  default:
+    check_init_expr(k, e->a);
+    if (e->b) check_init_expr(k, e->b);
+  }
+}
+
+static bool eval_init_expr(Cell *c, const Expr *e, double *out) {
+  double a, b;
+  switch (e->kind) {
+  case EX_NUM: *out = e->num; return true;
+  case EX_NAME:
+    for (int i = 0; i < c->noptions; i++)
+      if (!strcmp(c->options[i].name, e->name)) {
+        *out = c->options[i].value;
+        return true;
+      }
+    for (int i = 0; i < c->ndims; i++)
+      if (!strcmp(c->dims[i].name, e->name)) {
+        *out = (double)c->dims[i].value;
+        return c->dims[i].value >= 0;
+      }
+    return false;
+  case EX_CALL: {
+    static const struct { const char *name; Op op; } fns[] = {
+        {"sqrt", OP_SQRT}, {"log", OP_LOG}, {"exp", OP_EXP}, {"abs", OP_ABS}, {"min", OP_MIN},
+        {"max", OP_MAX}, {"square", OP_SQUARE}, {"tanh", OP_TANH}, {"sigmoid", OP_SIGMOID}};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+      if (!strcmp(fns[i].name, e->name)) {
+        if (!eval_init_expr(c, e->args[0], &a)) return false;
+        b = 0;
+        if (e->nargs > 1 && !eval_init_expr(c, e->args[1], &b)) return false;
+        *out = op_eval_scalar(fns[i].op, a, b);
+        return true;
+      }
+    return false;
+  }
+  case EX_NEG:
+    if (!eval_init_expr(c, e->a, &a)) return false;
+    *out = -a;
+    return true;
+  case EX_MATMUL: return false;
+  default:
+    if (!eval_init_expr(c, e->a, &a) || !eval_init_expr(c, e->b, &b)) return false;
+    *out = e->kind == EX_ADD ? a + b : e->kind == EX_SUB ? a - b : e->kind == EX_MUL ? a * b : a / b;
+    return true;
+  }
+}
+
+static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, const ParamInfo *self) {
+  *ref = -1;
+  if (for_state && !strcmp(in->name, "learned")) {
+    if (in->has_parens) fail(k, in->loc, "'learned' takes no arguments");
+    return;
+  }
+  const InitDef *def = init_find(in->name);
+  if (!def) {
+    const char *const *names;
+    int n = init_names(&names);
+    const char *near = diag_nearest(in->name, names, n);
+    if (near) fail(k, in->loc, "unknown initializer '%s'; did you mean '%s'?", in->name, near);
+    fail(k, in->loc, "unknown initializer '%s'", in->name);
+  }
+  if (in->nargs < def->min_args || in->nargs > def->max_args) {
+    if (def->min_args == def->max_args)
+      fail(k, in->loc, "initializer '%s' takes %d argument%s, got %d", in->name, def->min_args,
+           def->min_args == 1 ? "" : "s", in->nargs);
+    fail(k, in->loc, "initializer '%s' takes %d to %d arguments, got %d", in->name, def->min_args, def->max_args,
+         in->nargs);
+  }
+  if (def->ref_param) {
+    if (for_state) fail(k, in->loc, "'%s' initializes a param from another param; it cannot give an initial state", in->name);
+    const Expr *a = in->args[0];
+    if (a->kind != EX_NAME) fail(k, a->loc, "'%s' takes the name of another param", in->name);
+    Entity *ent = lookup(k, a->name);
+    if (!ent) unknown_name(k, a->loc, a->name, "param");
+    if (ent->kind != E_PARAM) fail(k, a->loc, "'%s' is %s; '%s' takes a param", a->name, kind_word(ent->kind), in->name);
+    ParamInfo *p = &k->c->params[ent->idx];
+    if (p->cplx || p->rank != self->rank || (p->rank > 0 && p->dim[0] != self->dim[0]) ||
+        (p->rank > 1 && p->dim[1] != self->dim[1]))
+      fail(k, a->loc, "'%s' needs a real param of the same shape as '%s'", in->name, self->name);
+    *ref = ent->idx;
+    return;
+  }
+  for (int i = 0; i < in->nargs; i++) check_init_expr(k, in->args[i]);
+}
+
+/* ---- statements ---- */
+
+static void body(Checker *k, Stmt **stmts, int n);
+
+/* Names a branch defines that stay visible after the `if`: its declarations,
+ * and the names that both branches of a nested `if` define. */
+static bool defines(Stmt **stmts, int n, const char *name) {
+  for (int i = 0; i < n; i++) {
+    Stmt *s = stmts[i];
+    switch (s->kind) {
+    case ST_INPUT: case ST_DIM: case ST_PARAM: case ST_STATE: case ST_LET: case ST_GATE:
+      if (!strcmp(s->name, name)) return true;
+      break;
+    case ST_IF:
+      if (s->has_else && defines(s->then_body, s->nthen, name) && defines(s->else_body, s->nelse, name)) return true;
+      break;
+    default: break;
+    }
+  }
+  return false;
+}
+
+static void stmt_if(Checker *k, Stmt *s) {
+  Entity *e = lookup(k, s->name);
+  if (!e) unknown_name(k, s->name_loc, s->name, "option");
+  if (e->kind != E_OPTION || k->c->options[e->idx].type != OPT_BOOL)
+    fail(k, s->name_loc, "`if` needs a bool option; '%s' is %s", s->name,
+         e->kind == E_OPTION ? "a real or int option" : kind_word(e->kind));
+  bool take = k->c->options[e->idx].value != 0;
+  int mark = k->nents;
+  Stmt **other = take ? s->else_body : s->then_body;
+  int nother = take ? s->nelse : s->nthen;
+  if (take) body(k, s->then_body, s->nthen);
+  else body(k, s->else_body, s->nelse);
+  for (int i = mark; i < k->nents; i++)
+    if (!defines(other, nother, k->ents[i].name)) k->ents[i].hidden = true;
+}
+
+static void stmt_param(Checker *k, Stmt *s) {
+  Cell *c = k->c;
+  ParamInfo p = {0};
+  p.name = s->name;
+  p.loc = s->name_loc;
+  shape_of(k, s->shape, &p.rank, p.dim, false);
+  if (s->kind_name) {
+    if (!strcmp(s->kind_name, "complex")) p.cplx = true;
+    else if (strcmp(s->kind_name, "real"))
+      fail(k, s->kind_loc, "unknown kind '%s': a param is real or complex", s->kind_name);
+  }
+  p.init = s->init->name;
+  p.init_loc = s->init->loc;
+  p.init_args = (const Expr **)s->init->args;
+  p.ninit_args = s->init->nargs;
+  p.tags = s->tags;
+  p.ntags = s->ntags;
+  p.state = -1;
+  check_init(k, s->init, false, &p.ref, &p);
+  declare(k, s->name, s->name_loc, E_PARAM, c->nparams);
+  VEC_PUSH(c->params, c->nparams, k->capparams, p);
+}
+
+static void stmt_state(Checker *k, Stmt *s) {
+  Cell *c = k->c;
+  StateInfo st = {0};
+  st.name = s->name;
+  st.loc = s->name_loc;
+  shape_of(k, s->shape, &st.rank, st.dim, false);
+  if (st.rank > 1) fail(k, s->shape->loc, "a state is a scalar or a vector, not a matrix");
+  if (s->kind_name) {
+    if (!strcmp(s->kind_name, "complex")) st.cplx = true;
+    else if (strcmp(s->kind_name, "real"))
+      fail(k, s->kind_loc, "unknown kind '%s': a state is real or complex", s->kind_name);
+  }
+  st.update = -1;
+  st.param = -1;
+  st.coef_a = st.coef_b = st.culprit = -1;
+  if (s->init) {
+    int ref;
+    ParamInfo fake = {0};
+    check_init(k, s->init, true, &ref, &fake);
+    st.init = s->init->name;
+    st.init_loc = s->init->loc;
+    st.init_args = (const Expr **)s->init->args;
+    st.ninit_args = s->init->nargs;
+    if (!strcmp(st.init, "learned")) {
+      ParamInfo p = {0};
+      p.name = arena_strdup(k->arena, xasprintf("%s.init", s->name));
+      p.loc = s->init->loc;
+      p.rank = st.rank;
+      p.dim[0] = st.dim[0];
+      p.cplx = st.cplx;
+      p.init = "zeros";
+      p.init_loc = s->init->loc;
+      p.ref = -1;
+      p.state = c->nstates;
+      st.param = c->nparams;
+      VEC_PUSH(c->params, c->nparams, k->capparams, p);
+    }
+  }
+  declare(k, s->name, s->name_loc, E_STATE, c->nstates);
+  VEC_PUSH(c->states, c->nstates, k->capstates, st);
+}
+
+static void stmt_update(Checker *k, Stmt *s) {
+  Cell *c = k->c;
+  Entity *e = lookup(k, s->name);
+  if (!e) unknown_name(k, s->name_loc, s->name, "state");
+  if (e->kind != E_STATE) {
+    if (e->kind == E_VALUE)
+      fail(k, s->name_loc, "'%s' is already defined; lets and gates are assigned once, and only states are updated", s->name);
+    fail(k, s->name_loc, "'%s' is %s; only states are updated (use `let %s = ...` for a new value)", s->name,
+         kind_word(e->kind), s->name);
+  }
+  StateInfo *st = &c->states[e->idx];
+  if (st->update >= 0) {
+    diag_error(s->name_loc, "state '%s' is updated twice", s->name);
+    diag_note(graph_node(&c->g, st->update)->loc, "the first update is here");
+    longjmp(k->fail, 1);
+  }
+  int v = expr(k, s->expr);
+  Node *x = N(k, v);
+  Node like = {0};
+  like.rank = st->rank;
+  like.dim[0] = st->dim[0];
+  if (!same_shape(x, &like)) {
+    if (!numel1(k, x)) {
+      char want[160];
+      const char **names = arena_alloc(k->arena, sizeof(char *) * (size_t)(c->ndims + 1));
+      for (int i = 0; i < c->ndims; i++) names[i] = c->dims[i].name;
+      c->dim_names = names;
+      cell_shape_text(c, st->rank, st->dim, want, (int)sizeof want);
+      fail(k, s->loc, "shape mismatch: state '%s' is %s, its update is %s", s->name, want, shape_str(k, x));
+    }
+    v = bcast_to(k, v, &like, s->loc);
+    x = N(k, v);
+  }
+  if (x->cplx && !st->cplx)
+    fail(k, s->loc, "state '%s' is real, its update is complex (declare it `state %s%s : complex`, or take re())", s->name,
+         s->name, st->rank ? "[...]" : "");
+  /* each update gets its own NEWVAL node, so every state's new value is marked */
+  st = &c->states[e->idx];
+  st->update = mk(k, OP_NEWVAL, s->name_loc, s->expr, st->rank, st->dim, st->cplx, v, -1);
+  N(k, st->update)->idx = e->idx;
+  st->order = k->nupdates++;
+}
+
+static void body(Checker *k, Stmt **stmts, int n) {
+  Cell *c = k->c;
+  for (int i = 0; i < n; i++) {
+    Stmt *s = stmts[i];
+    switch (s->kind) {
+    case ST_INPUT: {
+      if (k->has_input) {
+        diag_error(s->loc, "a cell has exactly one input");
+        diag_note(c->input_loc, "the input is declared here");
+        longjmp(k->fail, 1);
+      }
+      if (!s->shape || s->shape->n != 1) fail(k, s->name_loc, "the input is a vector: `input %s[D]`", s->name);
+      k->has_input = true;
+      c->input_name = s->name;
+      c->input_loc = s->name_loc;
+      int rank;
+      shape_of(k, s->shape, &rank, &c->input_dim, true);
+      declare(k, s->name, s->name_loc, E_INPUT, 0);
+      break;
+    }
+    case ST_DIM: {
+      DimInfo d = {0};
+      d.name = s->name;
+      d.loc = s->name_loc;
+      d.sym = c->ndims;
+      d.def = s->dim_value;
+      d.value = -1;
+      if (s->dim_value) dimexpr(k, s->dim_value, false); /* check the default now */
+      VEC_PUSH(c->dims, c->ndims, k->capdims, d);
+      declare(k, s->name, s->name_loc, E_DIM, c->ndims - 1);
+      break;
+    }
+    case ST_PARAM: stmt_param(k, s); break;
+    case ST_STATE: stmt_state(k, s); break;
+    case ST_LET:
+    case ST_GATE: {
+      int v = expr(k, s->expr);
+      if (s->kind == ST_GATE) {
+        if (N(k, v)->cplx) fail(k, s->loc, "gate '%s' is complex; gates are real (their values are recorded)", s->name);
+        GateInfo g = {s->name, s->name_loc, v, false};
+        VEC_PUSH(c->gates, c->ngates, k->capgates, g);
+      }
+      declare(k, s->name, s->name_loc, E_VALUE, v);
+      k->ents[k->nents - 1].is_gate = s->kind == ST_GATE;
+      break;
+    }
+    case ST_UPDATE: stmt_update(k, s); break;
+    case ST_OUTPUT: {
+      if (k->has_output) {
+        diag_error(s->loc, "a cell has at most one output");
+        diag_note(k->output_loc, "the first output is here");
+        longjmp(k->fail, 1);
+      }
+      int v = expr(k, s->expr);
+      if (N(k, v)->cplx) fail(k, s->loc, "the output is complex; it must be real (take re(), im() or abs())");
+      if (N(k, v)->rank > 1) fail(k, s->loc, "the output is a matrix; it must be a vector or a scalar");
+      k->has_output = true;
+      k->output_loc = s->loc;
+      c->output = v;
+      break;
+    }
+    case ST_IF: stmt_if(k, s); break;
+    }
+  }
+}
+
+/* ---- options ---- */
+
+static bool parse_value(OptType t, const char *text, double *out) {
+  if (t == OPT_BOOL) {
+    if (!strcmp(text, "true")) return *out = 1, true;
+    if (!strcmp(text, "false")) return *out = 0, true;
+    return false;
+  }
+  char *end;
+  double v = strtod(text, &end);
+  if (!*text || *end || !isfinite(v)) return false;
+  if (t == OPT_INT && (v != floor(v) || fabs(v) > 1e9)) return false;
+  *out = v;
+  return true;
+}
+
+static const char *type_word(OptType t) { return t == OPT_BOOL ? "bool" : t == OPT_INT ? "int" : "real"; }
+
+static void options(Checker *k, const CellAst *ast) {
+  Cell *c = k->c;
+  c->options = arena_alloc(k->arena, sizeof(OptionInfo) * (size_t)(ast->noptions + 1));
+  for (int i = 0; i < ast->noptions; i++) {
+    const OptionAst *o = &ast->options[i];
+    OptionInfo *oi = &c->options[i];
+    oi->name = o->name;
+    oi->loc = o->loc;
+    if (!strcmp(o->type_name, "real")) oi->type = OPT_REAL;
+    else if (!strcmp(o->type_name, "int")) oi->type = OPT_INT;
+    else if (!strcmp(o->type_name, "bool")) oi->type = OPT_BOOL;
+    else fail(k, o->type_loc, "unknown option type '%s': options are real, int or bool", o->type_name);
+    if (oi->type == OPT_BOOL && !o->is_bool) fail(k, o->value_loc, "option '%s' is a bool: its default is true or false", o->name);
+    if (oi->type != OPT_BOOL && o->is_bool)
+      fail(k, o->value_loc, "option '%s' is %s %s: its default is a number", o->name, oi->type == OPT_INT ? "an" : "a",
+           type_word(oi->type));
+    if (oi->type == OPT_INT && !o->is_int) fail(k, o->value_loc, "option '%s' is an int: its default is an integer", o->name);
+    oi->value = o->value;
+    declare(k, o->name, o->loc, E_OPTION, i);
+    c->noptions++;
+  }
+  for (int i = 0; i < k->o->nsets; i++) {
+    const Binding *b = &k->o->sets[i];
+    Entity *e = lookup(k, b->name);
+    if (!e || e->kind != E_OPTION) continue; /* the caller reports options no cell has */
+    OptionInfo *oi = &c->options[e->idx];
+    if (!parse_value(oi->type, b->value, &oi->value)) {
+      diag_plain("--set %s=%s: option '%s' of cell '%s' is %s %s", b->name, b->value, b->name, c->name,
+                 oi->type == OPT_INT ? "an" : "a", type_word(oi->type));
+      longjmp(k->fail, 1);
+    }
+  }
+}
+
+/* ---- analysis (language spec section 5) ---- */
+
+typedef struct Decomp {
+  bool ok;
+  int a, b;      /* new = a * prev + b; -1 = zero */
+  int culprit;   /* when !ok */
+} Decomp;
+
+typedef struct Analysis {
+  Checker *k;
+  int state;      /* the state being classified */
+  signed char *indep; /* memo: 1 independent, 0 not, -1 unknown */
+} Analysis;
+
+/* Independent: uses no state's previous value, except through the new value
+ * of a diagonal-linear state updated earlier. */
+static bool independent(Analysis *an, int id) {
+  if (an->indep[id] >= 0) return an->indep[id];
+  Node *n = N(an->k, id);
+  bool r;
+  if (n->op == OP_PREV) r = false;
+  else if (n->op == OP_NEWVAL) r = an->k->c->states[n->idx].rec == REC_DIAG_LINEAR;
+  else {
+    r = true;
+    for (int i = 0; i < op_arity(n->op); i++)
+      if (n->a[i] >= 0 && !independent(an, n->a[i])) r = false;
+  }
+  an->indep[id] = r;
+  return r;
+}
+
+static int tnode(Checker *k, Op op, int a, int b, Loc loc) {
+  if (op == OP_NEG) {
+    Node *x = N(k, a);
+    return mk(k, OP_NEG, loc, x->ast, x->rank, x->dim, x->cplx, a, -1);
+  }
+  return binary(k, op, loc, N(k, a)->ast, a, b);
+}
+
+static Decomp decompose(Analysis *an, int id);
+
+/* A node that is not linear in prev: blame the innermost part that is. */
+static Decomp culprit_in(Analysis *an, int id) {
+  Node *n = N(an->k, id);
+  Decomp d = {false, -1, -1, id};
+  if (n->op == OP_PREV || n->op == OP_NEWVAL) return d;
+  for (int i = 0; i < op_arity(n->op); i++) {
+    if (n->a[i] < 0 || independent(an, n->a[i])) continue;
+    Decomp s = decompose(an, n->a[i]);
+    if (!s.ok) return s;
+  }
+  return d;
+}
+
+static Decomp decompose(Analysis *an, int id) {
+  Checker *k = an->k;
+  Node *n = N(k, id);
+  Decomp d = {true, -1, -1, -1};
+  if (independent(an, id)) {
+    d.b = id;
+    return d;
+  }
+  Loc loc = n->loc;
+  switch (n->op) {
+  case OP_PREV:
+    if (n->idx != an->state) return (Decomp){false, -1, -1, id};
+    d.a = konst(k, 1, loc, n->ast);
+    return d;
+  case OP_ADD:
+  case OP_SUB: {
+    Decomp x = decompose(an, n->a[0]);
+    if (!x.ok) return x;
+    Decomp y = decompose(an, n->a[1]);
+    if (!y.ok) return y;
+    Op op = n->op;
+    d.a = x.a < 0 ? (y.a < 0 ? -1 : (op == OP_ADD ? y.a : tnode(k, OP_NEG, y.a, -1, loc)))
+                  : (y.a < 0 ? x.a : tnode(k, op, x.a, y.a, loc));
+    d.b = x.b < 0 ? (y.b < 0 ? -1 : (op == OP_ADD ? y.b : tnode(k, OP_NEG, y.b, -1, loc)))
+                  : (y.b < 0 ? x.b : tnode(k, op, x.b, y.b, loc));
+    return d;
+  }
+  case OP_NEG: {
+    Decomp x = decompose(an, n->a[0]);
+    if (!x.ok) return x;
+    d.a = x.a < 0 ? -1 : tnode(k, OP_NEG, x.a, -1, loc);
+    d.b = x.b < 0 ? -1 : tnode(k, OP_NEG, x.b, -1, loc);
+    return d;
+  }
+  case OP_MUL:
+  case OP_DIV: {
+    int f = -1, other = -1;
+    if (independent(an, n->a[1])) f = n->a[1], other = n->a[0];
+    else if (n->op == OP_MUL && independent(an, n->a[0])) f = n->a[0], other = n->a[1];
+    if (f < 0) {
+      Decomp x = decompose(an, n->a[0]);
+      if (!x.ok) return x;
+      Decomp y = decompose(an, n->a[1]);
+      if (!y.ok) return y;
+      return (Decomp){false, -1, -1, id}; /* prev times something that depends on it */
+    }
+    Decomp x = decompose(an, other);
+    if (!x.ok) return x;
+    Op op = n->op;
+    if (op == OP_MUL) {
+      d.a = x.a < 0 ? -1 : tnode(k, OP_MUL, f, x.a, loc);
+      d.b = x.b < 0 ? -1 : tnode(k, OP_MUL, f, x.b, loc);
+    } else {
+      d.a = x.a < 0 ? -1 : tnode(k, OP_DIV, x.a, f, loc);
+      d.b = x.b < 0 ? -1 : tnode(k, OP_DIV, x.b, f, loc);
+    }
+    return d;
+  }
+  case OP_BCAST: {
+    Decomp x = decompose(an, n->a[0]);
+    if (!x.ok) return x;
+    return (Decomp){false, -1, -1, id};
+  }
+  case OP_NEWVAL: return (Decomp){false, -1, -1, id};
+  default: return culprit_in(an, id);
+  }
+}
+
+static bool reaches_prev(Checker *k, int id, signed char *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node *n = N(k, id);
+  bool r = n->op == OP_PREV;
+  for (int i = 0; !r && i < op_arity(n->op); i++)
+    if (n->a[i] >= 0 && reaches_prev(k, n->a[i], memo)) r = true;
+  memo[id] = r;
+  return r;
+}
+
+/* The previous value a culprit term reads (for the message). */
+static int first_prev(Checker *k, int id) {
+  Node *n = N(k, id);
+  if (n->op == OP_PREV) return id;
+  if (n->op == OP_NEWVAL) return id;
+  for (int i = 0; i < op_arity(n->op); i++)
+    if (n->a[i] >= 0) {
+      int p = first_prev(k, n->a[i]);
+      if (p >= 0) return p;
+    }
+  return -1;
+}
+
+static void analyze(Checker *k) {
+  Cell *c = k->c;
+  int nn = c->g.nnodes;
+  /* classify in update order: a state may use the new value of one before it */
+  int *order = xmalloc(sizeof(int) * (size_t)(c->nstates + 1));
+  for (int i = 0; i < c->nstates; i++) order[c->states[i].order] = i;
+  for (int oi = 0; oi < c->nstates; oi++) {
+    StateInfo *s = &c->states[order[oi]];
+    Analysis an = {k, order[oi], NULL};
+    an.indep = xmalloc((size_t)c->g.nnodes + 4096);
+    memset(an.indep, -1, (size_t)c->g.nnodes + 4096);
+    int update_expr = N(k, s->update)->a[0];
+    Decomp d = decompose(&an, update_expr);
+    s = &c->states[order[oi]];
+    if (d.ok) {
+      s->rec = REC_DIAG_LINEAR;
+      s->coef_a = d.a;
+      s->coef_b = d.b;
+    } else {
+      s->rec = REC_NONLINEAR;
+      s->culprit = d.culprit;
+    }
+    free(an.indep);
+  }
+  free(order);
+  signed char *memo = xmalloc((size_t)c->g.nnodes);
+  memset(memo, -1, (size_t)c->g.nnodes);
+  for (int i = 0; i < c->ngates; i++) c->gates[i].sees_state = reaches_prev(k, c->gates[i].node, memo);
+  free(memo);
+  (void)nn;
+  c->mode = MODE_SCAN;
+  for (int i = 0; i < c->nstates; i++)
+    if (c->states[i].rec == REC_NONLINEAR) c->mode = MODE_SEQUENTIAL;
+  if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
+  if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
+    for (int i = 0; i < c->nstates; i++) {
+      StateInfo *s = &c->states[i];
+      if (s->rec != REC_NONLINEAR) continue;
+      Node *cu = N(k, s->culprit);
+      int p = first_prev(k, s->culprit);
+      const char *term = cu->ast ? expr_text(k->arena, cu->ast) : "?";
+      if (p >= 0 && N(k, p)->op == OP_NEWVAL)
+        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: '%s' uses the new value of state '%s', which is nonlinear",
+             c->name, s->name, term, c->states[N(k, p)->idx].name);
+      const char *prev = p >= 0 ? c->states[N(k, p)->idx].name : s->name;
+      fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' reads the previous value of '%s'",
+           c->name, s->name, term, prev);
+    }
+  }
+}
+
+/* ---- binding dims to values ---- */
+
+static bool bind(Checker *k) {
+  Cell *c = k->c;
+  long *values = arena_alloc(k->arena, sizeof(long) * (size_t)(c->ndims + 1));
+  for (int i = 0; i < c->ndims; i++) values[i] = -1;
+  for (int i = 0; i < k->o->ndims; i++) {
+    const Binding *b = &k->o->dims[i];
+    for (int j = 0; j < c->ndims; j++)
+      if (!strcmp(c->dims[j].name, b->name)) {
+        char *end;
+        long v = strtol(b->value, &end, 10);
+        if (!*b->value || *end || v < 1 || v > 1000000000) {
+          diag_plain("--dims %s=%s: a dim is a positive integer", b->name, b->value);
+          longjmp(k->fail, 1);
+        }
+        values[c->dims[j].sym] = v;
+      }
+  }
+  /* defaults, in declaration order (they refer to earlier dims) */
+  for (int i = 0; i < c->ndims; i++) {
+    DimInfo *d = &c->dims[i];
+    if (values[d->sym] < 0 && d->def) {
+      long v;
+      int poly = dimexpr(k, d->def, false);
+      if (dims_eval(&c->dt, poly, values, &v)) {
+        if (v < 1 || v > 1000000000) {
+          fail(k, d->def->loc, "dim '%s' would be %ld; a dim is between 1 and 10^9", d->name, v);
+        }
+        values[d->sym] = v;
+      }
+    }
+  }
+  bool all = true;
+  for (int i = 0; i < c->ndims; i++) {
+    c->dims[i].value = values[c->dims[i].sym];
+    if (c->dims[i].value < 0) {
+      all = false;
+      if (k->o->need_bound) {
+        fail(k, c->dims[i].loc, "unbound dim '%s': give it a value (--dims %s=..., or `dims.%s` / `hidden` in task.cfg) or a default (dim %s = 64)",
+             c->dims[i].name, c->dims[i].name, c->dims[i].name, c->dims[i].name);
+      }
+    }
+  }
+  if (!all) {
+    return false;
+  }
+  /* every size in the graph and the interface */
+  for (int id = 0; id < c->g.nnodes; id++) {
+    Node *n = &c->g.nodes[id];
+    for (int i = 0; i < n->rank; i++) {
+      long v;
+      if (!dims_eval(&c->dt, n->dim[i], values, &v) || v < 1 || v > 1000000000) {
+        fail(k, n->loc, "a size here evaluates to %ld with the dims given; sizes must be between 1 and 10^9",
+             dims_eval(&c->dt, n->dim[i], values, &v) ? v : -1L);
+      }
+      n->n[i] = (int)v;
+    }
+  }
+  long total = 0;
+  for (int i = 0; i < c->nparams; i++) {
+    ParamInfo *p = &c->params[i];
+    long numel = 1;
+    for (int j = 0; j < p->rank; j++) {
+      long v;
+      if (!dims_eval(&c->dt, p->dim[j], values, &v) || v < 1 || v > 1000000000) {
+        fail(k, p->loc, "the shape of param '%s' has a size that is not positive with the dims given", p->name);
+      }
+      p->n[j] = (int)v;
+      numel *= v;
+    }
+    total += numel * (p->cplx ? 2 : 1);
+    if (numel > (1L << 31) || total > (1L << 31)) {
+      fail(k, p->loc, "param '%s' is too large (%ld elements)", p->name, numel);
+    }
+    for (int j = 0; j < p->ninit_args && p->ref < 0; j++) {
+      if (j >= 8 || !eval_init_expr(c, p->init_args[j], &p->args[j]) || !isfinite(p->args[j])) {
+        fail(k, p->init_args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");
+      }
+    }
+  }
+  for (int i = 0; i < c->nstates; i++) {
+    StateInfo *s = &c->states[i];
+    for (int j = 0; j < s->rank; j++) {
+      long v;
+      if (!dims_eval(&c->dt, s->dim[j], values, &v) || v < 1) {
+        fail(k, s->loc, "the shape of state '%s' has a size that is not positive", s->name);
+      }
+      s->n[j] = (int)v;
+    }
+    if (s->init && strcmp(s->init, "learned"))
+      for (int j = 0; j < s->ninit_args; j++)
+        if (j >= 8 || !eval_init_expr(c, s->init_args[j], &s->args[j]) || !isfinite(s->args[j])) {
+          fail(k, s->init_args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");
+        }
+  }
+  long v;
+  if (!dims_eval(&c->dt, c->input_dim, values, &v)) CHECK(0);
+  c->input_size = (int)v;
+  Node *out = N(k, c->output);
+  c->output_size = out->rank ? out->n[0] : 1;
+  return true;
+}
+
+/* ---- the whole cell ---- */
+
+Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOptions *o) {
+  Checker k = {0};
+  k.arena = a;
+  k.o = o;
+  Cell *c = arena_alloc(a, sizeof(Cell));
+  c->name = ast->name;
+  c->loc = ast->loc;
+  c->src = src;
+  c->output = -1;
+  graph_init(&c->g, false);
+  k.c = c;
+  if (setjmp(k.fail)) {
+    free(k.ents);
+    free(k.dyn);
+    cell_free(c);
+    return NULL;
+  }
+  options(&k, ast);
+  body(&k, ast->body, ast->nbody);
+  if (!k.has_input) fail(&k, ast->loc, "cell '%s' has no input: declare one with `input x[D]`", ast->name);
+  if (c->nstates == 0) fail(&k, ast->loc, "cell '%s' has no state: a recurrent cell carries at least one `state`", ast->name);
+  for (int i = 0; i < c->nstates; i++)
+    if (c->states[i].update < 0)
+      fail(&k, c->states[i].loc, "state '%s' is never updated: add `%s = ...` to the cell", c->states[i].name, c->states[i].name);
+  if (!k.has_output) {
+    if (c->nstates > 1) fail(&k, ast->loc, "cell '%s' has %d states, so it must say `output`", ast->name, c->nstates);
+    if (c->states[0].cplx)
+      fail(&k, c->states[0].loc, "the output would be state '%s', which is complex; say `output re(%s)` or similar", c->states[0].name,
+           c->states[0].name);
+    c->output = c->states[0].update;
+  }
+  const char **names = arena_alloc(a, sizeof(char *) * (size_t)(c->ndims + 1));
+  for (int i = 0; i < c->ndims; i++) names[i] = c->dims[i].name;
+  c->dim_names = names;
+  Node *out = N(&k, c->output);
+  c->output_dim = out->rank ? out->dim[0] : dims_const(&c->dt, 1);
+  analyze(&k);
+  c->bound = bind(&k);
+  free(k.ents);
+  free(k.dyn);
+  return c;
+}
+
+void cell_free(Cell *c) {
+  if (!c) return;
+  graph_free(&c->g);
+  dims_free(&c->dt);
+  free(c->dims);
+  free(c->params);
+  free(c->states);
+  free(c->gates);
+  c->dims = NULL, c->params = NULL, c->states = NULL, c->gates = NULL;
+}

@@ -1,0 +1,291 @@
+/* cmd_check.c: `cellc check` (the analysis report, human or --json) and the
+ * argument parsing shared by the commands that compile a cell. */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static char stdlib_buf[PATH_MAX];
+
+const char *cli_stdlib_dir(void) {
+  const char *env = getenv("CELLC_STDLIB");
+  if (env && *env) return env;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "stdlib";
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = 0;
+  const char *cands[] = {"%s/../stdlib", "%s/../share/cellc/stdlib", "%s/../../stdlib"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(stdlib_buf, sizeof stdlib_buf, cands[i], exe);
+    if (access(stdlib_buf, R_OK) == 0) return stdlib_buf;
+  }
+  return "stdlib";
+}
+
+static int split_binding(const char *flag, const char *text, Binding *out) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text || !eq[1]) {
+    fprintf(stderr, "cellc: %s takes NAME=VALUE, got '%s'\n", flag, text);
+    return -1;
+  }
+  out->name = strndup(text, (size_t)(eq - text));
+  out->value = strdup(eq + 1);
+  return 0;
+}
+
+int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i) {
+  const char *f = argv[*i];
+  bool has_value = *i + 1 < argc;
+  if (!strcmp(f, "--set") || !strcmp(f, "--dims") || !strcmp(f, "--cell") || !strcmp(f, "--mode")) {
+    if (!has_value) {
+      cli_usage_error("%s needs a value", f);
+      return -1;
+    }
+    const char *v = argv[++*i];
+    if (!strcmp(f, "--set")) {
+      if (a->nsets == 64 || split_binding(f, v, &a->sets[a->nsets]) < 0) return cli_usage_error("bad --set '%s'", v), -1;
+      a->nsets++;
+    } else if (!strcmp(f, "--dims")) {
+      char *copy = strdup(v), *save = NULL;
+      for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (a->ndims == 64 || split_binding(f, tok, &a->dims[a->ndims]) < 0) {
+          free(copy);
+          return cli_usage_error("bad --dims '%s'", v), -1;
+        }
+        a->ndims++;
+      }
+      free(copy);
+    } else if (!strcmp(f, "--cell")) {
+      a->cell = v;
+    } else {
+      if (strcmp(v, "auto") && strcmp(v, "scan") && strcmp(v, "sequential"))
+        return cli_usage_error("--mode is auto, scan or sequential, not '%s'", v), -1;
+      a->mode = v;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* --set names no cell of the module has are errors. */
+static bool sets_known(const Module *m, const CellArgs *a) {
+  for (int i = 0; i < a->nsets; i++) {
+    bool found = false;
+    const char *cands[256];
+    int nc = 0;
+    for (int c = 0; c < m->ncells; c++)
+      for (int o = 0; o < m->cells[c]->noptions; o++) {
+        if (!strcmp(m->cells[c]->options[o].name, a->sets[i].name)) found = true;
+        if (nc < 256) cands[nc++] = m->cells[c]->options[o].name;
+      }
+    if (!found) {
+      const char *near = diag_nearest(a->sets[i].name, cands, nc);
+      if (near) diag_plain("--set %s: no cell has an option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].name, near);
+      else diag_plain("--set %s: no cell has an option '%s'", a->sets[i].name, a->sets[i].name);
+      return false;
+    }
+  }
+  return true;
+}
+
+static const char *rec_name(Recurrence r) { return r == REC_DIAG_LINEAR ? "diagonal-linear" : "nonlinear"; }
+static const char *mode_name(Mode m) { return m == MODE_SCAN ? "scan" : "sequential"; }
+
+static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, const int *n) {
+  for (int i = 0; i < rank; i++) {
+    if (c->bound) cJSON_AddItemToArray(arr, cJSON_CreateNumber(n[i]));
+    else {
+      char buf[128];
+      long v;
+      if (dims_is_const(&c->dt, dim[i], &v)) cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)v));
+      else {
+        cell_dim_text(c, dim[i], buf, (int)sizeof buf);
+        cJSON_AddItemToArray(arr, cJSON_CreateString(buf));
+      }
+    }
+  }
+}
+
+static cJSON *cell_json(const Cell *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", c->name);
+  cJSON_AddStringToObject(o, "mode", mode_name(c->mode));
+  cJSON *states = cJSON_AddArrayToObject(o, "states");
+  for (int i = 0; i < c->nstates; i++) {
+    const StateInfo *s = &c->states[i];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", s->name);
+    cJSON_AddStringToObject(j, "recurrence", rec_name(s->rec));
+    shape_json(c, cJSON_AddArrayToObject(j, "shape"), s->rank, s->dim, s->n);
+    cJSON_AddBoolToObject(j, "complex", s->cplx);
+    cJSON_AddItemToArray(states, j);
+  }
+  cJSON *gates = cJSON_AddArrayToObject(o, "gates");
+  for (int i = 0; i < c->ngates; i++) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", c->gates[i].name);
+    cJSON_AddBoolToObject(j, "sees_state", c->gates[i].sees_state);
+    cJSON_AddItemToArray(gates, j);
+  }
+  cJSON *params = cJSON_AddArrayToObject(o, "params");
+  for (int i = 0; i < c->nparams; i++) {
+    const ParamInfo *p = &c->params[i];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", p->name);
+    shape_json(c, cJSON_AddArrayToObject(j, "shape"), p->rank, p->dim, p->n);
+    cJSON_AddBoolToObject(j, "complex", p->cplx);
+    cJSON_AddStringToObject(j, "init", p->init);
+    cJSON *tags = cJSON_AddArrayToObject(j, "tags");
+    for (int t = 0; t < p->ntags; t++) cJSON_AddItemToArray(tags, cJSON_CreateString(p->tags[t]));
+    cJSON_AddItemToArray(params, j);
+  }
+  cJSON *dims = cJSON_AddArrayToObject(o, "dims");
+  for (int i = 0; i < c->ndims; i++) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", c->dims[i].name);
+    if (c->dims[i].value >= 0) cJSON_AddNumberToObject(j, "value", (double)c->dims[i].value);
+    else cJSON_AddNullToObject(j, "value");
+    cJSON_AddBoolToObject(j, "input", c->dims[i].from_input);
+    cJSON_AddItemToArray(dims, j);
+  }
+  cJSON *opts = cJSON_AddArrayToObject(o, "options");
+  for (int i = 0; i < c->noptions; i++) {
+    cJSON *j = cJSON_CreateObject();
+    const OptionInfo *op = &c->options[i];
+    cJSON_AddStringToObject(j, "name", op->name);
+    cJSON_AddStringToObject(j, "type", op->type == OPT_BOOL ? "bool" : op->type == OPT_INT ? "int" : "real");
+    if (op->type == OPT_BOOL) cJSON_AddBoolToObject(j, "value", op->value != 0);
+    else cJSON_AddNumberToObject(j, "value", op->value);
+    cJSON_AddItemToArray(opts, j);
+  }
+  return o;
+}
+
+static void shape_human(const Cell *c, int rank, const int *dim, const int *n, bool cplx, char *buf, int size) {
+  if (c->bound) {
+    int len = snprintf(buf, (size_t)size, "[");
+    for (int i = 0; i < rank; i++) len += snprintf(buf + len, (size_t)(size - len), i ? ", %d" : "%d", n[i]);
+    snprintf(buf + len, (size_t)(size - len), "]%s", cplx ? " complex" : "");
+  } else {
+    cell_shape_text(c, rank, dim, buf, size);
+    if (cplx) strncat(buf, " complex", (size_t)size - strlen(buf) - 1);
+  }
+}
+
+static void cell_human(const Cell *c, FILE *f) {
+  char buf[256];
+  fprintf(f, "cell %s: mode %s\n", c->name, mode_name(c->mode));
+  fprintf(f, "  dims:");
+  for (int i = 0; i < c->ndims; i++) {
+    fprintf(f, " %s", c->dims[i].name);
+    if (c->dims[i].value >= 0) fprintf(f, "=%ld", c->dims[i].value);
+    if (c->dims[i].from_input) fprintf(f, " (input)");
+  }
+  fprintf(f, "\n");
+  if (c->noptions) {
+    fprintf(f, "  options:");
+    for (int i = 0; i < c->noptions; i++) {
+      const OptionInfo *o = &c->options[i];
+      if (o->type == OPT_BOOL) fprintf(f, " %s=%s", o->name, o->value ? "true" : "false");
+      else fprintf(f, " %s=%g", o->name, o->value);
+    }
+    fprintf(f, "\n");
+  }
+  long total = 0;
+  bool counted = c->bound;
+  for (int i = 0; i < c->nparams; i++) {
+    long e = 1;
+    for (int j = 0; j < c->params[i].rank; j++) e *= c->params[i].n[j];
+    total += e * (c->params[i].cplx ? 2 : 1);
+  }
+  if (counted) fprintf(f, "  params: %d (%ld numbers)\n", c->nparams, total);
+  else fprintf(f, "  params: %d\n", c->nparams);
+  for (int i = 0; i < c->nparams; i++) {
+    const ParamInfo *p = &c->params[i];
+    shape_human(c, p->rank, p->dim, p->n, p->cplx, buf, (int)sizeof buf);
+    fprintf(f, "    %-12s %-20s ~ %s", p->name, buf, p->init);
+    if (p->ntags) {
+      fprintf(f, "  tag");
+      for (int t = 0; t < p->ntags; t++) fprintf(f, "%s %s", t ? "," : "", p->tags[t]);
+    }
+    if (counted) {
+      long e = 1;
+      for (int j = 0; j < p->rank; j++) e *= p->n[j];
+      fprintf(f, "  (%ld)", e * (p->cplx ? 2 : 1));
+    }
+    fprintf(f, "\n");
+  }
+  fprintf(f, "  states:\n");
+  for (int i = 0; i < c->nstates; i++) {
+    const StateInfo *s = &c->states[i];
+    shape_human(c, s->rank, s->dim, s->n, s->cplx, buf, (int)sizeof buf);
+    fprintf(f, "    %-12s %-20s %s\n", s->name, buf, rec_name(s->rec));
+  }
+  if (c->ngates) {
+    fprintf(f, "  gates:\n");
+    for (int i = 0; i < c->ngates; i++)
+      fprintf(f, "    %-12s %s\n", c->gates[i].name, c->gates[i].sees_state ? "sees state" : "does not see state");
+  }
+}
+
+int cmd_check(int argc, char **argv) {
+  CellArgs a = {0};
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    int r = cli_cell_arg(&a, argc, argv, &i);
+    if (r < 0) return 2;
+    if (r) continue;
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("unknown flag '%s'", argv[i]);
+    else if (!a.file) a.file = argv[i];
+    else return cli_usage_error("unexpected argument '%s'", argv[i]);
+  }
+  if (!a.file) return cli_usage_error("%s", "check needs a .cell file");
+  Arena arena = {0};
+  Module *m = check_load(&arena, a.file, cli_stdlib_dir());
+  if (!m || !sets_known(m, &a)) {
+    arena_free(&arena);
+    return 1;
+  }
+  CheckOptions o = {0};
+  o.sets = a.sets;
+  o.nsets = a.nsets;
+  o.dims = a.dims;
+  o.ndims = a.ndims;
+  o.force_scan = a.mode && !strcmp(a.mode, "scan");
+  o.force_sequential = a.mode && !strcmp(a.mode, "sequential");
+  cJSON *root = cJSON_CreateObject();
+  cJSON *cells = cJSON_AddArrayToObject(root, "cells");
+  int status = 0, shown = 0;
+  for (int i = 0; i < m->ncells && status == 0; i++) {
+    if (!m->in_main[i]) continue;
+    if (a.cell && strcmp(a.cell, m->cells[i]->name)) continue;
+    Cell *c = check_cell(&arena, m->srcs[i], m->cells[i], &o);
+    if (!c) {
+      status = 1;
+      break;
+    }
+    if (json) cJSON_AddItemToArray(cells, cell_json(c));
+    else {
+      if (shown++) printf("\n");
+      cell_human(c, stdout);
+    }
+    cell_free(c);
+  }
+  if (status == 0 && a.cell && !check_find_cell(m, a.cell, NULL)) {
+    diag_plain("no cell named '%s' in %s", a.cell, a.file);
+    status = 1;
+  }
+  if (status == 0 && json) {
+    char *text = cJSON_Print(root);
+    printf("%s\n", text);
+    free(text);
+  }
+  cJSON_Delete(root);
+  arena_free(&arena);
+  return status;
+}

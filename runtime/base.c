@@ -1,0 +1,124 @@
+/* base.c: allocation, arenas, file reading and the internal-error exit. */
+#include "base.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+_Noreturn void base_fail(const char *file, int line, const char *what) {
+  fflush(stdout);
+  fprintf(stderr, "%s:%d: internal error: %s\n", file, line, what);
+  exit(70);
+}
+
+void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
+void *xcalloc(size_t count, size_t size) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  return p;
+}
+
+char *xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(xmalloc(n), s, n);
+}
+
+char *xasprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = xmalloc((size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+struct ArenaBlock {
+  ArenaBlock *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+};
+
+void *arena_alloc(Arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  ArenaBlock *b = a->head;
+  if (!b || b->used + n > b->size) {
+    size_t size = n > 65536 ? n : 65536;
+    b = xmalloc(sizeof(ArenaBlock) + size);
+    b->used = 0;
+    b->size = size;
+    b->next = a->head;
+    a->head = b;
+  }
+  void *p = b->data + b->used;
+  b->used += n;
+  return memset(p, 0, n);
+}
+
+char *arena_strndup(Arena *a, const char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+void arena_free(Arena *a) {
+  for (ArenaBlock *b = a->head, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  a->head = NULL;
+}
+
+char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = xmalloc(cap);
+  for (;;) {
+    if (n + 1 >= cap) buf = xrealloc(buf, cap *= 2);
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    return NULL;
+  }
+  buf[n] = 0;
+  if (len) *len = n;
+  return buf;
+}
+
+int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return 1000;
+  int prev[65], cur[65];
+  for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      int del = prev[j] + 1, ins = cur[j - 1] + 1;
+      cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, cur, sizeof(int) * (lb + 1));
+  }
+  return prev[lb];
+}

@@ -1,0 +1,54 @@
+/* base.h: the few helpers every module shares: checked allocation, arenas,
+ * growable arrays and the internal-error check (exit 70, file:line). */
+#ifndef CELLC_BASE_H
+#define CELLC_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Internal failure: a bug, never a user error. Prints file:line and exits 70. */
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) base_fail(__FILE__, __LINE__, #cond);                       \
+  } while (0)
+#define UNREACHABLE(what) base_fail(__FILE__, __LINE__, what)
+
+_Noreturn void base_fail(const char *file, int line, const char *what);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* An arena: everything of one compilation, freed at once. */
+typedef struct ArenaBlock ArenaBlock;
+typedef struct Arena {
+  ArenaBlock *head;
+} Arena;
+
+void *arena_alloc(Arena *a, size_t n); /* zeroed, 16-byte aligned */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+void arena_free(Arena *a);
+
+/* Growable array of T: `T *items; int n, cap;` fields, grown by vec_push. */
+#define VEC_PUSH(items, n, cap, value)                                       \
+  do {                                                                       \
+    if ((n) == (cap)) {                                                      \
+      (cap) = (cap) ? 2 * (cap) : 8;                                         \
+      (items) = xrealloc((items), sizeof(*(items)) * (size_t)(cap));         \
+    }                                                                        \
+    (items)[(n)++] = (value);                                                \
+  } while (0)
+
+/* Read a whole file; NULL (errno set) when it cannot be read. */
+char *read_file(const char *path, size_t *len);
+
+/* Levenshtein distance, for "did you mean" suggestions. */
+int edit_distance(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,22 @@
+/* rng.h: the one deterministic random source (xoshiro256**, seeded by
+ * splitmix64 from a seed and a stream id), shared by initializers and tasks. */
+#ifndef CELLC_RNG_H
+#define CELLC_RNG_H
+
+#include <stdint.h>
+
+typedef struct Rng {
+  uint64_t s[4];
+} Rng;
+
+/* Independent streams: the same (seed, stream) always gives the same numbers. */
+void rng_seed(Rng *r, uint64_t seed, uint64_t stream);
+uint64_t rng_next(Rng *r);
+double rng_uniform(Rng *r);           /* [0, 1), 53 bits */
+double rng_uniform_open(Rng *r);      /* (0, 1): safe for log(u), log(1 - u) */
+double rng_normal(Rng *r);            /* N(0, 1), Box-Muller (no cached spare) */
+uint64_t rng_below(Rng *r, uint64_t n); /* uniform integer in [0, n), n > 0 */
+/* Hash a string into a stream id (for per-name streams: "param.Wz"). */
+uint64_t rng_stream_of(const char *name);
+
+#endif
