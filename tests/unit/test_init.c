@@ -1,0 +1,415 @@
+/* test_init.c: the initializers of spec section 6: their table, the statistics and bounds
+ * of each on large samples, orthogonality, determinism, and every rejected argument. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "base.h"
+#include "init.h"
+
+#define N 100000
+
+static char err[256];
+
+/* Fills a param with a fresh rng from (seed, 0); returns init_fill's result. */
+static int fill(const char *name, const double *args, int nargs, int rank, const int *shape, bool cplx, uint64_t seed,
+                double *out) {
+  Rng r;
+  rng_seed(&r, seed, 0);
+  err[0] = 0;
+  return init_fill(name, args, nargs, NULL, rank, shape, cplx, 16, &r, out, err, sizeof err);
+}
+
+static double mean_of(const double *v, size_t n, size_t stride) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += v[i * stride];
+  return s / (double)n;
+}
+
+static double min_of(const double *v, size_t n) {
+  double m = INFINITY;
+  for (size_t i = 0; i < n; i++) m = fmin(m, v[i]);
+  return m;
+}
+
+static double max_of(const double *v, size_t n) {
+  double m = -INFINITY;
+  for (size_t i = 0; i < n; i++) m = fmax(m, v[i]);
+  return m;
+}
+
+/* Expects init_fill to reject the arguments with a message containing `want`. */
+static void expect_error(const char *name, const double *args, int nargs, const double *ref, int rank, const int *shape,
+                         int H, const char *want) {
+  double out[64];
+  Rng r;
+  rng_seed(&r, 1, 0);
+  err[0] = 0;
+  cr_assert_eq(init_fill(name, args, nargs, ref, rank, shape, false, H, &r, out, err, sizeof err), -1,
+               "%s accepted", name);
+  cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+Test(init, table_knows_every_initializer) {
+  const char *const *names;
+  int n = init_names(&names);
+  cr_assert_eq(n, 14);
+  for (int i = 0; i < n; i++) {
+    const InitDef *d = init_find(names[i]);
+    cr_assert_not_null(d, "%s", names[i]);
+    cr_assert_str_eq(d->name, names[i]);
+  }
+  cr_assert_null(init_find("glorot_uniform"));
+}
+
+Test(init, table_argument_counts) {
+  cr_assert_eq(init_find("zeros")->max_args, 0);
+  cr_assert_eq(init_find("const")->min_args, 1);
+  cr_assert_eq(init_find("uniform")->min_args, 2);
+  cr_assert_eq(init_find("normal")->max_args, 2);
+  cr_assert_eq(init_find("chrono")->min_args, 1);
+  cr_assert_eq(init_find("gumbel")->min_args, 2);
+  cr_assert_eq(init_find("lru_nu")->min_args, 2);
+  cr_assert_eq(init_find("lru_theta")->max_args, 1);
+  cr_assert(init_find("lru_gamma")->ref_param);
+  cr_assert_not(init_find("ugi")->ref_param);
+}
+
+Test(init, constants_real_and_complex) {
+  double out[12];
+  cr_assert_eq(fill("const", (double[]){2.5}, 1, 1, (int[]){3}, true, 1, out), 0, "%s", err);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(out[2 * i], 2.5);
+    cr_assert_eq(out[2 * i + 1], 0.0);
+  }
+  cr_assert_eq(fill("ones", NULL, 0, 2, (int[]){2, 3}, false, 1, out), 0);
+  for (int i = 0; i < 6; i++) cr_assert_eq(out[i], 1.0);
+  cr_assert_eq(fill("zeros", NULL, 0, 0, NULL, false, 1, out), 0);
+  cr_assert_eq(out[0], 0.0);
+}
+
+Test(init, uniform_bounds_and_mean) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("uniform", (double[]){-1, 3}, 2, 1, (int[]){N}, false, 3, v), 0, "%s", err);
+  cr_assert_geq(min_of(v, N), -1);
+  cr_assert_lt(max_of(v, N), 3);
+  cr_assert_lt(min_of(v, N), -0.99);
+  cr_assert_gt(max_of(v, N), 2.99);
+  cr_assert_lt(fabs(mean_of(v, N, 1) - 1.0), 5 * 4 / sqrt(12.0 * N));
+  free(v);
+}
+
+Test(init, normal_mean_and_std) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("normal", (double[]){0.5, 2}, 2, 1, (int[]){N}, false, 4, v), 0, "%s", err);
+  double m = mean_of(v, N, 1), var = 0;
+  for (int i = 0; i < N; i++) var += (v[i] - m) * (v[i] - m);
+  var /= N - 1;
+  cr_assert_lt(fabs(m - 0.5), 5 * 2 / sqrt(N));
+  cr_assert_lt(fabs(sqrt(var) - 2), 0.03);
+  free(v);
+}
+
+Test(init, complex_uniform_draws_re_then_im) {
+  double c[2 * 50], r[2 * 50];
+  cr_assert_eq(fill("uniform", (double[]){0, 1}, 2, 2, (int[]){5, 10}, true, 9, c), 0);
+  cr_assert_eq(fill("uniform", (double[]){0, 1}, 2, 1, (int[]){100}, false, 9, r), 0);
+  cr_assert_eq(memcmp(c, r, sizeof c), 0);
+}
+
+Test(init, complex_normal_has_random_imaginary_parts) {
+  double *v = xmalloc(sizeof(double) * 2 * N);
+  cr_assert_eq(fill("normal", (double[]){0, 1}, 2, 1, (int[]){N}, true, 5, v), 0);
+  double re2 = 0, im2 = 0;
+  for (int i = 0; i < N; i++) re2 += v[2 * i] * v[2 * i], im2 += v[2 * i + 1] * v[2 * i + 1];
+  cr_assert_lt(fabs(re2 / N - 1), 0.03);
+  cr_assert_lt(fabs(im2 / N - 1), 0.03);
+  free(v);
+}
+
+Test(init, draws_row_major) {
+  double m[12], v[12];
+  cr_assert_eq(fill("glorot", NULL, 0, 2, (int[]){3, 4}, false, 2, m), 0);
+  cr_assert_eq(fill("uniform", (double[]){-sqrt(6.0 / 7), sqrt(6.0 / 7)}, 2, 1, (int[]){12}, false, 2, v), 0);
+  for (int i = 0; i < 12; i++) cr_assert_float_eq(m[i], v[i], 1e-12);
+}
+
+Test(init, glorot_matrix_bound) {
+  int O = 200, I = 500;
+  double *v = xmalloc(sizeof(double) * (size_t)(O * I));
+  cr_assert_eq(fill("glorot", NULL, 0, 2, (int[]){O, I}, false, 6, v), 0);
+  double a = sqrt(6.0 / (O + I));
+  cr_assert_leq(max_of(v, (size_t)(O * I)), a);
+  cr_assert_geq(min_of(v, (size_t)(O * I)), -a);
+  cr_assert_gt(max_of(v, (size_t)(O * I)), 0.99 * a);
+  cr_assert_lt(fabs(mean_of(v, (size_t)(O * I), 1)), 0.01 * a);
+  free(v);
+}
+
+Test(init, glorot_vector_and_scalar_bounds) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("glorot", NULL, 0, 1, (int[]){N}, false, 7, v), 0);
+  double a = sqrt(6.0 / (2.0 * N));
+  cr_assert_leq(max_of(v, N), a);
+  cr_assert_gt(max_of(v, N), 0.99 * a);
+  double s[1];
+  for (uint64_t seed = 0; seed < 200; seed++) {
+    cr_assert_eq(fill("glorot", NULL, 0, 0, NULL, false, seed, s), 0);
+    cr_assert_leq(fabs(s[0]), sqrt(3.0));
+  }
+  free(v);
+}
+
+Test(init, standard_bound_uses_H) {
+  double *v = xmalloc(sizeof(double) * N);
+  Rng r;
+  rng_seed(&r, 8, 0);
+  cr_assert_eq(init_fill("standard", NULL, 0, NULL, 2, (int[]){100, 1000}, false, 64, &r, v, err, sizeof err), 0);
+  cr_assert_leq(max_of(v, N), 0.125);
+  cr_assert_geq(min_of(v, N), -0.125);
+  cr_assert_gt(max_of(v, N), 0.124);
+  cr_assert_lt(min_of(v, N), -0.124);
+  free(v);
+}
+
+Test(init, chrono_range) {
+  double *v = xmalloc(sizeof(double) * N);
+  double tmax = 100;
+  cr_assert_eq(fill("chrono", (double[]){tmax}, 1, 1, (int[]){N}, false, 10, v), 0);
+  cr_assert_geq(min_of(v, N), 0.0);
+  cr_assert_lt(max_of(v, N), log(tmax - 1));
+  cr_assert_gt(max_of(v, N), log(tmax - 1.1));
+  double e = 0;
+  for (int i = 0; i < N; i++) e += exp(v[i]);
+  cr_assert_lt(fabs(e / N - tmax / 2), 0.01 * tmax); /* exp(v) ~ U(1, tmax - 1), mean tmax / 2 */
+  free(v);
+}
+
+Test(init, ugi_range_and_symmetry) {
+  int d = 10;
+  double *v = xmalloc(sizeof(double) * (size_t)d * 10000);
+  cr_assert_eq(fill("ugi", NULL, 0, 2, (int[]){d, 10000}, false, 11, v), 0);
+  double bound = log((1 - 1.0 / d) / (1.0 / d)); /* logit(1 - 1/d) = log(9) */
+  size_t n = (size_t)d * 10000;
+  cr_assert_geq(min_of(v, n), -bound - 1e-12);
+  cr_assert_leq(max_of(v, n), bound);
+  cr_assert_lt(min_of(v, n), -bound + 0.01);
+  cr_assert_lt(fabs(mean_of(v, n, 1)), 0.02);
+  free(v);
+}
+
+Test(init, ugi_of_size_two_is_zero) {
+  double v[2];
+  cr_assert_eq(fill("ugi", NULL, 0, 1, (int[]){2}, false, 1, v), 0);
+  cr_assert_eq(v[0], 0.0);
+  cr_assert_eq(v[1], 0.0);
+}
+
+Test(init, gumbel_0_1_equals_ugi) {
+  double g[640], u[640];
+  cr_assert_eq(fill("gumbel", (double[]){0, 1}, 2, 2, (int[]){64, 10}, false, 12, g), 0, "%s", err);
+  cr_assert_eq(fill("ugi", NULL, 0, 2, (int[]){64, 10}, false, 12, u), 0);
+  cr_assert_eq(memcmp(g, u, sizeof g), 0);
+}
+
+Test(init, gumbel_shifts_and_scales_ugi) {
+  double g[128], u[128];
+  cr_assert_eq(fill("gumbel", (double[]){1.5, 0.5}, 2, 1, (int[]){128}, false, 13, g), 0);
+  cr_assert_eq(fill("ugi", NULL, 0, 1, (int[]){128}, false, 13, u), 0);
+  for (int i = 0; i < 128; i++) cr_assert_float_eq(g[i], (1.5 + u[i]) / 0.5, 1e-12);
+}
+
+Test(init, lru_nu_magnitudes_lie_in_the_ring) {
+  double *v = xmalloc(sizeof(double) * N);
+  double rmin = 0.4, rmax = 0.99;
+  cr_assert_eq(fill("lru_nu", (double[]){rmin, rmax}, 2, 1, (int[]){N}, false, 14, v), 0);
+  double m2 = 0, lo = INFINITY, hi = 0;
+  for (int i = 0; i < N; i++) {
+    double r = exp(-exp(v[i])); /* |lambda| */
+    lo = fmin(lo, r), hi = fmax(hi, r);
+    m2 += r * r;
+  }
+  cr_assert_geq(lo, rmin - 1e-12);
+  cr_assert_leq(hi, rmax + 1e-12);
+  cr_assert_lt(fabs(m2 / N - (rmin * rmin + rmax * rmax) / 2), 0.005); /* |lambda|^2 ~ U(rmin^2, rmax^2) */
+  free(v);
+}
+
+Test(init, lru_nu_with_r_max_one_stays_finite) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("lru_nu", (double[]){0, 1}, 2, 1, (int[]){N}, false, 15, v), 0);
+  for (int i = 0; i < N; i++) cr_assert(isfinite(v[i]));
+  free(v);
+}
+
+Test(init, lru_theta_range) {
+  double *v = xmalloc(sizeof(double) * N);
+  double mp = 2 * M_PI;
+  cr_assert_eq(fill("lru_theta", (double[]){mp}, 1, 1, (int[]){N}, false, 16, v), 0);
+  double s = 0;
+  for (int i = 0; i < N; i++) {
+    double t = exp(v[i]);
+    cr_assert(t > 0 && t < mp);
+    s += t;
+  }
+  cr_assert_lt(fabs(s / N - mp / 2), 0.02 * mp);
+  free(v);
+}
+
+Test(init, lru_gamma_formula_and_no_draws) {
+  double nu_log[4] = {-3, -1, 0, 1.5}, out[4];
+  Rng r, before;
+  rng_seed(&r, 17, 0);
+  before = r;
+  cr_assert_eq(init_fill("lru_gamma", NULL, 0, nu_log, 1, (int[]){4}, false, 8, &r, out, err, sizeof err), 0, "%s", err);
+  for (int i = 0; i < 4; i++) {
+    double lambda = exp(-exp(nu_log[i]));
+    cr_assert_float_eq(out[i], 0.5 * log(1 - lambda * lambda), 1e-12);
+  }
+  cr_assert_eq(memcmp(&r, &before, sizeof r), 0);
+}
+
+/* max |A B^T - I| over an n x n product, for rows of a (n x k) against rows of b. */
+static double gram_error(const double *a, int rows, int cols, bool by_rows) {
+  int n = by_rows ? rows : cols;
+  double worst = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      double s = 0;
+      if (by_rows)
+        for (int k = 0; k < cols; k++) s += a[i * cols + k] * a[j * cols + k];
+      else
+        for (int k = 0; k < rows; k++) s += a[k * cols + i] * a[k * cols + j];
+      worst = fmax(worst, fabs(s - (i == j)));
+    }
+  return worst;
+}
+
+Test(init, orthogonal_square) {
+  int n = 64;
+  double *w = xmalloc(sizeof(double) * (size_t)(n * n));
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){n, n}, false, 18, w), 0, "%s", err);
+  cr_assert_lt(gram_error(w, n, n, true), 1e-9);
+  cr_assert_lt(gram_error(w, n, n, false), 1e-9);
+  free(w);
+}
+
+Test(init, orthogonal_wide_has_orthonormal_rows) {
+  int O = 20, I = 50;
+  double *w = xmalloc(sizeof(double) * (size_t)(O * I));
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){O, I}, false, 19, w), 0);
+  cr_assert_lt(gram_error(w, O, I, true), 1e-9);
+  free(w);
+}
+
+Test(init, orthogonal_tall_has_orthonormal_columns) {
+  int O = 50, I = 20;
+  double *w = xmalloc(sizeof(double) * (size_t)(O * I));
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){O, I}, false, 20, w), 0);
+  cr_assert_lt(gram_error(w, O, I, false), 1e-9);
+  free(w);
+}
+
+/* PyTorch's convention: Q from the QR of the drawn Gaussian G with diag(R) > 0, so
+ * R = Q^T G is upper triangular with a positive diagonal. */
+Test(init, orthogonal_follows_the_positive_diagonal_convention) {
+  int n = 16;
+  double w[16 * 16], g[16 * 16];
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){n, n}, false, 21, w), 0);
+  Rng r;
+  rng_seed(&r, 21, 0);
+  for (int i = 0; i < n * n; i++) g[i] = rng_normal(&r);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j <= i; j++) {
+      double s = 0;
+      for (int k = 0; k < n; k++) s += w[k * n + i] * g[k * n + j];
+      if (i == j) cr_assert_gt(s, 0, "R[%d][%d] = %g", i, j, s);
+      else cr_assert_lt(fabs(s), 1e-9, "R[%d][%d] = %g below the diagonal", i, j, s);
+    }
+}
+
+Test(init, orthogonal_complex_is_real_orthogonal) {
+  int n = 8;
+  double c[2 * 64], w[64];
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){n, n}, true, 22, c), 0);
+  for (int i = 0; i < 64; i++) {
+    cr_assert_eq(c[2 * i + 1], 0.0);
+    w[i] = c[2 * i];
+  }
+  cr_assert_lt(gram_error(w, n, n, true), 1e-9);
+}
+
+Test(init, same_seed_same_values_other_seed_other_values) {
+  double a[100], b[100], c[100];
+  cr_assert_eq(fill("normal", (double[]){0, 1}, 2, 2, (int[]){10, 10}, false, 23, a), 0);
+  cr_assert_eq(fill("normal", (double[]){0, 1}, 2, 2, (int[]){10, 10}, false, 23, b), 0);
+  cr_assert_eq(fill("normal", (double[]){0, 1}, 2, 2, (int[]){10, 10}, false, 24, c), 0);
+  cr_assert_eq(memcmp(a, b, sizeof a), 0);
+  cr_assert_neq(memcmp(a, c, sizeof a), 0);
+  double o1[100], o2[100];
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){10, 10}, false, 25, o1), 0);
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){10, 10}, false, 25, o2), 0);
+  cr_assert_eq(memcmp(o1, o2, sizeof o1), 0);
+}
+
+Test(init, empty_param_is_fine) {
+  double out[1] = {42};
+  cr_assert_eq(fill("glorot", NULL, 0, 2, (int[]){0, 5}, false, 1, out), 0);
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){4, 0}, false, 1, out), 0);
+  cr_assert_eq(out[0], 42);
+}
+
+Test(init, error_unknown_initializer) { expect_error("xavier", NULL, 0, NULL, 1, (int[]){4}, 8, "unknown initializer 'xavier'"); }
+
+Test(init, error_wrong_argument_counts) {
+  expect_error("uniform", (double[]){1}, 1, NULL, 1, (int[]){4}, 8, "uniform takes 2 arguments, got 1");
+  expect_error("chrono", NULL, 0, NULL, 1, (int[]){4}, 8, "chrono takes 1 argument, got 0");
+  expect_error("glorot", (double[]){1}, 1, NULL, 1, (int[]){4}, 8, "glorot takes no arguments");
+  expect_error("const", NULL, 0, NULL, 1, (int[]){4}, 8, "const takes 1 argument");
+  expect_error("gumbel", (double[]){0}, 1, NULL, 1, (int[]){4}, 8, "gumbel takes 2 arguments");
+  expect_error("lru_nu", (double[]){0.5}, 1, NULL, 1, (int[]){4}, 8, "lru_nu takes 2 arguments");
+  expect_error("lru_theta", NULL, 0, NULL, 1, (int[]){4}, 8, "lru_theta takes 1 argument");
+  expect_error("normal", (double[]){0, 1, 2}, 3, NULL, 1, (int[]){4}, 8, "normal takes 2 arguments, got 3");
+}
+
+Test(init, error_non_finite_argument) { expect_error("const", (double[]){NAN}, 1, NULL, 1, (int[]){4}, 8, "not finite"); }
+
+Test(init, error_uniform_lo_above_hi) { expect_error("uniform", (double[]){2, 1}, 2, NULL, 1, (int[]){4}, 8, "lo <= hi"); }
+
+Test(init, error_normal_negative_std) { expect_error("normal", (double[]){0, -1}, 2, NULL, 1, (int[]){4}, 8, "std >= 0"); }
+
+Test(init, error_chrono_tmax_at_most_two) {
+  expect_error("chrono", (double[]){2}, 1, NULL, 1, (int[]){4}, 8, "tmax > 2");
+  expect_error("chrono", (double[]){-5}, 1, NULL, 1, (int[]){4}, 8, "tmax > 2");
+}
+
+Test(init, error_ugi_on_size_below_two) {
+  expect_error("ugi", NULL, 0, NULL, 1, (int[]){1}, 8, "at least 2");
+  expect_error("ugi", NULL, 0, NULL, 2, (int[]){1, 8}, 8, "at least 2");
+  expect_error("ugi", NULL, 0, NULL, 0, NULL, 8, "scalar");
+}
+
+Test(init, error_gumbel_on_size_below_two) { expect_error("gumbel", (double[]){0, 1}, 2, NULL, 1, (int[]){1}, 8, "at least 2"); }
+
+Test(init, error_gumbel_non_positive_tau) { expect_error("gumbel", (double[]){0, 0}, 2, NULL, 1, (int[]){4}, 8, "tau > 0"); }
+
+Test(init, error_orthogonal_on_non_matrix) {
+  expect_error("orthogonal", NULL, 0, NULL, 1, (int[]){4}, 8, "needs a matrix param, got a vector");
+  expect_error("orthogonal", NULL, 0, NULL, 0, NULL, 8, "got a scalar");
+}
+
+Test(init, error_lru_nu_outside_the_unit_ring) {
+  expect_error("lru_nu", (double[]){-0.1, 0.5}, 2, NULL, 1, (int[]){4}, 8, "0 <= r_min < r_max <= 1");
+  expect_error("lru_nu", (double[]){0.5, 0.5}, 2, NULL, 1, (int[]){4}, 8, "0 <= r_min < r_max <= 1");
+  expect_error("lru_nu", (double[]){0.9, 0.5}, 2, NULL, 1, (int[]){4}, 8, "0 <= r_min < r_max <= 1");
+  expect_error("lru_nu", (double[]){0.5, 1.5}, 2, NULL, 1, (int[]){4}, 8, "0 <= r_min < r_max <= 1");
+}
+
+Test(init, error_lru_theta_non_positive_max_phase) {
+  expect_error("lru_theta", (double[]){0}, 1, NULL, 1, (int[]){4}, 8, "max_phase > 0");
+  expect_error("lru_theta", (double[]){-1}, 1, NULL, 1, (int[]){4}, 8, "max_phase > 0");
+}
+
+Test(init, error_lru_gamma_without_ref) { expect_error("lru_gamma", NULL, 0, NULL, 1, (int[]){4}, 8, "lru_gamma needs"); }
+
+Test(init, error_standard_without_a_state_size) { expect_error("standard", NULL, 0, NULL, 1, (int[]){4}, 0, "positive size"); }
