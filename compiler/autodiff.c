@@ -126,13 +126,23 @@ void ad_differentiate(Program *p) {
     Node *x = graph_node(g, s->prev);
     int rank = x->rank, n[2] = {x->n[0], x->n[1]};
     s->dnew = g_leaf(g, OP_DNEW, i, rank, n);
-    add_adj(&d, s->next, s->dnew);
   }
   /* per-row backward: dynamic nodes in reverse order; stop at static ones */
   program_mark_dyn(p);
   bool *is_dyn = xcalloc((size_t)nfwd + 1, sizeof(bool));
   memcpy(is_dyn, p->dyn, sizeof(bool) * (size_t)nfwd);
   for (int id = nfwd - 1; id >= 0; id--) {
+    /* a new state value: its adjoint from this step's users is complete here;
+       the next step's gradient (dnew) joins it now */
+    for (int i = 0; i < p->nsparts; i++) {
+      StatePart *s = &p->sparts[i];
+      if (s->next != id) continue;
+      s->g = d.adj[id];
+      d.adj[id] = -1;
+      add_adj(&d, id, s->g);
+      add_adj(&d, id, s->dnew);
+      s->dtotal = d.adj[id];
+    }
     if (d.adj[id] < 0 || !is_dyn[id]) continue;
     CHECK(g->nnodes < cap - 64);
     rule(&d, id, d.adj[id]);

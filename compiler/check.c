@@ -250,18 +250,22 @@ static Entity *lookup(Checker *k, const char *name) {
   return NULL;
 }
 
-static const char *nearest_entity(Checker *k, const char *name) {
+/* The nearest visible name (only dims and int options when dims_only). */
+static const char *nearest_entity(Checker *k, const char *name, bool dims_only) {
   const char **cands = xmalloc(sizeof(char *) * (size_t)(k->nents + 1));
   int n = 0;
-  for (int i = 0; i < k->nents; i++)
-    if (!k->ents[i].hidden) cands[n++] = k->ents[i].name;
+  for (int i = 0; i < k->nents; i++) {
+    const Entity *e = &k->ents[i];
+    bool is_size = e->kind == E_DIM || (e->kind == E_OPTION && k->c->options[e->idx].type == OPT_INT);
+    if (!e->hidden && (!dims_only || is_size)) cands[n++] = e->name;
+  }
   const char *best = diag_nearest(name, cands, n);
   free(cands);
   return best;
 }
 
 static _Noreturn void unknown_name(Checker *k, Loc loc, const char *name, const char *what) {
-  const char *near = nearest_entity(k, name);
+  const char *near = nearest_entity(k, name, false);
   if (near) fail(k, loc, "unknown %s '%s'; did you mean '%s'?", what, name, near);
   fail(k, loc, "unknown %s '%s'", what, name);
 }
@@ -301,7 +305,7 @@ static int dimexpr(Checker *k, const DimExpr *d, bool declare_names) {
       return dims_var(&c->dt, di.sym);
     }
     if (!e) {
-      const char *near = nearest_entity(k, d->name);
+      const char *near = nearest_entity(k, d->name, true);
       if (near) fail(k, d->loc, "unbound dim '%s': no dim of that name is declared; did you mean '%s'?", d->name, near);
       fail(k, d->loc, "unbound dim '%s': declare it with `dim %s` (and bind it with --dims %s=...)", d->name, d->name, d->name);
     }
@@ -684,7 +688,10 @@ static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, 
   if (!def) {
     const char *const *names;
     int n = init_names(&names);
-    const char *near = diag_nearest(in->name, names, n);
+    const char **cands = arena_alloc(k->arena, sizeof(char *) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) cands[i] = names[i];
+    if (for_state) cands[n++] = "learned";
+    const char *near = diag_nearest(in->name, cands, n);
     if (near) fail(k, in->loc, "unknown initializer '%s'; did you mean '%s'?", in->name, near);
     fail(k, in->loc, "unknown initializer '%s'", in->name);
   }
@@ -1019,12 +1026,12 @@ static Decomp decompose(Analysis *an, int id);
 
 /* A node that is not linear in prev: blame the innermost part that is. */
 static Decomp culprit_in(Analysis *an, int id) {
-  Node *n = N(an->k, id);
+  const Node n = *N(an->k, id); /* a copy: decompose adds nodes, which may move the graph */
   Decomp d = {false, -1, -1, id};
-  if (n->op == OP_PREV || n->op == OP_NEWVAL) return d;
-  for (int i = 0; i < op_arity(n->op); i++) {
-    if (n->a[i] < 0 || independent(an, n->a[i])) continue;
-    Decomp s = decompose(an, n->a[i]);
+  if (n.op == OP_PREV || n.op == OP_NEWVAL) return d;
+  for (int i = 0; i < op_arity(n.op); i++) {
+    if (n.a[i] < 0 || independent(an, n.a[i])) continue;
+    Decomp s = decompose(an, n.a[i]);
     if (!s.ok) return s;
   }
   return d;
@@ -1032,25 +1039,25 @@ static Decomp culprit_in(Analysis *an, int id) {
 
 static Decomp decompose(Analysis *an, int id) {
   Checker *k = an->k;
-  Node *n = N(k, id);
+  const Node n = *N(k, id); /* a copy: tnode adds nodes, which may move the graph */
   Decomp d = {true, -1, -1, -1};
   if (independent(an, id)) {
     d.b = id;
     return d;
   }
-  Loc loc = n->loc;
-  switch (n->op) {
+  Loc loc = n.loc;
+  switch (n.op) {
   case OP_PREV:
-    if (n->idx != an->state) return (Decomp){false, -1, -1, id};
-    d.a = konst(k, 1, loc, n->ast);
+    if (n.idx != an->state) return (Decomp){false, -1, -1, id};
+    d.a = konst(k, 1, loc, n.ast);
     return d;
   case OP_ADD:
   case OP_SUB: {
-    Decomp x = decompose(an, n->a[0]);
+    Decomp x = decompose(an, n.a[0]);
     if (!x.ok) return x;
-    Decomp y = decompose(an, n->a[1]);
+    Decomp y = decompose(an, n.a[1]);
     if (!y.ok) return y;
-    Op op = n->op;
+    Op op = n.op;
     d.a = x.a < 0 ? (y.a < 0 ? -1 : (op == OP_ADD ? y.a : tnode(k, OP_NEG, y.a, -1, loc)))
                   : (y.a < 0 ? x.a : tnode(k, op, x.a, y.a, loc));
     d.b = x.b < 0 ? (y.b < 0 ? -1 : (op == OP_ADD ? y.b : tnode(k, OP_NEG, y.b, -1, loc)))
@@ -1058,7 +1065,7 @@ static Decomp decompose(Analysis *an, int id) {
     return d;
   }
   case OP_NEG: {
-    Decomp x = decompose(an, n->a[0]);
+    Decomp x = decompose(an, n.a[0]);
     if (!x.ok) return x;
     d.a = x.a < 0 ? -1 : tnode(k, OP_NEG, x.a, -1, loc);
     d.b = x.b < 0 ? -1 : tnode(k, OP_NEG, x.b, -1, loc);
@@ -1067,18 +1074,18 @@ static Decomp decompose(Analysis *an, int id) {
   case OP_MUL:
   case OP_DIV: {
     int f = -1, other = -1;
-    if (independent(an, n->a[1])) f = n->a[1], other = n->a[0];
-    else if (n->op == OP_MUL && independent(an, n->a[0])) f = n->a[0], other = n->a[1];
+    if (independent(an, n.a[1])) f = n.a[1], other = n.a[0];
+    else if (n.op == OP_MUL && independent(an, n.a[0])) f = n.a[0], other = n.a[1];
     if (f < 0) {
-      Decomp x = decompose(an, n->a[0]);
+      Decomp x = decompose(an, n.a[0]);
       if (!x.ok) return x;
-      Decomp y = decompose(an, n->a[1]);
+      Decomp y = decompose(an, n.a[1]);
       if (!y.ok) return y;
       return (Decomp){false, -1, -1, id}; /* prev times something that depends on it */
     }
     Decomp x = decompose(an, other);
     if (!x.ok) return x;
-    Op op = n->op;
+    Op op = n.op;
     if (op == OP_MUL) {
       d.a = x.a < 0 ? -1 : tnode(k, OP_MUL, f, x.a, loc);
       d.b = x.b < 0 ? -1 : tnode(k, OP_MUL, f, x.b, loc);
@@ -1089,7 +1096,7 @@ static Decomp decompose(Analysis *an, int id) {
     return d;
   }
   case OP_BCAST: {
-    Decomp x = decompose(an, n->a[0]);
+    Decomp x = decompose(an, n.a[0]);
     if (!x.ok) return x;
     return (Decomp){false, -1, -1, id};
   }

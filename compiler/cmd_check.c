@@ -26,14 +26,17 @@ const char *cli_stdlib_dir(void) {
   return "stdlib";
 }
 
+/* The split --set and --dims bindings: they live as long as the program. */
+static Arena binding_arena;
+
 static int split_binding(const char *flag, const char *text, Binding *out) {
   const char *eq = strchr(text, '=');
   if (!eq || eq == text || !eq[1]) {
     fprintf(stderr, "cellc: %s takes NAME=VALUE, got '%s'\n", flag, text);
     return -1;
   }
-  out->name = strndup(text, (size_t)(eq - text));
-  out->value = strdup(eq + 1);
+  out->name = arena_strndup(&binding_arena, text, (size_t)(eq - text));
+  out->value = arena_strdup(&binding_arena, eq + 1);
   return 0;
 }
 

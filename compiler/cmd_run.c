@@ -220,7 +220,7 @@ int cmd_derive(int argc, char **argv) {
     for (int s = 0; s < ast->nbody; s++) (void)s;
   Cell *c = compile_cell(&arena, &a, false);
   if (!c) return arena_free(&arena), 1;
-  Program *p = lower_cell(c, false);
+  Program *p = lower_cell(c, false, false);
   ad_differentiate(p);
   ad_print(p, stdout);
   program_free(p);
@@ -278,7 +278,7 @@ int cmd_run(int argc, char **argv) {
     arena_free(&arena);
     return 1;
   }
-  Program *p = lower_cell(c, a.train);
+  Program *p = lower_cell(c, a.train, false);
   ad_differentiate(p);
   int T = a.T, B = a.B;
   const SftFile *IN = have_in ? &in : NULL;

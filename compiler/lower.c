@@ -94,6 +94,19 @@ static Pair lower_node(Lowerer *L, int id) {
     return (Pair){pp[0].leaf, L->c->params[n->idx].cplx ? pp[1].leaf : -1};
   }
   case OP_NEWVAL: {
+    StateInfo *si = &L->c->states[n->idx];
+    if (p->scan_form && si->rec == REC_DIAG_LINEAR) {
+      /* new = a * prev + b, from the analysis' coefficients */
+      StatePart *sp = &p->sparts[p->spart_of[n->idx]];
+      Pair prev = {sp[0].prev, si->cplx ? sp[1].prev : -1};
+      Pair a = si->coef_a >= 0 ? lower(L, si->coef_a) : real(g_const(g, 0, rank, sz));
+      Pair b = si->coef_b >= 0 ? lower(L, si->coef_b) : real(g_const(g, 0, rank, sz));
+      a = (Pair){g_bcast(g, a.re, rank, sz), a.im < 0 ? -1 : g_bcast(g, a.im, rank, sz)};
+      b = (Pair){g_bcast(g, b.re, rank, sz), b.im < 0 ? -1 : g_bcast(g, b.im, rank, sz)};
+      Pair v = addsub(L, OP_ADD, cmul(L, a, prev), b);
+      if (n->cplx && v.im < 0) v.im = zeros_like(L, v.re);
+      return v;
+    }
     Pair v = lower(L, n->a[0]);
     if (n->cplx && v.im < 0) v.im = zeros_like(L, v.re);
     return v;
@@ -190,11 +203,12 @@ void program_mark_dyn(Program *p) {
   }
 }
 
-Program *lower_cell(Cell *c, bool training) {
+Program *lower_cell(Cell *c, bool training, bool scan_form) {
   CHECK(c->bound);
   Program *p = xcalloc(1, sizeof(Program));
   p->cell = c;
   p->training = training;
+  p->scan_form = scan_form;
   graph_init(&p->g, true);
   Graph *g = &p->g;
   p->x_size = c->input_size;
@@ -227,7 +241,7 @@ Program *lower_cell(Cell *c, bool training) {
       sp.part = part;
       sp.size = si->rank ? si->n[0] : 1;
       sp.prev = g_leaf(g, OP_PREV, p->nsparts, si->rank, si->n);
-      sp.next = sp.a = sp.b = sp.dnew = sp.dprev = -1;
+      sp.next = sp.a = sp.b = sp.dnew = sp.dprev = sp.g = sp.dtotal = -1;
       p->sparts = xrealloc(p->sparts, sizeof(StatePart) * (size_t)(p->nsparts + 1));
       p->sparts[p->nsparts++] = sp;
     }

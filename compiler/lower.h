@@ -25,6 +25,8 @@ typedef struct StatePart {
   int a, b;            /* scan: new = a * prev + b as real nodes; complex states pair up parts 0 and 1:
                           (a_re, a_im) on parts 0/1 .a, (b_re, b_im) on .b; -1 = zero */
   int dnew;            /* backward: DNEW leaf */
+  int g;               /* backward: the new value's adjoint from its users within the step, or -1 */
+  int dtotal;          /* backward: g + dnew, the new value's whole adjoint */
   int dprev;           /* backward: dL/d(prev), a per-row node, or -1 (zero) */
 } StatePart;
 
@@ -45,6 +47,7 @@ typedef struct Program {
   Cell *cell;
   Graph g;             /* real graph, hash-consed */
   bool training;
+  bool scan_form;      /* diagonal-linear updates written as a * prev + b (scan mode) */
   int x, x_size;
   int output, output_size;
   ParamPart *pparts;
@@ -67,8 +70,10 @@ typedef struct Program {
   bool *dyn;           /* per node: varies per row (input, states, noise, gradients) */
 } Program;
 
-/* Lowers a bound cell. training: gumbel_sigmoid draws noise. */
-Program *lower_cell(Cell *c, bool training);
+/* Lowers a bound cell. training: gumbel_sigmoid draws noise. scan_form: every
+ * diagonal-linear state's new value is built as a * prev + b from its
+ * coefficients (the form scan mode runs); otherwise as the body wrote it. */
+Program *lower_cell(Cell *c, bool training, bool scan_form);
 void program_free(Program *p);
 /* Recomputes p->dyn for every node. */
 void program_mark_dyn(Program *p);

@@ -18,7 +18,7 @@ typedef struct Case {
   double **params, **gparams, **h0, **dfinal, **final, **gh0, **gates, **noise;
 } Case;
 
-static Case *case_new(const char *file, const char *sets, const char *dims, int T, int B, bool training) {
+static Case *case_new(const char *file, const char *sets, const char *dims, int T, int B, bool training, bool scan_form) {
   Case *c = xcalloc(1, sizeof(Case));
   Module *m = check_load(&c->arena, file, "stdlib");
   cr_assert(m, "load %s", file);
@@ -43,7 +43,7 @@ static Case *case_new(const char *file, const char *sets, const char *dims, int 
   o.sets = setb, o.nsets = nset, o.dims = dimb, o.ndims = ndim, o.need_bound = true, o.training = training;
   c->cell = check_cell(&c->arena, src, ast, &o);
   cr_assert(c->cell, "check %s", file);
-  c->p = lower_cell(c->cell, training);
+  c->p = lower_cell(c->cell, training, scan_form);
   ad_differentiate(c->p);
   Program *p = c->p;
   Rng r;
@@ -138,8 +138,8 @@ static void copy_grads(Case *c, double ***gp, double **gx, double ***gh) {
   }
 }
 
-static void check_cell_grads(const char *file, const char *sets, const char *dims, int T, int B, bool training) {
-  Case *c = case_new(file, sets, dims, T, B, training);
+static void check_cell_grads(const char *file, const char *sets, const char *dims, int T, int B, bool training, bool scan_form) {
+  Case *c = case_new(file, sets, dims, T, B, training, scan_form);
   Program *p = c->p;
   loss(c);
   double **gp, *gx, **gh;
@@ -158,8 +158,8 @@ static void check_cell_grads(const char *file, const char *sets, const char *dim
 }
 
 #define GRAD_TEST(name, file, sets, dims)                                                \
-  Test(gradients, name##_T1) { check_cell_grads(file, sets, dims, 1, 2, false); }       \
-  Test(gradients, name##_T5) { check_cell_grads(file, sets, dims, 5, 2, false); }
+  Test(gradients, name##_T1) { check_cell_grads(file, sets, dims, 1, 2, false, false); }       \
+  Test(gradients, name##_T5) { check_cell_grads(file, sets, dims, 5, 2, false, false); }
 
 GRAD_TEST(elman, "stdlib/elman.cell", NULL, "H=4,D=3")
 GRAD_TEST(gru, "stdlib/gru.cell", NULL, "H=4,D=3")
@@ -174,4 +174,12 @@ GRAD_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=3")
 GRAD_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
 GRAD_TEST(ops, "tests/cells/ops.cell", NULL, "H=3,D=2")
 
-Test(gradients, gumbel_through_noise) { check_cell_grads("tests/cells/ops.cell", "use_gumbel=true", "H=3,D=2", 3, 2, true); }
+Test(gradients, gumbel_through_noise) { check_cell_grads("tests/cells/ops.cell", "use_gumbel=true", "H=3,D=2", 3, 2, true, false); }
+
+/* the scan form (new = a * prev + b from the analysis' coefficients) of every scan cell */
+#define SCAN_FORM_TEST(name, file, sets, dims) \
+  Test(gradients, name##_scan_form) { check_cell_grads(file, sets, dims, 5, 2, false, true); }
+SCAN_FORM_TEST(mgu, "stdlib/mgu.cell", NULL, "H=4,D=3")
+SCAN_FORM_TEST(lru, "stdlib/lru.cell", NULL, "H=4,D=3")
+SCAN_FORM_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=3")
+SCAN_FORM_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
