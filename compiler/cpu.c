@@ -1,0 +1,430 @@
+/* cpu.c: the CPU executor: arrays, static values, the phases of the plan in
+ * order (GEMMs through cblas_sgemm, scans, generated elementwise kernels). */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cg_llvm.h"
+
+/* ---- the portable evaluator: one node, numel elements (kernels without JIT, static values) ---- */
+
+static float sigmoidf_(float x) { return x >= 0 ? 1 / (1 + expf(-x)) : expf(x) / (1 + expf(x)); }
+static float softplusf_(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+
+static float scalar_f32(Op op, float a, float b) {
+  switch (op) {
+  case OP_NEG: return -a;
+  case OP_ADD: return a + b;
+  case OP_SUB: return a - b;
+  case OP_MUL: return a * b;
+  case OP_DIV: return a / b;
+  case OP_MIN: return a <= b ? a : b;
+  case OP_MAX: return a >= b ? a : b;
+  case OP_SIGMOID: return sigmoidf_(a);
+  case OP_TANH: return tanhf(a);
+  case OP_RELU: return a > 0 ? a : 0;
+  case OP_SILU: return a * sigmoidf_(a);
+  case OP_GELU: return 0.5f * a * (1 + erff(a * (float)M_SQRT1_2));
+  case OP_EXP: return expf(a);
+  case OP_LOG: return logf(a);
+  case OP_SOFTPLUS: return softplusf_(a);
+  case OP_LOGSIGMOID: return -softplusf_(-a);
+  case OP_SQRT: return sqrtf(a);
+  case OP_ABS: return fabsf(a);
+  case OP_SQUARE: return a * a;
+  case OP_SIN: return sinf(a);
+  case OP_COS: return cosf(a);
+  case OP_ERF: return erff(a);
+  case OP_STEP: return a > 0 ? 1 : 0;
+  case OP_SIGN: return a > 0 ? 1 : a < 0 ? -1 : 0;
+  case OP_LT: return a < b ? 1 : 0;
+  default: UNREACHABLE(op_name(op));
+  }
+}
+
+/* out = node(a, b); a and b point at the arguments' values (constants expanded). */
+static void eval_f32(Graph *g, int id, float *out, const float *a, const float *b) {
+  Node *n = graph_node(g, id);
+  int e = node_numel(n);
+  switch (n->op) {
+  case OP_CONST: for (int i = 0; i < e; i++) out[i] = (float)n->k; return;
+  case OP_BCAST: for (int i = 0; i < e; i++) out[i] = a[0]; return;
+  case OP_SUM: {
+    int na = node_numel(graph_node(g, n->a[0]));
+    float s = 0;
+    for (int i = 0; i < na; i++) s += a[i];
+    out[0] = s;
+    return;
+  }
+  case OP_CONCAT: {
+    int na = node_numel(graph_node(g, n->a[0]));
+    memcpy(out, a, sizeof(float) * (size_t)na);
+    memcpy(out + na, b, sizeof(float) * (size_t)(e - na));
+    return;
+  }
+  case OP_SLICE: memcpy(out, a + n->idx, sizeof(float) * (size_t)e); return;
+  case OP_MATVEC: {
+    Node *m = graph_node(g, n->a[0]);
+    for (int i = 0; i < m->n[0]; i++) {
+      float s = 0;
+      for (int j = 0; j < m->n[1]; j++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[j];
+      out[i] = s;
+    }
+    return;
+  }
+  case OP_MATVEC_T: {
+    Node *m = graph_node(g, n->a[0]);
+    for (int j = 0; j < m->n[1]; j++) {
+      float s = 0;
+      for (int i = 0; i < m->n[0]; i++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[i];
+      out[j] = s;
+    }
+    return;
+  }
+  case OP_OUTER:
+    for (int i = 0; i < n->n[0]; i++)
+      for (int j = 0; j < n->n[1]; j++) out[(size_t)i * (size_t)n->n[1] + (size_t)j] = a[i] * b[j];
+    return;
+  default:
+    CHECK(!op_is_leaf(n->op));
+    if (op_arity(n->op) == 1)
+      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], 0);
+    else
+      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], b[i]);
+  }
+}
+
+typedef struct Scratch {
+  float **val;   /* per node: a row's values (kernel temporaries, expanded constants) */
+} Scratch;
+
+static float *row_ptr(CpuCell *c, CpuWork *w, int slot, int64_t r) {
+  const Slot *s = &c->pl->slots[slot];
+  int width = c->pl->arrays[s->array].width;
+  return w->bases[slot] + r * width;
+}
+
+/* A node's values at row r: its home, or the scratch row (kernel temporaries, constants). */
+static const float *value_at(CpuCell *c, CpuWork *w, Scratch *sc, int id, int64_t r) {
+  Graph *g = &c->p->g;
+  int home = c->pl->home[id];
+  if (home >= 0) return row_ptr(c, w, home, r);
+  Node *n = graph_node(g, id);
+  if (!sc->val[id]) {
+    sc->val[id] = xcalloc((size_t)node_numel(n), sizeof(float));
+    if (n->op == OP_CONST) eval_f32(g, id, sc->val[id], NULL, NULL);
+  }
+  return sc->val[id];
+}
+
+static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t r1) {
+  Graph *g = &c->p->g;
+  Kernel *K = &c->pl->kernels[k];
+  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  for (int64_t r = r0; r < r1; r++)
+    for (int i = 0; i < K->n; i++) {
+      int id = K->nodes[i];
+      Node *n = graph_node(g, id);
+      const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], r) : NULL;
+      const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], r) : NULL;
+      float *out = (float *)value_at(c, w, &sc, id, r);
+      eval_f32(g, id, out, a, b);
+    }
+  for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+}
+
+/* ---- arrays ---- */
+
+static size_t array_floats(const PlanArray *a, int T, int B) {
+  size_t rows = (size_t)T * (size_t)B;
+  switch (a->kind) {
+  case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
+  case ARR_STATIC: case ARR_ACC: return (size_t)a->numel;
+  default: return 0;
+  }
+}
+
+static void work_bind(CpuCell *c, CpuWork *w, CpuSeq *s) {
+  Plan *pl = c->pl;
+  if (!w->arr) {
+    w->arr = xcalloc((size_t)pl->narrays, sizeof(float *));
+    w->owned = xcalloc((size_t)pl->narrays, sizeof(bool));
+    w->size = xcalloc((size_t)pl->narrays, sizeof(size_t));
+    w->bases = xcalloc((size_t)pl->nslots, sizeof(float *));
+    w->narr = pl->narrays;
+  }
+  w->T = s->T, w->B = s->B;
+  for (int i = 0; i < pl->narrays; i++) {
+    const PlanArray *a = &pl->arrays[i];
+    float *ext = NULL;
+    switch (a->kind) {
+    case ARR_PARAM: ext = (float *)s->params[a->index]; break;
+    case ARR_X: ext = (float *)s->x; break;
+    case ARR_DY: ext = (float *)s->dy; break;
+    case ARR_NOISE: ext = (float *)s->noise[a->index]; break;
+    case ARR_Y: ext = s->y; break;
+    case ARR_GX: ext = s->grad_x; break;
+    case ARR_GH0: ext = s->grad_h0[a->index]; break;
+    case ARR_GATE: ext = s->gates ? s->gates[a->index] : NULL; break;
+    default: break;
+    }
+    if (ext || a->kind == ARR_PARAM || a->kind == ARR_X || a->kind == ARR_DY || a->kind == ARR_Y || a->kind == ARR_GX ||
+        a->kind == ARR_GH0 || a->kind == ARR_NOISE) {
+      if (w->owned[i]) free(w->arr[i]);
+      w->owned[i] = false;
+      w->arr[i] = ext;
+      continue;
+    }
+    size_t need = array_floats(a, s->T, s->B);
+    if (!w->owned[i] || w->size[i] < need) {
+      if (w->owned[i]) free(w->arr[i]);
+      w->arr[i] = xmalloc(sizeof(float) * (need ? need : 1));
+      w->owned[i] = true;
+      w->size[i] = need;
+    }
+  }
+  for (int i = 0; i < pl->nslots; i++) {
+    const Slot *sl = &pl->slots[i];
+    const PlanArray *a = &pl->arrays[sl->array];
+    float *base = w->arr[sl->array];
+    w->bases[i] = base ? base + ((size_t)sl->row_off * (size_t)s->B) * (size_t)a->width + (size_t)sl->col : NULL;
+  }
+}
+
+/* ---- steps ---- */
+
+static int width_of(CpuCell *c, int slot) { return c->pl->arrays[c->pl->slots[slot].array].width; }
+
+static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1) {
+  Graph *g = &c->p->g;
+  Node *n = graph_node(g, st->node);
+  Node *m = graph_node(g, n->a[0]);
+  int hy = c->pl->home[st->node], hv = c->pl->home[n->a[1]], hm = c->pl->home[n->a[0]];
+  CHECK(hy >= 0 && hv >= 0 && hm >= 0);
+  int rows = (int)(r1 - r0), nO = m->n[0], nI = m->n[1];
+  float *Y = row_ptr(c, w, hy, r0);
+  const float *V = row_ptr(c, w, hv, r0), *M = w->bases[hm];
+  if (st->kind == PS_GEMM)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nO, nI, 1.0f, V, width_of(c, hv), M, nI, 0.0f, Y, width_of(c, hy));
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nI, nO, 1.0f, V, width_of(c, hv), M, nI, 0.0f, Y, width_of(c, hy));
+}
+
+/* The value of a coefficient at row r: a constant or its array. */
+static float coef(CpuCell *c, CpuWork *w, int id, int64_t r, int j) {
+  Node *n = graph_node(&c->p->g, id);
+  if (n->op == OP_CONST) return (float)n->k;
+  return row_ptr(c, w, c->pl->home[id], r)[j];
+}
+
+static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
+  Program *p = c->p;
+  int q = p->spart_of[state];
+  bool cplx = p->cell->states[state].cplx;
+  int T = w->T, B = w->B, size = p->sparts[q].size;
+  StatePart *re = &p->sparts[q], *im = cplx ? &p->sparts[q + 1] : NULL;
+  if (!reverse) {
+    float *S0 = w->arr[c->pl->state_array[q]], *S1 = cplx ? w->arr[c->pl->state_array[q + 1]] : NULL;
+    for (int64_t r = 0; r < (int64_t)T * B; r++) {
+      float *prev0 = S0 + r * size, *next0 = S0 + (r + B) * size;
+      float *prev1 = cplx ? S1 + r * size : NULL, *next1 = cplx ? S1 + (r + B) * size : NULL;
+      for (int j = 0; j < size; j++) {
+        float ar = coef(c, w, re->a, r, j), br = coef(c, w, re->b, r, j);
+        if (!cplx) {
+          next0[j] = ar * prev0[j] + br;
+        } else {
+          float ai = coef(c, w, im->a, r, j), bi = coef(c, w, im->b, r, j);
+          float pr = prev0[j], pi = prev1[j];
+          next0[j] = ar * pr - ai * pi + br;
+          next1[j] = ar * pi + ai * pr + bi;
+        }
+      }
+    }
+    return;
+  }
+  float *D0 = w->arr[c->pl->dstate_array[q]], *D1 = cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL;
+  for (int64_t r = (int64_t)T * B - 1; r >= 0; r--) {
+    float *d0 = D0 + r * size, *n0 = D0 + (r + B) * size;
+    float *d1 = cplx ? D1 + r * size : NULL, *n1 = cplx ? D1 + (r + B) * size : NULL;
+    bool last = r >= (int64_t)(T - 1) * B;
+    for (int j = 0; j < size; j++) {
+      float g0 = re->g >= 0 ? coef(c, w, re->g, r, j) : 0;
+      if (!cplx) {
+        float a = last ? 1 : coef(c, w, re->a, r + B, j);
+        d0[j] = g0 + a * n0[j];
+      } else {
+        float g1 = im->g >= 0 ? coef(c, w, im->g, r, j) : 0;
+        float ar = last ? 1 : coef(c, w, re->a, r + B, j), ai = last ? 0 : coef(c, w, im->a, r + B, j);
+        /* conj(a) * next */
+        d0[j] = g0 + ar * n0[j] + ai * n1[j];
+        d1[j] = g1 + ar * n1[j] - ai * n0[j];
+      }
+    }
+  }
+}
+
+static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
+  int64_t r0, r1;
+  int64_t rows = (int64_t)w->T * w->B;
+  if (ph->region == REG_ALL) r0 = 0, r1 = rows;
+  else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B, r1 = r0 + w->B;
+  else r0 = 0, r1 = w->B;
+  Graph *g = &c->p->g;
+  for (int i = 0; i < ph->n; i++) {
+    const PStep *st = &ph->steps[i];
+    switch (st->kind) {
+    case PS_ELEM:
+      if (c->fns && c->fns[st->kernel]) c->fns[st->kernel](r0, r1, w->bases);
+      else eval_kernel_rows(c, w, st->kernel, r0, r1);
+      break;
+    case PS_GEMM:
+    case PS_GEMM_T: run_gemm(c, w, st, r0, r1); break;
+    case PS_SCAN: run_scan(c, w, st->state, false); break;
+    case PS_RSCAN: run_scan(c, w, st->state, true); break;
+    case PS_OUTER_ACC: {
+      Node *o = graph_node(g, st->node);
+      int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
+      int hacc = c->pl->home[c->p->bounds[st->bound].acc];
+      CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o->n[0], o->n[1], (int)rows, 1.0f, w->bases[hG],
+                  width_of(c, hG), w->bases[hV], width_of(c, hV), 1.0f, w->bases[hacc], o->n[1]);
+      break;
+    }
+    case PS_COLSUM: {
+      int h = c->pl->home[st->node], hacc = c->pl->home[c->p->bounds[st->bound].acc];
+      float *acc = w->bases[hacc];
+      int e = node_numel(graph_node(g, st->node));
+      if (h < 0) { /* a constant adjoint */
+        float k = (float)graph_node(g, st->node)->k;
+        for (int j = 0; j < e; j++) acc[j] += k * (float)rows;
+        break;
+      }
+      int ld = width_of(c, h);
+      for (int64_t r = 0; r < rows; r++) {
+        const float *v = w->bases[h] + r * ld;
+        for (int j = 0; j < e; j++) acc[j] += v[j];
+      }
+      break;
+    }
+    case PS_COPY: {
+      Node *n = graph_node(g, st->node);
+      int e = node_numel(n), h = c->pl->home[st->node];
+      for (int64_t r = r0; r < r1; r++) {
+        float *dst = row_ptr(c, w, st->dst, r);
+        if (h < 0) {
+          CHECK(n->op == OP_CONST);
+          for (int j = 0; j < e; j++) dst[j] = (float)n->k;
+        } else memcpy(dst, row_ptr(c, w, h, r), sizeof(float) * (size_t)e);
+      }
+      break;
+    }
+    case PS_ZERO: {
+      int e = width_of(c, st->dst);
+      for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, w, st->dst, r), 0, sizeof(float) * (size_t)e);
+      break;
+    }
+    default: UNREACHABLE("plan step");
+    }
+  }
+}
+
+/* Static values (params only), in node order. */
+static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
+  Graph *g = &c->p->g;
+  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  for (int id = 0; id < g->nnodes; id++) {
+    if (!which[id]) continue;
+    Node *n = graph_node(g, id);
+    if (n->op == OP_PARAM || n->op == OP_ACC || n->op == OP_CONST) continue;
+    const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], 0) : NULL;
+    const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], 0) : NULL;
+    eval_f32(g, id, (float *)value_at(c, w, &sc, id, 0), a, b);
+  }
+  for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+}
+
+void cpu_forward(CpuCell *c, CpuWork *w, CpuSeq *s) {
+  Program *p = c->p;
+  Plan *pl = c->pl;
+  work_bind(c, w, s);
+  run_static(c, w, pl->static_fwd);
+  for (int q = 0; q < p->nsparts; q++)
+    memcpy(w->arr[pl->state_array[q]], s->h0[q], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+  run_phase(c, w, &pl->fwd_pre, 0);
+  for (int t = 0; t < s->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t);
+  run_phase(c, w, &pl->fwd_post, 0);
+  for (int q = 0; q < p->nsparts; q++) {
+    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
+    memcpy(s->final[q], w->arr[pl->state_array[q]] + (size_t)s->T * sz, sizeof(float) * sz);
+  }
+}
+
+void cpu_backward(CpuCell *c, CpuWork *w, CpuSeq *s) {
+  Program *p = c->p;
+  Plan *pl = c->pl;
+  CHECK(w->T == s->T && w->B == s->B);
+  work_bind(c, w, s);
+  for (int i = 0; i < pl->narrays; i++)
+    if (pl->arrays[i].kind == ARR_ACC) memset(w->arr[i], 0, sizeof(float) * (size_t)pl->arrays[i].numel);
+  for (int q = 0; q < p->nsparts; q++) {
+    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
+    memcpy(w->arr[pl->dstate_array[q]] + (size_t)s->T * sz, s->dfinal[q], sizeof(float) * sz);
+  }
+  run_phase(c, w, &pl->bwd_pre, 0);
+  for (int t = s->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t);
+  run_phase(c, w, &pl->bwd_post, 0);
+  run_phase(c, w, &pl->bwd_first, 0);
+  run_static(c, w, pl->static_bwd);
+  Scratch sc = {xcalloc((size_t)p->g.nnodes, sizeof(float *))};
+  for (int i = 0; i < p->npparts; i++) {
+    size_t e = (size_t)p->pparts[i].numel;
+    if (p->pparts[i].grad < 0) memset(s->grad_params[i], 0, sizeof(float) * e);
+    else memcpy(s->grad_params[i], value_at(c, w, &sc, p->pparts[i].grad, 0), sizeof(float) * e);
+  }
+  for (int i = 0; i < p->g.nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+  if (!pl->scan)
+    for (int q = 0; q < p->nsparts; q++)
+      memcpy(s->grad_h0[q], w->arr[pl->dstate_array[q]], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+}
+
+CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, size_t errlen) {
+  CpuCell *c = xcalloc(1, sizeof(CpuCell));
+  c->p = p;
+  c->pl = plan_new(p, scan, gates);
+  c->nthreads = 1;
+  if (jit) {
+    c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
+    if (cg_llvm_compile(c, err, errlen) < 0) {
+      cpu_free(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+void cpu_free(CpuCell *c) {
+  if (!c) return;
+  cg_llvm_free(c);
+  plan_free(c->pl);
+  free(c->fns);
+  free(c);
+}
+
+CpuWork *cpu_work_new(void) { return xcalloc(1, sizeof(CpuWork)); }
+
+void cpu_work_free(CpuWork *w) {
+  if (!w) return;
+  for (int i = 0; i < w->narr; i++)
+    if (w->owned[i]) free(w->arr[i]);
+  free(w->arr);
+  free(w->owned);
+  free(w->size);
+  free(w->bases);
+  free(w);
+}

@@ -1,0 +1,105 @@
+/* schedule.h: the execution plan of a differentiated Program over a whole
+ * sequence (design.md, "Execution of a layer over a sequence"). Every per-row
+ * node gets a phase (before, inside or after the time loop, forward or
+ * backward) and a level; each level is a set of GEMMs over all rows (or over
+ * the B rows of one step), scans, then one fused elementwise kernel. Values
+ * that cross kernels live in arrays of rows; the rest stay in registers and
+ * row-local temporaries of the generated code. Back ends run the plan. */
+#ifndef CELLC_SCHEDULE_H
+#define CELLC_SCHEDULE_H
+
+#include "lower.h"
+
+typedef enum {
+  ARR_ROWS,    /* [T*B, width]: a per-row value */
+  ARR_STATE,   /* [(T+1)*B, width]: state part: rows [0,B) = h0, prev at row r, new at row r + B */
+  ARR_DSTATE,  /* [(T+1)*B, width]: sequential backward: dprev at row r, dnew at r + B; last B rows = dfinal */
+  ARR_DTOTAL,  /* [(T+1)*B, width]: scan backward: the reverse scan's output; last B rows = dfinal */
+  ARR_STATIC,  /* [width]: a static node (params only), row stride 0 */
+  ARR_PARAM,   /* the caller's param part (index), row stride 0 */
+  ARR_ACC,     /* [width]: a boundary adjoint summed over rows (index: bound), row stride 0 */
+  ARR_X,       /* the caller's x [T*B, x_size] */
+  ARR_DY,      /* the caller's dy [T*B, O] */
+  ARR_NOISE,   /* the caller's noise stream (index) [T*B, width] */
+  ARR_Y,       /* the caller's y [T*B, O] */
+  ARR_GX,      /* the caller's grad_x [T*B, x_size] */
+  ARR_GATE,    /* gate (index) [T*B, width]: the caller's or ours */
+  ARR_GH0,     /* the caller's grad_h0 of state part (index) [B, width] */
+} ArrayKind;
+
+typedef struct PlanArray {
+  ArrayKind kind;
+  int width;     /* row stride in floats (0 for static kinds) */
+  int numel;     /* static kinds: elements */
+  int index;     /* node / param part / state part / noise / gate / bound */
+} PlanArray;
+
+/* A place a node's values live: row r at array + (r + row_off * B) * width + col. */
+typedef struct Slot {
+  int array;
+  int row_off;   /* in units of B rows */
+  int col;
+} Slot;
+
+typedef enum { REG_ALL, REG_STEP, REG_FIRST } Region; /* all T*B rows; the B rows of one step; rows [0, B) */
+
+typedef enum {
+  PS_ELEM,       /* kernel: the fused elementwise kernel */
+  PS_GEMM,       /* node = M @ v over the region's rows */
+  PS_GEMM_T,     /* node = M^T @ g over the region's rows */
+  PS_OUTER_ACC,  /* acc[bound] += G^T V over all rows (node: the OUTER term) */
+  PS_COLSUM,     /* acc[bound] += sum over all rows of node */
+  PS_SCAN,       /* state: new = a * prev + b over t, forward (complex: parts pair up) */
+  PS_RSCAN,      /* state: dtotal = g + conj(a[t+1]) * dtotal[t+1], backward */
+  PS_COPY,       /* node's home -> slot `dst`, over the region's rows */
+  PS_ZERO,       /* slot `dst` = 0 over the region's rows */
+} PStepKind;
+
+typedef struct PStep {
+  PStepKind kind;
+  int kernel;
+  int node;
+  int state;     /* PS_SCAN / PS_RSCAN: the state (its parts) */
+  int bound;
+  int dst;       /* PS_COPY / PS_ZERO: a slot */
+} PStep;
+
+typedef struct Phase {
+  Region region;
+  PStep *steps;
+  int n, cap;
+} Phase;
+
+/* A fused elementwise kernel: nodes in order; each computed per row. */
+typedef struct Kernel {
+  int *nodes;
+  int n, cap;
+} Kernel;
+
+typedef struct Plan {
+  Program *p;
+  bool scan;             /* scan mode */
+  PlanArray *arrays;
+  int narrays, caparrays;
+  Slot *slots;
+  int nslots, capslots;
+  int *home;             /* per node: its slot, or -1 (a temporary, a constant) */
+  int *kernel_of;        /* per node: the kernel computing it, or -1 */
+  Kernel *kernels;
+  int nkernels, capkernels;
+  /* the order the executor runs: fwd_pre, then fwd_step for t = 0..T-1, fwd_post;
+     bwd_pre, bwd_step for t = T-1..0, bwd_post, bwd_first */
+  Phase fwd_pre, fwd_step, fwd_post, bwd_pre, bwd_step, bwd_post, bwd_first;
+  bool *static_fwd;      /* static nodes to evaluate before the forward */
+  bool *static_bwd;      /* static nodes to evaluate after the adjoints are summed */
+  int *state_array;      /* per state part: its ARR_STATE array */
+  int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
+} Plan;
+
+/* scan: run in scan mode (p must be in scan form). gates: record the gates. */
+Plan *plan_new(Program *p, bool scan, bool gates);
+void plan_free(Plan *pl);
+/* The plan, for --debug output. */
+void plan_dump(const Plan *pl, FILE *f);
+
+#endif
