@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cpu.h"
 #include "init.h"
 #include "interp.h"
 #include "safetensors.h"
@@ -93,6 +94,72 @@ static void fill_normal(Tensor *t, uint64_t seed, const char *stream) {
   rng_seed(&r, seed, rng_stream_of(stream));
   for (int64_t i = 0; i < t->numel; i++)
     for (int p = 0; p < (t->cplx ? 2 : 1); p++) t->part[p][i] = rng_normal(&r);
+}
+
+/* Runs the CPU back end on float64 buffers (converted to float32 and back). */
+static float *f32_copy(const double *v, size_t n) {
+  float *f = xmalloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) f[i] = (float)v[i];
+  return f;
+}
+
+static void f64_from(double *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+static int run_cpu(Program *p, bool scan, SeqData *d, char *err, size_t errlen) {
+  CpuCell *cc = cpu_compile(p, scan, true, true, err, errlen);
+  if (!cc) return -1;
+  size_t rows = (size_t)d->T * (size_t)d->B;
+  int np = p->npparts, ns = p->nsparts, ng = p->ngates;
+  CpuSeq s = {0};
+  s.T = d->T, s.B = d->B;
+  s.x = f32_copy(d->x, rows * (size_t)p->x_size);
+  s.dy = f32_copy(d->dy, rows * (size_t)p->output_size);
+  const float **params = xcalloc((size_t)np + 1, sizeof(float *)), **h0 = xcalloc((size_t)ns + 1, sizeof(float *));
+  const float **dfinal = xcalloc((size_t)ns + 1, sizeof(float *)), **noise = xcalloc((size_t)p->nnoise + 1, sizeof(float *));
+  float **final = xcalloc((size_t)ns + 1, sizeof(float *)), **gh0 = xcalloc((size_t)ns + 1, sizeof(float *));
+  float **gp = xcalloc((size_t)np + 1, sizeof(float *)), **gates = xcalloc((size_t)ng + 1, sizeof(float *));
+  for (int i = 0; i < np; i++) {
+    params[i] = f32_copy(d->params[i], (size_t)p->pparts[i].numel);
+    gp[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel);
+  }
+  for (int i = 0; i < ns; i++) {
+    size_t n = (size_t)d->B * (size_t)p->sparts[i].size;
+    h0[i] = f32_copy(d->h0[i], n), dfinal[i] = f32_copy(d->dfinal[i], n);
+    final[i] = xmalloc(sizeof(float) * n), gh0[i] = xmalloc(sizeof(float) * n);
+  }
+  for (int i = 0; i < p->nnoise; i++) noise[i] = f32_copy(d->noise[i], rows * (size_t)p->noise_sizes[i]);
+  size_t *gsize = xcalloc((size_t)ng + 1, sizeof(size_t));
+  for (int i = 0; i < ng; i++) {
+    gsize[i] = rows * (size_t)node_numel(graph_node(&p->g, p->gates[i].node));
+    gates[i] = xmalloc(sizeof(float) * gsize[i]);
+  }
+  s.params = params, s.h0 = h0, s.dfinal = dfinal, s.noise = noise, s.final = final, s.grad_h0 = gh0;
+  s.grad_params = gp, s.gates = gates;
+  s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
+  s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
+  CpuWork *w = cpu_work_new();
+  cpu_forward(cc, w, &s);
+  cpu_backward(cc, w, &s);
+  f64_from(d->y, s.y, rows * (size_t)p->output_size);
+  f64_from(d->grad_x, s.grad_x, rows * (size_t)p->x_size);
+  for (int i = 0; i < np; i++) f64_from(d->grad_params[i], gp[i], (size_t)p->pparts[i].numel);
+  for (int i = 0; i < ns; i++) {
+    size_t n = (size_t)d->B * (size_t)p->sparts[i].size;
+    f64_from(d->final[i], final[i], n);
+    f64_from(d->grad_h0[i], gh0[i], n);
+  }
+  for (int i = 0; i < ng; i++) f64_from(d->gates[i], gates[i], gsize[i]);
+  cpu_work_free(w);
+  cpu_free(cc);
+  for (int i = 0; i < np; i++) free((void *)params[i]), free(gp[i]);
+  for (int i = 0; i < ns; i++) free((void *)h0[i]), free((void *)dfinal[i]), free(final[i]), free(gh0[i]);
+  for (int i = 0; i < p->nnoise; i++) free((void *)noise[i]);
+  for (int i = 0; i < ng; i++) free(gates[i]);
+  free(params), free(h0), free(dfinal), free(noise), free(final), free(gh0), free(gp), free(gates), free(gsize);
+  free((void *)s.x), free((void *)s.dy), free(s.y), free(s.grad_x);
+  return 0;
 }
 
 /* ---- arguments ---- */
@@ -240,10 +307,12 @@ int cmd_run(int argc, char **argv) {
   RunArgs a = {0};
   int rc = parse_run_args(argc, argv, &a);
   if (rc) return rc;
-  if (strcmp(a.backend, "interp")) {
-    diag_plain("the %s back end is not built yet; use --backend interp", a.backend);
+  if (!strcmp(a.backend, "cuda")) {
+    diag_plain("the cuda back end is not built yet; use --backend cpu or interp");
     return 3;
   }
+  if (!strcmp(a.backend, "cpu") && !strcmp(a.precision, "f64"))
+    return cli_usage_error("--precision f64 needs --backend interp (the %s back end runs float32)", a.backend);
   bool f32 = !strcmp(a.precision, "f32");
   SftFile in = {0};
   bool have_in = false;
@@ -278,7 +347,9 @@ int cmd_run(int argc, char **argv) {
     arena_free(&arena);
     return 1;
   }
-  Program *p = lower_cell(c, a.train, false);
+  bool cpu = !strcmp(a.backend, "cpu");
+  bool scan = cpu && c->mode == MODE_SCAN;
+  Program *p = lower_cell(c, a.train, scan);
   ad_differentiate(p);
   int T = a.T, B = a.B;
   const SftFile *IN = have_in ? &in : NULL;
@@ -418,7 +489,11 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < p->nnoise; i++) sn[i] = noise[i].part[0];
     d.x = x.part[0], d.params = pp, d.h0 = sh0, d.dy = dy.part[0], d.dfinal = sdf, d.noise = sn;
     d.y = y.part[0], d.final = sfin, d.gates = sg, d.grad_params = gpp, d.grad_x = gx.part[0], d.grad_h0 = sgh;
-    interp_run(p, &d);
+    if (!cpu) interp_run(p, &d);
+    else if (run_cpu(p, scan, &d, err, sizeof err) < 0) {
+      diag_plain("%s", err);
+      status = 70;
+    }
     /* a learned initial state: its param's gradient sums grad.h0 over the batch */
     for (int i = 0; i < ns; i++) {
       StateInfo *si = &c->states[i];

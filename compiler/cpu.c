@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "cg_llvm.h"
 
@@ -214,68 +215,129 @@ static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nI, nO, 1.0f, V, width_of(c, hv), M, nI, 0.0f, Y, width_of(c, hy));
 }
 
-/* The value of a coefficient at row r: a constant or its array. */
-static float coef(CpuCell *c, CpuWork *w, int id, int64_t r, int j) {
+/* A coefficient of a scan: its array (row stride ld), or a constant (ld 0,
+ * pointing at a row filled with it). */
+typedef struct Coef {
+  const float *base;
+  int64_t ld;
+  float *fill;
+} Coef;
+
+static Coef coef_of(CpuCell *c, CpuWork *w, int id, int size) {
+  Coef k = {0};
   Node *n = graph_node(&c->p->g, id);
-  if (n->op == OP_CONST) return (float)n->k;
-  return row_ptr(c, w, c->pl->home[id], r)[j];
+  if (id < 0 || n->op == OP_CONST) {
+    k.fill = xmalloc(sizeof(float) * (size_t)size);
+    for (int j = 0; j < size; j++) k.fill[j] = id < 0 ? 0.0f : (float)n->k;
+    k.base = k.fill;
+    return k;
+  }
+  int h = c->pl->home[id];
+  CHECK(h >= 0);
+  k.base = w->bases[h];
+  k.ld = width_of(c, h);
+  return k;
+}
+
+static const float *coef_row(const Coef *k, int64_t r) { return k->base + r * k->ld; }
+
+/* new[t] = a[t] * prev[t] + b[t] (complex: a complex product), channel-innermost. */
+static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float *S0, float *S1) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *ar = coef_row(&a[0], r), *br = coef_row(&b[0], r);
+    const float *p0 = S0 + r * size;
+    float *n0 = S0 + (r + B) * size;
+    if (!S1) {
+      for (int j = 0; j < size; j++) n0[j] = ar[j] * p0[j] + br[j];
+      continue;
+    }
+    const float *ai = coef_row(&a[1], r), *bi = coef_row(&b[1], r), *p1 = S1 + r * size;
+    float *n1 = S1 + (r + B) * size;
+    for (int j = 0; j < size; j++) {
+      float pr = p0[j], pi = p1[j];
+      n0[j] = ar[j] * pr - ai[j] * pi + br[j];
+      n1[j] = ar[j] * pi + ai[j] * pr + bi[j];
+    }
+  }
+}
+
+/* dtotal[t] = g[t] + conj(a[t+1]) * dtotal[t+1]; the last step adds dfinal
+ * (already in the rows after the last). */
+static void scan_reverse(int64_t rows, int B, int size, Coef *a, Coef *g, float *D0, float *D1) {
+  for (int64_t r = rows - 1; r >= 0; r--) {
+    bool last = r >= rows - B;
+    const float *g0 = coef_row(&g[0], r), *n0 = D0 + (r + B) * size;
+    float *d0 = D0 + r * size;
+    if (!D1) {
+      if (last)
+        for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j];
+      else {
+        const float *ar = coef_row(&a[0], r + B);
+        for (int j = 0; j < size; j++) d0[j] = g0[j] + ar[j] * n0[j];
+      }
+      continue;
+    }
+    const float *g1 = coef_row(&g[1], r), *n1 = D1 + (r + B) * size;
+    float *d1 = D1 + r * size;
+    if (last) {
+      for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j], d1[j] = g1[j] + n1[j];
+      continue;
+    }
+    const float *ar = coef_row(&a[0], r + B), *ai = coef_row(&a[1], r + B);
+    for (int j = 0; j < size; j++) {
+      d0[j] = g0[j] + ar[j] * n0[j] + ai[j] * n1[j];
+      d1[j] = g1[j] + ar[j] * n1[j] - ai[j] * n0[j];
+    }
+  }
 }
 
 static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
   Program *p = c->p;
   int q = p->spart_of[state];
   bool cplx = p->cell->states[state].cplx;
-  int T = w->T, B = w->B, size = p->sparts[q].size;
-  StatePart *re = &p->sparts[q], *im = cplx ? &p->sparts[q + 1] : NULL;
-  if (!reverse) {
-    float *S0 = w->arr[c->pl->state_array[q]], *S1 = cplx ? w->arr[c->pl->state_array[q + 1]] : NULL;
-    for (int64_t r = 0; r < (int64_t)T * B; r++) {
-      float *prev0 = S0 + r * size, *next0 = S0 + (r + B) * size;
-      float *prev1 = cplx ? S1 + r * size : NULL, *next1 = cplx ? S1 + (r + B) * size : NULL;
-      for (int j = 0; j < size; j++) {
-        float ar = coef(c, w, re->a, r, j), br = coef(c, w, re->b, r, j);
-        if (!cplx) {
-          next0[j] = ar * prev0[j] + br;
-        } else {
-          float ai = coef(c, w, im->a, r, j), bi = coef(c, w, im->b, r, j);
-          float pr = prev0[j], pi = prev1[j];
-          next0[j] = ar * pr - ai * pi + br;
-          next1[j] = ar * pi + ai * pr + bi;
-        }
-      }
-    }
-    return;
+  int B = w->B, size = p->sparts[q].size, parts = cplx ? 2 : 1;
+  int64_t rows = (int64_t)w->T * B;
+  Coef a[2], b[2];
+  for (int k = 0; k < parts; k++) {
+    a[k] = coef_of(c, w, p->sparts[q + k].a, size);
+    b[k] = coef_of(c, w, reverse ? p->sparts[q + k].g : p->sparts[q + k].b, size);
   }
-  float *D0 = w->arr[c->pl->dstate_array[q]], *D1 = cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL;
-  for (int64_t r = (int64_t)T * B - 1; r >= 0; r--) {
-    float *d0 = D0 + r * size, *n0 = D0 + (r + B) * size;
-    float *d1 = cplx ? D1 + r * size : NULL, *n1 = cplx ? D1 + (r + B) * size : NULL;
-    bool last = r >= (int64_t)(T - 1) * B;
-    for (int j = 0; j < size; j++) {
-      float g0 = re->g >= 0 ? coef(c, w, re->g, r, j) : 0;
-      if (!cplx) {
-        float a = last ? 1 : coef(c, w, re->a, r + B, j);
-        d0[j] = g0 + a * n0[j];
-      } else {
-        float g1 = im->g >= 0 ? coef(c, w, im->g, r, j) : 0;
-        float ar = last ? 1 : coef(c, w, re->a, r + B, j), ai = last ? 0 : coef(c, w, im->a, r + B, j);
-        /* conj(a) * next */
-        d0[j] = g0 + ar * n0[j] + ai * n1[j];
-        d1[j] = g1 + ar * n1[j] - ai * n0[j];
-      }
-    }
-  }
+  if (!reverse)
+    scan_forward(rows, B, size, a, b, w->arr[c->pl->state_array[q]], cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
+  else
+    scan_reverse(rows, B, size, a, b, w->arr[c->pl->dstate_array[q]], cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
+  for (int k = 0; k < parts; k++) free(a[k].fill), free(b[k].fill);
 }
 
+/* CELLC_PROFILE=1: seconds per step kind, printed when the cell is freed. */
+static double prof[PS_ZERO + 1];
+static int profiling = -1;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows);
+
 static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
+  if (profiling < 0) profiling = getenv("CELLC_PROFILE") != NULL;
   int64_t r0, r1;
   int64_t rows = (int64_t)w->T * w->B;
   if (ph->region == REG_ALL) r0 = 0, r1 = rows;
   else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B, r1 = r0 + w->B;
   else r0 = 0, r1 = w->B;
-  Graph *g = &c->p->g;
   for (int i = 0; i < ph->n; i++) {
-    const PStep *st = &ph->steps[i];
+    double t0 = profiling ? now_s() : 0;
+    run_step(c, w, &ph->steps[i], r0, r1, rows);
+    if (profiling) prof[ph->steps[i].kind] += now_s() - t0;
+  }
+}
+
+static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows) {
+  Graph *g = &c->p->g;
+  {
     switch (st->kind) {
     case PS_ELEM:
       if (c->fns && c->fns[st->kernel]) c->fns[st->kernel](r0, r1, w->bases);
@@ -410,6 +472,11 @@ CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, siz
 
 void cpu_free(CpuCell *c) {
   if (!c) return;
+  if (profiling > 0) {
+    static const char *names[] = {"elem", "gemm", "gemm_t", "outer_acc", "colsum", "scan", "rscan", "copy", "zero"};
+    for (int k = 0; k <= PS_ZERO; k++)
+      if (prof[k] > 0) fprintf(stderr, "profile: %-10s %.4f s\n", names[k], prof[k]);
+  }
   cg_llvm_free(c);
   plan_free(c->pl);
   free(c->fns);

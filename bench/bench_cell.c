@@ -1,0 +1,150 @@
+/* bench_cell.c: times cellc's CPU back end on one cell, forward + backward per
+ * batch, and reports the machine's limits measured in the same run: the
+ * sgemm rate and the copy bandwidth, with each phase's share.
+ *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N]
+ * Prints one JSON object per line. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "cpu.h"
+#include "rng.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *randn(Rng *r, size_t n, float scale) {
+  float *v = xmalloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) v[i] = scale * (float)rng_normal(r);
+  return v;
+}
+
+/* The best of several runs of a copy of 64 MiB: bytes moved (read + write) per second. */
+static double copy_bandwidth(void) {
+  size_t n = (size_t)16 << 20;
+  float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 0;
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = now();
+    memcpy(b, a, sizeof(float) * n);
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  volatile float sink = b[n / 2];
+  (void)sink;
+  free(a), free(b);
+  return 2.0 * (double)n * sizeof(float) / best;
+}
+
+/* sgemm FLOP/s at the shape of a hoisted input projection. */
+static double gemm_rate(int M, int N, int K) {
+  Rng r;
+  rng_seed(&r, 1, 1);
+  float *A = randn(&r, (size_t)M * K, 1), *Bm = randn(&r, (size_t)N * K, 1), *C = xmalloc(sizeof(float) * (size_t)M * N);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, Bm, K, 0, C, N);
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  free(A), free(Bm), free(C);
+  return 2.0 * M * N * K / best;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 6) {
+    fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine]\n");
+    return 2;
+  }
+  const char *file = argv[1];
+  int H = atoi(argv[2]), D = atoi(argv[3]), T = atoi(argv[4]), B = atoi(argv[5]), reps = 5;
+  Binding sets[4];
+  int nsets = 0;
+  bool force_seq = false, machine = false;
+  for (int i = 6; i < argc; i++) {
+    if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+      char *kv = argv[++i], *eq = strchr(kv, '=');
+      *eq = 0;
+      sets[nsets++] = (Binding){kv, eq + 1};
+    } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) force_seq = !strcmp(argv[++i], "sequential");
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--machine")) machine = true;
+  }
+  if (machine) {
+    printf("{\"copy_bytes_per_s\": %.4g, \"sgemm_flops\": %.4g}\n", copy_bandwidth(), gemm_rate(T * B, 3 * H, D));
+    return 0;
+  }
+  Arena arena = {0};
+  Module *m = check_load(&arena, file, "stdlib");
+  if (!m) return 1;
+  const Src *src;
+  const CellAst *ast = check_find_cell(m, NULL, &src);
+  char hs[16], ds[16];
+  snprintf(hs, sizeof hs, "%d", H);
+  snprintf(ds, sizeof ds, "%d", D);
+  Binding dims[2] = {{"H", hs}, {"D", ds}};
+  CheckOptions o = {0};
+  o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = 2, o.need_bound = true;
+  o.force_sequential = force_seq;
+  Cell *c = check_cell(&arena, src, ast, &o);
+  if (!c) return 1;
+  bool scan = c->mode == MODE_SCAN;
+  Program *p = lower_cell(c, false, scan);
+  ad_differentiate(p);
+  char err[256];
+  double t0 = now();
+  CpuCell *cc = cpu_compile(p, scan, false, true, err, sizeof err);
+  double tcompile = now() - t0;
+  if (!cc) {
+    fprintf(stderr, "%s\n", err);
+    return 70;
+  }
+  Rng r;
+  rng_seed(&r, 3, 3);
+  size_t rows = (size_t)T * B;
+  CpuSeq s = {0};
+  s.T = T, s.B = B;
+  s.x = randn(&r, rows * p->x_size, 1);
+  s.dy = randn(&r, rows * p->output_size, 1);
+  const float **params = xcalloc((size_t)p->npparts, sizeof(float *));
+  float **gp = xcalloc((size_t)p->npparts, sizeof(float *));
+  for (int i = 0; i < p->npparts; i++) {
+    params[i] = randn(&r, (size_t)p->pparts[i].numel, 1.0f / sqrtf((float)(p->pparts[i].rank == 2 ? p->pparts[i].n[1] : 8)));
+    gp[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel);
+  }
+  const float **h0 = xcalloc((size_t)p->nsparts, sizeof(float *)), **df = xcalloc((size_t)p->nsparts, sizeof(float *));
+  float **fin = xcalloc((size_t)p->nsparts, sizeof(float *)), **gh = xcalloc((size_t)p->nsparts, sizeof(float *));
+  for (int i = 0; i < p->nsparts; i++) {
+    size_t n = (size_t)B * p->sparts[i].size;
+    h0[i] = randn(&r, n, 0.1f), df[i] = randn(&r, n, 0.1f);
+    fin[i] = xmalloc(sizeof(float) * n), gh[i] = xmalloc(sizeof(float) * n);
+  }
+  s.params = params, s.h0 = h0, s.dfinal = df, s.final = fin, s.grad_h0 = gh, s.grad_params = gp;
+  s.y = xmalloc(sizeof(float) * rows * p->output_size);
+  s.grad_x = xmalloc(sizeof(float) * rows * p->x_size);
+  CpuWork *w = cpu_work_new();
+  cpu_forward(cc, w, &s); /* warm up: allocations, page faults */
+  cpu_backward(cc, w, &s);
+  double best_f = 1e30, best_b = 1e30;
+  for (int rep = 0; rep < reps; rep++) {
+    double a = now();
+    cpu_forward(cc, w, &s);
+    double b = now();
+    cpu_backward(cc, w, &s);
+    double e = now();
+    if (b - a < best_f) best_f = b - a;
+    if (e - b < best_b) best_b = e - b;
+  }
+  printf("{\"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, \"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f}\n",
+         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile);
+  cpu_work_free(w);
+  cpu_free(cc);
+  return 0;
+}

@@ -1,0 +1,294 @@
+# Role: the independent PyTorch reference (float64, autograd) of every standard-library cell,
+# transcribed by hand from the equations in stdlib/*.cell and seeds.md section 1 (not generated
+# from the .cell files). parity.py compares `cellc run` against it; selftest.py checks it.
+#
+# Calling convention of every reference (also what a plug-in reference for a new cell must
+# follow, see parity.py --ref):
+#     y, finals, gates = cell(params, x, h0, opts)
+#   params: {name: tensor}            param shapes; a complex param is real with a trailing 2 (re, im)
+#   x:      [T, B, D] tensor
+#   h0:     {state: [B, ...] tensor}  a complex state also with a trailing 2
+#   opts:   {option: value}           missing options take the cell's defaults
+#   returns y [T, B, O], finals {state: [B, ...]} (complex as trailing 2), gates {gate: [T, B, ...]}
+# Matrix products are W @ v per batch row, W being [out, in] (so v @ W.T for a batch).
+import math
+
+import torch
+
+EPS_NORM = 1e-5
+
+
+# ---------------------------------------------------------------- helpers
+def as_complex(t):
+    """A real tensor [..., 2] holding (re, im) -> a complex tensor [...]."""
+    if t.is_complex():
+        return t
+    if t.shape[-1] != 2:
+        raise ValueError("a complex tensor needs a trailing dimension of 2, got shape %s" % (tuple(t.shape),))
+    return torch.complex(t[..., 0], t[..., 1])
+
+
+def as_real_view(z):
+    """A complex tensor [...] -> a real tensor [..., 2] holding (re, im); real tensors pass through."""
+    if z.is_complex():
+        return torch.stack([z.real, z.imag], dim=-1)
+    return z
+
+
+def mv(W, v):
+    """W @ v for every batch row of v: W [out, in], v [B, in] -> [B, out]."""
+    if W.is_complex() or v.is_complex():
+        ct = torch.complex128 if (W.dtype == torch.float64 or v.dtype in (torch.float64, torch.complex128)) \
+            else torch.complex64
+        W, v = W.to(ct), v.to(ct)
+    return v @ W.transpose(0, 1)
+
+
+def silu(a):
+    return a * torch.sigmoid(a)
+
+
+def layernorm(v):
+    """(v - mean(v)) / sqrt(var(v) + 1e-5) over the last axis, biased variance, no affine part."""
+    m = v.mean(dim=-1, keepdim=True)
+    var = ((v - m) * (v - m)).mean(dim=-1, keepdim=True)
+    return (v - m) / torch.sqrt(var + EPS_NORM)
+
+
+def rmsnorm(v):
+    return v / torch.sqrt((v * v).mean(dim=-1, keepdim=True) + EPS_NORM)
+
+
+def cis(t):
+    """exp(i t) for a real t."""
+    return torch.complex(torch.cos(t), torch.sin(t))
+
+
+def cplx(a, b):
+    """complex(a, b) = a + i b."""
+    return torch.complex(a, b)
+
+
+# ---------------------------------------------------------------- one step of each cell
+# step(p, x_t, s, o) -> (new states {name: tensor}, output [B, O], gates {name: [B, ...]})
+# p: params (complex ones already complex), x_t [B, D], s: previous states (complex ones complex)
+
+def elman_step(p, x, s, o):
+    h = torch.tanh(mv(p["Wx"], x) + mv(p["Wh"], s["h"]) + p["b"])
+    return {"h": h}, h, {}
+
+
+def gru_step(p, x, s, o):
+    h = s["h"]
+    z = torch.sigmoid(mv(p["Wxz"], x) + mv(p["Whz"], h) + p["bz"])
+    r = torch.sigmoid(mv(p["Wxr"], x) + mv(p["Whr"], h) + p["br"])
+    n = torch.tanh(mv(p["Wxh"], x) + mv(p["Whh"], r * h) + p["bh"])
+    hn = z * h + (1 - z) * n
+    return {"h": hn}, hn, {"z": z, "r": r}
+
+
+def lstm_step(p, x, s, o):
+    h, c = s["h"], s["c"]
+    i = torch.sigmoid(mv(p["Wxi"], x) + mv(p["Whi"], h) + p["bi"])
+    f = torch.sigmoid(mv(p["Wxf"], x) + mv(p["Whf"], h) + p["bf"])
+    og = torch.sigmoid(mv(p["Wxo"], x) + mv(p["Who"], h) + p["bo"])
+    g = torch.tanh(mv(p["Wxc"], x) + mv(p["Whc"], h) + p["bc"])
+    cn = f * c + i * g
+    hn = og * torch.tanh(cn)          # uses the new c
+    return {"c": cn, "h": hn}, hn, {"i": i, "f": f, "o": og}
+
+
+def mgu_step(p, x, s, o):
+    h = s["h"]
+    if o["see_h"]:
+        z = torch.sigmoid(mv(p["Wzx"], x) + mv(p["Wzh"], h) + p["bz"])
+    else:
+        z = torch.sigmoid(mv(p["Wzx"], x) + p["bz"])
+    xt = mv(p["Wix"], x) + p["bh"]
+    hn = z * h + (1 - z) * xt
+    return {"h": hn}, hn, {"z": z}
+
+
+def leaky_step(p, x, s, o):
+    a = o["alpha"]
+    h = s["h"]
+    hn = a * torch.tanh(mv(p["Wr"], h) + mv(p["Wi"], x)) + (1 - a) * h
+    return {"h": hn}, hn, {}
+
+
+def _gated_tanh_step(p, x, s, o):
+    h = s["h"]
+    g = torch.sigmoid(mv(p["Wrg"], h) + mv(p["Wig"], x))      # [B, 1] (scalar) or [B, H] (multi)
+    hn = g * torch.tanh(mv(p["Wr"], h) + mv(p["Wi"], x)) + (1 - g) * h
+    return {"h": hn}, hn, {"g": g}
+
+
+scalar_gate_step = _gated_tanh_step
+multi_gate_step = _gated_tanh_step
+
+
+def lru_step(p, x, s, o):
+    lam = torch.exp(cplx(-torch.exp(p["nu_log"]), torch.exp(p["theta_log"])))
+    hn = lam * s["h"] + torch.exp(p["gamma_log"]) * mv(p["B"], x)
+    y = mv(p["C"], hn).real + p["Dskip"] * x
+    return {"h": hn}, y, {}
+
+
+def hgru_step(p, x, s, o):
+    lb = o["lb"]
+    mu = torch.sigmoid(mv(p["Wf"], x) + p["bf"])
+    lam = lb + (1 - lb) * mu
+    c = cplx(silu(mv(p["Wr"], x) + p["br"]), silu(mv(p["Wi"], x) + p["bi"]))
+    hn = lam * cis(p["theta"]) * s["h"] + (1 - lam) * c
+    g = torch.sigmoid(mv(p["Wg"], x) + p["bg"])
+    on = layernorm(g * torch.cat([hn.real, hn.imag], dim=-1))
+    y = mv(p["Wo"], on) + p["bo"]
+    return {"h": hn}, y, {"mu": mu}
+
+
+def mingru_step(p, x, s, o):
+    z = torch.sigmoid(mv(p["Wz"], x))
+    ht = mv(p["Wh"], x)
+    hn = (1 - z) * s["h"] + z * ht
+    return {"h": hn}, hn, {"z": z}
+
+
+# ---------------------------------------------------------------- what each cell declares
+class Spec:
+    """params(H, D, opts) -> {name: (shape, is_complex)}; states(H, D) -> {name: (shape, is_complex)};
+    gates(opts) -> [names]; out(H, D) -> O; mode(opts) -> 'scan' | 'sequential' (the compiler's
+    expected classification); defaults: the options' defaults; H_default: 'D' when H = D by default."""
+
+    def __init__(self, step, params, states, gates, out, mode, defaults=None, H_default=None):
+        self.step, self.params, self.states, self.gates, self.out, self.mode = step, params, states, gates, out, mode
+        self.defaults = defaults or {}
+        self.H_default = H_default
+
+
+def _rs(shape):
+    return (tuple(shape), False)
+
+
+SPECS = {
+    "elman": Spec(elman_step,
+                  lambda H, D, o: {"Wx": _rs([H, D]), "Wh": _rs([H, H]), "b": _rs([H])},
+                  lambda H, D: {"h": _rs([H])}, lambda o: [], lambda H, D: H, lambda o: "sequential"),
+    "gru": Spec(gru_step,
+                lambda H, D, o: {"Wxz": _rs([H, D]), "Whz": _rs([H, H]), "bz": _rs([H]),
+                                 "Wxr": _rs([H, D]), "Whr": _rs([H, H]), "br": _rs([H]),
+                                 "Wxh": _rs([H, D]), "Whh": _rs([H, H]), "bh": _rs([H])},
+                lambda H, D: {"h": _rs([H])}, lambda o: ["z", "r"], lambda H, D: H, lambda o: "sequential"),
+    "lstm": Spec(lstm_step,
+                 lambda H, D, o: {n: _rs(s) for k in "ifoc" for n, s in
+                                  (("Wx" + k, [H, D]), ("Wh" + k, [H, H]), ("b" + k, [H]))},
+                 lambda H, D: {"c": _rs([H]), "h": _rs([H])}, lambda o: ["i", "f", "o"], lambda H, D: H,
+                 lambda o: "sequential"),
+    "mgu": Spec(mgu_step,
+                lambda H, D, o: dict({"Wzx": _rs([H, D]), "bz": _rs([H]), "Wix": _rs([H, D]), "bh": _rs([H])},
+                                     **({"Wzh": _rs([H, H])} if o["see_h"] else {})),
+                lambda H, D: {"h": _rs([H])}, lambda o: ["z"], lambda H, D: H,
+                lambda o: "sequential" if o["see_h"] else "scan", defaults={"see_h": False}),
+    "leaky": Spec(leaky_step,
+                  lambda H, D, o: {"Wr": _rs([H, H]), "Wi": _rs([H, D])},
+                  lambda H, D: {"h": _rs([H])}, lambda o: [], lambda H, D: H, lambda o: "sequential",
+                  defaults={"alpha": 0.5}),
+    "scalar_gate": Spec(scalar_gate_step,
+                        lambda H, D, o: {"Wrg": _rs([1, H]), "Wig": _rs([1, D]), "Wr": _rs([H, H]),
+                                         "Wi": _rs([H, D])},
+                        lambda H, D: {"h": _rs([H])}, lambda o: ["g"], lambda H, D: H, lambda o: "sequential"),
+    "multi_gate": Spec(multi_gate_step,
+                       lambda H, D, o: {"Wrg": _rs([H, H]), "Wig": _rs([H, D]), "Wr": _rs([H, H]),
+                                        "Wi": _rs([H, D])},
+                       lambda H, D: {"h": _rs([H])}, lambda o: ["g"], lambda H, D: H, lambda o: "sequential"),
+    "lru": Spec(lru_step,
+                lambda H, D, o: {"nu_log": _rs([H]), "theta_log": _rs([H]), "gamma_log": _rs([H]),
+                                 "B": ((H, D), True), "C": ((D, H), True), "Dskip": _rs([D])},
+                lambda H, D: {"h": ((H,), True)}, lambda o: [], lambda H, D: D, lambda o: "scan",
+                defaults={"r_min": 0.9, "r_max": 0.999, "max_phase": 2 * math.pi}),
+    "hgru": Spec(hgru_step,
+                 lambda H, D, o: {"Wf": _rs([H, D]), "bf": _rs([H]), "Wr": _rs([H, D]), "br": _rs([H]),
+                                  "Wi": _rs([H, D]), "bi": _rs([H]), "theta": _rs([H]),
+                                  "Wg": _rs([2 * H, D]), "bg": _rs([2 * H]), "Wo": _rs([D, 2 * H]),
+                                  "bo": _rs([D])},
+                 lambda H, D: {"h": ((H,), True)}, lambda o: ["mu"], lambda H, D: D, lambda o: "scan",
+                 defaults={"lb": 0.0}, H_default="D"),
+    "mingru": Spec(mingru_step,
+                   lambda H, D, o: {"Wz": _rs([H, D]), "Wh": _rs([H, D])},
+                   lambda H, D: {"h": _rs([H])}, lambda o: ["z"], lambda H, D: H, lambda o: "scan"),
+}
+
+
+def options(name, opts=None):
+    """The cell's options: its defaults overridden by opts."""
+    o = dict(SPECS[name].defaults)
+    o.update(opts or {})
+    return o
+
+
+def shapes(name, H, D, opts=None):
+    """(params, states) of the named cell: {name: (shape incl. the trailing 2 of complex, is_complex)}."""
+    sp = SPECS[name]
+    o = options(name, opts)
+
+    def full(d):
+        return {k: (tuple(s) + ((2,) if c else ()), c) for k, (s, c) in d.items()}
+    return full(sp.params(H, D, o)), full(sp.states(H, D))
+
+
+# ---------------------------------------------------------------- the sequence runner
+def run(name, params, x, h0, opts=None):
+    """Run the named stdlib cell over x [T, B, D] from h0: returns (y, finals, gates) as documented above."""
+    sp = SPECS[name]
+    o = options(name, opts)
+    H = next(iter(h0.values())).shape[1]
+    D = x.shape[-1]
+    pspec, sspec = shapes(name, H, D, o)
+    missing = sorted(set(pspec) - set(params))
+    if missing:
+        raise KeyError("%s: missing params %s" % (name, ", ".join(missing)))
+    p = {k: (as_complex(params[k]) if pspec[k][1] else params[k]) for k in pspec}
+    for k, (shp, c) in pspec.items():
+        if tuple(params[k].shape) != shp:
+            raise ValueError("%s: param %s has shape %s, expected %s" % (name, k, tuple(params[k].shape), shp))
+    for k, (shp, c) in sspec.items():
+        if k not in h0 or tuple(h0[k].shape) != (x.shape[1],) + shp:
+            raise ValueError("%s: initial state %s has shape %s, expected %s" % (
+                name, k, tuple(h0[k].shape) if k in h0 else None, (x.shape[1],) + shp))
+    s = {k: (as_complex(h0[k]) if sspec[k][1] else h0[k]) for k in sspec}
+    ys, gs = [], {g: [] for g in sp.gates(o)}
+    for t in range(x.shape[0]):
+        new, y, gates = sp.step(p, x[t], s, o)
+        if set(new) != set(s):
+            raise RuntimeError("%s: step updated %s, expected %s" % (name, sorted(new), sorted(s)))
+        if set(gates) != set(gs):
+            raise RuntimeError("%s: step gates %s, expected %s" % (name, sorted(gates), sorted(gs)))
+        s = new
+        ys.append(y)
+        for g, v in gates.items():
+            gs[g].append(as_real_view(v))
+    y = torch.stack(ys, 0)
+    finals = {k: as_real_view(v) for k, v in s.items()}
+    gates = {g: torch.stack(v, 0) for g, v in gs.items()}
+    return y, finals, gates
+
+
+def _make(name):
+    def ref(params, x, h0, opts=None):
+        return run(name, params, x, h0, opts)
+    ref.__name__ = name
+    ref.__doc__ = "Reference %s cell: y, finals, gates = %s(params, x, h0, opts)." % (name, name)
+    return ref
+
+
+elman = _make("elman")
+gru = _make("gru")
+lstm = _make("lstm")
+mgu = _make("mgu")
+leaky = _make("leaky")
+scalar_gate = _make("scalar_gate")
+multi_gate = _make("multi_gate")
+lru = _make("lru")
+hgru = _make("hgru")
+mingru = _make("mingru")
+
+REFS = {n: globals()[n] for n in SPECS}
