@@ -20,9 +20,9 @@ ifeq ($(SAN),1)
   OPT    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 endif
 
-CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
+CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
             -Ilang -Icompiler -Iruntime -I$(BUILD)/gen -isystem $(LLVM_INC)
-LDLIBS   := -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread
+LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread
 
 SRCS     := $(filter-out compiler/main.c,$(wildcard lang/*.c compiler/*.c runtime/*.c runtime/tasks/*.c))
 GEN_SRCS := $(BUILD)/gen/lexer.c $(BUILD)/gen/parser.c
@@ -30,10 +30,10 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
 .PHONY: all deps test unit golden demo bench fuzz clean install
-all: bin/cellc
-
 ifeq ($(SAN),1)
 all: $(BUILD)/cellc
+else
+all: bin/cellc
 endif
 
 bin/cellc: $(BUILD)/compiler/main.o $(BUILD)/libcellc.a

@@ -42,6 +42,24 @@ static double copy_bandwidth(void) {
   return 2.0 * (double)n * sizeof(float) / best;
 }
 
+/* STREAM's copy (a plain loop, b[i] = a[i]; 8 bytes counted per element), best of 5. */
+__attribute__((optimize("O3"))) static double stream_copy(void) {
+  size_t n = (size_t)16 << 20;
+  float *restrict a = xmalloc(sizeof(float) * n), *restrict b = xmalloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 0;
+  double best = 1e30;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = now();
+    for (size_t i = 0; i < n; i++) b[i] = a[i];
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  volatile float sink = b[n / 3];
+  (void)sink;
+  free(a), free(b);
+  return 2.0 * (double)n * sizeof(float) / best;
+}
+
 /* sgemm FLOP/s at the shape of a hoisted input projection. */
 static double gemm_rate(int M, int N, int K) {
   Rng r;
@@ -78,7 +96,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--machine")) machine = true;
   }
   if (machine) {
-    printf("{\"copy_bytes_per_s\": %.4g, \"sgemm_flops\": %.4g}\n", copy_bandwidth(), gemm_rate(T * B, 3 * H, D));
+    printf("{\"copy_bytes_per_s\": %.4g, \"stream_copy_bytes_per_s\": %.4g, \"sgemm_flops\": %.4g}\n", copy_bandwidth(),
+           stream_copy(), gemm_rate(T * B, 3 * H, D));
     return 0;
   }
   Arena arena = {0};
@@ -142,8 +161,25 @@ int main(int argc, char **argv) {
     if (b - a < best_f) best_f = b - a;
     if (e - b < best_b) best_b = e - b;
   }
-  printf("{\"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, \"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f}\n",
-         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile);
+  /* one more run, profiled: time per kind of step, and what the scans move */
+  cpu_set_profiling(true);
+  cpu_profile_reset();
+  cpu_forward(cc, w, &s);
+  cpu_backward(cc, w, &s);
+  const double *pt = cpu_profile_times();
+  double prof_total = 0;
+  for (int k = 0; k <= PS_ZERO; k++) prof_total += pt[k];
+  double scan_bytes = 0, rscan_bytes = 0;
+  for (int i = 0; i < c->nstates; i++) {
+    double e = (double)rows * (c->states[i].rank ? c->states[i].n[0] : 1) * (c->states[i].cplx ? 2 : 1) * sizeof(float);
+    scan_bytes += 3 * e;  /* a, b read; new written (prev is the row just written: in cache) */
+    rscan_bytes += 3 * e; /* g, a read; dtotal written */
+  }
+  printf("{\"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, "
+         "\"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f, \"elem_s\": %.6f, \"gemm_s\": %.6f, "
+         "\"scan_s\": %.6f, \"scan_bytes\": %.0f, \"rscan_s\": %.6f, \"rscan_bytes\": %.0f, \"elem_bytes\": %.0f, \"profiled_s\": %.6f}\n",
+         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt[PS_ELEM],
+         pt[PS_GEMM] + pt[PS_GEMM_T] + pt[PS_OUTER_ACC], pt[PS_SCAN], scan ? scan_bytes : 0, pt[PS_RSCAN], scan ? rscan_bytes : 0, cpu_profile_elem_bytes(), prof_total);
   cpu_work_free(w);
   cpu_free(cc);
   return 0;

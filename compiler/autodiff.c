@@ -77,7 +77,11 @@ static void rule(AD *d, int id, int G) {
   case OP_LOG: add_adj(d, a, g_binary(g, OP_DIV, G, a)); return;
   case OP_SOFTPLUS: add_adj(d, a, mul(d, G, un(d, OP_SIGMOID, a))); return;
   case OP_LOGSIGMOID: add_adj(d, a, mul(d, G, sub(d, k(d, 1), un(d, OP_SIGMOID, a)))); return;
-  case OP_SQRT: add_adj(d, a, g_binary(g, OP_DIV, mul(d, G, k(d, 0.5)), id)); return;
+  case OP_SQRT: { /* at 0 the subgradient 0 (so |z| of a complex 0 has gradient 0) */
+    int pos = un(d, OP_STEP, id);
+    add_adj(d, a, g_binary(g, OP_DIV, mul(d, mul(d, G, k(d, 0.5)), pos), addn(d, id, sub(d, k(d, 1), pos))));
+    return;
+  }
   case OP_ABS: add_adj(d, a, mul(d, G, un(d, OP_SIGN, a))); return;
   case OP_SQUARE: add_adj(d, a, mul(d, G, mul(d, k(d, 2), a))); return;
   case OP_SIN: add_adj(d, a, mul(d, G, un(d, OP_COS, a))); return;

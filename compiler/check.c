@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "init.h"
@@ -34,16 +35,31 @@ static char *dir_of(Arena *a, const char *path) {
   return arena_strndup(a, path, (size_t)(slash - path));
 }
 
+/* "a" "." "b" in the arena (xasprintf's result would need a free). */
+static char *arena_join(Arena *a, const char *x, const char *sep, const char *y) {
+  size_t nx = strlen(x), ns = strlen(sep), ny = strlen(y);
+  char *p = arena_alloc(a, nx + ns + ny + 1);
+  memcpy(p, x, nx);
+  memcpy(p + nx, sep, ns);
+  memcpy(p + nx + ns, y, ny + 1);
+  return p;
+}
+
 static bool load_import(Loader *L, const Src *from, const ImportAst *im) {
   char *cands[2];
   int nc = 0;
   if (im->path[0] == '/') cands[nc++] = arena_strdup(L->arena, im->path);
   else {
-    cands[nc++] = arena_strdup(L->arena, xasprintf("%s/%s", dir_of(L->arena, from->path), im->path));
-    if (L->stdlib_dir) cands[nc++] = arena_strdup(L->arena, xasprintf("%s/%s", L->stdlib_dir, im->path));
+    cands[nc++] = arena_join(L->arena, dir_of(L->arena, from->path), "/", im->path);
+    if (L->stdlib_dir) cands[nc++] = arena_join(L->arena, L->stdlib_dir, "/", im->path);
   }
   for (int i = 0; i < nc; i++) {
     char *real = realpath(cands[i], NULL);
+    struct stat st;
+    if (real && (stat(real, &st) != 0 || !S_ISREG(st.st_mode))) {
+      free(real); /* a directory, or a device such as /dev/zero that would never end */
+      real = NULL;
+    }
     if (!real) continue;
     for (int d = 0; d < L->depth; d++)
       if (!strcmp(L->stack[d], real)) {
@@ -72,8 +88,10 @@ static bool load_import(Loader *L, const Src *from, const ImportAst *im) {
     L->depth--;
     return ok;
   }
-  diag_error(im->loc, "cannot find '%s' (looked next to %s%s)", im->path, from->path,
-             L->stdlib_dir ? " and in the standard library" : "");
+  if (im->path[0] == '/') diag_error(im->loc, "cannot find '%s' (or it is not a regular file)", im->path);
+  else
+    diag_error(im->loc, "cannot find '%s' (looked next to %s%s)", im->path, from->path,
+               L->stdlib_dir ? " and in the standard library" : "");
   return false;
 }
 
@@ -208,6 +226,11 @@ typedef struct Entity {
   bool is_gate;
 } Entity;
 
+/* The passes over expressions and graphs recurse, so nesting deeper than
+ * this (in one expression, or through lets) is refused with an error rather
+ * than a stack overflow. Real cells are a few dozen operations deep. */
+#define MAX_DEPTH 1000
+
 typedef struct Checker {
   Arena *arena;
   jmp_buf fail;
@@ -216,7 +239,9 @@ typedef struct Checker {
   Entity *ents;
   int nents, capents;
   bool *dyn;       /* per node: depends on the input, a state or noise */
+  int *depth;      /* per node: the longest chain of operations that computes it */
   int capdyn;
+  int nest;        /* expression nesting in expr() and check_init_expr() */
   bool has_input, has_output;
   Loc output_loc;
   int nupdates;
@@ -265,6 +290,10 @@ static const char *nearest_entity(Checker *k, const char *name, bool dims_only) 
 }
 
 static _Noreturn void unknown_name(Checker *k, Loc loc, const char *name, const char *what) {
+  for (int i = 0; i < k->nents; i++)
+    if (k->ents[i].hidden && !strcmp(k->ents[i].name, name))
+      fail(k, loc, "unknown %s '%s': it is defined in only one branch of an `if`, so it is not visible after it",
+           what, name);
   const char *near = nearest_entity(k, name, false);
   if (near) fail(k, loc, "unknown %s '%s'; did you mean '%s'?", what, name, near);
   fail(k, loc, "unknown %s '%s'", what, name);
@@ -328,6 +357,16 @@ static int dimexpr(Checker *k, const DimExpr *d, bool declare_names) {
   return r;
 }
 
+/* A whole size (of a shape, or a dim's default): a constant one must be in
+ * range too, as `[0]` or `[n]` with an option n = -3 would not be. */
+static int size_expr(Checker *k, const DimExpr *d, bool declare_names) {
+  int r = dimexpr(k, d, declare_names);
+  long v;
+  if (dims_is_const(&k->c->dt, r, &v) && (v < 1 || v > 1000000000))
+    fail(k, d->loc, "size is %ld; sizes must be between 1 and 10^9", v);
+  return r;
+}
+
 static void shape_of(Checker *k, const ShapeAst *s, int *rank, int *dim, bool input) {
   if (!s) {
     *rank = 0;
@@ -335,7 +374,7 @@ static void shape_of(Checker *k, const ShapeAst *s, int *rank, int *dim, bool in
   }
   if (s->n > 2) fail(k, s->loc, "values are scalars, vectors or matrices: a shape has at most 2 sizes, this one has %d", s->n);
   *rank = s->n;
-  for (int i = 0; i < s->n; i++) dim[i] = dimexpr(k, s->dims[i], input);
+  for (int i = 0; i < s->n; i++) dim[i] = size_expr(k, s->dims[i], input);
 }
 
 void cell_dim_text(const Cell *c, int dim, char *buf, int size) {
@@ -383,11 +422,19 @@ static int mk(Checker *k, Op op, Loc loc, const Expr *ast, int rank, const int *
   if (id >= k->capdyn) {
     k->capdyn = 2 * id + 64;
     k->dyn = xrealloc(k->dyn, sizeof(bool) * (size_t)k->capdyn);
+    k->depth = xrealloc(k->depth, sizeof(int) * (size_t)k->capdyn);
   }
   bool d = op == OP_INPUT || op == OP_PREV || op == OP_NOISE;
+  int depth = 0;
   for (int i = 0; i < op_arity(op); i++)
-    if (n.a[i] >= 0 && k->dyn[n.a[i]]) d = true;
+    if (n.a[i] >= 0) {
+      if (k->dyn[n.a[i]]) d = true;
+      if (k->depth[n.a[i]] > depth) depth = k->depth[n.a[i]];
+    }
   k->dyn[id] = d;
+  k->depth[id] = depth + 1;
+  if (depth + 1 > MAX_DEPTH)
+    fail(k, loc, "this value is more than %d operations deep, counting through lets and gates; split the computation", MAX_DEPTH);
   return id;
 }
 
@@ -573,7 +620,7 @@ static int name_ref(Checker *k, const Expr *e) {
   UNREACHABLE("entity kind");
 }
 
-static int expr(Checker *k, const Expr *e) {
+static int expr_node(Checker *k, const Expr *e) {
   switch (e->kind) {
   case EX_NUM:
     if (!isfinite(e->num)) fail(k, e->loc, "number out of range");
@@ -604,9 +651,22 @@ static int expr(Checker *k, const Expr *e) {
   UNREACHABLE("expression kind");
 }
 
+static void nest(Checker *k, const Expr *e) {
+  if (++k->nest > MAX_DEPTH) fail(k, e->loc, "expression nested more than %d levels deep", MAX_DEPTH);
+}
+
+static int expr(Checker *k, const Expr *e) {
+  nest(k, e);
+  int id = expr_node(k, e);
+  k->nest--;
+  return id;
+}
+
 /* ---- initializer arguments: constant expressions over numbers, dims, options ---- */
 
-static void check_init_expr(Checker *k, const Expr *e) {
+static void check_init_expr(Checker *k, const Expr *e);
+
+static void check_init_expr_node(Checker *k, const Expr *e) {
   switch (e->kind) {
   case EX_NUM: return;
   case EX_NAME: {
@@ -634,6 +694,12 @@ static void check_init_expr(Checker *k, const Expr *e) {
     check_init_expr(k, e->a);
     if (e->b) check_init_expr(k, e->b);
   }
+}
+
+static void check_init_expr(Checker *k, const Expr *e) {
+  nest(k, e);
+  check_init_expr_node(k, e);
+  k->nest--;
 }
 
 static bool eval_init_expr(Cell *c, const Expr *e, double *out) {
@@ -746,7 +812,7 @@ static void stmt_if(Checker *k, Stmt *s) {
   if (!e) unknown_name(k, s->name_loc, s->name, "option");
   if (e->kind != E_OPTION || k->c->options[e->idx].type != OPT_BOOL)
     fail(k, s->name_loc, "`if` needs a bool option; '%s' is %s", s->name,
-         e->kind == E_OPTION ? "a real or int option" : kind_word(e->kind));
+         e->kind != E_OPTION ? kind_word(e->kind) : k->c->options[e->idx].type == OPT_INT ? "an int option" : "a real option");
   bool take = k->c->options[e->idx].value != 0;
   int mark = k->nents;
   Stmt **other = take ? s->else_body : s->then_body;
@@ -805,7 +871,7 @@ static void stmt_state(Checker *k, Stmt *s) {
     st.ninit_args = s->init->nargs;
     if (!strcmp(st.init, "learned")) {
       ParamInfo p = {0};
-      p.name = arena_strdup(k->arena, xasprintf("%s.init", s->name));
+      p.name = arena_join(k->arena, s->name, ".", "init");
       p.loc = s->init->loc;
       p.rank = st.rank;
       p.dim[0] = st.dim[0];
@@ -892,7 +958,7 @@ static void body(Checker *k, Stmt **stmts, int n) {
       d.sym = c->ndims;
       d.def = s->dim_value;
       d.value = -1;
-      if (s->dim_value) dimexpr(k, s->dim_value, false); /* check the default now */
+      if (s->dim_value) size_expr(k, s->dim_value, false); /* check the default now */
       VEC_PUSH(c->dims, c->ndims, k->capdims, d);
       declare(k, s->name, s->name_loc, E_DIM, c->ndims - 1);
       break;
@@ -966,6 +1032,8 @@ static void options(Checker *k, const CellAst *ast) {
       fail(k, o->value_loc, "option '%s' is %s %s: its default is a number", o->name, oi->type == OPT_INT ? "an" : "a",
            type_word(oi->type));
     if (oi->type == OPT_INT && !o->is_int) fail(k, o->value_loc, "option '%s' is an int: its default is an integer", o->name);
+    if (!isfinite(o->value) || (oi->type == OPT_INT && fabs(o->value) > 1e9))
+      fail(k, o->value_loc, "option '%s': its default is out of range%s", o->name, oi->type == OPT_INT ? " (an int is at most 10^9)" : "");
     oi->value = o->value;
     declare(k, o->name, o->loc, E_OPTION, i);
     c->noptions++;
@@ -995,6 +1063,9 @@ typedef struct Analysis {
   Checker *k;
   int state;      /* the state being classified */
   signed char *indep; /* memo: 1 independent, 0 not, -1 unknown */
+  Decomp *memo;   /* decompose, per node that existed when the analysis began */
+  bool *done;
+  int nmemo;
 } Analysis;
 
 /* Independent: uses no state's previous value, except through the new value
@@ -1024,6 +1095,17 @@ static int tnode(Checker *k, Op op, int a, int b, Loc loc) {
 
 static Decomp decompose(Analysis *an, int id);
 
+/* A bare read of a state is a poor culprit: a new value has one node for all
+ * its uses, so no place to point at, and `h` says less than `Whf @ h`. Blame
+ * the operation `user` that reads it instead (a previous value too when
+ * prev_too). */
+static Decomp blame(Analysis *an, Decomp d, int user, bool prev_too) {
+  if (d.ok) return d;
+  Op op = N(an->k, d.culprit)->op;
+  if (op == OP_NEWVAL || (prev_too && op == OP_PREV)) d.culprit = user;
+  return d;
+}
+
 /* A node that is not linear in prev: blame the innermost part that is. */
 static Decomp culprit_in(Analysis *an, int id) {
   const Node n = *N(an->k, id); /* a copy: decompose adds nodes, which may move the graph */
@@ -1032,12 +1114,12 @@ static Decomp culprit_in(Analysis *an, int id) {
   for (int i = 0; i < op_arity(n.op); i++) {
     if (n.a[i] < 0 || independent(an, n.a[i])) continue;
     Decomp s = decompose(an, n.a[i]);
-    if (!s.ok) return s;
+    if (!s.ok) return blame(an, s, id, true);
   }
   return d;
 }
 
-static Decomp decompose(Analysis *an, int id) {
+static Decomp decompose_node(Analysis *an, int id) {
   Checker *k = an->k;
   const Node n = *N(k, id); /* a copy: tnode adds nodes, which may move the graph */
   Decomp d = {true, -1, -1, -1};
@@ -1054,9 +1136,9 @@ static Decomp decompose(Analysis *an, int id) {
   case OP_ADD:
   case OP_SUB: {
     Decomp x = decompose(an, n.a[0]);
-    if (!x.ok) return x;
+    if (!x.ok) return blame(an, x, id, false);
     Decomp y = decompose(an, n.a[1]);
-    if (!y.ok) return y;
+    if (!y.ok) return blame(an, y, id, false);
     Op op = n.op;
     d.a = x.a < 0 ? (y.a < 0 ? -1 : (op == OP_ADD ? y.a : tnode(k, OP_NEG, y.a, -1, loc)))
                   : (y.a < 0 ? x.a : tnode(k, op, x.a, y.a, loc));
@@ -1066,7 +1148,7 @@ static Decomp decompose(Analysis *an, int id) {
   }
   case OP_NEG: {
     Decomp x = decompose(an, n.a[0]);
-    if (!x.ok) return x;
+    if (!x.ok) return blame(an, x, id, false);
     d.a = x.a < 0 ? -1 : tnode(k, OP_NEG, x.a, -1, loc);
     d.b = x.b < 0 ? -1 : tnode(k, OP_NEG, x.b, -1, loc);
     return d;
@@ -1078,13 +1160,13 @@ static Decomp decompose(Analysis *an, int id) {
     else if (n.op == OP_MUL && independent(an, n.a[0])) f = n.a[0], other = n.a[1];
     if (f < 0) {
       Decomp x = decompose(an, n.a[0]);
-      if (!x.ok) return x;
+      if (!x.ok) return blame(an, x, id, false);
       Decomp y = decompose(an, n.a[1]);
-      if (!y.ok) return y;
+      if (!y.ok) return blame(an, y, id, false);
       return (Decomp){false, -1, -1, id}; /* prev times something that depends on it */
     }
     Decomp x = decompose(an, other);
-    if (!x.ok) return x;
+    if (!x.ok) return blame(an, x, id, false);
     Op op = n.op;
     if (op == OP_MUL) {
       d.a = x.a < 0 ? -1 : tnode(k, OP_MUL, f, x.a, loc);
@@ -1097,12 +1179,21 @@ static Decomp decompose(Analysis *an, int id) {
   }
   case OP_BCAST: {
     Decomp x = decompose(an, n.a[0]);
-    if (!x.ok) return x;
+    if (!x.ok) return blame(an, x, id, false);
     return (Decomp){false, -1, -1, id};
   }
   case OP_NEWVAL: return (Decomp){false, -1, -1, id};
   default: return culprit_in(an, id);
   }
+}
+
+/* decompose_node, memoized: shared subexpressions are analyzed once (a chain
+ * of `let a2 = a1 + a1` would otherwise take exponential time). */
+static Decomp decompose(Analysis *an, int id) {
+  if (id < an->nmemo && an->done[id]) return an->memo[id];
+  Decomp d = decompose_node(an, id);
+  if (id < an->nmemo) an->memo[id] = d, an->done[id] = true;
+  return d;
 }
 
 static bool reaches_prev(Checker *k, int id, signed char *memo) {
@@ -1115,14 +1206,19 @@ static bool reaches_prev(Checker *k, int id, signed char *memo) {
   return r;
 }
 
-/* The previous value a culprit term reads (for the message). */
-static int first_prev(Checker *k, int id) {
+/* The read that makes a culprit term of state `self` nonlinear (for the
+ * message): with `foreign`, the previous value of another state or the new
+ * value of a nonlinear one; without, its own previous value. -1 if none. */
+static int culprit_read(Checker *k, int id, int self, bool foreign, signed char *seen) {
+  if (seen[id]) return -1;
+  seen[id] = 1;
   Node *n = N(k, id);
-  if (n->op == OP_PREV) return id;
-  if (n->op == OP_NEWVAL) return id;
+  if (n->op == OP_PREV) return (n->idx != self) == foreign ? id : -1;
+  if (n->op == OP_NEWVAL && n->idx != self)
+    return foreign && k->c->states[n->idx].rec == REC_NONLINEAR ? id : -1;
   for (int i = 0; i < op_arity(n->op); i++)
     if (n->a[i] >= 0) {
-      int p = first_prev(k, n->a[i]);
+      int p = culprit_read(k, n->a[i], self, foreign, seen);
       if (p >= 0) return p;
     }
   return -1;
@@ -1131,16 +1227,19 @@ static int first_prev(Checker *k, int id) {
 static void analyze(Checker *k) {
   Cell *c = k->c;
   int nn = c->g.nnodes;
-  /* classify in update order: a state may use the new value of one before it */
-  int *order = xmalloc(sizeof(int) * (size_t)(c->nstates + 1));
+  /* classify in update order: a state may use the new value of one before it
+   * (in arena memory: an error while building coefficients longjmps out) */
+  int *order = arena_alloc(k->arena, sizeof(int) * (size_t)(c->nstates + 1));
   for (int i = 0; i < c->nstates; i++) order[c->states[i].order] = i;
   for (int oi = 0; oi < c->nstates; oi++) {
     StateInfo *s = &c->states[order[oi]];
-    Analysis an = {k, order[oi], NULL};
-    an.indep = xmalloc((size_t)c->g.nnodes + 4096);
+    Analysis an = {k, order[oi], NULL, NULL, NULL, c->g.nnodes};
+    an.indep = arena_alloc(k->arena, (size_t)c->g.nnodes + 4096);
     memset(an.indep, -1, (size_t)c->g.nnodes + 4096);
+    an.memo = arena_alloc(k->arena, sizeof(Decomp) * (size_t)(an.nmemo + 1));
+    an.done = arena_alloc(k->arena, sizeof(bool) * (size_t)(an.nmemo + 1));
     int update_expr = N(k, s->update)->a[0];
-    Decomp d = decompose(&an, update_expr);
+    Decomp d = blame(&an, decompose(&an, update_expr), s->update, false); /* `b = a` */
     s = &c->states[order[oi]];
     if (d.ok) {
       s->rec = REC_DIAG_LINEAR;
@@ -1150,9 +1249,7 @@ static void analyze(Checker *k) {
       s->rec = REC_NONLINEAR;
       s->culprit = d.culprit;
     }
-    free(an.indep);
   }
-  free(order);
   signed char *memo = xmalloc((size_t)c->g.nnodes);
   memset(memo, -1, (size_t)c->g.nnodes);
   for (int i = 0; i < c->ngates; i++) c->gates[i].sees_state = reaches_prev(k, c->gates[i].node, memo);
@@ -1167,10 +1264,15 @@ static void analyze(Checker *k) {
       StateInfo *s = &c->states[i];
       if (s->rec != REC_NONLINEAR) continue;
       Node *cu = N(k, s->culprit);
-      int p = first_prev(k, s->culprit);
+      signed char *seen = arena_alloc(k->arena, (size_t)c->g.nnodes);
+      int p = culprit_read(k, s->culprit, i, true, seen);
+      if (p < 0) {
+        memset(seen, 0, (size_t)c->g.nnodes);
+        p = culprit_read(k, s->culprit, i, false, seen);
+      }
       const char *term = cu->ast ? expr_text(k->arena, cu->ast) : "?";
       if (p >= 0 && N(k, p)->op == OP_NEWVAL)
-        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: '%s' uses the new value of state '%s', which is nonlinear",
+        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' uses the new value of state '%s', which is nonlinear",
              c->name, s->name, term, c->states[N(k, p)->idx].name);
       const char *prev = p >= 0 ? c->states[N(k, p)->idx].name : s->name;
       fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' reads the previous value of '%s'",
@@ -1217,6 +1319,9 @@ static bool bind(Checker *k) {
     c->dims[i].value = values[c->dims[i].sym];
     if (c->dims[i].value < 0) {
       all = false;
+      if (k->o->need_bound && c->dims[i].from_input)
+        fail(k, c->dims[i].loc, "unbound dim '%s': the input's size needs a value (--dims %s=..., or `width` in task.cfg)",
+             c->dims[i].name, c->dims[i].name);
       if (k->o->need_bound) {
         fail(k, c->dims[i].loc, "unbound dim '%s': give it a value (--dims %s=..., or `dims.%s` / `hidden` in task.cfg) or a default (dim %s = 64)",
              c->dims[i].name, c->dims[i].name, c->dims[i].name, c->dims[i].name);
@@ -1299,6 +1404,7 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
   if (setjmp(k.fail)) {
     free(k.ents);
     free(k.dyn);
+    free(k.depth);
     cell_free(c);
     return NULL;
   }
@@ -1325,6 +1431,7 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
   c->bound = bind(&k);
   free(k.ents);
   free(k.dyn);
+  free(k.depth);
   return c;
 }
 

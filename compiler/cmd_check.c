@@ -29,12 +29,9 @@ const char *cli_stdlib_dir(void) {
 /* The split --set and --dims bindings: they live as long as the program. */
 static Arena binding_arena;
 
-static int split_binding(const char *flag, const char *text, Binding *out) {
+static int split_binding(const char *text, Binding *out) {
   const char *eq = strchr(text, '=');
-  if (!eq || eq == text || !eq[1]) {
-    fprintf(stderr, "cellc: %s takes NAME=VALUE, got '%s'\n", flag, text);
-    return -1;
-  }
+  if (!eq || eq == text || !eq[1]) return -1;
   out->name = arena_strndup(&binding_arena, text, (size_t)(eq - text));
   out->value = arena_strdup(&binding_arena, eq + 1);
   return 0;
@@ -50,14 +47,15 @@ int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i) {
     }
     const char *v = argv[++*i];
     if (!strcmp(f, "--set")) {
-      if (a->nsets == 64 || split_binding(f, v, &a->sets[a->nsets]) < 0) return cli_usage_error("bad --set '%s'", v), -1;
+      if (a->nsets == 64) return cli_usage_error("too many --set flags (64 at most): '%s'", v), -1;
+      if (split_binding(v, &a->sets[a->nsets]) < 0) return cli_usage_error("--set takes NAME=VALUE, not '%s'", v), -1;
       a->nsets++;
     } else if (!strcmp(f, "--dims")) {
       char *copy = strdup(v), *save = NULL;
       for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (a->ndims == 64 || split_binding(f, tok, &a->dims[a->ndims]) < 0) {
+        if (a->ndims == 64 || split_binding(tok, &a->dims[a->ndims]) < 0) {
           free(copy);
-          return cli_usage_error("bad --dims '%s'", v), -1;
+          return cli_usage_error("--dims takes NAME=VALUE,... (64 at most), not '%s'", v), -1;
         }
         a->ndims++;
       }
@@ -265,7 +263,7 @@ int cmd_check(int argc, char **argv) {
   cJSON *cells = cJSON_AddArrayToObject(root, "cells");
   int status = 0, shown = 0;
   for (int i = 0; i < m->ncells && status == 0; i++) {
-    if (!m->in_main[i]) continue;
+    if (!m->in_main[i] && !a.cell) continue; /* --cell may name an imported cell */
     if (a.cell && strcmp(a.cell, m->cells[i]->name)) continue;
     Cell *c = check_cell(&arena, m->srcs[i], m->cells[i], &o);
     if (!c) {

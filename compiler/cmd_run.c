@@ -278,13 +278,21 @@ int cmd_derive(int argc, char **argv) {
     a.file = argv[i];
   }
   if (!a.file) return cli_usage_error("%s", "derive needs a .cell file");
-  /* derive shows the math for small default sizes when dims are not given */
+  /* the math does not depend on the sizes: dims the user leaves unbound get 3 */
   Arena arena = {0};
   Module *m = check_load(&arena, a.file, cli_stdlib_dir());
   if (!m) return arena_free(&arena), 1;
   const CellAst *ast = check_find_cell(m, a.cell, NULL);
-  if (ast)
-    for (int s = 0; s < ast->nbody; s++) (void)s;
+  for (int s = 0; ast && s < ast->nbody && a.ndims < 60; s++) {
+    const Stmt *st = ast->body[s];
+    const char *name = NULL;
+    if (st->kind == ST_DIM && !st->dim_value) name = st->name;
+    if (st->kind == ST_INPUT && st->shape && st->shape->n == 1 && st->shape->dims[0]->kind == DX_NAME)
+      name = st->shape->dims[0]->name;
+    bool given = false;
+    for (int i = 0; name && i < a.ndims; i++) given = given || !strcmp(a.dims[i].name, name);
+    if (name && !given) a.dims[a.ndims++] = (Binding){name, "3"};
+  }
   Cell *c = compile_cell(&arena, &a, false);
   if (!c) return arena_free(&arena), 1;
   Program *p = lower_cell(c, false, false);
@@ -459,7 +467,10 @@ int cmd_run(int argc, char **argv) {
     bool ok = false;
     for (int j = 0; j < nknown; j++)
       if (!strcmp(known[j], in.tensors[i].name)) ok = true;
-    if (!ok) {
+    if (!ok && !strncmp(in.tensors[i].name, "noise.", 6) && !a.train) {
+      diag_plain("%s: tensor '%s' is gumbel_sigmoid noise, used only in training mode: add --train", a.inputs, in.tensors[i].name);
+      status = 1;
+    } else if (!ok) {
       const char *near = diag_nearest(in.tensors[i].name, known, nknown);
       if (near) diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input); did you mean '%s'?", a.inputs, in.tensors[i].name, c->name, near);
       else diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input)", a.inputs, in.tensors[i].name, c->name);

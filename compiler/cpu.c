@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cg_llvm.h"
 
@@ -204,15 +205,16 @@ static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_
   Graph *g = &c->p->g;
   Node *n = graph_node(g, st->node);
   Node *m = graph_node(g, n->a[0]);
-  int hy = c->pl->home[st->node], hv = c->pl->home[n->a[1]], hm = c->pl->home[n->a[0]];
+  int hy = c->pl->home[st->out], hv = c->pl->home[n->a[1]], hm = c->pl->home[n->a[0]];
   CHECK(hy >= 0 && hv >= 0 && hm >= 0);
   int rows = (int)(r1 - r0), nO = m->n[0], nI = m->n[1];
   float *Y = row_ptr(c, w, hy, r0);
   const float *V = row_ptr(c, w, hv, r0), *M = w->bases[hm];
+  float beta = st->accumulate ? 1.0f : 0.0f;
   if (st->kind == PS_GEMM)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nO, nI, 1.0f, V, width_of(c, hv), M, nI, 0.0f, Y, width_of(c, hy));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nO, nI, 1.0f, V, width_of(c, hv), M, nI, beta, Y, width_of(c, hy));
   else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nI, nO, 1.0f, V, width_of(c, hv), M, nI, 0.0f, Y, width_of(c, hy));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nI, nO, 1.0f, V, width_of(c, hv), M, nI, beta, Y, width_of(c, hy));
 }
 
 /* A coefficient of a scan: its array (row stride ld), or a constant (ld 0,
@@ -242,17 +244,17 @@ static Coef coef_of(CpuCell *c, CpuWork *w, int id, int size) {
 static const float *coef_row(const Coef *k, int64_t r) { return k->base + r * k->ld; }
 
 /* new[t] = a[t] * prev[t] + b[t] (complex: a complex product), channel-innermost. */
-static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float *S0, float *S1) {
+__attribute__((optimize("O3"))) static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float *S0, float *S1) {
   for (int64_t r = 0; r < rows; r++) {
-    const float *ar = coef_row(&a[0], r), *br = coef_row(&b[0], r);
-    const float *p0 = S0 + r * size;
-    float *n0 = S0 + (r + B) * size;
+    const float *restrict ar = coef_row(&a[0], r), *restrict br = coef_row(&b[0], r);
+    const float *restrict p0 = S0 + r * size;
+    float *restrict n0 = S0 + (r + B) * size;
     if (!S1) {
       for (int j = 0; j < size; j++) n0[j] = ar[j] * p0[j] + br[j];
       continue;
     }
-    const float *ai = coef_row(&a[1], r), *bi = coef_row(&b[1], r), *p1 = S1 + r * size;
-    float *n1 = S1 + (r + B) * size;
+    const float *restrict ai = coef_row(&a[1], r), *restrict bi = coef_row(&b[1], r), *restrict p1 = S1 + r * size;
+    float *restrict n1 = S1 + (r + B) * size;
     for (int j = 0; j < size; j++) {
       float pr = p0[j], pi = p1[j];
       n0[j] = ar[j] * pr - ai[j] * pi + br[j];
@@ -263,27 +265,27 @@ static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float 
 
 /* dtotal[t] = g[t] + conj(a[t+1]) * dtotal[t+1]; the last step adds dfinal
  * (already in the rows after the last). */
-static void scan_reverse(int64_t rows, int B, int size, Coef *a, Coef *g, float *D0, float *D1) {
+__attribute__((optimize("O3"))) static void scan_reverse(int64_t rows, int B, int size, Coef *a, Coef *g, float *D0, float *D1) {
   for (int64_t r = rows - 1; r >= 0; r--) {
     bool last = r >= rows - B;
-    const float *g0 = coef_row(&g[0], r), *n0 = D0 + (r + B) * size;
-    float *d0 = D0 + r * size;
+    const float *restrict g0 = coef_row(&g[0], r), *restrict n0 = D0 + (r + B) * size;
+    float *restrict d0 = D0 + r * size;
     if (!D1) {
       if (last)
         for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j];
       else {
-        const float *ar = coef_row(&a[0], r + B);
+        const float *restrict ar = coef_row(&a[0], r + B);
         for (int j = 0; j < size; j++) d0[j] = g0[j] + ar[j] * n0[j];
       }
       continue;
     }
-    const float *g1 = coef_row(&g[1], r), *n1 = D1 + (r + B) * size;
-    float *d1 = D1 + r * size;
+    const float *restrict g1 = coef_row(&g[1], r), *restrict n1 = D1 + (r + B) * size;
+    float *restrict d1 = D1 + r * size;
     if (last) {
       for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j], d1[j] = g1[j] + n1[j];
       continue;
     }
-    const float *ar = coef_row(&a[0], r + B), *ai = coef_row(&a[1], r + B);
+    const float *restrict ar = coef_row(&a[0], r + B), *restrict ai = coef_row(&a[1], r + B);
     for (int j = 0; j < size; j++) {
       d0[j] = g0[j] + ar[j] * n0[j] + ai[j] * n1[j];
       d1[j] = g1[j] + ar[j] * n1[j] - ai[j] * n0[j];
@@ -311,6 +313,7 @@ static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
 
 /* CELLC_PROFILE=1: seconds per step kind, printed when the cell is freed. */
 static double prof[PS_ZERO + 1];
+static double prof_elem_bytes;
 static int profiling = -1;
 
 static double now_s(void) {
@@ -320,6 +323,35 @@ static double now_s(void) {
 }
 
 static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows);
+
+void cpu_set_profiling(bool on) { profiling = on; }
+void cpu_profile_reset(void) {
+  memset(prof, 0, sizeof prof);
+  prof_elem_bytes = 0;
+}
+double cpu_profile_elem_bytes(void) { return prof_elem_bytes; }
+
+/* Bytes an elementwise kernel moves per row: every per-row array it reads or writes. */
+static double kernel_row_bytes(CpuCell *c, int k) {
+  Plan *pl = c->pl;
+  Graph *g = &c->p->g;
+  Kernel *K = &pl->kernels[k];
+  double bytes = 0;
+  bool *seen = xcalloc((size_t)g->nnodes, sizeof(bool));
+  for (int i = 0; i < K->n; i++) {
+    Node *n = graph_node(g, K->nodes[i]);
+    int ids[3] = {K->nodes[i], n->a[0], n->a[1]};
+    for (int j = 0; j < 3; j++) {
+      int id = ids[j];
+      if (id < 0 || seen[id] || pl->home[id] < 0) continue;
+      seen[id] = true;
+      if (pl->arrays[pl->slots[pl->home[id]].array].width) bytes += sizeof(float) * node_numel(graph_node(g, id));
+    }
+  }
+  free(seen);
+  return bytes;
+}
+const double *cpu_profile_times(void) { return prof; }
 
 static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
   if (profiling < 0) profiling = getenv("CELLC_PROFILE") != NULL;
@@ -331,7 +363,10 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
   for (int i = 0; i < ph->n; i++) {
     double t0 = profiling ? now_s() : 0;
     run_step(c, w, &ph->steps[i], r0, r1, rows);
-    if (profiling) prof[ph->steps[i].kind] += now_s() - t0;
+    if (profiling) {
+      prof[ph->steps[i].kind] += now_s() - t0;
+      if (ph->steps[i].kind == PS_ELEM) prof_elem_bytes += (double)(r1 - r0) * kernel_row_bytes(c, ph->steps[i].kernel);
+    }
   }
 }
 
@@ -340,8 +375,17 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_
   {
     switch (st->kind) {
     case PS_ELEM:
-      if (c->fns && c->fns[st->kernel]) c->fns[st->kernel](r0, r1, w->bases);
-      else eval_kernel_rows(c, w, st->kernel, r0, r1);
+      if (c->fns && c->fns[st->kernel]) {
+        KernelFn fn = c->fns[st->kernel];
+        int nt = c->nthreads;
+        /* whole-sequence kernels split their rows over the threads */
+        if (nt > 1 && r1 - r0 >= 256) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+          for (int i = 0; i < nt; i++) fn(r0 + (r1 - r0) * i / nt, r0 + (r1 - r0) * (i + 1) / nt, w->bases);
+        } else
+          fn(r0, r1, w->bases);
+      } else
+        eval_kernel_rows(c, w, st->kernel, r0, r1);
       break;
     case PS_GEMM:
     case PS_GEMM_T: run_gemm(c, w, st, r0, r1); break;
@@ -459,7 +503,9 @@ CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, siz
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->p = p;
   c->pl = plan_new(p, scan, gates);
-  c->nthreads = 1;
+  const char *env = getenv("CELLC_THREADS");
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  c->nthreads = env && atoi(env) > 0 ? atoi(env) : ncpu > 0 ? (int)ncpu : 1;
   if (jit) {
     c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
     if (cg_llvm_compile(c, err, errlen) < 0) {
@@ -472,7 +518,7 @@ CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, siz
 
 void cpu_free(CpuCell *c) {
   if (!c) return;
-  if (profiling > 0) {
+  if (profiling > 0 && getenv("CELLC_PROFILE")) {
     static const char *names[] = {"elem", "gemm", "gemm_t", "outer_acc", "colsum", "scan", "rscan", "copy", "zero"};
     for (int k = 0; k <= PS_ZERO; k++)
       if (prof[k] > 0) fprintf(stderr, "profile: %-10s %.4f s\n", names[k], prof[k]);

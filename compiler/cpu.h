@@ -55,4 +55,12 @@ void cpu_work_free(CpuWork *w);
 void cpu_forward(CpuCell *c, CpuWork *w, CpuSeq *s);
 void cpu_backward(CpuCell *c, CpuWork *w, CpuSeq *s);
 
+/* Seconds spent per step kind (PStepKind) since the last reset, when profiling
+ * is on (cpu_set_profiling, or CELLC_PROFILE=1 in the environment). */
+void cpu_set_profiling(bool on);
+void cpu_profile_reset(void);
+const double *cpu_profile_times(void);
+/* Bytes the elementwise kernels read and wrote in per-row arrays (profiled). */
+double cpu_profile_elem_bytes(void);
+
 #endif

@@ -16,6 +16,7 @@ typedef struct Lowerer {
   Cell *c;
   Pair *memo;
   bool *done;
+  int *noise_index; /* per typed node: its noise stream (gumbel_sigmoid in training) */
 } Lowerer;
 
 static Node *T(Lowerer *L, int id) { return graph_node(&L->c->g, id); }
@@ -165,8 +166,7 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_GUMBEL: {
     if (!p->training) return real(g_unary(g, OP_SIGMOID, g_binary(g, OP_DIV, a.re, b.re)));
     Node *x = R(L, a.re);
-    int idx = p->nnoise++;
-    p->noise_sizes = xrealloc(p->noise_sizes, sizeof(int) * (size_t)p->nnoise);
+    int idx = L->noise_index[id]; /* numbered in source order */
     p->noise_sizes[idx] = node_numel(x);
     int u = g_leaf(g, OP_NOISE, idx, x->rank, x->n);
     int one = g_const(g, 1, x->rank, x->n);
@@ -246,7 +246,12 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
       p->sparts[p->nsparts++] = sp;
     }
   }
-  Lowerer L = {p, c, xcalloc((size_t)c->g.nnodes + 1, sizeof(Pair)), xcalloc((size_t)c->g.nnodes + 1, sizeof(bool))};
+  Lowerer L = {p, c, xcalloc((size_t)c->g.nnodes + 1, sizeof(Pair)), xcalloc((size_t)c->g.nnodes + 1, sizeof(bool)),
+               xcalloc((size_t)c->g.nnodes + 1, sizeof(int))};
+  if (training)
+    for (int id = 0; id < c->g.nnodes; id++)
+      if (c->g.nodes[id].op == OP_GUMBEL) L.noise_index[id] = p->nnoise++;
+  p->noise_sizes = xcalloc((size_t)p->nnoise + 1, sizeof(int));
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
     Pair v = lower(&L, si->update);
@@ -290,6 +295,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
   }
   free(L.memo);
   free(L.done);
+  free(L.noise_index);
   p->nforward = g->nnodes;
   p->dx = p->dy = -1;
   program_mark_dyn(p);

@@ -22,6 +22,8 @@ typedef struct Sched {
   int *scan_dtot;   /* node -> state part whose reverse-scanned dtotal it is (scan mode), or -1 */
   int *prev_part;   /* PREV leaf -> state part */
   bool *must_store; /* needs an array */
+  int *sum_root;    /* a GEMM product (or partial sum) that adds into this sum node, else -1 */
+  int *nusers;      /* per node: how many plan nodes read it */
   bool first_pass;  /* visiting the scan-mode dprev roots */
 } Sched;
 
@@ -99,6 +101,8 @@ static void visit(Sched *s, int id, int region_hint) {
 
 /* ---- levels: GEMMs and scans start a new level ---- */
 
+static bool is_gemm_sum(Sched *s, int id);
+
 static int level(Sched *s, int id) {
   if (s->level[id] >= 0) return s->level[id];
   Program *p = s->p;
@@ -109,6 +113,8 @@ static int level(Sched *s, int id) {
   if (is_gemm(s, id)) {
     int v = n->a[1];
     L = IN_REGION(v) ? level(s, v) + 1 : 0;
+  } else if (is_gemm_sum(s, id)) {
+    L = level(s, n->a[0]) > level(s, n->a[1]) ? level(s, n->a[0]) : level(s, n->a[1]);
   } else if (s->scan_next[id] >= 0) {
     int state = p->sparts[s->scan_next[id]].state;
     for (int q = p->spart_of[state]; q < p->nsparts && p->sparts[q].state == state; q++) {
@@ -137,11 +143,23 @@ static int level(Sched *s, int id) {
   return L;
 }
 
+/* A sum of GEMM products: ADD nodes whose arguments are products (or such
+ * sums) read only here; the GEMMs accumulate straight into the sum. */
+static bool is_gemm_sum(Sched *s, int id) {
+  Node *n = N(s, id);
+  if (n->op != OP_ADD || !s->dyn[id] || !s->vis[id]) return false;
+  for (int i = 0; i < 2; i++) {
+    int a = n->a[i];
+    if (!(is_gemm(s, a) || is_gemm_sum(s, a)) || s->nusers[a] != 1 || s->region[a] != s->region[id]) return false;
+  }
+  return n->a[0] != n->a[1];
+}
+
 /* computed by a fused elementwise kernel */
 static bool is_elem(Sched *s, int id) {
   Node *n = N(s, id);
   return s->vis[id] && s->dyn[id] && !op_is_leaf(n->op) && !is_gemm(s, id) && s->scan_next[id] < 0 &&
-         s->scan_dtot[id] < 0 && n->op != OP_OUTER;
+         s->scan_dtot[id] < 0 && n->op != OP_OUTER && !is_gemm_sum(s, id);
 }
 
 Plan *plan_new(Program *p, bool scan, bool gates) {
@@ -162,6 +180,9 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
   s->scan_next = xmalloc(sizeof(int) * (size_t)nn);
   s->scan_dtot = xmalloc(sizeof(int) * (size_t)nn);
   s->must_store = xcalloc((size_t)nn, sizeof(bool));
+  s->sum_root = xmalloc(sizeof(int) * (size_t)nn);
+  s->nusers = xcalloc((size_t)nn, sizeof(int));
+  for (int i = 0; i < nn; i++) s->sum_root[i] = -1;
   for (int i = 0; i < nn; i++) s->region[i] = R_NONE, s->level[i] = -1, s->scan_next[i] = s->scan_dtot[i] = -1;
   pl->home = xmalloc(sizeof(int) * (size_t)nn);
   pl->kernel_of = xmalloc(sizeof(int) * (size_t)nn);
@@ -262,17 +283,74 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
   Phase *phases[R_COUNT] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
   Region regs[R_COUNT] = {REG_ALL, REG_STEP, REG_ALL, REG_ALL, REG_STEP, REG_ALL, REG_FIRST};
   for (int r = 0; r < R_COUNT; r++) phases[r]->region = regs[r];
+  /* readers of each value (interface roles count as readers) */
+  for (int id = 0; id < nn; id++) {
+    if (!s->vis[id]) continue;
+    Node *n = N(s, id);
+    for (int i = 0; i < op_arity(n->op); i++) s->nusers[n->a[i]]++;
+  }
+  s->nusers[p->output]++;
+  if (p->dx >= 0) s->nusers[p->dx]++;
+  for (int i = 0; i < p->ngates; i++) s->nusers[p->gates[i].node]++;
+  for (int q = 0; q < p->nsparts; q++) {
+    StatePart *sp = &p->sparts[q];
+    s->nusers[sp->next]++;
+    if (sp->dprev >= 0) s->nusers[sp->dprev]++;
+    if (sp->g >= 0) s->nusers[sp->g]++;
+    if (sp->a >= 0) s->nusers[sp->a]++;
+    if (sp->b >= 0) s->nusers[sp->b]++;
+  }
+  for (int id = 0; id < nn; id++)
+    if (s->must_store[id]) s->nusers[id]++;
+  /* sums of GEMM products: the products write into the outermost sum */
+  for (int id = 0; id < nn; id++)
+    if (is_gemm_sum(s, id)) s->sum_root[N(s, id)->a[0]] = s->sum_root[N(s, id)->a[1]] = id;
+  for (int id = 0; id < nn; id++) {
+    int r = s->sum_root[id];
+    while (r >= 0 && s->sum_root[r] >= 0) r = s->sum_root[r];
+    s->sum_root[id] = r;
+  }
+  for (int id = 0; id < nn; id++)
+    if (s->vis[id] && s->dyn[id] && s->region[id] >= 0) level(s, id);
+  /* as late as possible: an elementwise node joins the kernel of its first reader */
+  {
+    int *cap = xmalloc(sizeof(int) * (size_t)nn);
+    for (int i = 0; i < nn; i++) cap[i] = 1 << 30;
+    for (int id = nn - 1; id >= 0; id--) {
+      if (!s->vis[id] || !s->dyn[id] || s->region[id] < 0) continue;
+      Node *n = N(s, id);
+      if (is_elem(s, id) && cap[id] != 1 << 30 && cap[id] > s->level[id]) s->level[id] = cap[id];
+      int deps[8], nd = 0, L = s->level[id], c;
+      if (is_gemm(s, id)) deps[nd++] = n->a[1], c = L - 1;
+      else if (s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0) {
+        int q0 = s->scan_next[id] >= 0 ? s->scan_next[id] : s->scan_dtot[id], st = p->sparts[q0].state;
+        for (int q = p->spart_of[st]; q < p->nsparts && p->sparts[q].state == st && nd < 6; q++) {
+          if (s->scan_next[id] >= 0) deps[nd++] = p->sparts[q].a, deps[nd++] = p->sparts[q].b;
+          else deps[nd++] = p->sparts[q].g;
+        }
+        c = L - 1;
+      } else if (n->op == OP_PREV) c = L;
+      else {
+        for (int i = 0; i < op_arity(n->op); i++) deps[nd++] = n->a[i];
+        c = L;
+      }
+      for (int i = 0; i < nd; i++) {
+        int d = deps[i];
+        if (d < 0 || !s->dyn[d] || s->region[d] != s->region[id] || op_is_leaf(N(s, d)->op)) continue;
+        if (c < cap[d]) cap[d] = c;
+      }
+    }
+    free(cap);
+  }
   int maxL[R_COUNT] = {0};
   for (int id = 0; id < nn; id++)
-    if (s->vis[id] && s->dyn[id] && s->region[id] >= 0) {
-      int L = level(s, id);
-      if (L > maxL[s->region[id]]) maxL[s->region[id]] = L;
-    }
+    if (s->vis[id] && s->dyn[id] && s->region[id] >= 0 && s->level[id] > maxL[s->region[id]]) maxL[s->region[id]] = s->level[id];
   /* which values must live in arrays: used outside their kernel */
   for (int id = 0; id < nn; id++) {
     if (!s->vis[id] || !s->dyn[id]) continue;
     Node *n = N(s, id);
-    if (is_gemm(s, id) || s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0) s->must_store[id] = true;
+    if ((is_gemm(s, id) && s->sum_root[id] < 0) || is_gemm_sum(s, id) || s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0)
+      s->must_store[id] = true;
     if (is_gemm(s, id)) s->must_store[n->a[1]] = true;
     if (!is_elem(s, id)) continue;
     for (int i = 0; i < op_arity(n->op); i++) {
@@ -330,7 +408,7 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
     }
     if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
     else push_step(scan ? &pl->fwd_pre : (s->region[id] == R_FWD_STEP || !s->dyn[id] ? &pl->fwd_step : &pl->fwd_step),
-                   (PStep){PS_COPY, -1, id, -1, -1, dst});
+                   (PStep){PS_COPY, -1, id, -1, false, -1, -1, dst});
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
@@ -339,40 +417,41 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       int gh = add_array(pl, ARR_GH0, sp->size, 0, q);
       int dst = add_slot(pl, gh, 0, 0);
       if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && is_elem(s, sp->dprev)) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_first, (PStep){PS_COPY, -1, sp->dprev, -1, -1, dst});
-      else push_step(&pl->bwd_first, (PStep){PS_ZERO, -1, -1, -1, -1, dst});
+      else if (sp->dprev >= 0) push_step(&pl->bwd_first, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, -1, dst});
+      else push_step(&pl->bwd_first, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
     } else {
       int dst = add_slot(pl, pl->dstate_array[q], 0, 0);
       if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && s->dyn[sp->dprev]) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_step, (PStep){PS_COPY, -1, sp->dprev, -1, -1, dst});
-      else push_step(&pl->bwd_step, (PStep){PS_ZERO, -1, -1, -1, -1, dst});
+      else if (sp->dprev >= 0) push_step(&pl->bwd_step, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, -1, dst});
+      else push_step(&pl->bwd_step, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
     }
   }
   /* y, the gates and dx: computed into the caller's arrays where possible */
   {
     int dst = add_slot(pl, ay, 0, 0);
     if (pl->home[p->output] < 0 && s->dyn[p->output]) pl->home[p->output] = dst;
-    else push_step(fcopy, (PStep){PS_COPY, -1, p->output, -1, -1, dst});
+    else push_step(fcopy, (PStep){PS_COPY, -1, p->output, -1, false, -1, -1, dst});
   }
   if (gates)
     for (int i = 0; i < p->ngates; i++) {
       int id = p->gates[i].node;
       int dst = add_slot(pl, add_array(pl, ARR_GATE, node_numel(N(s, id)), 0, i), 0, 0);
       if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
-      else push_step(fcopy, (PStep){PS_COPY, -1, id, -1, -1, dst});
+      else push_step(fcopy, (PStep){PS_COPY, -1, id, -1, false, -1, -1, dst});
     }
   {
     int dst = add_slot(pl, agx, 0, 0);
     Phase *bph = scan ? &pl->bwd_pre : &pl->bwd_post;
-    if (p->dx < 0) push_step(bph, (PStep){PS_ZERO, -1, -1, -1, -1, dst});
+    if (p->dx < 0) push_step(bph, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
     else if (pl->home[p->dx] < 0 && s->dyn[p->dx]) pl->home[p->dx] = dst;
-    else push_step(bph, (PStep){PS_COPY, -1, p->dx, -1, -1, dst});
+    else push_step(bph, (PStep){PS_COPY, -1, p->dx, -1, false, -1, -1, dst});
   }
   for (int id = 0; id < nn; id++)
     if (s->vis[id] && s->dyn[id] && s->must_store[id] && pl->home[id] < 0)
       pl->home[id] = add_slot(pl, add_array(pl, ARR_ROWS, node_numel(N(s, id)), 0, id), 0, 0);
 
   /* steps: per phase, per level: GEMMs, scans, then the kernel */
+  bool *first_write = xcalloc((size_t)nn, sizeof(bool));
   for (int r = 0; r < R_COUNT; r++) {
     Phase *ph = phases[r];
     PStep *tail = ph->steps;
@@ -380,14 +459,21 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
     ph->steps = NULL, ph->n = ph->cap = 0;
     for (int L = 0; L <= maxL[r]; L++) {
       for (int id = 0; id < nn; id++)
-        if (s->vis[id] && s->region[id] == r && level(s, id) == L && is_gemm(s, id))
-          push_step(ph, (PStep){N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, -1, id, -1, -1, -1});
+        if (s->vis[id] && s->region[id] == r && level(s, id) == L && is_gemm(s, id)) {
+          int root = s->sum_root[id];
+          PStep st = {N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, -1, id, root >= 0 ? root : id, false, -1, -1, -1};
+          if (root >= 0) { /* the first product into a sum overwrites, the rest add */
+            st.accumulate = first_write[root];
+            first_write[root] = true;
+          }
+          push_step(ph, st);
+        }
       for (int id = 0; id < nn; id++) {
         if (!s->vis[id] || s->region[id] != r || level(s, id) != L) continue;
         if (s->scan_next[id] >= 0 && p->sparts[s->scan_next[id]].part == 0)
-          push_step(ph, (PStep){PS_SCAN, -1, id, p->sparts[s->scan_next[id]].state, -1, -1});
+          push_step(ph, (PStep){PS_SCAN, -1, id, -1, false, p->sparts[s->scan_next[id]].state, -1, -1});
         if (s->scan_dtot[id] >= 0 && p->sparts[s->scan_dtot[id]].part == 0)
-          push_step(ph, (PStep){PS_RSCAN, -1, id, p->sparts[s->scan_dtot[id]].state, -1, -1});
+          push_step(ph, (PStep){PS_RSCAN, -1, id, -1, false, p->sparts[s->scan_dtot[id]].state, -1, -1});
       }
       Kernel k = {0};
       for (int id = 0; id < nn; id++)
@@ -397,12 +483,13 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
         }
       if (k.n) {
         VEC_PUSH(pl->kernels, pl->nkernels, pl->capkernels, k);
-        push_step(ph, (PStep){PS_ELEM, pl->nkernels - 1, -1, -1, -1, -1});
+        push_step(ph, (PStep){PS_ELEM, pl->nkernels - 1, -1, -1, false, -1, -1, -1});
       }
     }
     for (int i = 0; i < ntail; i++) push_step(ph, tail[i]);
     free(tail);
   }
+  free(first_write);
   /* the adjoints of static nodes, summed over all rows */
   for (int b = 0; b < p->nbounds; b++) {
     Boundary *bd = &p->bounds[b];
@@ -414,8 +501,8 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       if (n->op == OP_ADD && n->rank == 2) {
         stack[top++] = n->a[0];
         stack[top++] = n->a[1];
-      } else if (n->op == OP_OUTER) push_step(&pl->bwd_post, (PStep){PS_OUTER_ACC, -1, id, -1, b, -1});
-      else push_step(&pl->bwd_post, (PStep){PS_COLSUM, -1, id, -1, b, -1});
+      } else if (n->op == OP_OUTER) push_step(&pl->bwd_post, (PStep){PS_OUTER_ACC, -1, id, -1, false, -1, b, -1});
+      else push_step(&pl->bwd_post, (PStep){PS_COLSUM, -1, id, -1, false, -1, b, -1});
     }
   }
   /* bound ACC leaves used by the static backward need arrays even when unused elsewhere */
@@ -427,7 +514,7 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
     }
   }
   free(depP), free(depD), free(ancN), free(ancD);
-  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot), free(s->must_store);
+  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot), free(s->must_store), free(s->sum_root), free(s->nusers);
   return pl;
 }
 

@@ -59,6 +59,8 @@ typedef struct PStep {
   PStepKind kind;
   int kernel;
   int node;
+  int out;       /* PS_GEMM / PS_GEMM_T: where the product goes (a sum's node), accumulating when `accumulate` */
+  bool accumulate;
   int state;     /* PS_SCAN / PS_RSCAN: the state (its parts) */
   int bound;
   int dst;       /* PS_COPY / PS_ZERO: a slot */

@@ -11,8 +11,8 @@ run_suite() { # name command...
   rc=$?
   cat "$log/$name.out"
   line=$(grep -E '^[A-Za-z:]*[ ]*[0-9]+ passed, [0-9]+ failed' "$log/$name.out" | tail -n 1)
-  p=$(echo "$line" | sed -E 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\1/')
-  f=$(echo "$line" | sed -E 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\2/')
+  p=$(echo "$line" | sed -E 's/^([A-Za-z:]*[ ]*)?([0-9]+) passed, ([0-9]+) failed.*/\2/')
+  f=$(echo "$line" | sed -E 's/^([A-Za-z:]*[ ]*)?([0-9]+) passed, ([0-9]+) failed.*/\3/')
   [ -n "$line" ] || { p=0; f=1; echo "$name: no summary line (exit $rc)"; }
   [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { f=1; echo "$name: exited $rc"; }
   total_pass=$((total_pass + p)); total_fail=$((total_fail + f))

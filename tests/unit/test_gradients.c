@@ -183,3 +183,15 @@ SCAN_FORM_TEST(mgu, "stdlib/mgu.cell", NULL, "H=4,D=3")
 SCAN_FORM_TEST(lru, "stdlib/lru.cell", NULL, "H=4,D=3")
 SCAN_FORM_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=3")
 SCAN_FORM_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
+
+/* abs of a complex 0 (zero initial states in ops.cell) takes the subgradient 0: no NaN */
+Test(gradients, complex_abs_at_zero_is_finite) {
+  Case *c = case_new("tests/cells/ops.cell", NULL, "H=3,D=2", 3, 2, false, false);
+  Program *p = c->p;
+  for (int i = 0; i < p->nsparts; i++) memset(c->h0[i], 0, sizeof(double) * (size_t)(2 * p->sparts[i].size));
+  loss(c);
+  for (int i = 0; i < p->npparts; i++)
+    for (int j = 0; j < p->pparts[i].numel; j++) cr_assert(isfinite(c->gparams[i][j]), "param part %d", i);
+  for (int i = 0; i < p->nsparts; i++)
+    for (int j = 0; j < 2 * p->sparts[i].size; j++) cr_assert(isfinite(c->gh0[i][j]), "h0 part %d", i);
+}

@@ -1,0 +1,38 @@
+#!/bin/sh
+# make bench: cellc's CPU back end against PyTorch on this machine, in one run,
+# with the same thread count for both (CELLC_BENCH_THREADS, default 1), and the
+# machine's measured limits (sgemm rate, copy bandwidth). Writes the table to
+# bench/results/latest.md and prints it.
+#   CELLC_BENCH_QUICK=1  only B=64, T=512, H=D=128
+set -e
+cd "$(dirname "$0")/.."
+th=${CELLC_BENCH_THREADS:-1}
+export CELLC_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th
+out=bench/results
+mkdir -p $out
+raw=$out/latest.jsonl
+: > $raw
+B=64
+configs="512:128"
+[ -n "$CELLC_BENCH_QUICK" ] || configs="512:128 512:256 2048:128 2048:256"
+./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
+cells="gru lstm mgu mgu_see_h lru hgru mingru"
+for cfg in $configs; do
+  T=${cfg%%:*}; H=${cfg##*:}
+  for cell in $cells; do
+    file=stdlib/$cell.cell; set=""
+    [ $cell = mgu_see_h ] && { file=stdlib/mgu.cell; set="--set see_h=true"; }
+    ./build/bench_cell $file $H $H $T $B --reps 3 $set | sed "s/^{/{\"kind\": \"cellc\", \"name\": \"$cell\", /" >> $raw
+    case $cell in
+      gru|lstm) style=nn ;;
+      *) style=unbind ;;
+    esac
+    /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B $style 2 | sed 's/^{/{"kind": "torch", /' >> $raw
+    if [ $T = 512 ] && [ $H = 128 ] && [ $style = unbind ]; then
+      /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B index 1 | sed 's/^{/{"kind": "torch", /' >> $raw
+    fi
+    echo "bench: $cell T=$T H=$H done" >&2
+  done
+done
+/usr/bin/python3 bench/table.py $raw > $out/latest.md
+cat $out/latest.md

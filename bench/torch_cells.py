@@ -1,0 +1,119 @@
+"""PyTorch peers for `make bench`: nn.GRU / nn.LSTM, and the stdlib cells
+written in PyTorch the way a researcher writes a cell: one step as a
+function, a Python loop over time. Two loop styles: `unbind` (x.unbind(0):
+the efficient idiom) and `index` (x[t]: common, but each step's backward then
+materializes a full-size gradient of x, so it is quadratic in T).
+
+usage: torch_cells.py CELL H D T B STYLE REPS   (STYLE: nn | unbind | index)
+Prints one JSON line: forward+backward seconds per batch (best of REPS)."""
+import json
+import sys
+import time
+
+import torch
+
+
+def lin(o, i):
+    return (torch.randn(o, i) / i ** 0.5).requires_grad_()
+
+
+def vec(n, scale=0.0):
+    return (torch.randn(n) * scale).requires_grad_()
+
+
+def make(cell, H, D):
+    """params and a step function (x_t, states) -> (y_t, states)."""
+    if cell == "mgu" or cell == "mgu_see_h":
+        p = dict(Wzx=lin(H, D), bz=vec(H), Wix=lin(H, D), bh=vec(H))
+        see_h = cell == "mgu_see_h"
+        if see_h:
+            p["Wzh"] = lin(H, H)
+
+        def step(x, s):
+            h = s[0]
+            a = x @ p["Wzx"].T + p["bz"]
+            if see_h:
+                a = a + h @ p["Wzh"].T
+            z = torch.sigmoid(a)
+            h = z * h + (1 - z) * (x @ p["Wix"].T + p["bh"])
+            return h, (h,)
+        return p, step, lambda B: (torch.zeros(B, H),)
+    if cell == "mingru":
+        p = dict(Wz=lin(H, D), Wh=lin(H, D))
+
+        def step(x, s):
+            z = torch.sigmoid(x @ p["Wz"].T)
+            h = (1 - z) * s[0] + z * (x @ p["Wh"].T)
+            return h, (h,)
+        return p, step, lambda B: (torch.zeros(B, H),)
+    if cell == "lru":
+        p = dict(nu=vec(H, 0.1), th=vec(H, 0.1), ga=vec(H, 0.1),
+                 Bre=lin(H, D), Bim=lin(H, D), Cre=lin(D, H), Cim=lin(D, H), Dk=vec(D, 1.0))
+
+        def step(x, s):
+            h = s[0]
+            lam = torch.exp(torch.complex(-torch.exp(p["nu"]), torch.exp(p["th"])))
+            Bx = torch.complex(x @ p["Bre"].T, x @ p["Bim"].T)
+            h = lam * h + torch.exp(p["ga"]) * Bx
+            C = torch.complex(p["Cre"], p["Cim"])
+            y = (h @ C.T).real + p["Dk"] * x
+            return y, (h,)
+        return p, step, lambda B: (torch.zeros(B, H, dtype=torch.complex64),)
+    if cell == "hgru":
+        p = dict(Wf=lin(H, D), bf=vec(H), Wr=lin(H, D), br=vec(H), Wi=lin(H, D), bi=vec(H),
+                 th=vec(H, 1.0), Wg=lin(2 * H, D), bg=vec(2 * H), Wo=lin(D, 2 * H), bo=vec(D))
+        lb = 0.0
+
+        def step(x, s):
+            h = s[0]
+            lam = lb + (1 - lb) * torch.sigmoid(x @ p["Wf"].T + p["bf"])
+            c = torch.complex(torch.nn.functional.silu(x @ p["Wr"].T + p["br"]),
+                              torch.nn.functional.silu(x @ p["Wi"].T + p["bi"]))
+            h = lam * torch.exp(torch.complex(torch.zeros_like(p["th"]), p["th"])) * h + (1 - lam) * c
+            g = torch.sigmoid(x @ p["Wg"].T + p["bg"])
+            o = torch.nn.functional.layer_norm(g * torch.cat([h.real, h.imag], -1), (2 * H,))
+            return o @ p["Wo"].T + p["bo"], (h,)
+        return p, step, lambda B: (torch.zeros(B, H, dtype=torch.complex64),)
+    raise SystemExit("unknown cell " + cell)
+
+
+def run_loop(cell, H, D, T, B, style):
+    p, step, init = make(cell, H, D)
+    x = torch.randn(T, B, D, requires_grad=True)
+
+    def once():
+        s = init(B)
+        ys = []
+        xs = x.unbind(0) if style == "unbind" else None
+        for t in range(T):
+            y, s = step(xs[t] if xs is not None else x[t], s)
+            ys.append(y)
+        y = torch.stack(ys)
+        y.backward(torch.ones_like(y))
+    return once
+
+
+def run_nn(cell, H, D, T, B):
+    mod = torch.nn.GRU(D, H) if cell == "gru" else torch.nn.LSTM(D, H)
+    x = torch.randn(T, B, D, requires_grad=True)
+
+    def once():
+        y, _ = mod(x)
+        y.backward(torch.ones_like(y))
+    return once
+
+
+def main():
+    cell, H, D, T, B, style, reps = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
+    torch.manual_seed(0)
+    once = run_nn(cell, H, D, T, B) if style == "nn" else run_loop(cell, H, D, T, B, style)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        once()
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps(dict(cell=cell, H=H, D=D, T=T, B=B, style=style, threads=torch.get_num_threads(), total_s=best)))
+
+
+if __name__ == "__main__":
+    main()
