@@ -145,7 +145,7 @@ static size_t array_floats(const PlanArray *a, int T, int B) {
   switch (a->kind) {
   case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
   case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
-  case ARR_STATIC: case ARR_ACC: return (size_t)a->numel;
+  case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
   default: return 0;
   }
 }
@@ -205,9 +205,9 @@ static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_
   Graph *g = &c->p->g;
   Node *n = graph_node(g, st->node);
   Node *m = graph_node(g, n->a[0]);
-  int hy = c->pl->home[st->out], hv = c->pl->home[n->a[1]], hm = c->pl->home[n->a[0]];
+  int hy = c->pl->home[st->out], hv = c->pl->home[n->a[1]], hm = st->mat >= 0 ? st->mat : c->pl->home[n->a[0]];
   CHECK(hy >= 0 && hv >= 0 && hm >= 0);
-  int rows = (int)(r1 - r0), nO = m->n[0], nI = m->n[1];
+  int rows = (int)(r1 - r0), nO = st->mat >= 0 ? st->ncols : m->n[0], nI = m->n[1];
   float *Y = row_ptr(c, w, hy, r0);
   const float *V = row_ptr(c, w, hv, r0), *M = w->bases[hm];
   float beta = st->accumulate ? 1.0f : 0.0f;
@@ -459,6 +459,17 @@ void cpu_forward(CpuCell *c, CpuWork *w, CpuSeq *s) {
   Plan *pl = c->pl;
   work_bind(c, w, s);
   run_static(c, w, pl->static_fwd);
+  for (int i = 0; i < pl->narrays; i++) {
+    if (pl->arrays[i].kind != ARR_STACK) continue;
+    float *dst = w->arr[i];
+    int st = pl->arrays[i].index;
+    for (int m = 0; m < pl->nstack[st]; m++) {
+      int mat = pl->stacks[st][m];
+      size_t e = (size_t)node_numel(graph_node(&p->g, mat));
+      memcpy(dst, w->bases[pl->home[mat]], sizeof(float) * e);
+      dst += e;
+    }
+  }
   for (int q = 0; q < p->nsparts; q++)
     memcpy(w->arr[pl->state_array[q]], s->h0[q], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
   run_phase(c, w, &pl->fwd_pre, 0);

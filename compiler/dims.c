@@ -174,8 +174,8 @@ void dims_print(const DimTable *t, int id, const char *const *names, char *buf, 
     if (i) len += snprintf(buf + len, (size_t)(size - len), c < 0 ? " - " : " + ");
     else if (c < 0) len += snprintf(buf + len, (size_t)(size - len), "-");
     if (len >= size) break;
-    long ac = c < 0 ? -c : c;
-    if (ac != 1 || m->nv == 0) len += snprintf(buf + len, (size_t)(size - len), m->nv ? "%ld*" : "%ld", ac);
+    unsigned long ac = c < 0 ? -(unsigned long)c : (unsigned long)c; /* LONG_MIN too */
+    if (ac != 1 || m->nv == 0) len += snprintf(buf + len, (size_t)(size - len), m->nv ? "%lu*" : "%lu", ac);
     for (int k = 0; k < m->nv && len < size; k++)
       len += snprintf(buf + len, (size_t)(size - len), k ? "*%s" : "%s", names[m->v[k]]);
   }

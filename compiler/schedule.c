@@ -408,7 +408,7 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
     }
     if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
     else push_step(scan ? &pl->fwd_pre : (s->region[id] == R_FWD_STEP || !s->dyn[id] ? &pl->fwd_step : &pl->fwd_step),
-                   (PStep){PS_COPY, -1, id, -1, false, -1, -1, dst});
+                   (PStep){PS_COPY, -1, id, -1, false, -1, 0, -1, -1, dst});
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
@@ -417,34 +417,121 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       int gh = add_array(pl, ARR_GH0, sp->size, 0, q);
       int dst = add_slot(pl, gh, 0, 0);
       if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && is_elem(s, sp->dprev)) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_first, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, -1, dst});
-      else push_step(&pl->bwd_first, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
+      else if (sp->dprev >= 0) push_step(&pl->bwd_first, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, 0, -1, -1, dst});
+      else push_step(&pl->bwd_first, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
     } else {
       int dst = add_slot(pl, pl->dstate_array[q], 0, 0);
       if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && s->dyn[sp->dprev]) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_step, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, -1, dst});
-      else push_step(&pl->bwd_step, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
+      else if (sp->dprev >= 0) push_step(&pl->bwd_step, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, 0, -1, -1, dst});
+      else push_step(&pl->bwd_step, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
     }
   }
   /* y, the gates and dx: computed into the caller's arrays where possible */
   {
     int dst = add_slot(pl, ay, 0, 0);
     if (pl->home[p->output] < 0 && s->dyn[p->output]) pl->home[p->output] = dst;
-    else push_step(fcopy, (PStep){PS_COPY, -1, p->output, -1, false, -1, -1, dst});
+    else push_step(fcopy, (PStep){PS_COPY, -1, p->output, -1, false, -1, 0, -1, -1, dst});
   }
   if (gates)
     for (int i = 0; i < p->ngates; i++) {
       int id = p->gates[i].node;
       int dst = add_slot(pl, add_array(pl, ARR_GATE, node_numel(N(s, id)), 0, i), 0, 0);
       if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
-      else push_step(fcopy, (PStep){PS_COPY, -1, id, -1, false, -1, -1, dst});
+      else push_step(fcopy, (PStep){PS_COPY, -1, id, -1, false, -1, 0, -1, -1, dst});
     }
   {
     int dst = add_slot(pl, agx, 0, 0);
     Phase *bph = scan ? &pl->bwd_pre : &pl->bwd_post;
-    if (p->dx < 0) push_step(bph, (PStep){PS_ZERO, -1, -1, -1, false, -1, -1, dst});
+    if (p->dx < 0) push_step(bph, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
     else if (pl->home[p->dx] < 0 && s->dyn[p->dx]) pl->home[p->dx] = dst;
-    else push_step(bph, (PStep){PS_COPY, -1, p->dx, -1, false, -1, -1, dst});
+    else push_step(bph, (PStep){PS_COPY, -1, p->dx, -1, false, -1, 0, -1, -1, dst});
+  }
+  /* products of one vector by several matrices at one level: one GEMM with the matrices stacked */
+  int *stacked_in = xmalloc(sizeof(int) * (size_t)nn), *stack_first = NULL, *stack_mat = NULL, *stack_cols = NULL;
+  for (int i = 0; i < nn; i++) stacked_in[i] = -1;
+  for (int id = 0; id < nn; id++) {
+    if (!s->vis[id] || !is_gemm(s, id) || N(s, id)->op != OP_MATVEC || s->sum_root[id] >= 0 || stacked_in[id] >= 0 ||
+        pl->home[id] >= 0)
+      continue;
+    int members[64], nm = 0, cols = 0;
+    for (int j = id; j < nn && nm < 64; j++) {
+      if (!s->vis[j] || !is_gemm(s, j) || N(s, j)->op != OP_MATVEC || s->sum_root[j] >= 0 || stacked_in[j] >= 0 ||
+          pl->home[j] >= 0 || s->region[j] != s->region[id] || s->level[j] != s->level[id] || N(s, j)->a[1] != N(s, id)->a[1])
+        continue;
+      members[nm++] = j;
+      cols += N(s, j)->n[0];
+    }
+    if (nm < 2) continue;
+    int st = pl->nstacks++;
+    pl->stacks = xrealloc(pl->stacks, sizeof(int *) * (size_t)pl->nstacks);
+    pl->nstack = xrealloc(pl->nstack, sizeof(int) * (size_t)pl->nstacks);
+    stack_first = xrealloc(stack_first, sizeof(int) * (size_t)pl->nstacks);
+    stack_mat = xrealloc(stack_mat, sizeof(int) * (size_t)pl->nstacks);
+    stack_cols = xrealloc(stack_cols, sizeof(int) * (size_t)pl->nstacks);
+    pl->stacks[st] = xmalloc(sizeof(int) * (size_t)nm);
+    pl->nstack[st] = nm;
+    int in = N(s, id)->n[0] ? node_numel(N(s, N(s, id)->a[1])) : 0;
+    stack_mat[st] = add_slot(pl, add_array(pl, ARR_STACK, 0, cols * in, st), 0, 0);
+    stack_cols[st] = cols;
+    stack_first[st] = members[0];
+    int arr = add_array(pl, ARR_ROWS, cols, 0, members[0]), col = 0;
+    for (int m = 0; m < nm; m++) {
+      pl->stacks[st][m] = N(s, members[m])->a[0];
+      stacked_in[members[m]] = st;
+      pl->home[members[m]] = add_slot(pl, arr, 0, col);
+      col += N(s, members[m])->n[0];
+    }
+  }
+  /* a sum of M_i^T g_i: the g_i side by side in one array, one GEMM against the stacked M_i */
+  for (int root = 0; root < nn; root++) {
+    if (!is_gemm_sum(s, root) || s->sum_root[root] >= 0) continue;
+    int leaves[64], nl = 0, cols = 0;
+    bool ok = true;
+    for (int id = 0; id < nn && ok; id++) {
+      if (s->sum_root[id] != root || !is_gemm(s, id)) continue;
+      Node *n = N(s, id);
+      int gv = n->a[1];
+      ok = nl < 64 && n->op == OP_MATVEC_T && is_elem(s, gv) && s->level[id] == s->level[root] &&
+           node_numel(N(s, gv)) == N(s, n->a[0])->n[0];
+      for (int k = 0; ok && k < nl; k++) ok = N(s, leaves[k])->a[1] != gv;
+      if (ok) leaves[nl++] = id, cols += N(s, n->a[0])->n[0];
+    }
+    if (!ok || nl < 2) continue;
+    /* the g_i: all without a home yet, or already side by side in this order (another sum's stack) */
+    int placed = 0;
+    for (int m = 0; m < nl; m++) placed += pl->home[N(s, leaves[m])->a[1]] >= 0;
+    if (placed && placed != nl) continue;
+    if (placed) {
+      const Slot *first = &pl->slots[pl->home[N(s, leaves[0])->a[1]]];
+      int col = first->col;
+      for (int m = 0; m < nl && ok; m++) {
+        const Slot *sl = &pl->slots[pl->home[N(s, leaves[m])->a[1]]];
+        ok = sl->array == first->array && sl->row_off == 0 && sl->col == col &&
+             pl->arrays[sl->array].width == cols && first->col == 0;
+        col += node_numel(N(s, N(s, leaves[m])->a[1]));
+      }
+      if (!ok) continue;
+    }
+    int st = pl->nstacks++;
+    pl->stacks = xrealloc(pl->stacks, sizeof(int *) * (size_t)pl->nstacks);
+    pl->nstack = xrealloc(pl->nstack, sizeof(int) * (size_t)pl->nstacks);
+    stack_first = xrealloc(stack_first, sizeof(int) * (size_t)pl->nstacks);
+    stack_mat = xrealloc(stack_mat, sizeof(int) * (size_t)pl->nstacks);
+    stack_cols = xrealloc(stack_cols, sizeof(int) * (size_t)pl->nstacks);
+    pl->stacks[st] = xmalloc(sizeof(int) * (size_t)nl);
+    pl->nstack[st] = nl;
+    int in = N(s, N(s, leaves[0])->a[0])->n[1];
+    stack_mat[st] = add_slot(pl, add_array(pl, ARR_STACK, 0, cols * in, st), 0, 0);
+    stack_cols[st] = cols;
+    stack_first[st] = leaves[0];
+    int arr = placed ? -1 : add_array(pl, ARR_ROWS, cols, 0, leaves[0]), col = 0;
+    for (int m = 0; m < nl; m++) {
+      int gv = N(s, leaves[m])->a[1];
+      pl->stacks[st][m] = N(s, leaves[m])->a[0];
+      stacked_in[leaves[m]] = st;
+      if (!placed) pl->home[gv] = add_slot(pl, arr, 0, col);
+      col += node_numel(N(s, gv));
+    }
   }
   for (int id = 0; id < nn; id++)
     if (s->vis[id] && s->dyn[id] && s->must_store[id] && pl->home[id] < 0)
@@ -461,7 +548,13 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       for (int id = 0; id < nn; id++)
         if (s->vis[id] && s->region[id] == r && level(s, id) == L && is_gemm(s, id)) {
           int root = s->sum_root[id];
-          PStep st = {N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, -1, id, root >= 0 ? root : id, false, -1, -1, -1};
+          if (stacked_in[id] >= 0 && stack_first[stacked_in[id]] != id) continue; /* done by its stack's GEMM */
+          PStep st = {N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, -1, id, root >= 0 ? root : id, false, -1, 0, -1, -1, -1};
+          if (stacked_in[id] >= 0) {
+            st.mat = stack_mat[stacked_in[id]];
+            st.ncols = stack_cols[stacked_in[id]];
+            if (st.kind == PS_GEMM_T) st.accumulate = false; /* the one GEMM computes the whole sum */
+          }
           if (root >= 0) { /* the first product into a sum overwrites, the rest add */
             st.accumulate = first_write[root];
             first_write[root] = true;
@@ -471,9 +564,9 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       for (int id = 0; id < nn; id++) {
         if (!s->vis[id] || s->region[id] != r || level(s, id) != L) continue;
         if (s->scan_next[id] >= 0 && p->sparts[s->scan_next[id]].part == 0)
-          push_step(ph, (PStep){PS_SCAN, -1, id, -1, false, p->sparts[s->scan_next[id]].state, -1, -1});
+          push_step(ph, (PStep){PS_SCAN, -1, id, -1, false, -1, 0, p->sparts[s->scan_next[id]].state, -1, -1});
         if (s->scan_dtot[id] >= 0 && p->sparts[s->scan_dtot[id]].part == 0)
-          push_step(ph, (PStep){PS_RSCAN, -1, id, -1, false, p->sparts[s->scan_dtot[id]].state, -1, -1});
+          push_step(ph, (PStep){PS_RSCAN, -1, id, -1, false, -1, 0, p->sparts[s->scan_dtot[id]].state, -1, -1});
       }
       Kernel k = {0};
       for (int id = 0; id < nn; id++)
@@ -483,13 +576,14 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
         }
       if (k.n) {
         VEC_PUSH(pl->kernels, pl->nkernels, pl->capkernels, k);
-        push_step(ph, (PStep){PS_ELEM, pl->nkernels - 1, -1, -1, false, -1, -1, -1});
+        push_step(ph, (PStep){PS_ELEM, pl->nkernels - 1, -1, -1, false, -1, 0, -1, -1, -1});
       }
     }
     for (int i = 0; i < ntail; i++) push_step(ph, tail[i]);
     free(tail);
   }
   free(first_write);
+  free(stacked_in), free(stack_first), free(stack_mat), free(stack_cols);
   /* the adjoints of static nodes, summed over all rows */
   for (int b = 0; b < p->nbounds; b++) {
     Boundary *bd = &p->bounds[b];
@@ -501,8 +595,8 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       if (n->op == OP_ADD && n->rank == 2) {
         stack[top++] = n->a[0];
         stack[top++] = n->a[1];
-      } else if (n->op == OP_OUTER) push_step(&pl->bwd_post, (PStep){PS_OUTER_ACC, -1, id, -1, false, -1, b, -1});
-      else push_step(&pl->bwd_post, (PStep){PS_COLSUM, -1, id, -1, false, -1, b, -1});
+      } else if (n->op == OP_OUTER) push_step(&pl->bwd_post, (PStep){PS_OUTER_ACC, -1, id, -1, false, -1, 0, -1, b, -1});
+      else push_step(&pl->bwd_post, (PStep){PS_COLSUM, -1, id, -1, false, -1, 0, -1, b, -1});
     }
   }
   /* bound ACC leaves used by the static backward need arrays even when unused elsewhere */
@@ -525,6 +619,8 @@ void plan_free(Plan *pl) {
   for (int i = 0; i < pl->nkernels; i++) free(pl->kernels[i].nodes);
   free(pl->kernels), free(pl->arrays), free(pl->slots), free(pl->home), free(pl->kernel_of);
   free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array);
+  for (int i = 0; i < pl->nstacks; i++) free(pl->stacks[i]);
+  free(pl->stacks), free(pl->nstack);
   free(pl);
 }
 

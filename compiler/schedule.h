@@ -25,6 +25,7 @@ typedef enum {
   ARR_GX,      /* the caller's grad_x [T*B, x_size] */
   ARR_GATE,    /* gate (index) [T*B, width]: the caller's or ours */
   ARR_GH0,     /* the caller's grad_h0 of state part (index) [B, width] */
+  ARR_STACK,   /* [numel]: matrices stacked by rows (index: stack), filled before the forward */
 } ArrayKind;
 
 typedef struct PlanArray {
@@ -61,6 +62,8 @@ typedef struct PStep {
   int node;
   int out;       /* PS_GEMM / PS_GEMM_T: where the product goes (a sum's node), accumulating when `accumulate` */
   bool accumulate;
+  int mat;       /* PS_GEMM of stacked products: the stacked matrix's slot (else -1) */
+  int ncols;     /* ... and the stacked output's width */
   int state;     /* PS_SCAN / PS_RSCAN: the state (its parts) */
   int bound;
   int dst;       /* PS_COPY / PS_ZERO: a slot */
@@ -95,6 +98,9 @@ typedef struct Plan {
   bool *static_fwd;      /* static nodes to evaluate before the forward */
   bool *static_bwd;      /* static nodes to evaluate after the adjoints are summed */
   int *state_array;      /* per state part: its ARR_STATE array */
+  int **stacks;          /* per stack: the matrix nodes it stacks, in order */
+  int *nstack;
+  int nstacks;
   int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
 } Plan;
 
