@@ -4,7 +4,7 @@ cd "$(dirname "$0")/../.."
 pass=0; fail=0
 for t in build/asan/tests/test_*; do
   [ -x "$t" ] || continue
-  out=$(ASAN_OPTIONS=detect_leaks=0 "$t" --jobs 2 2>&1); rc=$?
+  out=$(ASAN_OPTIONS=detect_leaks=0 timeout 900 "$t" --jobs 2 2>&1); rc=$?
   echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion|ERROR' | head -40
   syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
   tested=$(echo "$syn" | sed -E 's/.*Tested: ([0-9]+).*/\1/')
