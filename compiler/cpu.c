@@ -510,20 +510,85 @@ void cpu_backward(CpuCell *c, CpuWork *w, CpuSeq *s) {
       memcpy(s->grad_h0[q], w->arr[pl->dstate_array[q]], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
 }
 
+/* ---- the cache of compiled cells ---- */
+
+struct CpuCode {
+  uint64_t *sig;   /* the program's signature: every node and the interface */
+  size_t nsig;
+  Plan *pl;
+  KernelFn *fns;
+  void *jit;
+  int refs;
+  CpuCode *next;
+};
+
+static CpuCode *cache;
+static int hits;
+
+int cpu_cache_hits(void) { return hits; }
+
+/* Everything the plan and the code depend on, as numbers: two programs with
+ * equal signatures compile to the same code. */
+static uint64_t *program_signature(const Program *p, bool scan, bool gates, bool jit, size_t *len) {
+  size_t cap = 16 + (size_t)p->g.nnodes * 8 + (size_t)p->nsparts * 8 + (size_t)p->npparts + (size_t)p->nbounds * 3 +
+               (size_t)p->ngates + (size_t)p->nnoise, n = 0;
+  uint64_t *v = xmalloc(sizeof(uint64_t) * cap);
+#define PUT(x) (v[n++] = (uint64_t)(int64_t)(x))
+  PUT(scan), PUT(gates), PUT(jit), PUT(p->g.nnodes), PUT(p->nforward), PUT(p->output), PUT(p->dx), PUT(p->dy);
+  PUT(p->nsparts), PUT(p->npparts), PUT(p->nbounds), PUT(p->ngates), PUT(p->nnoise);
+  for (int i = 0; i < p->g.nnodes; i++) {
+    const Node *x = &p->g.nodes[i];
+    uint64_t kb;
+    memcpy(&kb, &x->k, sizeof kb);
+    PUT(x->op), PUT(x->rank), PUT(x->n[0]), PUT(x->n[1]), PUT(x->a[0]), PUT(x->a[1]), PUT(x->idx), v[n++] = kb;
+  }
+  for (int i = 0; i < p->nsparts; i++) {
+    const StatePart *x = &p->sparts[i];
+    PUT(x->next), PUT(x->a), PUT(x->b), PUT(x->g), PUT(x->dtotal), PUT(x->dprev), PUT(x->dnew), PUT(x->size);
+  }
+  for (int i = 0; i < p->npparts; i++) PUT(p->pparts[i].grad);
+  for (int i = 0; i < p->nbounds; i++) PUT(p->bounds[i].node), PUT(p->bounds[i].adj), PUT(p->bounds[i].acc);
+  for (int i = 0; i < p->ngates; i++) PUT(p->gates[i].node);
+  for (int i = 0; i < p->nnoise; i++) PUT(p->noise_sizes[i]);
+#undef PUT
+  CHECK(n <= cap);
+  *len = n;
+  return v;
+}
+
 CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, size_t errlen) {
+  size_t nsig;
+  uint64_t *sig = program_signature(p, scan, gates, jit, &nsig);
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->p = p;
-  c->pl = plan_new(p, scan, gates);
   const char *env = getenv("CELLC_THREADS");
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   c->nthreads = env && atoi(env) > 0 ? atoi(env) : ncpu > 0 ? (int)ncpu : 1;
+  for (CpuCode *k = cache; k; k = k->next)
+    if (k->nsig == nsig && !memcmp(k->sig, sig, sizeof(uint64_t) * nsig)) {
+      free(sig);
+      k->refs++;
+      hits++;
+      c->code = k, c->pl = k->pl, c->fns = k->fns, c->jit = k->jit;
+      return c;
+    }
+  c->pl = plan_new(p, scan, gates);
   if (jit) {
     c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
     if (cg_llvm_compile(c, err, errlen) < 0) {
-      cpu_free(c);
+      cg_llvm_free(c);
+      plan_free(c->pl);
+      free(c->fns);
+      free(c);
+      free(sig);
       return NULL;
     }
   }
+  CpuCode *k = xcalloc(1, sizeof(CpuCode));
+  k->sig = sig, k->nsig = nsig, k->pl = c->pl, k->fns = c->fns, k->jit = c->jit, k->refs = 1;
+  k->next = cache;
+  cache = k;
+  c->code = k;
   return c;
 }
 
@@ -534,10 +599,22 @@ void cpu_free(CpuCell *c) {
     for (int k = 0; k <= PS_ZERO; k++)
       if (prof[k] > 0) fprintf(stderr, "profile: %-10s %.4f s\n", names[k], prof[k]);
   }
-  cg_llvm_free(c);
-  plan_free(c->pl);
-  free(c->fns);
+  CpuCode *k = c->code;
   free(c);
+  if (!k || --k->refs > 0) return;
+  /* the last cell using this code: drop it from the cache */
+  for (CpuCode **pp = &cache; *pp; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  CpuCell tmp = {0};
+  tmp.jit = k->jit;
+  cg_llvm_free(&tmp);
+  plan_free(k->pl);
+  free(k->fns);
+  free(k->sig);
+  free(k);
 }
 
 CpuWork *cpu_work_new(void) { return xcalloc(1, sizeof(CpuWork)); }

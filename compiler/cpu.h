@@ -27,12 +27,15 @@ typedef struct CpuSeq {
 
 typedef void (*KernelFn)(int64_t r0, int64_t r1, float **bases);
 
+typedef struct CpuCode CpuCode;
+
 typedef struct CpuCell {
   Program *p;
   Plan *pl;
   KernelFn *fns;           /* per kernel: generated code, or NULL (portable evaluator) */
   void *jit;               /* the LLVM back end's state */
   int nthreads;
+  CpuCode *code;           /* the cached plan and code this cell shares (NULL: not cached) */
 } CpuCell;
 
 /* The arrays of one sequence in flight (forward keeps what backward reads). */
@@ -49,6 +52,10 @@ typedef struct CpuWork {
  * code with LLVM (else the portable evaluator runs the kernels). NULL with a
  * message in err on failure. */
 CpuCell *cpu_compile(Program *p, bool scan, bool gates, bool jit, char *err, size_t errlen);
+/* Compiled plans and code are cached in the process by a hash of the lowered
+ * graph (which encodes the cell, its dims and options) and the mode: an equal
+ * program reuses them. How many compilations the cache saved so far: */
+int cpu_cache_hits(void);
 void cpu_free(CpuCell *c);
 CpuWork *cpu_work_new(void);
 void cpu_work_free(CpuWork *w);

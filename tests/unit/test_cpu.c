@@ -172,3 +172,32 @@ CPU_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
 CPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
 CPU_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
 CPU_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+
+/* A second compile of an equal program (another layer of the same cell) reuses
+ * the cached plan and code; a different dims binding compiles anew. */
+Test(cpu, cache_by_program) {
+  Arena arena = {0};
+  Cell *c1 = load_cell(&arena, "stdlib/gru.cell", NULL, "H=6,D=3");
+  Cell *c2 = load_cell(&arena, "stdlib/gru.cell", NULL, "H=6,D=3");
+  Cell *c3 = load_cell(&arena, "stdlib/gru.cell", NULL, "H=7,D=3");
+  Program *p1 = lower_cell(c1, false, false), *p2 = lower_cell(c2, false, false), *p3 = lower_cell(c3, false, false);
+  ad_differentiate(p1), ad_differentiate(p2), ad_differentiate(p3);
+  char err[256];
+  int before = cpu_cache_hits();
+  CpuCell *a = cpu_compile(p1, false, false, true, err, sizeof err);
+  CpuCell *b = cpu_compile(p2, false, false, true, err, sizeof err);
+  CpuCell *d = cpu_compile(p3, false, false, true, err, sizeof err);
+  cr_assert(a && b && d);
+  cr_expect_eq(cpu_cache_hits(), before + 1);
+  cr_expect(a->fns == b->fns && a->pl == b->pl, "equal programs share code");
+  cr_expect(a->fns != d->fns, "other dims compile anew");
+  /* the first owner goes away; the second still runs, and a third lookup still hits */
+  cpu_free(a);
+  program_free(p1);
+  CpuCell *e = cpu_compile(p2, false, false, true, err, sizeof err);
+  cr_expect_eq(cpu_cache_hits(), before + 2);
+  cpu_free(b), cpu_free(e), cpu_free(d);
+  program_free(p2), program_free(p3);
+  cell_free(c1), cell_free(c2), cell_free(c3);
+  arena_free(&arena);
+}
