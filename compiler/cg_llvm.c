@@ -539,9 +539,11 @@ int cg_llvm_compile(CpuCell *c, char *err, size_t errlen) {
   LLVMDisposeMessage(msg);
   LLVMTargetMachineRef tm = host_machine(err, errlen);
   if (!tm) return -1;
-  char *layout = LLVMCopyStringRepOfTargetData(LLVMCreateTargetDataLayout(tm));
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+  char *layout = LLVMCopyStringRepOfTargetData(td);
   LLVMSetDataLayout(cg.mod, layout);
   LLVMDisposeMessage(layout);
+  LLVMDisposeTargetData(td);
   char *triple = LLVMGetTargetMachineTriple(tm);
   LLVMSetTarget(cg.mod, triple);
   LLVMDisposeMessage(triple);

@@ -383,8 +383,8 @@ int cmd_run(int argc, char **argv) {
   for (int i = 0; i < np && !status; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t ps[2] = {pi->n[0], pi->n[1]};
-    tensor_init(&params[i], arena_strdup(&arena, xasprintf("param.%s", pi->name)), pi->rank, ps, pi->cplx);
-    tensor_init(&gparams[i], arena_strdup(&arena, xasprintf("grad.param.%s", pi->name)), pi->rank, ps, pi->cplx);
+    tensor_init(&params[i], arena_printf(&arena, "param.%s", pi->name), pi->rank, ps, pi->cplx);
+    tensor_init(&gparams[i], arena_printf(&arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
     known[nknown++] = params[i].name, known[nknown++] = gparams[i].name;
     int r = tensor_take(&params[i], IN, a.inputs);
     if (r < 0) status = 1;
@@ -408,10 +408,10 @@ int cmd_run(int argc, char **argv) {
   for (int i = 0; i < ns && !status; i++) {
     StateInfo *si = &c->states[i];
     int nd = lead_shape(shape, 1, lead1, si->rank, si->n);
-    tensor_init(&h0[i], arena_strdup(&arena, xasprintf("h0.%s", si->name)), nd, shape, si->cplx);
-    tensor_init(&dfinal[i], arena_strdup(&arena, xasprintf("dfinal.%s", si->name)), nd, shape, si->cplx);
-    tensor_init(&final[i], arena_strdup(&arena, xasprintf("final.%s", si->name)), nd, shape, si->cplx);
-    tensor_init(&gh0[i], arena_strdup(&arena, xasprintf("grad.h0.%s", si->name)), nd, shape, si->cplx);
+    tensor_init(&h0[i], arena_printf(&arena, "h0.%s", si->name), nd, shape, si->cplx);
+    tensor_init(&dfinal[i], arena_printf(&arena, "dfinal.%s", si->name), nd, shape, si->cplx);
+    tensor_init(&final[i], arena_printf(&arena, "final.%s", si->name), nd, shape, si->cplx);
+    tensor_init(&gh0[i], arena_printf(&arena, "grad.h0.%s", si->name), nd, shape, si->cplx);
     known[nknown++] = h0[i].name, known[nknown++] = dfinal[i].name;
     known[nknown++] = final[i].name, known[nknown++] = gh0[i].name;
     int r = tensor_take(&h0[i], IN, a.inputs);
@@ -441,12 +441,12 @@ int cmd_run(int argc, char **argv) {
   for (int i = 0; i < ng; i++) {
     Node *gn = graph_node(&p->g, p->gates[i].node);
     int nd = lead_shape(shape, 2, lead2, gn->rank, gn->n);
-    tensor_init(&gates[i], arena_strdup(&arena, xasprintf("gate.%s", c->gates[i].name)), nd, shape, false);
+    tensor_init(&gates[i], arena_printf(&arena, "gate.%s", c->gates[i].name), nd, shape, false);
     known[nknown++] = gates[i].name;
   }
   for (int i = 0; i < p->nnoise && !status; i++) {
     int64_t s3[3] = {T, B, p->noise_sizes[i]};
-    tensor_init(&noise[i], arena_strdup(&arena, xasprintf("noise.%d", i)), 3, s3, false);
+    tensor_init(&noise[i], arena_printf(&arena, "noise.%d", i), 3, s3, false);
     known[nknown++] = noise[i].name;
     int r = tensor_take(&noise[i], IN, a.inputs);
     if (r < 0) status = 1;

@@ -76,6 +76,18 @@ char *arena_strndup(Arena *a, const char *s, size_t n) {
 
 char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
 
+char *arena_printf(Arena *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = arena_alloc(a, (size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
 void arena_free(Arena *a) {
   for (ArenaBlock *b = a->head, *next; b; b = next) {
     next = b->next;

@@ -33,6 +33,7 @@ typedef struct Arena {
 void *arena_alloc(Arena *a, size_t n); /* zeroed, 16-byte aligned */
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);
 
 /* Growable array of T: `T *items; int n, cap;` fields, grown by vec_push. */
