@@ -1,0 +1,307 @@
+/* task.c: the table of tasks, key checking, task_new/free, batch allocation and the pieces every task
+ * shares: per-batch rng streams, hashing and the per-epoch order of fixed datasets. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "task_impl.h"
+
+static const TaskDef *const task_defs[] = {
+#define X(id) &id##_def,
+    TASK_LIST(X)
+#undef X
+};
+static const TaskNewFn task_ctors[] = {
+#define X(id) id##_new,
+    TASK_LIST(X)
+#undef X
+};
+static const char *const task_name_list[] = {
+#define X(id) #id,
+    TASK_LIST(X)
+#undef X
+};
+#define TASK_COUNT ((int)(sizeof task_defs / sizeof task_defs[0]))
+_Static_assert(sizeof task_ctors / sizeof task_ctors[0] == sizeof task_defs / sizeof task_defs[0], "task table");
+
+const TaskDef *task_find(const char *name) {
+  for (int i = 0; i < TASK_COUNT; i++)
+    if (strcmp(task_defs[i]->name, name) == 0)
+      return task_defs[i];
+  return NULL;
+}
+
+int task_names(const char *const **names) {
+  *names = task_name_list;
+  return TASK_COUNT;
+}
+
+int task_key_index(const TaskDef *def, const char *key) {
+  for (int i = 0; i < def->nkeys; i++)
+    if (strcmp(def->keys[i].name, key) == 0)
+      return i;
+  return -1;
+}
+
+void task_defaults(const TaskDef *def, double *num, const char **str) {
+  for (int i = 0; i < def->nkeys; i++) {
+    const TaskKey *k = &def->keys[i];
+    if (num)
+      num[i] = NAN;
+    if (str)
+      str[i] = NULL;
+    switch (k->type) {
+    case TKEY_INT:
+    case TKEY_REAL:
+      if (num && k->def)
+        num[i] = strtod(k->def, NULL);
+      break;
+    case TKEY_BOOL:
+      if (num && k->def)
+        num[i] = strcmp(k->def, "true") == 0;
+      break;
+    case TKEY_STRING:
+    case TKEY_PATH:
+      if (str)
+        str[i] = k->def;
+      break;
+    default:
+      UNREACHABLE("task key type");
+    }
+  }
+}
+
+int task_err(const Task *t, char *err, size_t errlen, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (err && errlen)
+    snprintf(err, errlen, "%s: %s", t->def->name, msg);
+  return -1;
+}
+
+/* Checks one key's value against its type and range; -1 with a message naming the key. */
+static int check_key(const Task *t, const TaskKey *k, double v, const char *s, char *err, size_t errlen) {
+  switch (k->type) {
+  case TKEY_INT:
+    if (isnan(v) && !k->def)
+      return task_err(t, err, errlen, "%s is required (%s)", k->name, k->doc);
+    if (!isfinite(v) || v != floor(v))
+      return task_err(t, err, errlen, "%s must be an integer, not %g", k->name, v);
+    if (v < k->min || v > k->max)
+      return task_err(t, err, errlen, "%s %.0f is out of range [%.0f, %.0f]", k->name, v, k->min, k->max);
+    return 0;
+  case TKEY_REAL:
+    if (isnan(v) && !k->def)
+      return task_err(t, err, errlen, "%s is required (%s)", k->name, k->doc);
+    if (!isfinite(v) || v < k->min || v > k->max)
+      return task_err(t, err, errlen, "%s %g is out of range [%g, %g]", k->name, v, k->min, k->max);
+    return 0;
+  case TKEY_BOOL:
+    if (v != 0 && v != 1)
+      return task_err(t, err, errlen, "%s must be true or false, not %g", k->name, v);
+    return 0;
+  case TKEY_STRING:
+    if (!s)
+      return task_err(t, err, errlen, "%s is required (%s)", k->name, k->doc);
+    return 0;
+  case TKEY_PATH:
+    if (!k->def && (!s || !*s))
+      return task_err(t, err, errlen, "%s is required (%s)", k->name, k->doc);
+    return 0;
+  default:
+    UNREACHABLE("task key type");
+  }
+}
+
+int task_new(const TaskDef *def, const double *num, const char *const *str, uint64_t seed, Task **out, char *err,
+             size_t errlen) {
+  CHECK(def && out);
+  *out = NULL;
+  Task *t = xcalloc(1, sizeof *t);
+  t->def = def;
+  t->seed = seed;
+  t->num = xcalloc((size_t)def->nkeys + 1, sizeof *t->num);
+  t->str = xcalloc((size_t)def->nkeys + 1, sizeof *t->str);
+  t->perm_epoch[0] = t->perm_epoch[1] = -1;
+  const char **dstr = xcalloc((size_t)def->nkeys + 1, sizeof *dstr);
+  task_defaults(def, t->num, dstr);
+  for (int i = 0; i < def->nkeys; i++) {
+    const TaskKey *k = &def->keys[i];
+    bool is_str = k->type == TKEY_STRING || k->type == TKEY_PATH;
+    if (is_str) {
+      const char *s = str ? str[i] : dstr[i];
+      if (check_key(t, k, NAN, s, err, errlen))
+        goto fail;
+      t->num[i] = NAN;
+      t->str[i] = s && *s ? xstrdup(s) : NULL;
+    } else {
+      if (num)
+        t->num[i] = num[i];
+      if (check_key(t, k, t->num[i], NULL, err, errlen))
+        goto fail;
+    }
+  }
+  free(dstr);
+  dstr = NULL;
+  t->shape.loss = def->loss;
+  t->shape.readout = def->readout;
+  int i = 0;
+  while (task_defs[i] != def) {
+    i++;
+    CHECK(i < TASK_COUNT); /* def must come from task_find */
+  }
+  if (task_ctors[i](t, err, errlen))
+    goto fail;
+  CHECK(t->batch && t->shape.length > 0 && t->shape.out_dim > 0);
+  CHECK(t->shape.token_input ? t->shape.vocab > 0 : t->shape.in_dim > 0);
+  *out = t;
+  return 0;
+fail:
+  free(dstr);
+  task_free(t);
+  return -1;
+}
+
+void task_free(Task *t) {
+  if (!t)
+    return;
+  if (t->free)
+    t->free(t);
+  for (int i = 0; i < t->def->nkeys; i++)
+    free(t->str[i]);
+  free(t->str);
+  free(t->num);
+  free(t->perm[0]);
+  free(t->perm[1]);
+  free(t);
+}
+
+TaskShape task_shape(const Task *t) { return t->shape; }
+
+void task_batch(Task *t, TaskSplit split, int64_t index, int B, TaskBatch *out) {
+  CHECK(t && out && B > 0 && index >= 0);
+  CHECK(split == TASK_TRAIN || split == TASK_VALID || split == TASK_TEST);
+  const TaskShape *s = &t->shape;
+  size_t T = (size_t)s->length, nb = (size_t)B;
+  memset(out, 0, sizeof *out);
+  out->T = s->length;
+  out->B = B;
+  if (s->token_input)
+    out->tokens = xcalloc(T * nb, sizeof *out->tokens);
+  else
+    out->x = xcalloc(T * nb * (size_t)s->in_dim, sizeof *out->x);
+  bool all = s->readout == TASK_READ_ALL;
+  if (s->loss == TASK_LOSS_CE) {
+    out->cls = xcalloc(all ? T * nb : nb, sizeof *out->cls);
+    if (all)
+      for (size_t i = 0; i < T * nb; i++)
+        out->cls[i] = -1;
+  } else {
+    out->y = xcalloc((all ? T * nb : nb) * (size_t)s->out_dim, sizeof *out->y);
+  }
+  if (all)
+    out->mask = xcalloc(T * nb, sizeof *out->mask);
+  t->batch(t, split, index, out);
+}
+
+void task_batch_free(TaskBatch *b) {
+  if (!b)
+    return;
+  free(b->tokens);
+  free(b->x);
+  free(b->cls);
+  free(b->y);
+  free(b->mask);
+  memset(b, 0, sizeof *b);
+}
+
+/* ---- shared helpers ---- */
+
+static int key_of(const Task *t, const char *key) {
+  int i = task_key_index(t->def, key);
+  CHECK(i >= 0);
+  return i;
+}
+
+double task_num(const Task *t, const char *key) {
+  int i = key_of(t, key);
+  CHECK(t->def->keys[i].type != TKEY_STRING && t->def->keys[i].type != TKEY_PATH);
+  return t->num[i];
+}
+
+int task_int(const Task *t, const char *key) {
+  int i = key_of(t, key);
+  CHECK(t->def->keys[i].type == TKEY_INT);
+  return (int)t->num[i];
+}
+
+const char *task_str(const Task *t, const char *key) {
+  int i = key_of(t, key);
+  CHECK(t->def->keys[i].type == TKEY_STRING || t->def->keys[i].type == TKEY_PATH);
+  return t->str[i];
+}
+
+uint64_t task_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t task_hash(const void *p, size_t n, uint64_t key) {
+  const unsigned char *c = p;
+  uint64_t h = 1469598103934665603ull ^ task_mix64(key + 0x9e3779b97f4a7c15ull); /* FNV-1a, keyed */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ c[i]) * 1099511628211ull;
+  return task_mix64(h);
+}
+
+void task_rng(const Task *t, const char *salt, TaskSplit split, int64_t index, Rng *r) {
+  uint64_t s = task_mix64(rng_stream_of(t->def->name) ^ task_mix64(rng_stream_of(salt)));
+  s = task_mix64(s + (uint64_t)split + 1);
+  s = task_mix64(s ^ (uint64_t)index);
+  rng_seed(r, t->seed, s);
+}
+
+int64_t task_fixed_item(Task *t, TaskSplit split, int64_t pos) {
+  int64_t n = t->shape.split_size[split];
+  CHECK(n > 0 && pos >= 0);
+  if (split != TASK_TRAIN)
+    return pos % n;
+  int64_t epoch = pos / n;
+  int slot = t->perm_epoch[0] == epoch ? 0 : t->perm_epoch[1] == epoch ? 1 : -1;
+  if (slot < 0) {
+    slot = t->perm_next;
+    t->perm_next ^= 1;
+    if (!t->perm[slot])
+      t->perm[slot] = xmalloc((size_t)n * sizeof(int64_t));
+    int64_t *p = t->perm[slot];
+    Rng r;
+    task_rng(t, "epoch", TASK_TRAIN, epoch, &r);
+    for (int64_t i = 0; i < n; i++)
+      p[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+      int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
+      int64_t tmp = p[i];
+      p[i] = p[j];
+      p[j] = tmp;
+    }
+    t->perm_epoch[slot] = epoch;
+  }
+  return t->perm[slot][pos % n];
+}
+
+void task_fixed_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out, TaskItemFn fill) {
+  for (int b = 0; b < out->B; b++)
+    fill(t, split, task_fixed_item(t, split, index * out->B + b), b, out);
+}
+
+char *task_read_file(const Task *t, const char *path, size_t *len, char *err, size_t errlen) {
+  char *buf = read_file(path, len);
+  if (!buf)
+    task_err(t, err, errlen, "cannot open '%s': %s", path, strerror(errno));
+  return buf;
+}
