@@ -360,6 +360,20 @@ int cmd_run(int argc, char **argv) {
   Program *p = lower_cell(c, a.train, scan);
   ad_differentiate(p);
   int T = a.T, B = a.B;
+  {
+    /* what the run holds per row, roughly: inputs, outputs, their gradients, and (interp) every value */
+    double per_row = 4.0 * (p->x_size + p->output_size) + 4.0 * p->g.nnodes;
+    for (int i = 0; i < p->nsparts; i++) per_row += 4.0 * p->sparts[i].size;
+    double bytes = per_row * 8.0 * T * B;
+    if (bytes > 64.0 * (1 << 30)) {
+      diag_plain("--T %d --B %d: the run would need about %.0f GiB; use a smaller T or B", T, B, bytes / (1 << 30));
+      program_free(p);
+      cell_free(c);
+      arena_free(&arena);
+      if (have_in) sft_free(&in);
+      return 1;
+    }
+  }
   const SftFile *IN = have_in ? &in : NULL;
   int status = 0;
   int np = c->nparams, ns = c->nstates, ng = c->ngates;
