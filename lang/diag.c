@@ -94,6 +94,8 @@ const char *diag_nearest(const char *name, const char *const *cands, int n) {
   for (int i = 0; i < n; i++) {
     if (!cands[i] || !strcmp(cands[i], name)) continue;
     int d = edit_distance(name, cands[i]);
+    int longer = (int)(strlen(name) > strlen(cands[i]) ? strlen(name) : strlen(cands[i]));
+    if (d >= longer) continue; /* nothing in common: 'K' is not a near miss of 'D' */
     if (d < bestd) bestd = d, best = cands[i];
   }
   int len = (int)strlen(name);

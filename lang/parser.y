@@ -27,6 +27,8 @@ void parse_error(Lexer *lx, const char *msg);
 }
 
 %code {
+#include <string.h>
+
 #define A (lx->arena)
 static Expr *mk_expr(Lexer *lx, ExprKind k, Loc loc, Expr *a, Expr *b) {
   Expr *e = arena_alloc(A, sizeof(Expr));
@@ -268,6 +270,8 @@ args:
 %%
 
 void parse_error(Lexer *lx, const char *msg) {
+  /* Bison's stack overflow says only "memory exhausted" */
+  if (!strcmp(msg, "memory exhausted")) msg = "nested too deeply (the parser's stack is full)";
   diag_error(lx->last, "%s", msg);
 }
 
