@@ -9,6 +9,8 @@
 int cmd_check(int argc, char **argv);
 int cmd_derive(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 /* Prints the message and the usage; returns 2. fmt has one %s. */
 int cli_usage_error(const char *fmt, const char *arg);

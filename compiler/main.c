@@ -20,6 +20,10 @@ static void usage(FILE *f) {
           "      [--T 16] [--B 3] [--seed 7] [--inputs IN.safetensors] [--backend interp|cpu]\n"
           "      [--mode auto|scan|sequential] [--precision f32|f64] [--train]\n"
           "      run one cell on data, forward and backward, and write every tensor\n"
+          "  train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume]\n"
+          "      train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR\n"
+          "  eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...\n"
+          "      evaluate a checkpoint on the task's test split\n"
           "\n"
           "exit status: 0 success, 1 bad input, 2 bad usage, 3 the run failed, 70 internal error\n");
 }
@@ -41,6 +45,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
   if (!strcmp(cmd, "derive")) return cmd_derive(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     usage(stdout);
     return 0;

@@ -1,0 +1,581 @@
+/* cmd_train.c: `cellc train` (the training loop: batches, optimizer, schedule, evaluation,
+ * checkpoints, metrics, progress, Ctrl-C and NaN handling) and `cellc eval`. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cfg.h"
+#include "cli.h"
+#include "model.h"
+#include "optim.h"
+#include "safetensors.h"
+
+#define MAX_SETS 256
+#define CHECKPOINT_FORMAT "cellc-checkpoint-1"
+
+typedef struct TrainArgs {
+  const char *cell, *cfg, *out, *checkpoint;
+  const char *sets[MAX_SETS];
+  int nsets;
+  bool resume;
+} TrainArgs;
+
+/* Everything a run holds. */
+typedef struct Run {
+  TrainArgs a;
+  Cfg *cfg;
+  Task *task;
+  TaskShape shape;
+  Model *model;
+  Opt *opt;
+  size_t *moff;     /* per tensor: where its moments start (part 0; part 1 follows), or SIZE_MAX */
+  OptSchedule sched;
+  int64_t steps, step;
+  int B;
+  uint64_t seed;
+  char *dir;
+  FILE *metrics;
+  bool tty;
+  double t0;        /* when training started (this process) */
+  double elapsed0;  /* elapsed seconds carried over from a resumed run */
+} Run;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig) {
+  interrupted = 1;
+  signal(sig, SIG_DFL); /* a second Ctrl-C ends at once */
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int usage(bool eval, const char *fmt, const char *arg) {
+  fprintf(stderr, "cellc %s: ", eval ? "eval" : "train");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nusage: cellc train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume]\n"
+                  "       cellc eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...\n");
+  return 2;
+}
+
+static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
+  for (int i = 0; i < argc; i++) {
+    const char *s = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(s, "--set")) {
+      if (!has_value) return usage(eval, "%s needs KEY=VALUE", s);
+      if (a->nsets == MAX_SETS) return usage(eval, "too many %s", s);
+      a->sets[a->nsets++] = argv[++i];
+    } else if (!strcmp(s, "--out") && !eval) {
+      if (!has_value) return usage(eval, "%s needs a directory", s);
+      a->out = argv[++i];
+    } else if (!strcmp(s, "--resume") && !eval) {
+      a->resume = true;
+    } else if (!strcmp(s, "--checkpoint") && eval) {
+      if (!has_value) return usage(eval, "%s needs a file", s);
+      a->checkpoint = argv[++i];
+    } else if (s[0] == '-' && s[1]) {
+      return usage(eval, "unknown flag '%s'", s);
+    } else if (!a->cell) {
+      a->cell = s;
+    } else if (!a->cfg) {
+      a->cfg = s;
+    } else {
+      return usage(eval, "unexpected argument '%s'", s);
+    }
+  }
+  if (!a->cell || !a->cfg) return usage(eval, "%s", "needs MODEL.cell and TASK.cfg");
+  if (eval && !a->checkpoint) return usage(eval, "%s", "needs --checkpoint FILE");
+  if (a->resume && !a->out) return usage(eval, "%s", "--resume needs --out DIR (the run to continue)");
+  return 0;
+}
+
+/* ---- setup ---- */
+
+static int make_dirs(const char *path) {
+  char *p = xstrdup(path);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) return free(p), -1;
+      *s = '/';
+    }
+  int rc = mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+  free(p);
+  return rc;
+}
+
+static int build_optimizer(Run *r) {
+  Cfg *c = r->cfg;
+  OptKind kind = OPT_ADAMW;
+  opt_kind_from_name(cfg_word(c, "train.optimizer"), &kind);
+  r->opt = opt_new(kind);
+  const char *const *tags;
+  int ntags = cfg_optim_tags(c, &tags);
+  int *group = xcalloc((size_t)ntags + 1, sizeof(int));
+  bool *used = xcalloc((size_t)ntags + 1, sizeof(bool));
+  for (int g = 0; g <= ntags; g++) {
+    char key[256];
+    const char *sec = g ? tags[g - 1] : NULL;
+    OptHyper h = {0};
+#define KEY(name) (sec ? (snprintf(key, sizeof key, "optim.%s." name, sec), key) : "train." name)
+    h.lr_scale = sec ? cfg_real(c, KEY("lr_scale")) : 1.0;
+    h.weight_decay = cfg_real(c, KEY("weight_decay"));
+    h.momentum = cfg_real(c, KEY("momentum"));
+    h.eps = cfg_real(c, KEY("eps"));
+    const double *betas;
+    cfg_reals(c, KEY("betas"), &betas);
+#undef KEY
+    h.beta1 = betas[0], h.beta2 = betas[1];
+    int idx = opt_group(r->opt, h);
+    if (g) group[g - 1] = idx;
+  }
+  int n = model_ntensors(r->model);
+  r->moff = xcalloc((size_t)n + 1, sizeof(size_t));
+  for (int i = 0; i < n; i++) {
+    ModelTensor *t = model_tensor(r->model, i);
+    r->moff[i] = SIZE_MAX;
+    if (!t->learned) continue;
+    int gi = 0; /* the default group */
+    for (int j = 0; j < t->ntags && !gi; j++)
+      for (int g = 0; g < ntags; g++)
+        if (!strcmp(t->tags[j], tags[g])) gi = group[g], used[g] = true;
+    r->moff[i] = r->opt->nparams;
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->val[part], t->grad[part], (size_t)t->numel);
+  }
+  int status = 0;
+  for (int g = 0; g < ntags && !status; g++)
+    if (!used[g]) {
+      char key[256];
+      snprintf(key, sizeof key, "optim.%s", tags[g]);
+      cfg_error(c, key, false, "no param of the model carries the tag '%s'", tags[g]);
+      status = 1;
+    }
+  free(group), free(used);
+  OptScheduleKind sk = OPT_CONSTANT;
+  opt_schedule_from_name(cfg_word(c, "train.schedule"), &sk);
+  r->sched.kind = sk;
+  r->sched.lr = cfg_real(c, "train.lr");
+  r->sched.min_lr = cfg_real(c, "train.min_lr");
+  r->sched.total = r->steps;
+  r->sched.warmup = opt_warmup_steps(cfg_real(c, "train.warmup"), r->steps);
+  return status;
+}
+
+/* Loads the configuration, the task and the model; returns 0 or the exit status. */
+static int setup(Run *r) {
+  r->cfg = cfg_load(r->a.cfg, r->a.sets, r->a.nsets);
+  if (!r->cfg) return 1;
+  Cfg *c = r->cfg;
+  if (!strcmp(cfg_word(c, "train.device"), "cuda")) {
+    diag_plain("train.device = cuda: the CUDA back end is not built yet; use train.device = cpu");
+    return 3;
+  }
+  r->steps = cfg_int(c, "train.steps");
+  r->B = (int)cfg_int(c, "train.batch");
+  r->seed = (uint64_t)cfg_int(c, "train.seed");
+  const TaskDef *def = cfg_task(c);
+  double *num = xcalloc((size_t)def->nkeys + 1, sizeof(double));
+  const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
+  cfg_task_values(c, num, str);
+  char err[1024];
+  int rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
+  free(num), free(str);
+  if (rc < 0) {
+    diag_plain("%s: [task] %s", r->a.cfg, err);
+    return 1;
+  }
+  r->shape = task_shape(r->task);
+  r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->B, r->seed);
+  if (!r->model) return 1;
+  return build_optimizer(r);
+}
+
+static void teardown(Run *r) {
+  if (r->metrics) fclose(r->metrics);
+  model_free(r->model);
+  opt_free(r->opt);
+  if (r->task) task_free(r->task);
+  cfg_free(r->cfg);
+  free(r->moff);
+  free(r->dir);
+}
+
+/* ---- checkpoints ---- */
+
+/* A tensor's planes as the file holds them: complex interleaved [..., 2]. */
+static float *interleave(const ModelTensor *t, float *const *planes) {
+  int parts = t->cplx ? 2 : 1;
+  float *buf = xmalloc(sizeof(float) * (size_t)(t->numel * parts + 1));
+  for (int64_t j = 0; j < t->numel; j++)
+    for (int part = 0; part < parts; part++) buf[j * parts + part] = planes[part][j];
+  return buf;
+}
+
+static void moment_planes(const Run *r, int i, float *m_or_v, float **planes) {
+  const ModelTensor *t = model_tensor(r->model, i);
+  planes[0] = m_or_v + r->moff[i];
+  planes[1] = planes[0] + t->numel;
+}
+
+static char *config_text(const Cfg *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cfg_write(c, f);
+  fclose(f);
+  return buf;
+}
+
+static int write_checkpoint(Run *r, const char *path) {
+  SftWriter *w = sft_writer_new();
+  float **bufs = xcalloc((size_t)(3 * model_ntensors(r->model) + 1), sizeof(float *));
+  int nb = 0;
+  for (int i = 0; i < model_ntensors(r->model); i++) {
+    ModelTensor *t = model_tensor(r->model, i);
+    bufs[nb] = interleave(t, t->val);
+    sft_add(w, t->name, SFT_F32, t->ndim, t->shape, bufs[nb++]);
+    if (r->moff[i] == SIZE_MAX) continue;
+    float *planes[2];
+    moment_planes(r, i, r->opt->m, planes);
+    bufs[nb] = interleave(t, planes);
+    char *name = xasprintf("optim.m.%s", t->name);
+    sft_add(w, name, SFT_F32, t->ndim, t->shape, bufs[nb++]);
+    free(name);
+    if (r->opt->v) {
+      moment_planes(r, i, r->opt->v, planes);
+      bufs[nb] = interleave(t, planes);
+      name = xasprintf("optim.v.%s", t->name);
+      sft_add(w, name, SFT_F32, t->ndim, t->shape, bufs[nb++]);
+      free(name);
+    }
+  }
+  int64_t step = r->step;
+  sft_add(w, "optim.step", SFT_I64, 0, NULL, &step);
+  char *cfgtext = config_text(r->cfg), num[64];
+  sft_set_meta(w, "format", CHECKPOINT_FORMAT);
+  sft_set_meta(w, "cell", model_cell_name(r->model));
+  sft_set_meta(w, "cell_source", model_cell_source(r->model));
+  sft_set_meta(w, "config", cfgtext);
+  snprintf(num, sizeof num, "%lld", (long long)r->step);
+  sft_set_meta(w, "step", num);
+  snprintf(num, sizeof num, "%.17g", r->elapsed0 + (r->t0 > 0 ? now() - r->t0 : 0));
+  sft_set_meta(w, "elapsed_s", num);
+  char err[512];
+  int rc = sft_write(w, path, err, sizeof err);
+  if (rc < 0) diag_plain("%s", err);
+  sft_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  free(bufs), free(cfgtext);
+  return rc;
+}
+
+/* Reads a checkpoint into the model (and the optimizer, when `with_opt`). */
+static int read_checkpoint(Run *r, const char *path, bool with_opt) {
+  SftFile f = {0};
+  char err[512];
+  if (sft_read(path, &f, err, sizeof err) < 0) {
+    diag_plain("%s", err);
+    return 1;
+  }
+  int status = 0;
+  const char *fmt = sft_meta(&f, "format");
+  if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT)) {
+    diag_plain("%s: not a cellc checkpoint (no \"format\": \"%s\" in its metadata)", path, CHECKPOINT_FORMAT);
+    status = 1;
+  }
+  for (int i = 0; i < model_ntensors(r->model) && !status; i++) {
+    ModelTensor *t = model_tensor(r->model, i);
+    for (int which = 0; which < (with_opt && r->moff[i] != SIZE_MAX ? (r->opt->v ? 3 : 2) : 1) && !status; which++) {
+      char *name = which == 0 ? xstrdup(t->name) : xasprintf("optim.%s.%s", which == 1 ? "m" : "v", t->name);
+      const SftTensor *s = sft_find(&f, name);
+      bool ok = s && s->ndim == t->ndim && (s->dtype == SFT_F32 || s->dtype == SFT_F64);
+      for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
+      if (!ok) {
+        if (!s) diag_plain("%s: no tensor '%s': the checkpoint was written for another model or configuration", path, name);
+        else diag_plain("%s: tensor '%s' has the wrong shape or type for this model", path, name);
+        status = 1;
+      } else {
+        float *planes[2];
+        if (which == 0) planes[0] = t->val[0], planes[1] = t->val[1];
+        else moment_planes(r, i, which == 1 ? r->opt->m : r->opt->v, planes);
+        int parts = t->cplx ? 2 : 1;
+        for (int64_t j = 0; j < t->numel; j++)
+          for (int part = 0; part < parts; part++) planes[part][j] = (float)sft_get(s, j * parts + part);
+      }
+      free(name);
+    }
+  }
+  const SftTensor *st = sft_find(&f, "optim.step");
+  if (!status && (!st || st->numel != 1)) {
+    diag_plain("%s: no optim.step", path);
+    status = 1;
+  }
+  if (!status) {
+    r->step = (int64_t)sft_get(st, 0);
+    if (with_opt) r->opt->step = r->step;
+    const char *el = sft_meta(&f, "elapsed_s");
+    r->elapsed0 = el ? atof(el) : 0;
+  }
+  sft_free(&f);
+  return status;
+}
+
+/* ---- metrics and progress ---- */
+
+static void json_num(FILE *f, const char *key, double v, bool last) {
+  if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
+  else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+static void metric(Run *r, const char *split, double loss, double acc, double lr, double gnorm, double tps) {
+  if (!r->metrics) return;
+  fprintf(r->metrics, "{\"step\":%lld,\"split\":\"%s\",", (long long)r->step, split);
+  json_num(r->metrics, "loss", loss, false);
+  json_num(r->metrics, "accuracy", acc, false);
+  json_num(r->metrics, "lr", lr, false);
+  json_num(r->metrics, "grad_norm", gnorm, false);
+  json_num(r->metrics, "tokens_per_s", tps, false);
+  json_num(r->metrics, "elapsed_s", r->elapsed0 + now() - r->t0, true);
+  fprintf(r->metrics, "}\n");
+  fflush(r->metrics);
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+  if (!isfinite(s) || s < 0) snprintf(buf, n, "?");
+  else if (s < 60) snprintf(buf, n, "%.0fs", s);
+  else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+}
+
+/* A line above the progress bar (or a plain line off a terminal). */
+static void say(Run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(Run *r, const char *fmt, ...) {
+  if (r->tty) fputs("\r\033[K", stdout);
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
+
+static void progress(Run *r, double loss, double acc, double rate) {
+  int width = 24, done = (int)((double)width * (double)r->step / (double)r->steps);
+  char bar[64], eta[32];
+  for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
+  bar[width] = 0;
+  fmt_time(eta, sizeof eta, rate > 0 ? (double)(r->steps - r->step) / rate : NAN);
+  printf("\r\033[K[%s] step %lld/%lld loss %.4f", bar, (long long)r->step, (long long)r->steps, loss);
+  if (isfinite(acc)) printf(" acc %.3f", acc);
+  printf(" | %.1f steps/s ETA %s", rate, eta);
+  fflush(stdout);
+}
+
+/* ---- evaluation ---- */
+
+typedef struct EvalResult {
+  double loss, accuracy;
+} EvalResult;
+
+/* The mean loss and accuracy over a split: `batches` batches of a generated task, or the whole
+ * of a fixed split (its last batch counting only the sequences the split holds). */
+static EvalResult evaluate(Run *r, TaskSplit split, int64_t batches) {
+  int64_t size = r->shape.split_size[split], n = batches;
+  if (size > 0) n = (size + r->B - 1) / r->B;
+  double loss = 0;
+  int64_t counted = 0, correct = 0;
+  bool classify = false;
+  for (int64_t i = 0; i < n; i++) {
+    TaskBatch b = {0};
+    task_batch(r->task, split, i, r->B, &b);
+    int rows = size > 0 && (i + 1) * r->B > size ? (int)(size - i * r->B) : r->B;
+    ModelLoss l = model_batch(r->model, &b, false, 0, rows);
+    task_batch_free(&b);
+    loss += l.loss * (double)l.counted;
+    counted += l.counted, correct += l.correct;
+    classify = l.classify;
+  }
+  EvalResult e = {counted ? loss / (double)counted : NAN, classify && counted ? (double)correct / (double)counted : NAN};
+  return e;
+}
+
+static void print_final(Run *r, EvalResult e) {
+  if (r->tty) fputs("\r\033[K", stdout);
+  printf("final: step=%lld loss=%.6g accuracy=%.6g\n", (long long)r->step, e.loss, e.accuracy);
+  fflush(stdout);
+}
+
+/* ---- training ---- */
+
+static int write_text_atomic(const char *path, const char *text) {
+  char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  int rc = -1;
+  if (f) {
+    bool ok = fputs(text, f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    rc = ok && rename(tmp, path) == 0 ? 0 : -1;
+  }
+  if (rc < 0) {
+    diag_plain("cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+  }
+  free(tmp);
+  return rc;
+}
+
+static char *default_dir(Run *r) {
+  char stamp[32];
+  time_t t = time(NULL);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return xasprintf("runs/%s-%s-%s", model_cell_name(r->model), cfg_word(r->cfg, "task.name"), stamp);
+}
+
+static int train_loop(Run *r) {
+  char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
+  int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
+  int64_t eval_batches = cfg_int(r->cfg, "eval.batches");
+  double tokens = (double)r->B * (double)r->shape.length;
+  double int_loss = 0, int_gnorm = 0, int_time = 0, last_bar = 0;
+  int64_t int_counted = 0, int_correct = 0, int_steps = 0;
+  bool classify = r->shape.loss == TASK_LOSS_CE, have_ckpt = r->a.resume;
+  int status = 0;
+  while (r->step < r->steps) {
+    if (interrupted) {
+      say(r, "interrupted at step %lld: writing %s\n", (long long)r->step, ckpt);
+      status = write_checkpoint(r, ckpt) < 0 ? 3 : 130;
+      break;
+    }
+    double t = now();
+    TaskBatch b = {0};
+    task_batch(r->task, TASK_TRAIN, r->step, r->B, &b);
+    ModelLoss l = model_batch(r->model, &b, true, r->step, r->B);
+    task_batch_free(&b);
+    double gnorm = opt_clip(r->opt, cfg_real(r->cfg, "train.clip"));
+    if (!isfinite(l.loss) || !isfinite(gnorm)) {
+      say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
+          isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite",
+          have_ckpt ? "The last good checkpoint is " : "No checkpoint was written yet", have_ckpt ? ckpt : "");
+      status = 3;
+      break;
+    }
+    double lr = opt_lr_at(&r->sched, r->step);
+    opt_step(r->opt, lr);
+    r->step++;
+    double dt = now() - t;
+    int_time += dt, int_steps++;
+    int_loss += l.loss, int_gnorm += gnorm;
+    int_counted += l.counted, int_correct += l.correct;
+    double acc = classify && int_counted ? (double)int_correct / (double)int_counted : NAN;
+    if (r->tty && (now() - last_bar > 0.1 || r->step == r->steps)) {
+      progress(r, int_loss / (double)int_steps, acc, (double)int_steps / int_time);
+      last_bar = now();
+    }
+    if (r->step % log_every == 0 || r->step == r->steps) {
+      double tps = tokens * (double)int_steps / int_time;
+      metric(r, "train", int_loss / (double)int_steps, acc, lr, int_gnorm / (double)int_steps, tps);
+      if (!r->tty) {
+        printf("step %lld/%lld loss %.4f", (long long)r->step, (long long)r->steps, int_loss / (double)int_steps);
+        if (classify) printf(" acc %.3f", acc);
+        printf(" lr %.3g grad_norm %.3g | %.0f tokens/s\n", lr, int_gnorm / (double)int_steps, tps);
+        fflush(stdout);
+      }
+      int_loss = int_gnorm = int_time = 0;
+      int_counted = int_correct = int_steps = 0;
+    }
+    if (r->step % eval_every == 0 || r->step == r->steps) {
+      EvalResult e = evaluate(r, TASK_VALID, eval_batches);
+      metric(r, "valid", e.loss, e.accuracy, NAN, NAN, NAN);
+      if (classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
+      else say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
+      if (write_checkpoint(r, ckpt) < 0) {
+        status = 3;
+        break;
+      }
+      have_ckpt = true;
+    }
+  }
+  free(ckpt);
+  return status;
+}
+
+int cmd_train(int argc, char **argv) {
+  Run r = {0};
+  int rc = parse_args(argc, argv, &r.a, false);
+  if (rc) return rc;
+  rc = setup(&r);
+  if (!rc) {
+    r.dir = r.a.out ? xstrdup(r.a.out) : default_dir(&r);
+    char *ckpt = xasprintf("%s/checkpoint.safetensors", r.dir);
+    if (r.a.resume) {
+      if (access(ckpt, F_OK) != 0) {
+        diag_plain("--resume: %s does not exist", ckpt);
+        rc = 1;
+      } else rc = read_checkpoint(&r, ckpt, true);
+    } else if (make_dirs(r.dir) < 0) {
+      diag_plain("cannot create %s: %s", r.dir, strerror(errno));
+      rc = 3;
+    }
+    free(ckpt);
+  }
+  if (!rc) {
+    char *cfgpath = xasprintf("%s/config.cfg", r.dir), *text = config_text(r.cfg);
+    if (write_text_atomic(cfgpath, text) < 0) rc = 3;
+    free(cfgpath), free(text);
+    char *mpath = xasprintf("%s/metrics.jsonl", r.dir);
+    if (!rc && !(r.metrics = fopen(mpath, r.a.resume ? "a" : "w"))) {
+      diag_plain("cannot write %s: %s", mpath, strerror(errno));
+      rc = 3;
+    }
+    free(mpath);
+  }
+  if (!rc) {
+    r.tty = isatty(STDOUT_FILENO);
+    r.t0 = now();
+    printf("cellc train: %s; task %s, T=%d, batch %d, %lld steps%s; writing %s\n", model_summary(r.model),
+           cfg_word(r.cfg, "task.name"), r.shape.length, r.B, (long long)r.steps, r.a.resume ? " (resumed)" : "", r.dir);
+    if (r.a.resume) printf("resuming at step %lld\n", (long long)r.step);
+    fflush(stdout);
+    struct sigaction sa = {0}, old_int, old_term;
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    rc = train_loop(&r);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (!rc) {
+      EvalResult e = evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches"));
+      metric(&r, "test", e.loss, e.accuracy, NAN, NAN, NAN);
+      print_final(&r, e);
+    }
+  }
+  teardown(&r);
+  return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+  Run r = {0};
+  int rc = parse_args(argc, argv, &r.a, true);
+  if (rc) return rc;
+  rc = setup(&r);
+  if (!rc) rc = read_checkpoint(&r, r.a.checkpoint, false);
+  if (!rc) {
+    r.t0 = now();
+    print_final(&r, evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches")));
+  }
+  teardown(&r);
+  return rc;
+}
