@@ -332,6 +332,8 @@ void cpu_profile_reset(void) {
 double cpu_profile_elem_bytes(void) { return prof_elem_bytes; }
 
 /* Bytes an elementwise kernel moves per row: every per-row array it reads or writes. */
+#define PARALLEL_MIN_BYTES (1 << 20)
+
 static double kernel_row_bytes(CpuCell *c, int k) {
   Plan *pl = c->pl;
   Graph *g = &c->p->g;
@@ -378,8 +380,9 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_
       if (c->fns && c->fns[st->kernel]) {
         KernelFn fn = c->fns[st->kernel];
         int nt = c->nthreads;
-        /* whole-sequence kernels split their rows over the threads */
-        if (nt > 1 && r1 - r0 >= 256) {
+        /* kernels with enough work split their rows over the threads (a parallel region costs
+         * microseconds, far more on a loaded machine: small per-step kernels run on one thread) */
+        if (nt > 1 && (double)(r1 - r0) * kernel_row_bytes(c, st->kernel) >= PARALLEL_MIN_BYTES) {
 #pragma omp parallel for num_threads(nt) schedule(static)
           for (int i = 0; i < nt; i++) fn(r0 + (r1 - r0) * i / nt, r0 + (r1 - r0) * (i + 1) / nt, w->bases);
         } else
