@@ -109,13 +109,9 @@ static double mix_normal(void) {
 
 /* The training-mode loss: it draws the same dropout mask and gumbel noise on every call with
  * the same step; the gradients it writes are ignored. */
-static double loss_at(Fix *f, const TaskBatch *b, int64_t step) {
-  return model_batch(f->m, b, true, step, f->B).loss;
-}
+static double loss_at(Fix *f, const TaskBatch *b, int64_t step) { return model_batch(f->m, b, true, step, f->B).loss; }
 
-static bool close_enough(double fd, double an) {
-  return fabs(fd - an) <= FD_ATOL + FD_RTOL * fmax(fabs(fd), fabs(an));
-}
+static bool close_enough(double fd, double an) { return fabs(fd - an) <= FD_ATOL + FD_RTOL * fmax(fabs(fd), fabs(an)); }
 
 /* What a check found. */
 typedef struct GradReport {
@@ -254,6 +250,16 @@ Test(model_grad, embed_stack_mgu_sees_h_sequential) {
   expect_gradients("stdlib/mgu.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 5\noption.see_h = true\n" TRAIN);
 }
 
+Test(model_grad, embed_stack_mgu_forced_sequential) {
+  expect_gradients("stdlib/mgu.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 5\ndropout = 0.1\n"
+                                              "[train]\nbatch = 3\nseed = 5\nmode = sequential\n");
+}
+
+Test(model_grad, drawn_initial_state) {
+  expect_gradients("tests/cells/learned_gate.cell",
+                   COPYING "[model]\ncell = drawn_state\nlayers = 2\nwidth = 4\nhidden = 5\n" TRAIN);
+}
+
 Test(model_grad, embed_stack_lstm_two_states) {
   expect_gradients("stdlib/lstm.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\ndropout = 0.1\n" TRAIN);
 }
@@ -268,7 +274,8 @@ Test(model_grad, linear_stack_lru_mse_mean) {
 
 Test(model_grad, learned_state_and_gumbel_noise) {
   Fix f;
-  build_ok(&f, "tests/cells/learned_gate.cell", COPYING "[model]\ncell = learned_gate\nlayers = 2\nwidth = 4\nhidden = 5\n" TRAIN);
+  build_ok(&f, "tests/cells/learned_gate.cell",
+           COPYING "[model]\ncell = learned_gate\nlayers = 2\nwidth = 4\nhidden = 5\n" TRAIN);
   ModelTensor *h0 = find_tensor(f.m, "layer.1.h.init");
   cr_assert_not_null(h0, "no layer.1.h.init");
   cr_assert(h0->learned && h0->numel == 5);
@@ -312,25 +319,27 @@ Test(model_grad, residual_rms_norm_mlp_mean) {
 
 Test(model_grad, residual_batch_norm_glu_lru) {
   expect_gradients("stdlib/lru.cell", ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 5\nblock = residual\nnorm = batch\n"
-                                            "mixer = glu\ndropout = 0.2\n" TRAIN);
+                                             "mixer = glu\ndropout = 0.2\n" TRAIN);
 }
 
 Test(model_grad, residual_batch_norm_mlp_readout_all) {
   expect_gradients("stdlib/mgu.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = batch\n"
-                                             "mixer = mlp\n" TRAIN);
+                                              "mixer = mlp\n" TRAIN);
 }
 
 Test(model_grad, residual_no_norm_no_mixer) {
-  expect_gradients("stdlib/gru.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\ndropout = 0.3\n" TRAIN);
+  expect_gradients("stdlib/gru.cell",
+                   COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\ndropout = 0.3\n" TRAIN);
 }
 
 Test(model_grad, residual_layer_norm_no_mixer) {
-  expect_gradients("stdlib/mgu.cell", ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = layer\n" TRAIN);
+  expect_gradients("stdlib/mgu.cell",
+                   ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = layer\n" TRAIN);
 }
 
 Test(model_grad, residual_no_norm_mlp) {
   expect_gradients("stdlib/mgu.cell", ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nmixer = mlp\n"
-                                            "dropout = 0.2\n" TRAIN);
+                                             "dropout = 0.2\n" TRAIN);
 }
 
 Test(model_grad, residual_hgru_complex_per_layer_option) {
@@ -341,7 +350,8 @@ Test(model_grad, residual_hgru_complex_per_layer_option) {
 /* The check itself: a gradient 10% off, or one coordinate wrong, fails it. */
 Test(model_grad, check_detects_a_wrong_gradient) {
   Fix f;
-  build_ok(&f, "stdlib/gru.cell", XOR "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = layer\nmixer = glu\n" TRAIN);
+  build_ok(&f, "stdlib/gru.cell",
+           XOR "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = layer\nmixer = glu\n" TRAIN);
   const char *names[] = {"layer.0.Whz", "layer.1.norm.weight", "layer.0.mixer.w1", "embed.weight", "head.bias"};
   for (int i = 0; i < 5; i++) {
     cr_assert_not_null(find_tensor(f.m, names[i]), "no %s", names[i]);
@@ -351,7 +361,8 @@ Test(model_grad, check_detects_a_wrong_gradient) {
   }
   fix_free(&f);
   /* complex params and a learned complex initial state */
-  build_ok(&f, "tests/cells/learned_gate.cell", ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = batch\n" TRAIN);
+  build_ok(&f, "tests/cells/learned_gate.cell",
+           ADDING "[model]\ncell = learned_scan\nlayers = 2\nwidth = 4\nhidden = 4\nblock = residual\nnorm = batch\n" TRAIN);
   const char *cplx[] = {"layer.0.h.init", "layer.1.Bm", "layer.0.th", "encoder.weight", "layer.1.norm.bias"};
   for (int i = 0; i < 5; i++) {
     cr_assert_not_null(find_tensor(f.m, cplx[i]), "no %s", cplx[i]);
@@ -475,22 +486,26 @@ Test(model, partial_batch_counts_its_rows) {
 /* init.PARAM for every layer, layer.K.init.PARAM for one (it wins). */
 Test(model, init_overrides) {
   Fix f;
-  build_ok(&f, "stdlib/mgu.cell", COPYING "[model]\nlayers = 3\nwidth = 4\nhidden = 4\ninit.bz = zeros\nlayer.1.init.bz = const(0.25)\n" TRAIN);
+  build_ok(&f, "stdlib/mgu.cell",
+           COPYING "[model]\nlayers = 3\nwidth = 4\nhidden = 4\ninit.bz = zeros\nlayer.1.init.bz = const(0.25)\n" TRAIN);
   for (int k = 0; k < 3; k++) {
     char name[32];
     snprintf(name, sizeof name, "layer.%d.bz", k);
     ModelTensor *t = find_tensor(f.m, name);
     cr_assert_not_null(t);
-    for (int64_t j = 0; j < t->numel; j++) cr_assert_eq(t->val[0][j], k == 1 ? 0.25f : 0.0f, "%s[%lld] = %g", name, (long long)j, t->val[0][j]);
+    for (int64_t j = 0; j < t->numel; j++)
+      cr_assert_eq(t->val[0][j], k == 1 ? 0.25f : 0.0f, "%s[%lld] = %g", name, (long long)j, t->val[0][j]);
   }
   fix_free(&f);
 }
 
 Test(model, tensor_names) {
   Fix f;
-  build_ok(&f, "stdlib/lru.cell", ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 3\nblock = residual\nnorm = layer\nmixer = glu\n" TRAIN);
-  const char *want[] = {"encoder.weight", "encoder.bias", "layer.0.nu_log", "layer.0.B", "layer.1.C", "layer.1.norm.weight",
-                        "layer.1.norm.bias", "layer.0.mixer.w1", "layer.0.mixer.b3", "head.weight", "head.bias"};
+  build_ok(&f, "stdlib/lru.cell",
+           ADDING "[model]\nlayers = 2\nwidth = 4\nhidden = 3\nblock = residual\nnorm = layer\nmixer = glu\n" TRAIN);
+  const char *want[] = {"encoder.weight",   "encoder.bias",        "layer.0.nu_log",    "layer.0.B",
+                        "layer.1.C",        "layer.1.norm.weight", "layer.1.norm.bias", "layer.0.mixer.w1",
+                        "layer.0.mixer.b3", "head.weight",         "head.bias"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert_not_null(find_tensor(f.m, want[i]), "no %s", want[i]);
   ModelTensor *B = find_tensor(f.m, "layer.0.B");
   cr_assert(B->cplx && B->ndim == 3 && B->shape[0] == 3 && B->shape[1] == 4 && B->shape[2] == 2);
@@ -564,8 +579,9 @@ Test(model_errors, embed_encoder_on_real_values) {
 }
 
 Test(model_errors, residual_cell_output_differs_from_width) {
-  expect_model_error("stdlib/mgu.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 6\nblock = residual\n" TRAIN,
-                     NEEDLES("residual blocks add the cell's output to its input", "outputs 6 values per step", "model.width is 4"));
+  expect_model_error(
+      "stdlib/mgu.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 6\nblock = residual\n" TRAIN,
+      NEEDLES("residual blocks add the cell's output to its input", "outputs 6 values per step", "model.width is 4"));
 }
 
 Test(model_errors, norm_needs_residual_blocks) {
