@@ -1289,6 +1289,16 @@ static bool bind(Checker *k) {
   for (int i = 0; i < c->ndims; i++) values[i] = -1;
   for (int i = 0; i < k->o->ndims; i++) {
     const Binding *b = &k->o->dims[i];
+    bool known = false;
+    for (int j = 0; j < c->ndims; j++) known = known || !strcmp(c->dims[j].name, b->name);
+    if (!known && !k->o->any_dims) {
+      const char **names = arena_alloc(k->arena, sizeof(char *) * (size_t)(c->ndims + 1));
+      for (int j = 0; j < c->ndims; j++) names[j] = c->dims[j].name;
+      const char *near = diag_nearest(b->name, names, c->ndims);
+      if (near) diag_plain("--dims %s=%s: cell '%s' has no dim '%s'; did you mean '%s'?", b->name, b->value, c->name, b->name, near);
+      else diag_plain("--dims %s=%s: cell '%s' has no dim '%s'", b->name, b->value, c->name, b->name);
+      longjmp(k->fail, 1);
+    }
     for (int j = 0; j < c->ndims; j++)
       if (!strcmp(c->dims[j].name, b->name)) {
         char *end;

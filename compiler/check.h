@@ -121,6 +121,7 @@ typedef struct CheckOptions {
   bool training;        /* gumbel_sigmoid samples noise */
   bool force_scan;      /* --mode scan: an error when a state is nonlinear */
   bool force_sequential;
+  bool any_dims;        /* a --dims name the cell lacks is skipped (check of a file with several cells) */
 } CheckOptions;
 
 /* Parses a file and its imports (relative to the file, then stdlib_dir).

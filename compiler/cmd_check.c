@@ -259,6 +259,8 @@ int cmd_check(int argc, char **argv) {
   o.ndims = a.ndims;
   o.force_scan = a.mode && !strcmp(a.mode, "scan");
   o.force_sequential = a.mode && !strcmp(a.mode, "sequential");
+  o.any_dims = true;
+  bool dim_used[64] = {false};
   cJSON *root = cJSON_CreateObject();
   cJSON *cells = cJSON_AddArrayToObject(root, "cells");
   int status = 0, shown = 0;
@@ -270,6 +272,8 @@ int cmd_check(int argc, char **argv) {
       status = 1;
       break;
     }
+    for (int d = 0; d < a.ndims; d++)
+      for (int j = 0; j < c->ndims; j++) dim_used[d] = dim_used[d] || !strcmp(a.dims[d].name, c->dims[j].name);
     if (json) cJSON_AddItemToArray(cells, cell_json(c));
     else {
       if (shown++) printf("\n");
@@ -281,6 +285,11 @@ int cmd_check(int argc, char **argv) {
     diag_plain("no cell named '%s' in %s", a.cell, a.file);
     status = 1;
   }
+  for (int d = 0; d < a.ndims && status == 0 && shown + (json ? 1 : 0) > 0; d++)
+    if (!dim_used[d]) {
+      diag_plain("--dims %s=%s: no cell has a dim '%s'", a.dims[d].name, a.dims[d].value, a.dims[d].name);
+      status = 1;
+    }
   if (status == 0 && json) {
     char *text = cJSON_Print(root);
     printf("%s\n", text);
