@@ -434,6 +434,27 @@ static int write_text_atomic(const char *path, const char *text) {
   return rc;
 }
 
+/* On --resume: the lines a run wrote after its checkpoint's step are dropped (the resumed run
+ * writes them again), so metrics.jsonl reads as one uninterrupted run. */
+static int drop_metrics_after(const char *path, int64_t step) {
+  size_t len;
+  char *text = read_file(path, &len);
+  if (!text) return errno == ENOENT ? 0 : (diag_plain("cannot read %s: %s", path, strerror(errno)), -1);
+  char *out = xmalloc(len + 1), *o = out;
+  for (char *line = text; *line;) {
+    char *end = strchr(line, '\n');
+    size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+    const char *s = strstr(line, "\"step\":");
+    bool keep = !s || s > line + n || strtoll(s + 7, NULL, 10) <= step;
+    if (keep && (!end || n > 1)) memcpy(o, line, n), o += n;
+    line += n;
+  }
+  *o = 0;
+  int rc = write_text_atomic(path, out);
+  free(text), free(out);
+  return rc;
+}
+
 static char *default_dir(Run *r) {
   char stamp[32];
   time_t t = time(NULL);
@@ -498,6 +519,14 @@ static int train_loop(Run *r) {
     if (r->step % eval_every == 0 || r->step == r->steps) {
       EvalResult e = evaluate(r, TASK_VALID, eval_batches);
       metric(r, "valid", e.loss, e.accuracy, NAN, NAN, NAN);
+      if (!isfinite(e.loss)) {
+        /* an update can blow the params up while the training loss and gradient were finite:
+         * keep the last good checkpoint rather than overwrite it with this model */
+        say(r, "step %lld: the valid loss is %s; stopping. %s%s\n", (long long)r->step, isnan(e.loss) ? "NaN" : "infinite",
+            have_ckpt ? "The last good checkpoint is " : "No checkpoint was written yet", have_ckpt ? ckpt : "");
+        status = 3;
+        break;
+      }
       if (classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
       else say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
       if (write_checkpoint(r, ckpt) < 0) {
@@ -535,6 +564,7 @@ int cmd_train(int argc, char **argv) {
     if (write_text_atomic(cfgpath, text) < 0) rc = 3;
     free(cfgpath), free(text);
     char *mpath = xasprintf("%s/metrics.jsonl", r.dir);
+    if (!rc && r.a.resume && drop_metrics_after(mpath, r.step) < 0) rc = 3;
     if (!rc && !(r.metrics = fopen(mpath, r.a.resume ? "a" : "w"))) {
       diag_plain("cannot write %s: %s", mpath, strerror(errno));
       rc = 3;
