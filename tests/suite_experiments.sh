@@ -55,7 +55,7 @@ hidden = 64
 [train]
 steps = 2000
 batch = 64
-lr = 3e-3
+lr = 6e-3
 schedule = cosine
 warmup = 100
 
