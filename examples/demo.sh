@@ -1,13 +1,23 @@
 #!/bin/sh
-# make demo: the main job on a built-in default. Today: the analysis of every
-# standard cell, then one GRU run forward and backward on the interpreter.
+# make demo: the main job on a built-in default. The analysis of one standard
+# cell, then a small model trained on a built-in task (about a minute on two cores).
 set -e
 cd "$(dirname "$0")/.."
-for f in stdlib/*.cell; do
-  ./bin/cellc check "$f"
-  echo
-done
+
+echo '$ cellc check stdlib/mgu.cell'
+./bin/cellc check stdlib/mgu.cell
+echo
+
+# The minimal gated unit (linear recurrence, run as a scan) learns to copy 5
+# tokens across 20 blanks: the loss falls from ln 10 and the accuracy on the
+# marker steps rises from chance (12.5%) to about 99%.
 out=$(mktemp -d)
-./bin/cellc run stdlib/gru.cell --backend interp --dims H=8,D=4 --T 16 --B 3 --seed 1 --out "$out/gru.safetensors"
-echo "cellc run stdlib/gru.cell --backend interp: wrote $out/gru.safetensors"
-rm -rf "$out"
+trap 'rm -rf "$out"' EXIT
+echo "\$ cellc train stdlib/mgu.cell examples/small/copying.cfg --out $out/run --set log.every=250"
+./bin/cellc train stdlib/mgu.cell examples/small/copying.cfg --out "$out/run" --set log.every=250
+echo
+echo "the run directory $out/run held:"
+ls -l "$out/run"
+echo "its last metrics record (the test split):"
+tail -n 1 "$out/run/metrics.jsonl"
+echo "(removing $out)"
