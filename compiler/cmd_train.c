@@ -316,6 +316,19 @@ static int read_checkpoint(Run *r, const char *path, bool with_opt) {
       free(name);
     }
   }
+  /* a tensor this model does not have: the checkpoint belongs to another model or configuration */
+  for (int k = 0; k < f.n && !status; k++) {
+    const char *name = f.tensors[k].name;
+    if (!strcmp(name, "optim.step")) continue;
+    if (!strncmp(name, "optim.m.", 8) || !strncmp(name, "optim.v.", 8)) name += 8;
+    bool known = false;
+    for (int i = 0; i < model_ntensors(r->model) && !known; i++) known = !strcmp(model_tensor(r->model, i)->name, name);
+    if (!known) {
+      diag_plain("%s: tensor '%s' is not part of this model: the checkpoint was written for another model or configuration",
+                 path, f.tensors[k].name);
+      status = 1;
+    }
+  }
   const SftTensor *st = sft_find(&f, "optim.step");
   if (!status && (!st || st->numel != 1)) {
     diag_plain("%s: no optim.step", path);

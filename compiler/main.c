@@ -2,6 +2,7 @@
  * load (lex, parse, imports) -> check -> analyze -> lower -> differentiate ->
  * run on a back end. */
 #include <limits.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,6 +42,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* a closed pipe (cellc ... | head) ends the output, not the process by a signal */
+  signal(SIGPIPE, SIG_IGN);
   const char *cmd = argv[1];
   if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
   if (!strcmp(cmd, "derive")) return cmd_derive(argc - 2, argv + 2);
