@@ -279,6 +279,14 @@ check("eval with the run's config.cfg reproduces the final line", re2.rc == 0 an
 r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.hidden=6")
 check("eval of a checkpoint written for another model exits 1 naming a tensor",
       r.rc == 1 and "layer.0." in r.err and "checkpoint" in r.err, r.why())
+r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.option.see_h=true")
+check("eval with a model that has an extra param (see_h) exits 1 naming it",
+      r.rc == 1 and "layer.0.Wzh" in r.err, r.why())
+d_seeh = outdir("seeh")
+cellc("train", MGU, copying, "--out", d_seeh, "--set", "model.option.see_h=true", "--set", "train.steps=2")
+r = cellc("eval", MGU, copying, "--checkpoint", os.path.join(d_seeh, "checkpoint.safetensors"))
+check("eval of a checkpoint with a tensor the model lacks (see_h) exits 1 naming it",
+      r.rc == 1 and "layer.0.Wzh" in r.err and "not part of this model" in r.err, r.why())
 
 
 # on a terminal: a progress bar, and still the final line last
