@@ -40,4 +40,7 @@ for cfg in $configs; do
 done
 ./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
 /usr/bin/python3 bench/table.py $raw > $out/latest.md
+# training throughput, cellc train against the same model in PyTorch (summary lines appended)
+{ echo; echo "Training throughput (GRU, B=64, T=512, H=128, tokens/s):"; echo; } >> $out/latest.md
+sh bench/train_throughput.sh $out/train.jsonl 2>/dev/null | sed 's/^/    /' >> $out/latest.md
 cat $out/latest.md
