@@ -318,7 +318,9 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
       diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
       return -1;
     }
-    L->work[v] = cpu_work_new();
+    /* without gumbel noise the two programs are one (the compile cache shares the plan): one set
+     * of work arrays serves both, so evaluation needs no memory beyond training's */
+    L->work[v] = v == 1 && L->cc[1]->pl == L->cc[0]->pl ? L->work[0] : cpu_work_new();
   }
   return 0;
 }
@@ -684,7 +686,7 @@ void model_free(Model *m) {
     int nsp = L->prog[0] ? L->prog[0]->nsparts : 0, nno = L->prog[0] ? L->prog[0]->nnoise : 0;
     for (int v = 0; v < 2; v++) {
       Program *p = L->prog[v];
-      if (L->work[v]) cpu_work_free(L->work[v]);
+      if (L->work[v] && (v == 0 || L->work[1] != L->work[0])) cpu_work_free(L->work[v]);
       if (L->cc[v]) cpu_free(L->cc[v]);
       free(L->seq[v].params), free(L->seq[v].grad_params), free(L->seq[v].noise);
       if (p) program_free(p);
