@@ -21,31 +21,80 @@ ifeq ($(SAN),1)
 endif
 
 CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
-            -Ilang -Icompiler -Iruntime -I$(BUILD)/gen -isystem $(LLVM_INC)
+            
 LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread
 
-SRCS     := $(filter-out compiler/main.c,$(wildcard lang/*.c compiler/*.c runtime/*.c runtime/tasks/*.c))
+# ---- folders and the layering the build enforces ----
+# Each folder is one stage with one public header named after it (runtime/support/support.h,
+# compiler/plan/plan.h, ...). USES_<folder> lists the folders whose public headers its files may
+# include; they get those folders' -I paths and no others, and mk/layers.sh fails the build on an
+# include of a folder not listed or of another folder's private header. docs/architecture.md
+# draws the same graph.
+FOLDERS := runtime/support lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
+           runtime/nn runtime/optim compiler/ir compiler/check compiler/lower compiler/plan \
+           compiler/backend compiler/backend/interp compiler/backend/cpu compiler/pipeline \
+           runtime/model compiler/cmd
+USES_runtime/support     :=
+USES_lang                := runtime/support
+USES_runtime/init        := runtime/support
+USES_runtime/tasks       := runtime/support
+USES_runtime/safetensors := runtime/support
+USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks
+USES_runtime/nn          := runtime/support
+USES_runtime/optim       := runtime/support
+USES_compiler/ir         := runtime/support lang
+USES_compiler/check      := runtime/support lang compiler/ir runtime/init
+USES_compiler/lower      := runtime/support lang compiler/ir compiler/check
+USES_compiler/plan       := runtime/support compiler/ir compiler/lower
+USES_compiler/backend    := runtime/support compiler/lower
+USES_compiler/backend/interp := runtime/support compiler/ir compiler/lower compiler/backend
+USES_compiler/backend/cpu    := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
+USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
+                            compiler/backend compiler/backend/interp compiler/backend/cpu
+USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
+                            compiler/pipeline compiler/backend
+USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
+# the include flags of a folder: itself and what it uses, directly or through their headers
+closure = $(sort $(1) $(foreach d,$(1),$(call closure,$(USES_$(d)))))
+incs = $(foreach d,$(call closure,$(1)),-I$(d)) $(FLAGS_$(1))
+# only the CPU back end sees LLVM's headers
+FLAGS_compiler/backend/cpu := -isystem $(LLVM_INC)
+ALL_INCS := $(foreach d,$(FOLDERS),-I$(d)) -I$(BUILD)/gen -isystem $(LLVM_INC)
+
+SRCS     := $(filter-out compiler/cmd/main.c,$(foreach d,$(FOLDERS),$(wildcard $(d)/*.c)))
 GEN_SRCS := $(BUILD)/gen/lexer.c $(BUILD)/gen/parser.c
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install
+.PHONY: all deps test unit golden demo bench fuzz clean install layers
 ifeq ($(SAN),1)
 all: $(BUILD)/cellc
 else
 all: bin/cellc
 endif
 
-bin/cellc: $(BUILD)/compiler/main.o $(BUILD)/libcellc.a
+bin/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/cellc: $(BUILD)/compiler/main.o $(BUILD)/libcellc.a
+$(BUILD)/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/libcellc.a: $(OBJS)
+$(BUILD)/libcellc.a: $(OBJS) $(LAYERS_OK)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(OBJS)
+
+# The include check: every quoted include names a header of the file's own folder or the public
+# header of a folder it uses.
+export $(foreach d,$(FOLDERS),USES_$(subst /,_,$(d)))
+$(foreach d,$(FOLDERS),$(eval USES_$(subst /,_,$(d)) := $(USES_$(d))))
+$(LAYERS_OK): mk/layers.sh $(foreach d,$(FOLDERS),$(wildcard $(d)/*.[ch])) lang/lexer.re lang/parser.y Makefile
+	@mkdir -p $(dir $@)
+	@FOLDERS="$(FOLDERS)" sh mk/layers.sh
+	@touch $@
+layers:
+	@FOLDERS="$(FOLDERS)" sh mk/layers.sh && echo "layers: every include follows the folder graph"
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
@@ -56,17 +105,17 @@ $(BUILD)/gen/parser.c $(BUILD)/gen/parser.h: lang/parser.y
 	bison -Wall -Werror --header=$(BUILD)/gen/parser.h -o $(BUILD)/gen/parser.c $<
 
 $(BUILD)/gen/lexer.o: $(BUILD)/gen/lexer.c $(BUILD)/gen/parser.h
-	$(CC) $(CFLAGS) -Wno-unused-const-variable -c -o $@ $<
+	$(CC) $(CFLAGS) $(call incs,lang) -I$(BUILD)/gen -Wno-unused-const-variable -c -o $@ $<
 $(BUILD)/gen/parser.o: $(BUILD)/gen/parser.c
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(call incs,lang) -I$(BUILD)/gen -c -o $@ $<
 
 $(BUILD)/%.o: %.c | $(BUILD)/gen/parser.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(call incs,$(patsubst %/,%,$(dir $<))) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
 deps:
 	@sh tests/deps.sh
@@ -83,17 +132,17 @@ test: deps
 fuzz: $(BUILD)/fuzz_frontend
 
 # The front-end fuzz target (tests/fuzz.sh runs it): every source it links.
-$(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check.c compiler/dims.c \
-                        compiler/graph.c runtime/base.c runtime/init.c runtime/rng.c $(GEN_SRCS)
+$(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check/check.c compiler/check/dims.c \
+                        compiler/ir/graph.c runtime/support/base.c runtime/init/init.c runtime/support/rng.c $(GEN_SRCS)
 	clang -std=c11 -g -O1 -Wall -Wextra -Werror -Wno-unused-const-variable -D_GNU_SOURCE \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
-	  -Ilang -Icompiler -Iruntime -I$(BUILD)/gen -o $@ $^ -lm
+	  $(ALL_INCS) -o $@ $^ -lm
 
 demo: deps all
 	@sh examples/demo.sh
 
 $(BUILD)/bench_cell: bench/bench_cell.c $(BUILD)/libcellc.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
 bench: deps all $(BUILD)/bench_cell
 	@sh bench/run.sh
@@ -106,4 +155,4 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(OBJS:.o=.d) $(BUILD)/compiler/main.d
+-include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d

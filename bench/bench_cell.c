@@ -8,9 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "check.h"
-#include "cpu.h"
-#include "rng.h"
+#include "pipeline.h"
+#include "support.h"
 
 static double now(void) {
   struct timespec ts;
@@ -115,60 +114,61 @@ int main(int argc, char **argv) {
   Cell *c = check_cell(&arena, src, ast, &o);
   if (!c) return 1;
   bool scan = c->mode == MODE_SCAN;
-  Program *p = lower_cell(c, false, scan);
-  ad_differentiate(p);
   char err[256];
+  PipelineOptions po = {0};
+  po.backend = backend_find("cpu");
   double t0 = now();
-  CpuCell *cc = cpu_compile(p, scan, false, true, err, sizeof err);
+  Compiled *cc = pipeline_compile(c, &po, err, sizeof err);
   double tcompile = now() - t0;
   if (!cc) {
     fprintf(stderr, "%s\n", err);
     return 70;
   }
+  const Backend *be = cc->be;
+  Program *p = cc->p;
   Rng r;
   rng_seed(&r, 3, 3);
   size_t rows = (size_t)T * B;
-  CpuSeq s = {0};
-  s.T = T, s.B = B;
+  SeqIO s = {0};
+  s.T = T, s.B = B, s.dtype = DT_F32;
   s.x = randn(&r, rows * p->x_size, 1);
   s.dy = randn(&r, rows * p->output_size, 1);
-  const float **params = xcalloc((size_t)p->npparts, sizeof(float *));
-  float **gp = xcalloc((size_t)p->npparts, sizeof(float *));
+  void **params = xcalloc((size_t)p->npparts, sizeof(void *)), **gp = xcalloc((size_t)p->npparts, sizeof(void *));
   for (int i = 0; i < p->npparts; i++) {
     params[i] = randn(&r, (size_t)p->pparts[i].numel, 1.0f / sqrtf((float)(p->pparts[i].rank == 2 ? p->pparts[i].n[1] : 8)));
     gp[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel);
   }
-  const float **h0 = xcalloc((size_t)p->nsparts, sizeof(float *)), **df = xcalloc((size_t)p->nsparts, sizeof(float *));
-  float **fin = xcalloc((size_t)p->nsparts, sizeof(float *)), **gh = xcalloc((size_t)p->nsparts, sizeof(float *));
+  void **h0 = xcalloc((size_t)p->nsparts, sizeof(void *)), **df = xcalloc((size_t)p->nsparts, sizeof(void *));
+  void **fin = xcalloc((size_t)p->nsparts, sizeof(void *)), **gh = xcalloc((size_t)p->nsparts, sizeof(void *));
   for (int i = 0; i < p->nsparts; i++) {
     size_t n = (size_t)B * p->sparts[i].size;
     h0[i] = randn(&r, n, 0.1f), df[i] = randn(&r, n, 0.1f);
     fin[i] = xmalloc(sizeof(float) * n), gh[i] = xmalloc(sizeof(float) * n);
   }
-  s.params = params, s.h0 = h0, s.dfinal = df, s.final = fin, s.grad_h0 = gh, s.grad_params = gp;
+  s.params = (const void **)params, s.h0 = (const void **)h0, s.dfinal = (const void **)df, s.final = fin, s.grad_h0 = gh;
+  s.grad_params = gp;
   s.y = xmalloc(sizeof(float) * rows * p->output_size);
   s.grad_x = xmalloc(sizeof(float) * rows * p->x_size);
-  CpuWork *w = cpu_work_new();
-  cpu_forward(cc, w, &s); /* warm up: allocations, page faults */
-  cpu_backward(cc, w, &s);
+  Work *w = be->work_new(cc);
+  be->forward(cc, w, &s); /* warm up: allocations, page faults */
+  be->backward(cc, w, &s);
   double best_f = 1e30, best_b = 1e30;
   for (int rep = 0; rep < reps; rep++) {
     double a = now();
-    cpu_forward(cc, w, &s);
+    be->forward(cc, w, &s);
     double b = now();
-    cpu_backward(cc, w, &s);
+    be->backward(cc, w, &s);
     double e = now();
     if (b - a < best_f) best_f = b - a;
     if (e - b < best_b) best_b = e - b;
   }
   /* one more run, profiled: time per kind of step, and what the scans move */
-  cpu_set_profiling(true);
-  cpu_profile_reset();
-  cpu_forward(cc, w, &s);
-  cpu_backward(cc, w, &s);
-  const double *pt = cpu_profile_times();
-  double prof_total = 0;
-  for (int k = 0; k <= PS_ZERO; k++) prof_total += pt[k];
+  w->profiling = true;
+  memset(&w->prof, 0, sizeof w->prof);
+  be->forward(cc, w, &s);
+  be->backward(cc, w, &s);
+  const Profile *pt = &w->prof;
+  double prof_total = pt->elem_s + pt->gemm_s + pt->scan_s + pt->rscan_s + pt->other_s;
   double scan_bytes = 0, rscan_bytes = 0;
   for (int i = 0; i < c->nstates; i++) {
     double e = (double)rows * (c->states[i].rank ? c->states[i].n[0] : 1) * (c->states[i].cplx ? 2 : 1) * sizeof(float);
@@ -178,9 +178,9 @@ int main(int argc, char **argv) {
   printf("{\"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, "
          "\"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f, \"elem_s\": %.6f, \"gemm_s\": %.6f, "
          "\"scan_s\": %.6f, \"scan_bytes\": %.0f, \"rscan_s\": %.6f, \"rscan_bytes\": %.0f, \"elem_bytes\": %.0f, \"profiled_s\": %.6f}\n",
-         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt[PS_ELEM],
-         pt[PS_GEMM] + pt[PS_GEMM_T] + pt[PS_OUTER_ACC], pt[PS_SCAN], scan ? scan_bytes : 0, pt[PS_RSCAN], scan ? rscan_bytes : 0, cpu_profile_elem_bytes(), prof_total);
-  cpu_work_free(w);
-  cpu_free(cc);
+         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt->elem_s,
+         pt->gemm_s, pt->scan_s, scan ? scan_bytes : 0, pt->rscan_s, scan ? rscan_bytes : 0, pt->elem_bytes, prof_total);
+  be->work_free(w);
+  pipeline_release(cc);
   return 0;
 }

@@ -1,11 +1,11 @@
 /* ast.h: the syntax tree of a .cell file, as the parser builds it. No checks
- * live here; the checker (compiler/check.c) gives it meaning. */
+ * live here; the checker (compiler/check/check.c) gives it meaning. */
 #ifndef CELLC_AST_H
 #define CELLC_AST_H
 
 #include <stdbool.h>
 
-#include "base.h"
+#include "support.h"
 #include "diag.h"
 
 /* A list built by grammar actions (arena memory). */

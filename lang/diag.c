@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 
 FILE *diag_out;
 static int nerrors;

@@ -3,9 +3,8 @@
 #ifndef CELLC_TASK_IMPL_H
 #define CELLC_TASK_IMPL_H
 
-#include "base.h"
-#include "rng.h"
-#include "task.h"
+#include "support.h"
+#include "tasks.h"
 
 /* Every task: its def (`copying_def`) and its constructor (`copying_new`), in the order task_names lists them. */
 #define TASK_LIST(X)                                                                                                   \

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 #include "cfg.h"
-#include "diag.h"
+#include "lang.h"
 
 /* The example of spec/cli.md, as written there. */
 static const char *spec_example =

@@ -5,101 +5,53 @@
 #include <math.h>
 #include <string.h>
 
-#include "check.h"
+#include "harness.h"
 #include "interp.h"
-#include "rng.h"
 
 typedef struct Case {
   Arena arena;
   Cell *cell;
   Program *p;
-  SeqData d;
-  double *x, *dy, *y, *gx;
-  double **params, **gparams, **h0, **dfinal, **final, **gh0, **gates, **noise;
+  Compiled *exe;  /* the interpreter, run directly on the program (scan form included) */
+  Work *work;
+  HBufs *h;
 } Case;
 
 static Case *case_new(const char *file, const char *sets, const char *dims, int T, int B, bool training, bool scan_form) {
   Case *c = xcalloc(1, sizeof(Case));
-  Module *m = check_load(&c->arena, file, "stdlib");
-  cr_assert(m, "load %s", file);
-  const Src *src;
-  const CellAst *ast = check_find_cell(m, NULL, &src);
-  Binding setb[4], dimb[4];
-  int nset = 0, ndim = 0;
-  char buf[256];
-  if (sets) {
-    strcpy(buf, sets);
-    char *eq = strchr(buf, '=');
-    *eq = 0;
-    setb[nset++] = (Binding){arena_strdup(&c->arena, buf), arena_strdup(&c->arena, eq + 1)};
-  }
-  strcpy(buf, dims);
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(tok, '=');
-    *eq = 0;
-    dimb[ndim++] = (Binding){arena_strdup(&c->arena, tok), arena_strdup(&c->arena, eq + 1)};
-  }
-  CheckOptions o = {0};
-  o.sets = setb, o.nsets = nset, o.dims = dimb, o.ndims = ndim, o.need_bound = true, o.training = training;
-  c->cell = check_cell(&c->arena, src, ast, &o);
-  cr_assert(c->cell, "check %s", file);
+  c->cell = h_cell(&c->arena, file, sets, dims, training, NULL);
   c->p = lower_cell(c->cell, training, scan_form);
   ad_differentiate(c->p);
-  Program *p = c->p;
-  Rng r;
-  rng_seed(&r, 42, 1);
-  size_t rows = (size_t)T * (size_t)B;
-  c->x = xcalloc(rows * (size_t)p->x_size, sizeof(double));
-  c->gx = xcalloc(rows * (size_t)p->x_size, sizeof(double));
-  c->dy = xcalloc(rows * (size_t)p->output_size, sizeof(double));
-  c->y = xcalloc(rows * (size_t)p->output_size, sizeof(double));
-  for (size_t i = 0; i < rows * (size_t)p->x_size; i++) c->x[i] = rng_normal(&r);
-  for (size_t i = 0; i < rows * (size_t)p->output_size; i++) c->dy[i] = rng_normal(&r);
-  c->params = xcalloc((size_t)p->npparts, sizeof(double *));
-  c->gparams = xcalloc((size_t)p->npparts, sizeof(double *));
-  for (int i = 0; i < p->npparts; i++) {
-    c->params[i] = xcalloc((size_t)p->pparts[i].numel, sizeof(double));
-    c->gparams[i] = xcalloc((size_t)p->pparts[i].numel, sizeof(double));
-    for (int j = 0; j < p->pparts[i].numel; j++) c->params[i][j] = 0.5 * rng_normal(&r);
-  }
-  int ns = p->nsparts;
-  c->h0 = xcalloc((size_t)ns, sizeof(double *));
-  c->dfinal = xcalloc((size_t)ns, sizeof(double *));
-  c->final = xcalloc((size_t)ns, sizeof(double *));
-  c->gh0 = xcalloc((size_t)ns, sizeof(double *));
-  for (int i = 0; i < ns; i++) {
-    size_t n = (size_t)B * (size_t)p->sparts[i].size;
-    c->h0[i] = xcalloc(n, sizeof(double));
-    c->dfinal[i] = xcalloc(n, sizeof(double));
-    c->final[i] = xcalloc(n, sizeof(double));
-    c->gh0[i] = xcalloc(n, sizeof(double));
-    for (size_t j = 0; j < n; j++) c->h0[i][j] = 0.5 * rng_normal(&r), c->dfinal[i][j] = rng_normal(&r);
-  }
-  c->gates = xcalloc((size_t)p->ngates + 1, sizeof(double *));
-  for (int i = 0; i < p->ngates; i++)
-    c->gates[i] = xcalloc(rows * (size_t)node_numel(graph_node(&p->g, p->gates[i].node)), sizeof(double));
-  c->noise = xcalloc((size_t)p->nnoise + 1, sizeof(double *));
-  for (int i = 0; i < p->nnoise; i++) {
-    c->noise[i] = xcalloc(rows * (size_t)p->noise_sizes[i], sizeof(double));
-    for (size_t j = 0; j < rows * (size_t)p->noise_sizes[i]; j++) c->noise[i][j] = rng_uniform_open(&r);
-  }
-  SeqData *d = &c->d;
-  d->T = T, d->B = B;
-  d->x = c->x, d->params = (const double **)c->params, d->h0 = (const double **)c->h0, d->dy = c->dy;
-  d->dfinal = (const double **)c->dfinal, d->noise = (const double **)c->noise;
-  d->y = c->y, d->final = c->final, d->gates = c->gates, d->grad_params = c->gparams, d->grad_x = c->gx, d->grad_h0 = c->gh0;
+  BackendOptions o = {0};
+  char err[128];
+  c->exe = interp_backend.compile(c->p, &o, err, sizeof err);
+  cr_assert(c->exe, "compile: %s", err);
+  c->work = interp_backend.work_new(c->exe);
+  c->h = h_bufs_new(c->p, T, B, 42, 0.5, 0.5);
   return c;
+}
+
+static void case_free(Case *c) {
+  interp_backend.work_free(c->work);
+  interp_backend.free(c->exe);
+  h_bufs_free(c->h);
+  program_free(c->p);
+  cell_free(c->cell);
+  arena_free(&c->arena);
+  free(c);
 }
 
 /* L = sum(y * dy) + sum(final * dfinal) */
 static double loss(Case *c) {
   Program *p = c->p;
-  interp_run(p, &c->d);
-  size_t rows = (size_t)c->d.T * (size_t)c->d.B;
+  HBufs *h = c->h;
+  interp_backend.forward(c->exe, c->work, &h->io);
+  interp_backend.backward(c->exe, c->work, &h->io);
+  size_t rows = (size_t)h->T * (size_t)h->B;
   double L = 0;
-  for (size_t i = 0; i < rows * (size_t)p->output_size; i++) L += c->y[i] * c->dy[i];
+  for (size_t i = 0; i < rows * (size_t)p->output_size; i++) L += h->y[i] * h->dy[i];
   for (int i = 0; i < p->nsparts; i++)
-    for (int j = 0; j < c->d.B * p->sparts[i].size; j++) L += c->final[i][j] * c->dfinal[i][j];
+    for (size_t j = 0; j < h->sn[i]; j++) L += h->final[i][j] * h->dfinal[i][j];
   return L;
 }
 
@@ -122,19 +74,19 @@ static double fd_error(Case *c, double *v, int n, const double *analytic) {
 
 static void copy_grads(Case *c, double ***gp, double **gx, double ***gh) {
   Program *p = c->p;
-  size_t rows = (size_t)c->d.T * (size_t)c->d.B;
+  HBufs *h = c->h;
+  size_t rows = (size_t)h->T * (size_t)h->B;
   *gp = xcalloc((size_t)p->npparts, sizeof(double *));
   for (int i = 0; i < p->npparts; i++) {
     (*gp)[i] = xmalloc(sizeof(double) * (size_t)p->pparts[i].numel);
-    memcpy((*gp)[i], c->gparams[i], sizeof(double) * (size_t)p->pparts[i].numel);
+    memcpy((*gp)[i], h->gparams[i], sizeof(double) * (size_t)p->pparts[i].numel);
   }
   *gx = xmalloc(sizeof(double) * rows * (size_t)p->x_size);
-  memcpy(*gx, c->gx, sizeof(double) * rows * (size_t)p->x_size);
+  memcpy(*gx, h->gx, sizeof(double) * rows * (size_t)p->x_size);
   *gh = xcalloc((size_t)p->nsparts, sizeof(double *));
   for (int i = 0; i < p->nsparts; i++) {
-    size_t n = (size_t)c->d.B * (size_t)p->sparts[i].size;
-    (*gh)[i] = xmalloc(sizeof(double) * n);
-    memcpy((*gh)[i], c->gh0[i], sizeof(double) * n);
+    (*gh)[i] = xmalloc(sizeof(double) * h->sn[i]);
+    memcpy((*gh)[i], h->gh0[i], sizeof(double) * h->sn[i]);
   }
 }
 
@@ -145,16 +97,20 @@ static void check_cell_grads(const char *file, const char *sets, const char *dim
   double **gp, *gx, **gh;
   copy_grads(c, &gp, &gx, &gh);
   for (int i = 0; i < p->npparts; i++) {
-    double e = fd_error(c, c->params[i], p->pparts[i].numel, gp[i]);
+    double e = fd_error(c, c->h->params[i], p->pparts[i].numel, gp[i]);
     cr_expect(e < 1e-6, "%s T=%d: param part %d (%s): relative error %g", file, T, i,
               c->cell->params[p->pparts[i].param].name, e);
   }
-  double ex = fd_error(c, c->x, T * B * p->x_size, gx);
+  double ex = fd_error(c, c->h->x, T * B * p->x_size, gx);
   cr_expect(ex < 1e-6, "%s T=%d: x: relative error %g", file, T, ex);
   for (int i = 0; i < p->nsparts; i++) {
-    double e = fd_error(c, c->h0[i], B * p->sparts[i].size, gh[i]);
+    double e = fd_error(c, c->h->h0[i], B * p->sparts[i].size, gh[i]);
     cr_expect(e < 1e-6, "%s T=%d: h0 part %d: relative error %g", file, T, i, e);
   }
+  for (int i = 0; i < p->npparts; i++) free(gp[i]);
+  for (int i = 0; i < p->nsparts; i++) free(gh[i]);
+  free(gp), free(gx), free(gh);
+  case_free(c);
 }
 
 #define GRAD_TEST(name, file, sets, dims)                                                \
@@ -188,10 +144,11 @@ SCAN_FORM_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
 Test(gradients, complex_abs_at_zero_is_finite) {
   Case *c = case_new("tests/cells/ops.cell", NULL, "H=3,D=2", 3, 2, false, false);
   Program *p = c->p;
-  for (int i = 0; i < p->nsparts; i++) memset(c->h0[i], 0, sizeof(double) * (size_t)(2 * p->sparts[i].size));
+  for (int i = 0; i < p->nsparts; i++) memset(c->h->h0[i], 0, sizeof(double) * c->h->sn[i]);
   loss(c);
   for (int i = 0; i < p->npparts; i++)
-    for (int j = 0; j < p->pparts[i].numel; j++) cr_assert(isfinite(c->gparams[i][j]), "param part %d", i);
+    for (int j = 0; j < p->pparts[i].numel; j++) cr_assert(isfinite(c->h->gparams[i][j]), "param part %d", i);
   for (int i = 0; i < p->nsparts; i++)
-    for (int j = 0; j < 2 * p->sparts[i].size; j++) cr_assert(isfinite(c->gh0[i][j]), "h0 part %d", i);
+    for (size_t j = 0; j < c->h->sn[i]; j++) cr_assert(isfinite(c->h->gh0[i][j]), "h0 part %d", i);
+  case_free(c);
 }

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 #include "init.h"
 
 #define N 100000

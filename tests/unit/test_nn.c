@@ -1,11 +1,11 @@
-/* test_nn.c: the model's blocks (runtime/nn.h): every gradient against float64-accumulated finite
+/* test_nn.c: the model's blocks (runtime/nn/nn.h): every gradient against float64-accumulated finite
  * differences, the backward adding into its buffers, and one behaviour of each block per test. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
 #include "nn.h"
-#include "rng.h"
+#include "support.h"
 
 /* ---- helpers ---- */
 

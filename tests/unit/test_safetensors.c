@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "support.h"
 #include "safetensors.h"
 
 static char err[512];

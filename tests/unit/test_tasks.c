@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tasks/task.h"
+#include "tasks.h"
 
 static char err[512];
 

@@ -1,0 +1,99 @@
+/* backend.h: the interface every back end implements (interp, cpu; cuda and cuda-emu next), and
+ * the one sequence-I/O struct they all take. A back end compiles a differentiated Program into a
+ * Compiled program, allocates work for it, runs the forward and the backward over whole sequences,
+ * reads per-step arrays back for diagnostics, and (where it can) writes its code to files. The
+ * pipeline (compiler/pipeline) finds back ends by name; nothing outside a back end's folder reads
+ * its internals. */
+#ifndef CELLC_BACKEND_H
+#define CELLC_BACKEND_H
+
+#include <stddef.h>
+
+#include "lower.h"
+
+/* The element type of every buffer of a SeqIO. */
+typedef enum { DT_F32, DT_F64 } Dtype;
+
+/* Whole-sequence buffers of one call, row-major (row r = t B + b), channels innermost; per-part
+ * arrays follow the Program's param parts and state parts (a complex value as two real planes).
+ * Every pointer is to `dtype` elements. The caller allocates everything. */
+typedef struct SeqIO {
+  int T, B;
+  Dtype dtype;
+  /* forward inputs */
+  const void *x;           /* [T, B, x_size] */
+  const void **params;     /* per param part: numel */
+  const void **h0;         /* per state part: [B, size] */
+  const void **noise;      /* per noise stream: [T, B, size] */
+  /* forward outputs */
+  void *y;                 /* [T, B, output_size] */
+  void **final;            /* per state part: [B, size] */
+  void **gates;            /* per gate: [T, B, size], or NULL (not recorded) */
+  /* backward inputs */
+  const void *dy;          /* [T, B, output_size] */
+  const void **dfinal;     /* per state part: [B, size] */
+  /* backward outputs (overwritten, not accumulated) */
+  void **grad_params;      /* per param part: numel */
+  void *grad_x;            /* [T, B, x_size] */
+  void **grad_h0;          /* per state part: [B, size] */
+} SeqIO;
+
+/* How a program is compiled. */
+typedef struct BackendOptions {
+  bool scan;               /* run the diagonal-linear states as scans (the Program is in scan form) */
+  bool gates;              /* record every gate per step into SeqIO.gates */
+  bool f32;                /* interp: round every value to float32 */
+  int threads;             /* cpu: threads (0: CELLC_THREADS, else all cores) */
+  bool portable;           /* cpu: run every kernel in the portable evaluator (no generated code) */
+} BackendOptions;
+
+typedef struct Backend Backend;
+
+/* A compiled program: each back end's own struct starts with this. */
+typedef struct Compiled {
+  const Backend *be;
+  Program *p;
+  BackendOptions opt;
+} Compiled;
+
+/* Where a forward and backward spent their time, accumulated while Work.profiling is on (set by
+ * the caller, or by CELLC_PROFILE=1 in the environment, which also prints it when the work is
+ * freed). */
+typedef struct Profile {
+  double elem_s, gemm_s, scan_s, rscan_s, other_s; /* seconds per kind of step */
+  double elem_bytes;       /* bytes the elementwise kernels read and wrote in per-row arrays */
+} Profile;
+
+/* The arrays of one sequence in flight (the forward keeps what the backward reads): each back
+ * end's own struct starts with this. One Work serves one Compiled at a time. */
+typedef struct Work {
+  const Backend *be;
+  bool profiling;
+  Profile prof;
+} Work;
+
+/* What read_steps returns. */
+typedef enum {
+  STEPS_STATE,             /* a state part's values h_0 .. h_T: [T + 1, B, size] */
+} StepArray;
+
+struct Backend {
+  const char *name;
+  Dtype dtype;             /* its SeqIO element type */
+  bool scans;              /* it runs scan mode (else every program is lowered in plain form) */
+  /* NULL when it can run p with these options, else why not. */
+  const char *(*supports)(const Program *p, const BackendOptions *o);
+  /* NULL with a message in err on failure. */
+  Compiled *(*compile)(Program *p, const BackendOptions *o, char *err, size_t errlen);
+  void (*free)(Compiled *c);
+  Work *(*work_new)(Compiled *c);
+  void (*work_free)(Work *w);
+  void (*forward)(Compiled *c, Work *w, const SeqIO *s);
+  /* after forward on the same Work and sequence */
+  void (*backward)(Compiled *c, Work *w, const SeqIO *s);
+  /* Copies a per-step array the last forward left in w into out (dtype elements); 0, or -1 when
+   * this back end does not keep it. */
+  int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
+};
+
+#endif

@@ -1,0 +1,649 @@
+/* cg_llvm.c: fused elementwise kernels as LLVM IR. A kernel is
+ *   void kN(i64 r0, i64 r1, float **bases)
+ * looping over rows; per row it computes its nodes in order, each one over
+ * its elements in 8-wide vectors (a scalar tail), reading arguments from
+ * arrays (row r of a slot is bases[slot] + r * width) or row-local
+ * temporaries. exp, log, tanh, sigmoid and erf are polynomial, so they
+ * vectorize; the rare per-row sin and cos call libm per lane. */
+#include "cg_llvm.h"
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
+#include <string.h>
+
+
+#define VW 8 /* vector width in floats */
+
+typedef struct Cg {
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMTypeRef f32, v8, i32, vi32, i64, fptr, vptr, fpp;
+  LLVMValueRef fn;
+  const Plan *pl;
+  Graph *g;
+  LLVMValueRef *rowp;   /* per node: row pointer of its values in this row (float*) */
+  LLVMValueRef *basep;  /* per slot: loaded base pointer */
+} Cg;
+
+typedef struct Jit {
+  LLVMOrcLLJITRef jit;
+  LLVMOrcThreadSafeContextRef tsctx;
+} Jit;
+
+/* ---- small IR helpers ---- */
+
+static LLVMValueRef kf(Cg *cg, LLVMTypeRef ty, double v) {
+  LLVMValueRef c = LLVMConstReal(cg->f32, v);
+  if (ty == cg->f32) return c;
+  LLVMValueRef lanes[VW];
+  for (int i = 0; i < VW; i++) lanes[i] = c;
+  return LLVMConstVector(lanes, VW);
+}
+
+static LLVMValueRef ki(Cg *cg, LLVMTypeRef fty, long v) {
+  LLVMValueRef c = LLVMConstInt(cg->i32, (unsigned long long)v, 1);
+  if (fty == cg->f32) return c;
+  LLVMValueRef lanes[VW];
+  for (int i = 0; i < VW; i++) lanes[i] = c;
+  return LLVMConstVector(lanes, VW);
+}
+
+static LLVMTypeRef ity(Cg *cg, LLVMTypeRef fty) { return fty == cg->f32 ? cg->i32 : cg->vi32; }
+
+static LLVMValueRef intrinsic(Cg *cg, const char *name, LLVMTypeRef ty, LLVMValueRef *args, int nargs) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  CHECK(id != 0);
+  LLVMTypeRef tys[1] = {ty};
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, id, tys, 1);
+  LLVMTypeRef fty = LLVMIntrinsicGetType(cg->ctx, id, tys, 1);
+  return LLVMBuildCall2(cg->b, fty, f, args, (unsigned)nargs, "");
+}
+
+static LLVMValueRef un_intr(Cg *cg, const char *name, LLVMValueRef x) {
+  return intrinsic(cg, name, LLVMTypeOf(x), &x, 1);
+}
+
+#define FADD(x_, y_) LLVMBuildFAdd(cg->b, x_, y_, "")
+#define FSUB(x_, y_) LLVMBuildFSub(cg->b, x_, y_, "")
+#define FMUL(x_, y_) LLVMBuildFMul(cg->b, x_, y_, "")
+#define FDIV(x_, y_) LLVMBuildFDiv(cg->b, x_, y_, "")
+#define SEL(c_, x_, y_) LLVMBuildSelect(cg->b, c_, x_, y_, "")
+#define FCMP(p_, x_, y_) LLVMBuildFCmp(cg->b, p_, x_, y_, "")
+
+static LLVMValueRef poly(Cg *cg, LLVMValueRef x, const double *c, int n) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef y = kf(cg, ty, c[0]);
+  for (int i = 1; i < n; i++) y = FADD(FMUL(y, x), kf(cg, ty, c[i]));
+  return y;
+}
+
+static LLVMValueRef fmin_(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return SEL(FCMP(LLVMRealOLE, a, b), a, b); }
+static LLVMValueRef fmax_(Cg *cg, LLVMValueRef a, LLVMValueRef b) { return SEL(FCMP(LLVMRealOGE, a, b), a, b); }
+
+/* exp: Cody-Waite reduction by ln 2 and a degree-6 polynomial (Cephes expf). */
+static LLVMValueRef v_exp(Cg *cg, LLVMValueRef x) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef xc = fmin_(cg, fmax_(cg, x, kf(cg, ty, -87.3)), kf(cg, ty, 88.3));
+  LLVMValueRef n = un_intr(cg, "llvm.floor", FADD(FMUL(xc, kf(cg, ty, 1.44269504088896341)), kf(cg, ty, 0.5)));
+  LLVMValueRef r = FSUB(xc, FMUL(n, kf(cg, ty, 0.693359375)));
+  r = FSUB(r, FMUL(n, kf(cg, ty, -2.12194440e-4)));
+  static const double c[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1};
+  LLVMValueRef p = poly(cg, r, c, 6);
+  p = FADD(FADD(FMUL(p, FMUL(r, r)), r), kf(cg, ty, 1.0));
+  LLVMValueRef ni = LLVMBuildFPToSI(cg->b, n, ity(cg, ty), "");
+  LLVMValueRef bits = LLVMBuildShl(cg->b, LLVMBuildAdd(cg->b, ni, ki(cg, ty, 127), ""), ki(cg, ty, 23), "");
+  LLVMValueRef scale = LLVMBuildBitCast(cg->b, bits, ty, "");
+  LLVMValueRef y = FMUL(p, scale);
+  /* beyond the clamp: 0 below, inf above; NaN stays NaN */
+  y = SEL(FCMP(LLVMRealOLT, x, kf(cg, ty, -87.3)), kf(cg, ty, 0), y);
+  y = SEL(FCMP(LLVMRealOGT, x, kf(cg, ty, 88.3)), kf(cg, ty, INFINITY), y);
+  return SEL(FCMP(LLVMRealUNO, x, x), x, y);
+}
+
+/* log: exponent and mantissa from the bits, a degree-8 polynomial (Cephes logf). */
+static LLVMValueRef v_log(Cg *cg, LLVMValueRef x0) {
+  LLVMTypeRef ty = LLVMTypeOf(x0), it = ity(cg, ty);
+  /* a subnormal input has no implicit leading bit: scale it by 2^23 into the normal range and
+   * take 23 off the exponent */
+  LLVMValueRef sub = FCMP(LLVMRealOLT, x0, kf(cg, ty, 1.17549435e-38));
+  LLVMValueRef x = SEL(sub, FMUL(x0, kf(cg, ty, 8388608.0)), x0);
+  LLVMValueRef bits = LLVMBuildBitCast(cg->b, x, it, "");
+  LLVMValueRef e = LLVMBuildSub(cg->b, LLVMBuildLShr(cg->b, bits, ki(cg, ty, 23), ""), ki(cg, ty, 126), "");
+  e = SEL(sub, LLVMBuildSub(cg->b, e, ki(cg, ty, 23), ""), e);
+  LLVMValueRef mb = LLVMBuildOr(cg->b, LLVMBuildAnd(cg->b, bits, ki(cg, ty, 0x007fffff), ""), ki(cg, ty, 0x3f000000), "");
+  LLVMValueRef m = LLVMBuildBitCast(cg->b, mb, ty, "");
+  LLVMValueRef ef = LLVMBuildSIToFP(cg->b, e, ty, "");
+  LLVMValueRef small = FCMP(LLVMRealOLT, m, kf(cg, ty, 0.707106781186547524));
+  ef = SEL(small, FSUB(ef, kf(cg, ty, 1)), ef);
+  m = SEL(small, FSUB(FADD(m, m), kf(cg, ty, 1)), FSUB(m, kf(cg, ty, 1)));
+  LLVMValueRef z = FMUL(m, m);
+  static const double c[] = {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1,
+                             -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1};
+  LLVMValueRef y = FMUL(FMUL(poly(cg, m, c, 9), m), z);
+  y = FADD(y, FMUL(ef, kf(cg, ty, -2.12194440e-4)));
+  y = FSUB(y, FMUL(z, kf(cg, ty, 0.5)));
+  LLVMValueRef r = FADD(FADD(m, y), FMUL(ef, kf(cg, ty, 0.693359375)));
+  r = SEL(FCMP(LLVMRealOEQ, x, kf(cg, ty, 0)), kf(cg, ty, -INFINITY), r);
+  r = SEL(FCMP(LLVMRealOEQ, x, kf(cg, ty, INFINITY)), x, r);
+  r = SEL(FCMP(LLVMRealULT, x, kf(cg, ty, 0)), kf(cg, ty, NAN), r);
+  return r;
+}
+
+static LLVMValueRef v_sigmoid(Cg *cg, LLVMValueRef x) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  return FDIV(kf(cg, ty, 1), FADD(kf(cg, ty, 1), v_exp(cg, LLVMBuildFNeg(cg->b, x, ""))));
+}
+
+static LLVMValueRef v_tanh(Cg *cg, LLVMValueRef x) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef ax = un_intr(cg, "llvm.fabs", x);
+  LLVMValueRef z = FMUL(x, x);
+  static const double c[] = {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2, 1.33314422036E-1, -3.33332819422E-1};
+  LLVMValueRef small = FADD(FMUL(FMUL(poly(cg, z, c, 5), z), x), x);
+  LLVMValueRef s = v_exp(cg, FMUL(ax, kf(cg, ty, 2)));
+  LLVMValueRef big = FSUB(kf(cg, ty, 1), FDIV(kf(cg, ty, 2), FADD(s, kf(cg, ty, 1))));
+  LLVMValueRef neg = FCMP(LLVMRealOLT, x, kf(cg, ty, 0));
+  big = SEL(neg, LLVMBuildFNeg(cg->b, big, ""), big);
+  return SEL(FCMP(LLVMRealOLT, ax, kf(cg, ty, 0.625)), small, big);
+}
+
+/* softplus(x) = max(x, 0) + log(1 + exp(-|x|)) */
+static LLVMValueRef v_softplus(Cg *cg, LLVMValueRef x) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef e = v_exp(cg, LLVMBuildFNeg(cg->b, un_intr(cg, "llvm.fabs", x), ""));
+  /* log(1 + e) for small e loses nothing that matters at float precision: e - e^2/2 below 1e-4 */
+  LLVMValueRef l = v_log(cg, FADD(kf(cg, ty, 1), e));
+  l = SEL(FCMP(LLVMRealOLT, e, kf(cg, ty, 1e-4)), FSUB(e, FMUL(FMUL(e, e), kf(cg, ty, 0.5))), l);
+  return FADD(fmax_(cg, x, kf(cg, ty, 0)), l);
+}
+
+/* erf: Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7) */
+static LLVMValueRef v_erf(Cg *cg, LLVMValueRef x) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef ax = un_intr(cg, "llvm.fabs", x);
+  LLVMValueRef t = FDIV(kf(cg, ty, 1), FADD(kf(cg, ty, 1), FMUL(ax, kf(cg, ty, 0.3275911))));
+  static const double c[] = {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592};
+  LLVMValueRef p = FMUL(poly(cg, t, c, 5), t);
+  LLVMValueRef y = FSUB(kf(cg, ty, 1), FMUL(p, v_exp(cg, LLVMBuildFNeg(cg->b, FMUL(x, x), ""))));
+  return SEL(FCMP(LLVMRealOLT, x, kf(cg, ty, 0)), LLVMBuildFNeg(cg->b, y, ""), y);
+}
+
+/* sin, cos per lane through libm (they rarely vary per row: params make them static) */
+static LLVMValueRef v_libm(Cg *cg, const char *name, LLVMValueRef x) {
+  LLVMTypeRef fty = LLVMFunctionType(cg->f32, &cg->f32, 1, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+  if (!f) f = LLVMAddFunction(cg->mod, name, fty);
+  if (LLVMTypeOf(x) == cg->f32) return LLVMBuildCall2(cg->b, fty, f, &x, 1, "");
+  LLVMValueRef y = LLVMGetUndef(cg->v8);
+  for (int i = 0; i < VW; i++) {
+    LLVMValueRef lane = LLVMConstInt(cg->i32, (unsigned long long)i, 0);
+    LLVMValueRef e = LLVMBuildExtractElement(cg->b, x, lane, "");
+    y = LLVMBuildInsertElement(cg->b, y, LLVMBuildCall2(cg->b, fty, f, &e, 1, ""), lane, "");
+  }
+  return y;
+}
+
+static LLVMValueRef b2f(Cg *cg, LLVMValueRef cond, LLVMTypeRef ty) {
+  return SEL(cond, kf(cg, ty, 1), kf(cg, ty, 0));
+}
+
+/* One elementwise op on scalars or 8-wide vectors. */
+static LLVMValueRef emit_op(Cg *cg, Op op, LLVMValueRef a, LLVMValueRef b) {
+  LLVMTypeRef ty = LLVMTypeOf(a);
+  switch (op) {
+  case OP_NEG: return LLVMBuildFNeg(cg->b, a, "");
+  case OP_ADD: return FADD(a, b);
+  case OP_SUB: return FSUB(a, b);
+  case OP_MUL: return FMUL(a, b);
+  case OP_DIV: return FDIV(a, b);
+  case OP_MIN: return fmin_(cg, a, b);
+  case OP_MAX: return fmax_(cg, a, b);
+  case OP_SIGMOID: return v_sigmoid(cg, a);
+  case OP_TANH: return v_tanh(cg, a);
+  case OP_RELU: return SEL(FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), a, kf(cg, ty, 0));
+  case OP_SILU: return FMUL(a, v_sigmoid(cg, a));
+  case OP_GELU:
+    return FMUL(FMUL(a, kf(cg, ty, 0.5)), FADD(kf(cg, ty, 1), v_erf(cg, FMUL(a, kf(cg, ty, M_SQRT1_2)))));
+  case OP_EXP: return v_exp(cg, a);
+  case OP_LOG: return v_log(cg, a);
+  case OP_SOFTPLUS: return v_softplus(cg, a);
+  case OP_LOGSIGMOID: return LLVMBuildFNeg(cg->b, v_softplus(cg, LLVMBuildFNeg(cg->b, a, "")), "");
+  case OP_SQRT: return un_intr(cg, "llvm.sqrt", a);
+  case OP_ABS: return un_intr(cg, "llvm.fabs", a);
+  case OP_SQUARE: return FMUL(a, a);
+  case OP_SIN: return v_libm(cg, "sinf", a);
+  case OP_COS: return v_libm(cg, "cosf", a);
+  case OP_ERF: return v_erf(cg, a);
+  case OP_STEP: return b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty);
+  case OP_SIGN:
+    return FSUB(b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty), b2f(cg, FCMP(LLVMRealOLT, a, kf(cg, ty, 0)), ty));
+  case OP_LT: return b2f(cg, FCMP(LLVMRealOLT, a, b), ty);
+  default: UNREACHABLE(op_name(op));
+  }
+}
+
+/* ---- loads and stores ---- */
+
+static LLVMValueRef elem_ptr(Cg *cg, LLVMValueRef base, LLVMValueRef j) {
+  return LLVMBuildGEP2(cg->b, cg->f32, base, &j, 1, "");
+}
+
+static LLVMValueRef load_at(Cg *cg, LLVMValueRef base, LLVMValueRef j, bool vec) {
+  LLVMValueRef p = elem_ptr(cg, base, j);
+  if (!vec) return LLVMBuildLoad2(cg->b, cg->f32, p, "");
+  LLVMValueRef vp = LLVMBuildBitCast(cg->b, p, cg->vptr, "");
+  LLVMValueRef v = LLVMBuildLoad2(cg->b, cg->v8, vp, "");
+  LLVMSetAlignment(v, 4);
+  return v;
+}
+
+static void store_at(Cg *cg, LLVMValueRef base, LLVMValueRef j, LLVMValueRef v) {
+  LLVMValueRef p = elem_ptr(cg, base, j);
+  if (LLVMTypeOf(v) == cg->f32) {
+    LLVMBuildStore(cg->b, v, p);
+    return;
+  }
+  LLVMValueRef vp = LLVMBuildBitCast(cg->b, p, cg->vptr, "");
+  LLVMValueRef st = LLVMBuildStore(cg->b, v, vp);
+  LLVMSetAlignment(st, 4);
+}
+
+static LLVMValueRef splat(Cg *cg, LLVMValueRef s) {
+  LLVMValueRef v = LLVMGetUndef(cg->v8);
+  for (int i = 0; i < VW; i++) v = LLVMBuildInsertElement(cg->b, v, s, LLVMConstInt(cg->i32, (unsigned long long)i, 0), "");
+  return v;
+}
+
+/* Argument `id` at element offset j, as a scalar or a vector. */
+static LLVMValueRef arg_at(Cg *cg, int id, LLVMValueRef j, bool vec) {
+  Node *n = graph_node(cg->g, id);
+  if (n->op == OP_CONST) return kf(cg, vec ? cg->v8 : cg->f32, n->k);
+  CHECK(cg->rowp[id]);
+  return load_at(cg, cg->rowp[id], j, vec);
+}
+
+/* A loop over j = 0, VW, 2 VW, ... < count*VW: body(j) with j an i64. */
+typedef void (*ChunkBody)(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx);
+
+static void for_elements(Cg *cg, int id, int n, ChunkBody body, void *ctx) {
+  int chunks = n / VW;
+  if (chunks == 1) body(cg, id, LLVMConstInt(cg->i64, 0, 0), true, ctx);
+  else if (chunks > 1) {
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "chunk");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "chunk.done");
+    LLVMBuildBr(cg->b, loop);
+    LLVMPositionBuilderAtEnd(cg->b, loop);
+    LLVMValueRef j = LLVMBuildPhi(cg->b, cg->i64, "j");
+    body(cg, id, j, true, ctx);
+    LLVMValueRef jn = LLVMBuildAdd(cg->b, j, LLVMConstInt(cg->i64, VW, 0), "");
+    LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
+    LLVMValueRef zero = LLVMConstInt(cg->i64, 0, 0);
+    LLVMAddIncoming(j, &zero, &pre, 1);
+    LLVMAddIncoming(j, &jn, &end, 1);
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, jn, LLVMConstInt(cg->i64, (unsigned long long)(chunks * VW), 0), ""), loop, done);
+    LLVMPositionBuilderAtEnd(cg->b, done);
+  }
+  for (int k = chunks * VW; k < n; k++) body(cg, id, LLVMConstInt(cg->i64, (unsigned long long)k, 0), false, ctx);
+}
+
+static void body_elementwise(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
+  (void)ctx;
+  Node *n = graph_node(cg->g, id);
+  LLVMValueRef a = arg_at(cg, n->a[0], j, vec);
+  LLVMValueRef b = op_arity(n->op) > 1 ? arg_at(cg, n->a[1], j, vec) : NULL;
+  store_at(cg, cg->rowp[id], j, emit_op(cg, n->op, a, b));
+}
+
+static void body_bcast(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
+  LLVMValueRef s = ctx;
+  store_at(cg, cg->rowp[id], j, vec ? splat(cg, s) : s);
+}
+
+typedef struct CopyCtx {
+  LLVMValueRef src;
+  long off;      /* element offset of src relative to the output */
+} CopyCtx;
+
+static void body_copy(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
+  CopyCtx *c = ctx;
+  LLVMValueRef js = LLVMBuildAdd(cg->b, j, LLVMConstInt(cg->i64, (unsigned long long)c->off, 1), "");
+  store_at(cg, cg->rowp[id], LLVMBuildAdd(cg->b, j, LLVMConstInt(cg->i64, 0, 0), ""), load_at(cg, c->src, js, vec));
+}
+
+typedef struct SumCtx {
+  LLVMValueRef vacc, sacc; /* allocas */
+  int src;
+} SumCtx;
+
+static void body_sum(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
+  (void)id;
+  SumCtx *s = ctx;
+  LLVMValueRef x = arg_at(cg, s->src, j, vec);
+  LLVMValueRef acc = vec ? s->vacc : s->sacc;
+  LLVMTypeRef ty = vec ? cg->v8 : cg->f32;
+  LLVMBuildStore(cg->b, FADD(LLVMBuildLoad2(cg->b, ty, acc, ""), x), acc);
+}
+
+/* A constant argument of a copy or a sum becomes a temporary filled once per row. */
+static LLVMValueRef materialize_const(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id);
+  int e = node_numel(n);
+  LLVMValueRef tmp = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)e, 0), "");
+  for (int k = 0; k < e; k++) store_at(cg, tmp, LLVMConstInt(cg->i64, (unsigned long long)k, 0), kf(cg, cg->f32, n->k));
+  return tmp;
+}
+
+static void emit_node(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id);
+  int e = node_numel(n);
+  switch (n->op) {
+  case OP_BCAST: {
+    LLVMValueRef s = arg_at(cg, n->a[0], LLVMConstInt(cg->i64, 0, 0), false);
+    for_elements(cg, id, e, body_bcast, s);
+    return;
+  }
+  case OP_SUM: {
+    int src = n->a[0];
+    if (graph_node(cg->g, src)->op == OP_CONST) {
+      store_at(cg, cg->rowp[id], LLVMConstInt(cg->i64, 0, 0), kf(cg, cg->f32, graph_node(cg->g, src)->k * node_numel(graph_node(cg->g, src))));
+      return;
+    }
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b);
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(cg->fn);
+    LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+    SumCtx s = {LLVMBuildAlloca(cg->b, cg->v8, ""), LLVMBuildAlloca(cg->b, cg->f32, ""), src};
+    LLVMPositionBuilderAtEnd(cg->b, cur);
+    LLVMBuildStore(cg->b, kf(cg, cg->v8, 0), s.vacc);
+    LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), s.sacc);
+    for_elements(cg, id, node_numel(graph_node(cg->g, src)), body_sum, &s);
+    LLVMValueRef v = LLVMBuildLoad2(cg->b, cg->v8, s.vacc, "");
+    LLVMValueRef args[2] = {kf(cg, cg->f32, 0), v};
+    unsigned rid = LLVMLookupIntrinsicID("llvm.vector.reduce.fadd", strlen("llvm.vector.reduce.fadd"));
+    LLVMTypeRef tys[1] = {cg->v8};
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(cg->mod, rid, tys, 1);
+    LLVMValueRef red = LLVMBuildCall2(cg->b, LLVMIntrinsicGetType(cg->ctx, rid, tys, 1), f, args, 2, "");
+    LLVMValueRef total = FADD(red, LLVMBuildLoad2(cg->b, cg->f32, s.sacc, ""));
+    store_at(cg, cg->rowp[id], LLVMConstInt(cg->i64, 0, 0), total);
+    return;
+  }
+  case OP_CONCAT: {
+    int a = n->a[0], b = n->a[1];
+    int na = node_numel(graph_node(cg->g, a)), nb = node_numel(graph_node(cg->g, b));
+    LLVMValueRef out = cg->rowp[id];
+    LLVMValueRef pa = graph_node(cg->g, a)->op == OP_CONST ? materialize_const(cg, a) : cg->rowp[a];
+    LLVMValueRef pb = graph_node(cg->g, b)->op == OP_CONST ? materialize_const(cg, b) : cg->rowp[b];
+    CopyCtx ca = {pa, 0};
+    for_elements(cg, id, na, body_copy, &ca);
+    /* the second half: write through a pointer offset by na */
+    LLVMValueRef keep = cg->rowp[id];
+    LLVMValueRef off = LLVMConstInt(cg->i64, (unsigned long long)na, 0);
+    cg->rowp[id] = elem_ptr(cg, out, off);
+    CopyCtx cb = {pb, 0};
+    for_elements(cg, id, nb, body_copy, &cb);
+    cg->rowp[id] = keep;
+    return;
+  }
+  case OP_SLICE: {
+    LLVMValueRef src = graph_node(cg->g, n->a[0])->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
+    CopyCtx c = {src, n->idx};
+    for_elements(cg, id, e, body_copy, &c);
+    return;
+  }
+  case OP_CONST:
+  case OP_MATVEC:
+  case OP_MATVEC_T:
+  case OP_OUTER: UNREACHABLE(op_name(n->op));
+  default:
+    CHECK(!op_is_leaf(n->op));
+    for_elements(cg, id, e, body_elementwise, NULL);
+  }
+}
+
+/* ---- one kernel ---- */
+
+static void emit_kernel(Cg *cg, int k, const char *name) {
+  const Plan *pl = cg->pl;
+  Graph *g = cg->g;
+  Kernel *K = &pl->kernels[k];
+  LLVMTypeRef params[3] = {cg->i64, cg->i64, cg->fpp};
+  LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(cg->ctx), params, 3, 0);
+  cg->fn = LLVMAddFunction(cg->mod, name, fty);
+  LLVMValueRef r0 = LLVMGetParam(cg->fn, 0), r1 = LLVMGetParam(cg->fn, 1), bases = LLVMGetParam(cg->fn, 2);
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "entry");
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "row");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "exit");
+  LLVMPositionBuilderAtEnd(cg->b, entry);
+  /* every slot the kernel touches: its base pointer; temporaries: row-local arrays */
+  int nn = g->nnodes;
+  bool *uses = xcalloc((size_t)nn, sizeof(bool));
+  for (int i = 0; i < K->n; i++) {
+    Node *n = graph_node(g, K->nodes[i]);
+    uses[K->nodes[i]] = true;
+    for (int a = 0; a < op_arity(n->op); a++) uses[n->a[a]] = true;
+  }
+  LLVMValueRef *tmp = xcalloc((size_t)nn, sizeof(LLVMValueRef));
+  for (int id = 0; id < nn; id++) {
+    if (!uses[id]) continue;
+    int h = pl->home[id];
+    if (h >= 0) {
+      LLVMValueRef idx = LLVMConstInt(cg->i64, (unsigned long long)h, 0);
+      cg->basep[id] = LLVMBuildLoad2(cg->b, cg->fptr, LLVMBuildGEP2(cg->b, cg->fptr, bases, &idx, 1, ""), "");
+    } else if (graph_node(g, id)->op != OP_CONST) {
+      CHECK(pl->kernel_of[id] == k);
+      tmp[id] = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)node_numel(graph_node(g, id)) + VW, 0), "");
+    }
+  }
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, r0, r1, ""), loop, exit);
+  LLVMPositionBuilderAtEnd(cg->b, loop);
+  LLVMValueRef r = LLVMBuildPhi(cg->b, cg->i64, "r");
+  for (int id = 0; id < nn; id++) {
+    cg->rowp[id] = NULL;
+    if (!uses[id]) continue;
+    int h = pl->home[id];
+    if (h >= 0) {
+      int width = pl->arrays[pl->slots[h].array].width;
+      LLVMValueRef off = LLVMBuildMul(cg->b, r, LLVMConstInt(cg->i64, (unsigned long long)width, 0), "");
+      cg->rowp[id] = width ? elem_ptr(cg, cg->basep[id], off) : cg->basep[id];
+    } else if (tmp[id])
+      cg->rowp[id] = tmp[id];
+  }
+  for (int i = 0; i < K->n; i++) emit_node(cg, K->nodes[i]);
+  LLVMValueRef rn = LLVMBuildAdd(cg->b, r, LLVMConstInt(cg->i64, 1, 0), "");
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
+  LLVMAddIncoming(r, &r0, &entry, 1);
+  LLVMAddIncoming(r, &rn, &end, 1);
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, rn, r1, ""), loop, exit);
+  LLVMPositionBuilderAtEnd(cg->b, exit);
+  LLVMBuildRetVoid(cg->b);
+  free(uses);
+  free(tmp);
+}
+
+/* ---- module, optimization, JIT, object files ---- */
+
+struct CgModule {
+  LLVMOrcThreadSafeContextRef tsctx; /* owns the context the module lives in */
+  LLVMModuleRef mod;
+  int nkernels;
+};
+
+struct CgJit {
+  LLVMOrcLLJITRef jit;
+};
+
+static int fail_err(LLVMErrorRef e, const char *what, char *err, size_t errlen) {
+  char *msg = LLVMGetErrorMessage(e);
+  snprintf(err, errlen, "%s: %s", what, msg);
+  LLVMDisposeErrorMessage(msg);
+  return -1;
+}
+
+static void init_llvm(void) {
+  static int initialized;
+  if (initialized) return;
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  initialized = 1;
+}
+
+/* A target machine for the host (cpu NULL) or a named CPU of the host's architecture. */
+static LLVMTargetMachineRef target_machine(const char *cpu_name, LLVMRelocMode reloc, LLVMCodeModel model, char *err,
+                                          size_t errlen) {
+  char *triple = LLVMGetDefaultTargetTriple();
+  LLVMTargetRef target;
+  char *msg = NULL;
+  if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
+    snprintf(err, errlen, "LLVM: no target for %s: %s", triple, msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    LLVMDisposeMessage(triple);
+    return NULL;
+  }
+  char *cpu = cpu_name ? NULL : LLVMGetHostCPUName(), *features = cpu_name ? NULL : LLVMGetHostCPUFeatures();
+  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu_name ? cpu_name : cpu, cpu_name ? "" : features,
+                                                    LLVMCodeGenLevelAggressive, reloc, model);
+  LLVMDisposeMessage(triple);
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(features);
+  return tm;
+}
+
+CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
+  init_llvm();
+  CgModule *m = xcalloc(1, sizeof *m);
+  m->tsctx = LLVMOrcCreateNewThreadSafeContext();
+  m->nkernels = pl->nkernels;
+  Cg cg = {0};
+  cg.ctx = LLVMOrcThreadSafeContextGetContext(m->tsctx);
+  cg.mod = m->mod = LLVMModuleCreateWithNameInContext("cellc", cg.ctx);
+  cg.b = LLVMCreateBuilderInContext(cg.ctx);
+  cg.f32 = LLVMFloatTypeInContext(cg.ctx);
+  cg.v8 = LLVMVectorType(cg.f32, VW);
+  cg.i32 = LLVMInt32TypeInContext(cg.ctx);
+  cg.vi32 = LLVMVectorType(cg.i32, VW);
+  cg.i64 = LLVMInt64TypeInContext(cg.ctx);
+  cg.fptr = LLVMPointerType(cg.f32, 0);
+  cg.vptr = LLVMPointerType(cg.v8, 0);
+  cg.fpp = LLVMPointerType(cg.fptr, 0);
+  cg.pl = pl, cg.g = &pl->p->g;
+  cg.rowp = xcalloc((size_t)cg.g->nnodes, sizeof(LLVMValueRef));
+  cg.basep = xcalloc((size_t)cg.g->nnodes, sizeof(LLVMValueRef));
+  char name[32];
+  for (int k = 0; k < pl->nkernels; k++) {
+    snprintf(name, sizeof name, "k%d", k);
+    emit_kernel(&cg, k, name);
+  }
+  free(cg.rowp);
+  free(cg.basep);
+  LLVMDisposeBuilder(cg.b);
+  char *msg = NULL;
+  if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) {
+    snprintf(err, errlen, "internal: the generated module does not verify: %.400s", msg);
+    LLVMDisposeMessage(msg);
+    cg_llvm_module_free(m);
+    return NULL;
+  }
+  LLVMDisposeMessage(msg);
+  return m;
+}
+
+void cg_llvm_module_free(CgModule *m) {
+  if (!m) return;
+  if (m->mod) LLVMDisposeModule(m->mod);
+  LLVMOrcDisposeThreadSafeContext(m->tsctx);
+  free(m);
+}
+
+/* Sets the module's layout and triple for tm and runs the O3 pipeline with vectorization. */
+static int optimize(CgModule *m, LLVMTargetMachineRef tm, char *err, size_t errlen) {
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+  char *layout = LLVMCopyStringRepOfTargetData(td);
+  LLVMSetDataLayout(m->mod, layout);
+  LLVMDisposeMessage(layout);
+  LLVMDisposeTargetData(td);
+  char *triple = LLVMGetTargetMachineTriple(tm);
+  LLVMSetTarget(m->mod, triple);
+  LLVMDisposeMessage(triple);
+  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
+  LLVMErrorRef e = LLVMRunPasses(m->mod, "default<O3>", tm, po);
+  LLVMDisposePassBuilderOptions(po);
+  if (e) return fail_err(e, "LLVM passes", err, errlen);
+  if (getenv("CELLC_DUMP_IR")) LLVMDumpModule(m->mod);
+  return 0;
+}
+
+CgJit *cg_llvm_jit(CgModule *m, KernelFn *fns, char *err, size_t errlen) {
+  CgJit *J = xcalloc(1, sizeof *J);
+  int nk = m->nkernels;
+  if (nk == 0) {
+    cg_llvm_module_free(m);
+    return J;
+  }
+  LLVMTargetMachineRef tm = target_machine(NULL, LLVMRelocDefault, LLVMCodeModelJITDefault, err, errlen);
+  if (!tm || optimize(m, tm, err, errlen) < 0) {
+    if (tm) LLVMDisposeTargetMachine(tm);
+    cg_llvm_module_free(m);
+    free(J);
+    return NULL;
+  }
+  /* the JIT builder takes the target machine, the JIT the module and its context */
+  LLVMOrcJITTargetMachineBuilderRef jtmb = LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm);
+  LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+  LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, jtmb);
+  LLVMErrorRef e;
+  int rc = 0;
+  if ((e = LLVMOrcCreateLLJIT(&J->jit, jb))) rc = fail_err(e, "LLVM JIT", err, errlen);
+  LLVMOrcDefinitionGeneratorRef gen;
+  if (!rc && (e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(J->jit), NULL, NULL)))
+    rc = fail_err(e, "LLVM JIT symbols", err, errlen);
+  if (!rc) {
+    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(J->jit);
+    LLVMOrcJITDylibAddGenerator(jd, gen);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m->mod, m->tsctx);
+    m->mod = NULL;
+    if ((e = LLVMOrcLLJITAddLLVMIRModule(J->jit, jd, tsm))) rc = fail_err(e, "LLVM JIT module", err, errlen);
+  }
+  char name[32];
+  for (int k = 0; k < nk && !rc; k++) {
+    LLVMOrcExecutorAddress addr;
+    snprintf(name, sizeof name, "k%d", k);
+    if ((e = LLVMOrcLLJITLookup(J->jit, &addr, name))) rc = fail_err(e, "LLVM JIT lookup", err, errlen);
+    else fns[k] = (KernelFn)(uintptr_t)addr;
+  }
+  cg_llvm_module_free(m); /* the thread-safe module holds its own reference to the context */
+  if (rc) {
+    cg_llvm_jit_free(J);
+    return NULL;
+  }
+  return J;
+}
+
+void cg_llvm_jit_free(CgJit *J) {
+  if (!J) return;
+  if (J->jit) LLVMOrcDisposeLLJIT(J->jit);
+  free(J);
+}
+
+int cg_llvm_emit_object(CgModule *m, const char *cpu, const char *path, char *err, size_t errlen) {
+  LLVMTargetMachineRef tm = target_machine(cpu, LLVMRelocPIC, LLVMCodeModelDefault, err, errlen);
+  if (!tm) return -1;
+  int rc = optimize(m, tm, err, errlen);
+  char *msg = NULL;
+  if (!rc && LLVMTargetMachineEmitToFile(tm, m->mod, (char *)path, LLVMObjectFile, &msg)) {
+    snprintf(err, errlen, "cannot write %s: %s", path, msg ? msg : "LLVM failed");
+    rc = -1;
+  }
+  LLVMDisposeMessage(msg);
+  LLVMDisposeTargetMachine(tm);
+  return rc;
+}

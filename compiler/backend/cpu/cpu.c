@@ -1,0 +1,635 @@
+/* cpu.c: the CPU back end: compiles a Program into a plan (compiler/plan) and LLVM-generated
+ * elementwise kernels (cg_llvm.c), and runs the plan's phases in order over whole sequences in
+ * float32: GEMMs through cblas_sgemm, scans, the fused kernels. */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cg_llvm.h"
+
+/* A compiled program: its plan, and a function per kernel (or NULL: the portable evaluator). */
+typedef struct CpuCell {
+  Compiled base;
+  Plan *pl;
+  KernelFn *fns;
+  CgJit *jit;
+  int nthreads;
+} CpuCell;
+
+/* The arrays of one sequence in flight (forward keeps what backward reads). */
+typedef struct CpuWork {
+  Work base;
+  int T, B;
+  int narr;
+  float **arr;             /* per plan array */
+  bool *owned;
+  size_t *size;
+  float **bases;           /* per slot: where row 0 of its values is */
+} CpuWork;
+
+#define F32(v) ((const float *)(v))
+
+/* ---- the portable evaluator: one node, numel elements (kernels without JIT, static values) ---- */
+
+static float sigmoidf_(float x) { return x >= 0 ? 1 / (1 + expf(-x)) : expf(x) / (1 + expf(x)); }
+static float softplusf_(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+
+static float scalar_f32(Op op, float a, float b) {
+  switch (op) {
+  case OP_NEG: return -a;
+  case OP_ADD: return a + b;
+  case OP_SUB: return a - b;
+  case OP_MUL: return a * b;
+  case OP_DIV: return a / b;
+  case OP_MIN: return a <= b ? a : b;
+  case OP_MAX: return a >= b ? a : b;
+  case OP_SIGMOID: return sigmoidf_(a);
+  case OP_TANH: return tanhf(a);
+  case OP_RELU: return a > 0 ? a : 0;
+  case OP_SILU: return a * sigmoidf_(a);
+  case OP_GELU: return 0.5f * a * (1 + erff(a * (float)M_SQRT1_2));
+  case OP_EXP: return expf(a);
+  case OP_LOG: return logf(a);
+  case OP_SOFTPLUS: return softplusf_(a);
+  case OP_LOGSIGMOID: return -softplusf_(-a);
+  case OP_SQRT: return sqrtf(a);
+  case OP_ABS: return fabsf(a);
+  case OP_SQUARE: return a * a;
+  case OP_SIN: return sinf(a);
+  case OP_COS: return cosf(a);
+  case OP_ERF: return erff(a);
+  case OP_STEP: return a > 0 ? 1 : 0;
+  case OP_SIGN: return a > 0 ? 1 : a < 0 ? -1 : 0;
+  case OP_LT: return a < b ? 1 : 0;
+  default: UNREACHABLE(op_name(op));
+  }
+}
+
+/* out = node(a, b); a and b point at the arguments' values (constants expanded). */
+static void eval_f32(Graph *g, int id, float *out, const float *a, const float *b) {
+  Node *n = graph_node(g, id);
+  int e = node_numel(n);
+  switch (n->op) {
+  case OP_CONST: for (int i = 0; i < e; i++) out[i] = (float)n->k; return;
+  case OP_BCAST: for (int i = 0; i < e; i++) out[i] = a[0]; return;
+  case OP_SUM: {
+    int na = node_numel(graph_node(g, n->a[0]));
+    float s = 0;
+    for (int i = 0; i < na; i++) s += a[i];
+    out[0] = s;
+    return;
+  }
+  case OP_CONCAT: {
+    int na = node_numel(graph_node(g, n->a[0]));
+    memcpy(out, a, sizeof(float) * (size_t)na);
+    memcpy(out + na, b, sizeof(float) * (size_t)(e - na));
+    return;
+  }
+  case OP_SLICE: memcpy(out, a + n->idx, sizeof(float) * (size_t)e); return;
+  case OP_MATVEC: {
+    Node *m = graph_node(g, n->a[0]);
+    for (int i = 0; i < m->n[0]; i++) {
+      float s = 0;
+      for (int j = 0; j < m->n[1]; j++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[j];
+      out[i] = s;
+    }
+    return;
+  }
+  case OP_MATVEC_T: {
+    Node *m = graph_node(g, n->a[0]);
+    for (int j = 0; j < m->n[1]; j++) {
+      float s = 0;
+      for (int i = 0; i < m->n[0]; i++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[i];
+      out[j] = s;
+    }
+    return;
+  }
+  case OP_OUTER:
+    for (int i = 0; i < n->n[0]; i++)
+      for (int j = 0; j < n->n[1]; j++) out[(size_t)i * (size_t)n->n[1] + (size_t)j] = a[i] * b[j];
+    return;
+  default:
+    CHECK(!op_is_leaf(n->op));
+    if (op_arity(n->op) == 1)
+      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], 0);
+    else
+      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], b[i]);
+  }
+}
+
+typedef struct Scratch {
+  float **val;   /* per node: a row's values (kernel temporaries, expanded constants) */
+} Scratch;
+
+static float *row_ptr(CpuCell *c, CpuWork *w, int slot, int64_t r) {
+  const Slot *s = &c->pl->slots[slot];
+  int width = c->pl->arrays[s->array].width;
+  return w->bases[slot] + r * width;
+}
+
+/* A node's values at row r: its home, or the scratch row (kernel temporaries, constants). */
+static const float *value_at(CpuCell *c, CpuWork *w, Scratch *sc, int id, int64_t r) {
+  Graph *g = &c->base.p->g;
+  int home = c->pl->home[id];
+  if (home >= 0) return row_ptr(c, w, home, r);
+  Node *n = graph_node(g, id);
+  if (!sc->val[id]) {
+    sc->val[id] = xcalloc((size_t)node_numel(n), sizeof(float));
+    if (n->op == OP_CONST) eval_f32(g, id, sc->val[id], NULL, NULL);
+  }
+  return sc->val[id];
+}
+
+static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t r1) {
+  Graph *g = &c->base.p->g;
+  Kernel *K = &c->pl->kernels[k];
+  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  for (int64_t r = r0; r < r1; r++)
+    for (int i = 0; i < K->n; i++) {
+      int id = K->nodes[i];
+      Node *n = graph_node(g, id);
+      const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], r) : NULL;
+      const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], r) : NULL;
+      float *out = (float *)value_at(c, w, &sc, id, r);
+      eval_f32(g, id, out, a, b);
+    }
+  for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+}
+
+/* ---- arrays ---- */
+
+static size_t array_floats(const PlanArray *a, int T, int B) {
+  size_t rows = (size_t)T * (size_t)B;
+  switch (a->kind) {
+  case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
+  case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
+  default: return 0;
+  }
+}
+
+static void work_bind(CpuCell *c, CpuWork *w, const SeqIO *s) {
+  Plan *pl = c->pl;
+  if (!w->arr) {
+    w->arr = xcalloc((size_t)pl->narrays, sizeof(float *));
+    w->owned = xcalloc((size_t)pl->narrays, sizeof(bool));
+    w->size = xcalloc((size_t)pl->narrays, sizeof(size_t));
+    w->bases = xcalloc((size_t)pl->nslots, sizeof(float *));
+    w->narr = pl->narrays;
+  }
+  w->T = s->T, w->B = s->B;
+  for (int i = 0; i < pl->narrays; i++) {
+    const PlanArray *a = &pl->arrays[i];
+    float *ext = NULL;
+    switch (a->kind) {
+    case ARR_PARAM: ext = (float *)s->params[a->index]; break;
+    case ARR_X: ext = (float *)s->x; break;
+    case ARR_DY: ext = (float *)s->dy; break;
+    case ARR_NOISE: ext = (float *)s->noise[a->index]; break;
+    case ARR_Y: ext = (float *)s->y; break;
+    case ARR_GX: ext = (float *)s->grad_x; break;
+    case ARR_GH0: ext = (float *)s->grad_h0[a->index]; break;
+    case ARR_GATE: ext = s->gates ? (float *)s->gates[a->index] : NULL; break;
+    default: break;
+    }
+    if (ext || a->kind == ARR_PARAM || a->kind == ARR_X || a->kind == ARR_DY || a->kind == ARR_Y || a->kind == ARR_GX ||
+        a->kind == ARR_GH0 || a->kind == ARR_NOISE) {
+      if (w->owned[i]) free(w->arr[i]);
+      w->owned[i] = false;
+      w->arr[i] = ext;
+      continue;
+    }
+    size_t need = array_floats(a, s->T, s->B);
+    if (!w->owned[i] || w->size[i] < need) {
+      if (w->owned[i]) free(w->arr[i]);
+      w->arr[i] = xmalloc(sizeof(float) * (need ? need : 1));
+      w->owned[i] = true;
+      w->size[i] = need;
+    }
+  }
+  for (int i = 0; i < pl->nslots; i++) {
+    const Slot *sl = &pl->slots[i];
+    const PlanArray *a = &pl->arrays[sl->array];
+    float *base = w->arr[sl->array];
+    w->bases[i] = base ? base + ((size_t)sl->row_off * (size_t)s->B) * (size_t)a->width + (size_t)sl->col : NULL;
+  }
+}
+
+/* ---- steps ---- */
+
+static int width_of(CpuCell *c, int slot) { return c->pl->arrays[c->pl->slots[slot].array].width; }
+
+static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1) {
+  Graph *g = &c->base.p->g;
+  Node *n = graph_node(g, st->node);
+  Node *m = graph_node(g, n->a[0]);
+  int hy = c->pl->home[st->out], hv = c->pl->home[n->a[1]], hm = st->mat >= 0 ? st->mat : c->pl->home[n->a[0]];
+  CHECK(hy >= 0 && hv >= 0 && hm >= 0);
+  int rows = (int)(r1 - r0), nO = st->mat >= 0 ? st->ncols : m->n[0], nI = m->n[1];
+  float *Y = row_ptr(c, w, hy, r0);
+  const float *V = row_ptr(c, w, hv, r0), *M = w->bases[hm];
+  float beta = st->accumulate ? 1.0f : 0.0f;
+  if (st->kind == PS_GEMM)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nO, nI, 1.0f, V, width_of(c, hv), M, nI, beta, Y, width_of(c, hy));
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nI, nO, 1.0f, V, width_of(c, hv), M, nI, beta, Y, width_of(c, hy));
+}
+
+/* A coefficient of a scan: its array (row stride ld), or a constant (ld 0,
+ * pointing at a row filled with it). */
+typedef struct Coef {
+  const float *base;
+  int64_t ld;
+  float *fill;
+} Coef;
+
+static Coef coef_of(CpuCell *c, CpuWork *w, int id, int size) {
+  Coef k = {0};
+  Node *n = graph_node(&c->base.p->g, id);
+  if (id < 0 || n->op == OP_CONST) {
+    k.fill = xmalloc(sizeof(float) * (size_t)size);
+    for (int j = 0; j < size; j++) k.fill[j] = id < 0 ? 0.0f : (float)n->k;
+    k.base = k.fill;
+    return k;
+  }
+  int h = c->pl->home[id];
+  CHECK(h >= 0);
+  k.base = w->bases[h];
+  k.ld = width_of(c, h);
+  return k;
+}
+
+static const float *coef_row(const Coef *k, int64_t r) { return k->base + r * k->ld; }
+
+/* new[t] = a[t] * prev[t] + b[t] (complex: a complex product), channel-innermost. */
+__attribute__((optimize("O3"))) static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float *S0, float *S1) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *restrict ar = coef_row(&a[0], r), *restrict br = coef_row(&b[0], r);
+    const float *restrict p0 = S0 + r * size;
+    float *restrict n0 = S0 + (r + B) * size;
+    if (!S1) {
+      for (int j = 0; j < size; j++) n0[j] = ar[j] * p0[j] + br[j];
+      continue;
+    }
+    const float *restrict ai = coef_row(&a[1], r), *restrict bi = coef_row(&b[1], r), *restrict p1 = S1 + r * size;
+    float *restrict n1 = S1 + (r + B) * size;
+    for (int j = 0; j < size; j++) {
+      float pr = p0[j], pi = p1[j];
+      n0[j] = ar[j] * pr - ai[j] * pi + br[j];
+      n1[j] = ar[j] * pi + ai[j] * pr + bi[j];
+    }
+  }
+}
+
+/* dtotal[t] = g[t] + conj(a[t+1]) * dtotal[t+1]; the last step adds dfinal
+ * (already in the rows after the last). */
+__attribute__((optimize("O3"))) static void scan_reverse(int64_t rows, int B, int size, Coef *a, Coef *g, float *D0, float *D1) {
+  for (int64_t r = rows - 1; r >= 0; r--) {
+    bool last = r >= rows - B;
+    const float *restrict g0 = coef_row(&g[0], r), *restrict n0 = D0 + (r + B) * size;
+    float *restrict d0 = D0 + r * size;
+    if (!D1) {
+      if (last)
+        for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j];
+      else {
+        const float *restrict ar = coef_row(&a[0], r + B);
+        for (int j = 0; j < size; j++) d0[j] = g0[j] + ar[j] * n0[j];
+      }
+      continue;
+    }
+    const float *restrict g1 = coef_row(&g[1], r), *restrict n1 = D1 + (r + B) * size;
+    float *restrict d1 = D1 + r * size;
+    if (last) {
+      for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j], d1[j] = g1[j] + n1[j];
+      continue;
+    }
+    const float *restrict ar = coef_row(&a[0], r + B), *restrict ai = coef_row(&a[1], r + B);
+    for (int j = 0; j < size; j++) {
+      d0[j] = g0[j] + ar[j] * n0[j] + ai[j] * n1[j];
+      d1[j] = g1[j] + ar[j] * n1[j] - ai[j] * n0[j];
+    }
+  }
+}
+
+static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
+  Program *p = c->base.p;
+  int q = p->spart_of[state];
+  bool cplx = p->sparts[q].cplx;
+  int B = w->B, size = p->sparts[q].size, parts = cplx ? 2 : 1;
+  int64_t rows = (int64_t)w->T * B;
+  Coef a[2], b[2];
+  for (int k = 0; k < parts; k++) {
+    a[k] = coef_of(c, w, p->sparts[q + k].a, size);
+    b[k] = coef_of(c, w, reverse ? p->sparts[q + k].g : p->sparts[q + k].b, size);
+  }
+  if (!reverse)
+    scan_forward(rows, B, size, a, b, w->arr[c->pl->state_array[q]], cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
+  else
+    scan_reverse(rows, B, size, a, b, w->arr[c->pl->dstate_array[q]], cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
+  for (int k = 0; k < parts; k++) free(a[k].fill), free(b[k].fill);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows);
+
+/* Bytes an elementwise kernel moves per row: every per-row array it reads or writes. */
+#define PARALLEL_MIN_BYTES (1 << 20)
+
+static double kernel_row_bytes(CpuCell *c, int k) {
+  Plan *pl = c->pl;
+  Graph *g = &c->base.p->g;
+  Kernel *K = &pl->kernels[k];
+  double bytes = 0;
+  bool *seen = xcalloc((size_t)g->nnodes, sizeof(bool));
+  for (int i = 0; i < K->n; i++) {
+    Node *n = graph_node(g, K->nodes[i]);
+    int ids[3] = {K->nodes[i], n->a[0], n->a[1]};
+    for (int j = 0; j < 3; j++) {
+      int id = ids[j];
+      if (id < 0 || seen[id] || pl->home[id] < 0) continue;
+      seen[id] = true;
+      if (pl->arrays[pl->slots[pl->home[id]].array].width) bytes += sizeof(float) * node_numel(graph_node(g, id));
+    }
+  }
+  free(seen);
+  return bytes;
+}
+
+/* Adds a step's seconds to the work's profile. */
+static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64_t rows) {
+  Profile *pr = &w->base.prof;
+  switch (st->kind) {
+  case PS_ELEM:
+    pr->elem_s += s;
+    pr->elem_bytes += (double)rows * kernel_row_bytes(c, st->kernel);
+    break;
+  case PS_GEMM: case PS_GEMM_T: case PS_OUTER_ACC: pr->gemm_s += s; break;
+  case PS_SCAN: pr->scan_s += s; break;
+  case PS_RSCAN: pr->rscan_s += s; break;
+  default: pr->other_s += s; break;
+  }
+}
+
+static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
+  bool profiling = w->base.profiling;
+  int64_t r0, r1;
+  int64_t rows = (int64_t)w->T * w->B;
+  if (ph->region == REG_ALL) r0 = 0, r1 = rows;
+  else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B, r1 = r0 + w->B;
+  else r0 = 0, r1 = w->B;
+  for (int i = 0; i < ph->n; i++) {
+    double t0 = profiling ? now_s() : 0;
+    run_step(c, w, &ph->steps[i], r0, r1, rows);
+    if (profiling) profile_add(c, w, &ph->steps[i], now_s() - t0, r1 - r0);
+  }
+}
+
+static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows) {
+  Graph *g = &c->base.p->g;
+  {
+    switch (st->kind) {
+    case PS_ELEM:
+      if (c->fns && c->fns[st->kernel]) {
+        KernelFn fn = c->fns[st->kernel];
+        int nt = c->nthreads;
+        /* kernels with enough work split their rows over the threads (a parallel region costs
+         * microseconds, far more on a loaded machine: small per-step kernels run on one thread) */
+        if (nt > 1 && (double)(r1 - r0) * kernel_row_bytes(c, st->kernel) >= PARALLEL_MIN_BYTES) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+          for (int i = 0; i < nt; i++) fn(r0 + (r1 - r0) * i / nt, r0 + (r1 - r0) * (i + 1) / nt, w->bases);
+        } else
+          fn(r0, r1, w->bases);
+      } else
+        eval_kernel_rows(c, w, st->kernel, r0, r1);
+      break;
+    case PS_GEMM:
+    case PS_GEMM_T: run_gemm(c, w, st, r0, r1); break;
+    case PS_SCAN: run_scan(c, w, st->state, false); break;
+    case PS_RSCAN: run_scan(c, w, st->state, true); break;
+    case PS_OUTER_ACC: {
+      Node *o = graph_node(g, st->node);
+      int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
+      int hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
+      CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o->n[0], o->n[1], (int)rows, 1.0f, w->bases[hG],
+                  width_of(c, hG), w->bases[hV], width_of(c, hV), 1.0f, w->bases[hacc], o->n[1]);
+      break;
+    }
+    case PS_COLSUM: {
+      int h = c->pl->home[st->node], hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
+      float *acc = w->bases[hacc];
+      int e = node_numel(graph_node(g, st->node));
+      if (h < 0) { /* a constant adjoint */
+        float k = (float)graph_node(g, st->node)->k;
+        for (int j = 0; j < e; j++) acc[j] += k * (float)rows;
+        break;
+      }
+      int ld = width_of(c, h);
+      for (int64_t r = 0; r < rows; r++) {
+        const float *v = w->bases[h] + r * ld;
+        for (int j = 0; j < e; j++) acc[j] += v[j];
+      }
+      break;
+    }
+    case PS_COPY: {
+      Node *n = graph_node(g, st->node);
+      int e = node_numel(n), h = c->pl->home[st->node];
+      for (int64_t r = r0; r < r1; r++) {
+        float *dst = row_ptr(c, w, st->dst, r);
+        if (h < 0) {
+          CHECK(n->op == OP_CONST);
+          for (int j = 0; j < e; j++) dst[j] = (float)n->k;
+        } else memcpy(dst, row_ptr(c, w, h, r), sizeof(float) * (size_t)e);
+      }
+      break;
+    }
+    case PS_ZERO: {
+      int e = width_of(c, st->dst);
+      for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, w, st->dst, r), 0, sizeof(float) * (size_t)e);
+      break;
+    }
+    default: UNREACHABLE("plan step");
+    }
+  }
+}
+
+/* Static values (params only), in node order. */
+static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
+  Graph *g = &c->base.p->g;
+  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  for (int id = 0; id < g->nnodes; id++) {
+    if (!which[id]) continue;
+    Node *n = graph_node(g, id);
+    if (n->op == OP_PARAM || n->op == OP_ACC || n->op == OP_CONST) continue;
+    const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], 0) : NULL;
+    const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], 0) : NULL;
+    eval_f32(g, id, (float *)value_at(c, w, &sc, id, 0), a, b);
+  }
+  for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+}
+
+static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
+  CpuCell *c = (CpuCell *)cc;
+  CpuWork *w = (CpuWork *)ww;
+  Program *p = c->base.p;
+  CHECK(s->dtype == DT_F32);
+  Plan *pl = c->pl;
+  work_bind(c, w, s);
+  run_static(c, w, pl->static_fwd);
+  for (int i = 0; i < pl->narrays; i++) {
+    if (pl->arrays[i].kind != ARR_STACK) continue;
+    float *dst = w->arr[i];
+    int st = pl->arrays[i].index;
+    for (int m = 0; m < pl->nstack[st]; m++) {
+      int mat = pl->stacks[st][m];
+      size_t e = (size_t)node_numel(graph_node(&p->g, mat));
+      memcpy(dst, w->bases[pl->home[mat]], sizeof(float) * e);
+      dst += e;
+    }
+  }
+  for (int q = 0; q < p->nsparts; q++)
+    memcpy(w->arr[pl->state_array[q]], s->h0[q], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+  run_phase(c, w, &pl->fwd_pre, 0);
+  for (int t = 0; t < s->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t);
+  run_phase(c, w, &pl->fwd_post, 0);
+  for (int q = 0; q < p->nsparts; q++) {
+    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
+    memcpy(s->final[q], w->arr[pl->state_array[q]] + (size_t)s->T * sz, sizeof(float) * sz);
+  }
+}
+
+static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
+  CpuCell *c = (CpuCell *)cc;
+  CpuWork *w = (CpuWork *)ww;
+  Program *p = c->base.p;
+  CHECK(s->dtype == DT_F32);
+  Plan *pl = c->pl;
+  CHECK(w->T == s->T && w->B == s->B);
+  work_bind(c, w, s);
+  for (int i = 0; i < pl->narrays; i++)
+    if (pl->arrays[i].kind == ARR_ACC) memset(w->arr[i], 0, sizeof(float) * (size_t)pl->arrays[i].numel);
+  for (int q = 0; q < p->nsparts; q++) {
+    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
+    memcpy(w->arr[pl->dstate_array[q]] + (size_t)s->T * sz, s->dfinal[q], sizeof(float) * sz);
+  }
+  run_phase(c, w, &pl->bwd_pre, 0);
+  for (int t = s->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t);
+  run_phase(c, w, &pl->bwd_post, 0);
+  run_phase(c, w, &pl->bwd_first, 0);
+  run_static(c, w, pl->static_bwd);
+  Scratch sc = {xcalloc((size_t)p->g.nnodes, sizeof(float *))};
+  for (int i = 0; i < p->npparts; i++) {
+    size_t e = (size_t)p->pparts[i].numel;
+    if (p->pparts[i].grad < 0) memset(s->grad_params[i], 0, sizeof(float) * e);
+    else memcpy(s->grad_params[i], value_at(c, w, &sc, p->pparts[i].grad, 0), sizeof(float) * e);
+  }
+  for (int i = 0; i < p->g.nnodes; i++) free(sc.val[i]);
+  free(sc.val);
+  if (!pl->scan)
+    for (int q = 0; q < p->nsparts; q++)
+      memcpy(s->grad_h0[q], w->arr[pl->dstate_array[q]], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+}
+
+/* h_0 .. h_T of a state part: its state array, [(T + 1) B, size] (column offset 0). */
+static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void *out) {
+  CpuCell *c = (CpuCell *)cc;
+  CpuWork *w = (CpuWork *)ww;
+  Program *p = c->base.p;
+  CHECK(what == STEPS_STATE && part >= 0 && part < p->nsparts && w->arr);
+  const PlanArray *a = &c->pl->arrays[c->pl->state_array[part]];
+  size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->T + 1) * (size_t)w->B;
+  const float *src = w->arr[c->pl->state_array[part]];
+  for (size_t r = 0; r < rows; r++) memcpy((float *)out + r * size, src + r * (size_t)a->width, sizeof(float) * size);
+  return 0;
+}
+
+/* ---- the interface ---- */
+
+static const char *cpu_supports(const Program *p, const BackendOptions *o) {
+  (void)p, (void)o; /* every program, in either mode; float32 always */
+  return NULL;
+}
+
+static int threads_of(const BackendOptions *o) {
+  if (o->threads > 0) return o->threads;
+  const char *env = getenv("CELLC_THREADS");
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  return env && atoi(env) > 0 ? atoi(env) : ncpu > 0 ? (int)ncpu : 1;
+}
+
+static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, size_t errlen) {
+  CHECK(p->differentiated && (!o->scan || p->scan_form));
+  CpuCell *c = xcalloc(1, sizeof(CpuCell));
+  c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
+  c->nthreads = threads_of(o);
+  c->pl = plan_new(p, o->scan, o->gates);
+  c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
+  if (o->portable) return &c->base; /* every fns[k] NULL: the portable evaluator runs the kernels */
+  CgModule *m = cg_llvm_build(c->pl, err, errlen);
+  if (m) c->jit = cg_llvm_jit(m, c->fns, err, errlen);
+  if (!c->jit) {
+    plan_free(c->pl);
+    free(c->fns);
+    free(c);
+    return NULL;
+  }
+  return &c->base;
+}
+
+static void cpu_free(Compiled *cc) {
+  CpuCell *c = (CpuCell *)cc;
+  if (!c) return;
+  cg_llvm_jit_free(c->jit);
+  plan_free(c->pl);
+  free(c->fns);
+  free(c);
+}
+
+static Work *cpu_work_new(Compiled *c) {
+  CpuWork *w = xcalloc(1, sizeof(CpuWork));
+  w->base.be = c->be;
+  w->base.profiling = getenv("CELLC_PROFILE") != NULL;
+  return &w->base;
+}
+
+static void cpu_work_free(Work *ww) {
+  CpuWork *w = (CpuWork *)ww;
+  if (!w) return;
+  if (getenv("CELLC_PROFILE")) {
+    const Profile *pr = &w->base.prof;
+    fprintf(stderr, "profile: elem %.4f s, gemm %.4f s, scan %.4f s, rscan %.4f s, other %.4f s\n", pr->elem_s, pr->gemm_s,
+            pr->scan_s, pr->rscan_s, pr->other_s);
+  }
+  for (int i = 0; i < w->narr; i++)
+    if (w->owned[i]) free(w->arr[i]);
+  free(w->arr);
+  free(w->owned);
+  free(w->size);
+  free(w->bases);
+  free(w);
+}
+
+const Backend cpu_backend = {
+  .name = "cpu",
+  .dtype = DT_F32,
+  .scans = true,
+  .supports = cpu_supports,
+  .compile = cpu_compile,
+  .free = cpu_free,
+  .work_new = cpu_work_new,
+  .work_free = cpu_work_free,
+  .forward = cpu_forward,
+  .backward = cpu_backward,
+  .read_steps = cpu_read_steps,
+};

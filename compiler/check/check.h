@@ -1,0 +1,143 @@
+/* check.h: the checker: a parsed .cell file (and its imports) to a checked,
+ * typed step graph per cell, with the analysis of language spec section 5
+ * (recurrence class per state, gates that see state, the mode). */
+#ifndef CELLC_CHECK_H
+#define CELLC_CHECK_H
+
+#include "lang.h"
+#include "dims.h"
+#include "ir.h"
+
+typedef enum { MODE_SCAN, MODE_SEQUENTIAL } Mode;
+typedef enum { REC_DIAG_LINEAR, REC_NONLINEAR } Recurrence;
+typedef enum { OPT_REAL, OPT_INT, OPT_BOOL } OptType;
+
+typedef struct DimInfo {
+  const char *name;
+  Loc loc;
+  int sym;          /* its symbol in the dim table */
+  const DimExpr *def; /* default (dim H = D), or NULL */
+  bool from_input;  /* introduced by `input x[D]` */
+  long value;       /* -1 until bound */
+} DimInfo;
+
+typedef struct OptionInfo {
+  const char *name;
+  Loc loc;
+  OptType type;
+  double value;
+} OptionInfo;
+
+typedef struct ParamInfo {
+  const char *name;
+  Loc loc;
+  int rank;
+  int dim[2];           /* symbolic sizes */
+  int n[2];             /* bound sizes */
+  bool cplx;
+  const char *init;     /* initializer name */
+  Loc init_loc;
+  const Expr **init_args;
+  int ninit_args;
+  double args[8];       /* evaluated at binding */
+  int ref;              /* lru_gamma: the param it reads, else -1 */
+  const char **tags;
+  int ntags;
+  int state;            /* the state whose learned initial value this is, else -1 */
+} ParamInfo;
+
+typedef struct StateInfo {
+  const char *name;
+  Loc loc;
+  int rank, dim[2], n[2];
+  bool cplx;
+  const char *init;     /* NULL (zeros), "learned", or an initializer name */
+  Loc init_loc;
+  const Expr **init_args;
+  int ninit_args;
+  double args[8];
+  int param;            /* learned: the param holding the initial value, else -1 */
+  int update;           /* its NEWVAL node */
+  int order;            /* position among the updates in the body */
+  Recurrence rec;
+  int coef_a, coef_b;   /* diagonal-linear: new = a * prev + b (typed-graph nodes; -1 = zero) */
+  int culprit;          /* nonlinear: the node that reads a previous value */
+} StateInfo;
+
+typedef struct GateInfo {
+  const char *name;
+  Loc loc;
+  int node;
+  bool sees_state;
+} GateInfo;
+
+typedef struct Cell {
+  const char *name;
+  Loc loc;
+  const Src *src;
+  Graph g;              /* the typed step graph */
+  DimTable dt;
+  DimInfo *dims;
+  int ndims;
+  const char **dim_names; /* by symbol */
+  OptionInfo *options;
+  int noptions;
+  ParamInfo *params;
+  int nparams;
+  StateInfo *states;
+  int nstates;
+  GateInfo *gates;
+  int ngates;
+  const char *input_name;
+  Loc input_loc;
+  int input_dim;        /* symbolic size of the input */
+  int input_size;       /* bound */
+  int output;           /* node */
+  int output_dim;       /* symbolic size of the output (rank 0: const 1) */
+  int output_size;
+  Mode mode;            /* scan when every state is diagonal-linear */
+  bool bound;           /* every dim has a value: n[] fields are valid */
+} Cell;
+
+/* A file and its imports, parsed: every cell, imported ones first. */
+typedef struct Module {
+  const CellAst **cells;
+  const Src **srcs;     /* the file of each cell */
+  bool *in_main;        /* defined in the file named on the command line */
+  int ncells;
+} Module;
+
+typedef struct Binding {
+  const char *name;
+  const char *value;    /* as written: "128", "true", "0.5" */
+} Binding;
+
+typedef struct CheckOptions {
+  const Binding *sets;  /* --set NAME=VALUE (cell options) */
+  int nsets;
+  const Binding *dims;  /* --dims H=128 */
+  int ndims;
+  bool need_bound;      /* every dim must have a value (run, train) */
+  bool training;        /* gumbel_sigmoid samples noise */
+  bool force_scan;      /* --mode scan: an error when a state is nonlinear */
+  bool force_sequential;
+  bool any_dims;        /* a --dims name the cell lacks is skipped (check of a file with several cells) */
+} CheckOptions;
+
+/* Parses a file and its imports (relative to the file, then stdlib_dir).
+ * NULL after printing diagnostics. */
+Module *check_load(Arena *a, const char *path, const char *stdlib_dir);
+Module *check_load_text(Arena *a, const char *path, const char *text, size_t len, const char *stdlib_dir);
+/* The main file's cell of that name (or its last cell when name is NULL). */
+const CellAst *check_find_cell(const Module *m, const char *name, const Src **src);
+/* Checks and analyzes one cell. NULL after printing diagnostics. */
+Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOptions *o);
+void cell_free(Cell *c);
+
+/* Text of an expression (for messages): "Whz @ h". */
+char *expr_text(Arena *a, const Expr *e);
+/* A symbolic size as text ("2*H"), or its value when bound. */
+void cell_dim_text(const Cell *c, int dim, char *buf, int size);
+void cell_shape_text(const Cell *c, int rank, const int *dim, char *buf, int size);
+
+#endif

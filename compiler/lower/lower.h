@@ -1,0 +1,92 @@
+/* lower.h: a checked cell, its dims bound, lowered to the real step graph
+ * (complex values become (re, im) pairs; mean, the norms and gumbel_sigmoid
+ * expand into primitive ops), and then differentiated (autodiff.c). The
+ * Program is what the interpreter and every back end run. */
+#ifndef CELLC_LOWER_H
+#define CELLC_LOWER_H
+
+#include "check.h"
+#include "ir.h"
+
+/* A real part of a param or state: complex ones have two (re, im), stored as
+ * separate planes by the runtime. */
+typedef struct ParamPart {
+  int param, part;     /* part 0 = re (or the real value), 1 = im */
+  int rank, n[2], numel;
+  int leaf;            /* PARAM node */
+  int grad;            /* backward: dL/d(this part), a node of the static backward, or -1 (zero) */
+} ParamPart;
+
+typedef struct StatePart {
+  int state, part;
+  bool cplx;           /* its state is complex: parts 0 and 1 pair up */
+  int size;            /* numel */
+  int prev;            /* PREV leaf */
+  int next;            /* node of the new value */
+  int a, b;            /* scan: new = a * prev + b as real nodes; complex states pair up parts 0 and 1:
+                          (a_re, a_im) on parts 0/1 .a, (b_re, b_im) on .b; -1 = zero */
+  int dnew;            /* backward: DNEW leaf */
+  int g;               /* backward: the new value's adjoint from its users within the step, or -1 */
+  int dtotal;          /* backward: g + dnew, the new value's whole adjoint */
+  int dprev;           /* backward: dL/d(prev), a per-row node, or -1 (zero) */
+} StatePart;
+
+typedef struct GatePart {
+  int gate;
+  int node;
+} GatePart;
+
+/* A static node (params only) whose adjoint the per-row backward produces;
+ * its adjoint is summed over all rows, then the static backward runs once. */
+typedef struct Boundary {
+  int node;            /* the static forward node */
+  int adj;             /* per-row adjoint expression */
+  int acc;             /* ACC leaf: the adjoint summed over rows */
+} Boundary;
+
+typedef struct Program {
+  Cell *cell;          /* the cell it was lowered from; valid while it is compiled only (a cached
+                          program outlives it): nothing after compilation reads it */
+  Graph g;             /* real graph, hash-consed */
+  bool training;
+  bool scan_form;      /* diagonal-linear updates written as a * prev + b (scan mode) */
+  int x, x_size;
+  int output, output_size;
+  ParamPart *pparts;
+  int npparts;
+  int *ppart_of;       /* param index -> its first part */
+  StatePart *sparts;
+  int nsparts;
+  int nstates;         /* the cell's states (each one or two parts) */
+  int *spart_of;       /* state index -> its first part */
+  GatePart *gates;
+  int ngates;
+  int *noise_sizes;    /* NOISE leaves, by index */
+  int nnoise;
+  int nforward;        /* nodes [0, nforward) are the forward step */
+  /* backward (autodiff) */
+  bool differentiated;
+  int dy;              /* DY leaf */
+  int dx;              /* dL/dx per row, or -1 */
+  Boundary *bounds;
+  int nbounds;
+  bool *dyn;           /* per node: varies per row (input, states, noise, gradients) */
+} Program;
+
+/* Lowers a bound cell. training: gumbel_sigmoid draws noise. scan_form: every
+ * diagonal-linear state's new value is built as a * prev + b from its
+ * coefficients (the form scan mode runs); otherwise as the body wrote it. */
+Program *lower_cell(Cell *c, bool training, bool scan_form);
+void program_free(Program *p);
+/* Recomputes p->dyn for every node. */
+void program_mark_dyn(Program *p);
+/* Everything compiled code depends on, as numbers (nodes, parts, bounds, gates, noise): two
+ * programs with equal signatures compile to the same code. xmalloc'ed; *len numbers. */
+uint64_t *program_signature(const Program *p, size_t *len);
+
+/* autodiff.c: adds the backward step (per-row and static parts). */
+void ad_differentiate(Program *p);
+/* Prints the backward step as math (`cellc derive`). */
+void ad_print(Program *p, FILE *f);
+
+#endif

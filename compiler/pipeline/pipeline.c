@@ -1,0 +1,173 @@
+/* pipeline.c: lower -> differentiate -> a back end's compile, the back ends by name, and the cache
+ * of compiled programs. */
+#include "pipeline.h"
+
+#include <string.h>
+
+#include "cpu.h"
+#include "interp.h"
+#include "lower.h"
+
+static const Backend *const backends[] = {&interp_backend, &cpu_backend};
+#define NBACKENDS (int)(sizeof backends / sizeof backends[0])
+
+const Backend *backend_find(const char *name) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (!strcmp(backends[i]->name, name)) return backends[i];
+  return NULL;
+}
+
+const char *backend_names(void) { return "interp, cpu"; }
+
+/* ---- the cache ---- */
+
+typedef struct Entry {
+  uint64_t *sig;           /* the program's signature, then the back end and its options */
+  size_t nsig;
+  Compiled *c;
+  int refs;
+  struct Entry *next;
+} Entry;
+
+static Entry *cache;
+static int hits;
+
+int pipeline_cache_hits(void) { return hits; }
+
+static uint64_t *request_signature(const Program *p, const Backend *be, const BackendOptions *o, size_t *len) {
+  size_t n;
+  uint64_t *sig = program_signature(p, &n);
+  sig = xrealloc(sig, sizeof(uint64_t) * (n + 6));
+  sig[n++] = (uint64_t)(uintptr_t)be;
+  sig[n++] = o->scan, sig[n++] = o->gates, sig[n++] = o->f32, sig[n++] = (uint64_t)o->threads, sig[n++] = o->portable;
+  *len = n;
+  return sig;
+}
+
+Program *pipeline_derive(Cell *c) {
+  Program *p = lower_cell(c, false, false);
+  ad_differentiate(p);
+  return p;
+}
+
+Compiled *pipeline_compile(Cell *cell, const PipelineOptions *o, char *err, size_t errlen) {
+  const Backend *be = o->backend;
+  CHECK(be);
+  BackendOptions bo = {0};
+  bo.scan = be->scans && cell->mode == MODE_SCAN;
+  bo.gates = o->gates, bo.f32 = o->f32, bo.threads = o->threads, bo.portable = o->portable;
+  Program *p = lower_cell(cell, o->training, bo.scan);
+  ad_differentiate(p);
+  size_t nsig;
+  uint64_t *sig = request_signature(p, be, &bo, &nsig);
+  for (Entry *e = cache; e; e = e->next)
+    if (e->nsig == nsig && !memcmp(e->sig, sig, sizeof(uint64_t) * nsig)) {
+      free(sig);
+      program_free(p);
+      e->refs++;
+      hits++;
+      return e->c;
+    }
+  const char *why = be->supports(p, &bo);
+  Compiled *c = why ? NULL : be->compile(p, &bo, err, errlen);
+  if (why) snprintf(err, errlen, "the %s back end cannot run cell '%s': %s", be->name, cell->name, why);
+  if (!c) {
+    free(sig);
+    program_free(p);
+    return NULL;
+  }
+  p->cell = NULL; /* the cell may go before the compiled program does */
+  Entry *e = xcalloc(1, sizeof *e);
+  e->sig = sig, e->nsig = nsig, e->c = c, e->refs = 1;
+  e->next = cache;
+  cache = e;
+  return c;
+}
+
+void pipeline_release(Compiled *c) {
+  if (!c) return;
+  for (Entry **pp = &cache; *pp; pp = &(*pp)->next) {
+    Entry *e = *pp;
+    if (e->c != c) continue;
+    if (--e->refs > 0) return;
+    *pp = e->next;
+    Program *p = c->p;
+    c->be->free(c);
+    program_free(p);
+    free(e->sig);
+    free(e);
+    return;
+  }
+  UNREACHABLE("pipeline_release of a program the pipeline did not compile");
+}
+
+/* ---- running on float64 buffers ---- */
+
+static float *f32_copy(const void *v, size_t n) {
+  float *f = xmalloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) f[i] = (float)((const double *)v)[i];
+  return f;
+}
+
+static void f64_from(void *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
+}
+
+/* An array of n per-part float32 copies of d's float64 arrays (in) or fresh buffers (!in). */
+static void **f32_parts(const void **d, int n, const size_t *numel, bool in) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = in ? f32_copy(d[i], numel[i]) : xmalloc(sizeof(float) * (numel[i] ? numel[i] : 1));
+  return v;
+}
+
+static void parts_free(void **v, int n) {
+  for (int i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
+void pipeline_run_f64(Compiled *c, const SeqIO *d) {
+  CHECK(d->dtype == DT_F64);
+  const Backend *be = c->be;
+  Work *w = be->work_new(c);
+  if (be->dtype == DT_F64) {
+    be->forward(c, w, d);
+    be->backward(c, w, d);
+    be->work_free(w);
+    return;
+  }
+  Program *p = c->p;
+  size_t rows = (size_t)d->T * (size_t)d->B;
+  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  size_t *gn = xcalloc((size_t)ng + 1, sizeof(size_t)), *zn = xcalloc((size_t)nz + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)p->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)d->B * (size_t)p->sparts[i].size;
+  for (int i = 0; i < ng; i++) gn[i] = rows * (size_t)node_numel(graph_node(&p->g, p->gates[i].node));
+  for (int i = 0; i < nz; i++) zn[i] = rows * (size_t)p->noise_sizes[i];
+  SeqIO s = {0};
+  s.T = d->T, s.B = d->B, s.dtype = DT_F32;
+  s.x = f32_copy(d->x, rows * (size_t)p->x_size);
+  s.dy = f32_copy(d->dy, rows * (size_t)p->output_size);
+  s.params = (const void **)f32_parts(d->params, np, pn, true);
+  s.h0 = (const void **)f32_parts(d->h0, ns, sn, true);
+  s.dfinal = (const void **)f32_parts(d->dfinal, ns, sn, true);
+  s.noise = (const void **)f32_parts(d->noise, nz, zn, true);
+  s.final = f32_parts(NULL, ns, sn, false), s.grad_h0 = f32_parts(NULL, ns, sn, false);
+  s.grad_params = f32_parts(NULL, np, pn, false), s.gates = f32_parts(NULL, ng, gn, false);
+  s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
+  s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
+  be->forward(c, w, &s);
+  be->backward(c, w, &s);
+  be->work_free(w);
+  f64_from(d->y, s.y, rows * (size_t)p->output_size);
+  f64_from(d->grad_x, s.grad_x, rows * (size_t)p->x_size);
+  for (int i = 0; i < np; i++) f64_from(d->grad_params[i], s.grad_params[i], pn[i]);
+  for (int i = 0; i < ns; i++) f64_from(d->final[i], s.final[i], sn[i]), f64_from(d->grad_h0[i], s.grad_h0[i], sn[i]);
+  for (int i = 0; i < ng; i++) f64_from(d->gates[i], s.gates[i], gn[i]);
+  parts_free((void **)s.params, np), parts_free(s.grad_params, np);
+  parts_free((void **)s.h0, ns), parts_free((void **)s.dfinal, ns), parts_free(s.final, ns), parts_free(s.grad_h0, ns);
+  parts_free((void **)s.noise, nz), parts_free(s.gates, ng);
+  free((void *)s.x), free((void *)s.dy), free(s.y), free(s.grad_x);
+  free(pn), free(sn), free(gn), free(zn);
+}
+

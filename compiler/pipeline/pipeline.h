@@ -1,0 +1,43 @@
+/* pipeline.h: the compiler's one compile pipeline and its public face for the runtime and the
+ * commands. A checked cell (check.h: load, find, check) and its options go to a compiled program
+ * on a back end found by name:
+ *   lower (scan form when the back end scans and the cell's mode is scan) -> differentiate
+ *   -> the back end's compile,
+ * with compiled programs cached in the process by their signature (the lowered program, the back
+ * end and its options): an equal request shares the compiled program. */
+#ifndef CELLC_PIPELINE_H
+#define CELLC_PIPELINE_H
+
+#include "backend.h"
+#include "check.h"
+
+/* The back ends, by name: "interp", "cpu". NULL when there is none of that name. */
+const Backend *backend_find(const char *name);
+/* Their names, for messages: "interp, cpu". */
+const char *backend_names(void);
+
+typedef struct PipelineOptions {
+  const Backend *backend;
+  bool training;           /* lowered for training: gumbel_sigmoid draws noise */
+  bool gates;              /* record every gate per step */
+  bool f32;                /* interp: round every value to float32 */
+  int threads;             /* cpu: 0 = CELLC_THREADS, else all cores */
+  bool portable;           /* cpu: every kernel in the portable evaluator, no generated code (tests) */
+} PipelineOptions;
+
+/* Compiles a checked cell whose dims are bound (its mode decides scan or sequential). The result is
+ * shared with every other holder of an equal request: release it, never free it. NULL with a
+ * message in err when the back end cannot run it or its compilation fails. */
+Compiled *pipeline_compile(Cell *c, const PipelineOptions *o, char *err, size_t errlen);
+void pipeline_release(Compiled *c);
+/* How many compilations the cache saved so far. */
+int pipeline_cache_hits(void);
+
+/* Forward then backward of a whole sequence on c's back end, from and into float64 buffers
+ * (d->dtype DT_F64), converted to float32 and back for a float32 back end. */
+void pipeline_run_f64(Compiled *c, const SeqIO *d);
+
+/* Lowers and differentiates a cell with no back end (the form `cellc derive` prints). */
+Program *pipeline_derive(Cell *c);
+
+#endif

@@ -1,0 +1,281 @@
+/* init.c: the initializers of spec section 6. Elementwise ones draw one value per real
+ * number (re then im for complex); orthogonal draws a Gaussian matrix and takes its QR. */
+#include "init.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "support.h"
+
+#define INIT_LIST(X)                                                                 \
+  X(ZEROS, "zeros", 0, 0, false)                                                     \
+  X(ONES, "ones", 0, 0, false)                                                       \
+  X(CONST, "const", 1, 1, false)                                                     \
+  X(UNIFORM, "uniform", 2, 2, false)                                                 \
+  X(NORMAL, "normal", 2, 2, false)                                                   \
+  X(GLOROT, "glorot", 0, 0, false)                                                   \
+  X(ORTHOGONAL, "orthogonal", 0, 0, false)                                           \
+  X(STANDARD, "standard", 0, 0, false)                                               \
+  X(CHRONO, "chrono", 1, 1, false)                                                   \
+  X(UGI, "ugi", 0, 0, false)                                                         \
+  X(GUMBEL, "gumbel", 2, 2, false)                                                   \
+  X(LRU_NU, "lru_nu", 2, 2, false)                                                   \
+  X(LRU_THETA, "lru_theta", 1, 1, false)                                             \
+  X(LRU_GAMMA, "lru_gamma", 1, 1, true)
+
+typedef enum {
+#define X(id, name, lo, hi, ref) INIT_##id,
+  INIT_LIST(X)
+#undef X
+  INIT_COUNT
+} InitKind;
+
+static const InitDef init_defs[] = {
+#define X(id, name, lo, hi, ref) [INIT_##id] = {name, lo, hi, ref},
+    INIT_LIST(X)
+#undef X
+};
+
+static const char *const init_name_list[] = {
+#define X(id, name, lo, hi, ref) name,
+    INIT_LIST(X)
+#undef X
+};
+
+_Static_assert(sizeof init_defs / sizeof init_defs[0] == INIT_COUNT, "one InitDef per initializer");
+
+const InitDef *init_find(const char *name) {
+  for (int i = 0; i < INIT_COUNT; i++)
+    if (strcmp(init_defs[i].name, name) == 0) return &init_defs[i];
+  return NULL;
+}
+
+int init_names(const char *const **names) {
+  *names = init_name_list;
+  return INIT_COUNT;
+}
+
+static int init_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int init_fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* The arguments each random initializer needs while it draws. */
+typedef struct Draw {
+  InitKind kind;
+  double a, b; /* uniform: lo, width; normal: mean, std; glorot, standard: bound, -;
+                  chrono: tmax - 2, -; ugi, gumbel: lo of u, width of u; lru_nu: r_min^2,
+                  r_max^2 - r_min^2; lru_theta: max_phase, - */
+  double alpha, tau; /* gumbel (ugi: 0, 1) */
+} Draw;
+
+/* log u - log(1 - u) shifted and scaled; ugi is gumbel(0, 1), and (0 + x) / 1 == x exactly,
+ * so the two give bit-identical values from the same rng state. */
+static double gumbel_value(double u, double alpha, double tau) { return (alpha + log(u) - log(1.0 - u)) / tau; }
+
+static double draw_one(const Draw *d, Rng *rng) {
+  switch (d->kind) {
+  case INIT_UNIFORM: return d->a + d->b * rng_uniform(rng);
+  case INIT_NORMAL: return d->a + d->b * rng_normal(rng);
+  case INIT_GLOROT:
+  case INIT_STANDARD: return -d->a + 2.0 * d->a * rng_uniform(rng);
+  case INIT_CHRONO: return log(1.0 + d->a * rng_uniform(rng)); /* log U(1, tmax - 1) */
+  case INIT_UGI:
+  case INIT_GUMBEL: return gumbel_value(d->a + d->b * rng_uniform(rng), d->alpha, d->tau);
+  case INIT_LRU_NU: {
+    double x = rng_uniform_open(rng) * d->b + d->a;
+    /* Rounding may push x to 1 (nu = 0) or 0 (nu = inf); keep log(nu) finite. */
+    x = fmin(fmax(x, DBL_MIN), nextafter(1.0, 0.0));
+    return log(-0.5 * log(x));
+  }
+  case INIT_LRU_THETA: return log(d->a * rng_uniform_open(rng));
+  default: UNREACHABLE("draw_one: not an elementwise random initializer");
+  }
+}
+
+/* Householder QR of the m x n matrix a (row-major, m >= n), returning the n orthonormal
+ * columns of Q in q (m x n, row-major) with each column multiplied by sign(R[k][k]), as
+ * PyTorch's orthogonal_ does, so that the factorization is the unique one with diag(R) > 0. */
+static void qr_orthonormal_columns(double *a, int m, int n, double *q) {
+  double *v = xcalloc((size_t)m * (size_t)n, sizeof(double)); /* (n, m): Householder vectors */
+  double *rdiag = xcalloc((size_t)n, sizeof(double));
+  for (int k = 0; k < n; k++) {
+    double *vk = v + (size_t)k * (size_t)m;
+    double norm = 0;
+    for (int i = k; i < m; i++) norm += a[(size_t)i * n + k] * a[(size_t)i * n + k];
+    norm = sqrt(norm);
+    if (norm == 0) continue; /* a zero column (probability 0): no reflection, R[k][k] = 0 */
+    double x0 = a[(size_t)k * n + k];
+    double alpha = x0 > 0 ? -norm : norm; /* reflect x onto alpha e1, away from x0: no cancellation */
+    for (int i = k; i < m; i++) vk[i] = a[(size_t)i * n + k];
+    vk[k] -= alpha;
+    double vnorm = 0;
+    for (int i = k; i < m; i++) vnorm += vk[i] * vk[i];
+    vnorm = sqrt(vnorm);
+    for (int i = k; i < m; i++) vk[i] /= vnorm;
+    for (int j = k; j < n; j++) { /* A[k:, j] -= 2 v (v . A[k:, j]) */
+      double dot = 0;
+      for (int i = k; i < m; i++) dot += vk[i] * a[(size_t)i * n + j];
+      for (int i = k; i < m; i++) a[(size_t)i * n + j] -= 2.0 * vk[i] * dot;
+    }
+    rdiag[k] = alpha;
+  }
+  /* Q = H_0 H_1 ... H_{n-1} [I_n; 0]: apply the reflections in reverse order. */
+  memset(q, 0, sizeof(double) * (size_t)m * (size_t)n);
+  for (int k = 0; k < n; k++) q[(size_t)k * n + k] = 1.0;
+  for (int k = n - 1; k >= 0; k--) {
+    const double *vk = v + (size_t)k * (size_t)m;
+    if (rdiag[k] == 0) continue;
+    for (int j = 0; j < n; j++) {
+      double dot = 0;
+      for (int i = k; i < m; i++) dot += vk[i] * q[(size_t)i * n + j];
+      for (int i = k; i < m; i++) q[(size_t)i * n + j] -= 2.0 * vk[i] * dot;
+    }
+  }
+  for (int j = 0; j < n; j++)
+    if (rdiag[j] < 0)
+      for (int i = 0; i < m; i++) q[(size_t)i * n + j] = -q[(size_t)i * n + j];
+  free(v);
+  free(rdiag);
+}
+
+/* A random [O, I] matrix with orthonormal rows (O <= I) or columns (O > I), as PyTorch's
+ * orthogonal_: draw O x I Gaussians row-major, transpose when O < I, QR, transpose back. */
+static void fill_orthogonal(int O, int I, Rng *rng, double *w) {
+  size_t numel = (size_t)O * (size_t)I;
+  double *g = xmalloc(sizeof(double) * (numel ? numel : 1));
+  for (size_t i = 0; i < numel; i++) g[i] = rng_normal(rng);
+  if (O >= I) qr_orthonormal_columns(g, O, I, w);
+  else {
+    double *gt = xmalloc(sizeof(double) * numel), *qt = xmalloc(sizeof(double) * numel);
+    for (int r = 0; r < O; r++)
+      for (int c = 0; c < I; c++) gt[(size_t)c * O + r] = g[(size_t)r * I + c];
+    qr_orthonormal_columns(gt, I, O, qt); /* (I, O) */
+    for (int r = 0; r < O; r++)
+      for (int c = 0; c < I; c++) w[(size_t)r * I + c] = qt[(size_t)c * O + r];
+    free(gt);
+    free(qt);
+  }
+  free(g);
+}
+
+/* Checks the arguments of `kind` and sets up its draw; 0 or -1 with a message. */
+static int init_prepare(InitKind kind, const double *args, int rank, const int *shape, int H, Draw *d, char *err,
+                        size_t errlen) {
+  int first = rank == 0 ? 1 : shape[0]; /* d: the param's first size */
+  double fan_in = rank == 0 ? 1 : rank == 1 ? shape[0] : shape[1];
+  double fan_out = rank == 0 ? 1 : shape[0];
+  d->kind = kind;
+  switch (kind) {
+  case INIT_UNIFORM:
+    if (args[0] > args[1]) return init_fail(err, errlen, "uniform(lo, hi) needs lo <= hi, got uniform(%g, %g)", args[0], args[1]);
+    d->a = args[0], d->b = args[1] - args[0];
+    if (!isfinite(d->b)) return init_fail(err, errlen, "uniform(%g, %g): the range is too wide", args[0], args[1]);
+    return 0;
+  case INIT_NORMAL:
+    if (args[1] < 0) return init_fail(err, errlen, "normal(mean, std) needs std >= 0, got normal(%g, %g)", args[0], args[1]);
+    d->a = args[0], d->b = args[1];
+    return 0;
+  case INIT_GLOROT:
+    d->a = fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0;
+    return 0;
+  case INIT_STANDARD:
+    if (H <= 0) return init_fail(err, errlen, "standard needs the cell's first state to have a positive size, got %d", H);
+    d->a = 1.0 / sqrt((double)H);
+    return 0;
+  case INIT_CHRONO:
+    if (!(args[0] > 2)) return init_fail(err, errlen, "chrono(tmax) needs tmax > 2, got chrono(%g)", args[0]);
+    d->a = args[0] - 2.0;
+    return 0;
+  case INIT_UGI:
+  case INIT_GUMBEL:
+    if (first < 2)
+      return init_fail(err, errlen, "%s needs a param whose first size is at least 2, got %s%d",
+                       kind == INIT_UGI ? "ugi" : "gumbel", rank == 0 ? "a scalar, size " : "size ", first);
+    d->a = 1.0 / first, d->b = 1.0 - 2.0 / first; /* u ~ U(1/d, 1 - 1/d) */
+    d->alpha = 0, d->tau = 1;
+    if (kind == INIT_GUMBEL) {
+      if (!(args[1] > 0)) return init_fail(err, errlen, "gumbel(alpha, tau) needs tau > 0, got gumbel(%g, %g)", args[0], args[1]);
+      d->alpha = args[0], d->tau = args[1];
+    }
+    return 0;
+  case INIT_LRU_NU:
+    if (!(0 <= args[0] && args[0] < args[1] && args[1] <= 1))
+      return init_fail(err, errlen, "lru_nu(r_min, r_max) needs 0 <= r_min < r_max <= 1, got lru_nu(%g, %g)", args[0], args[1]);
+    d->a = args[0] * args[0], d->b = args[1] * args[1] - args[0] * args[0];
+    return 0;
+  case INIT_LRU_THETA:
+    if (!(args[0] > 0)) return init_fail(err, errlen, "lru_theta(max_phase) needs max_phase > 0, got lru_theta(%g)", args[0]);
+    d->a = args[0];
+    return 0;
+  default: return 0;
+  }
+}
+
+int init_fill(const char *name, const double *args, int nargs, const double *ref, int rank, const int *shape,
+              bool cplx, int H, Rng *rng, double *out, char *err, size_t errlen) {
+  CHECK(rank >= 0 && rank <= 2);
+  const InitDef *def = init_find(name);
+  if (!def) return init_fail(err, errlen, "unknown initializer '%s'", name);
+  InitKind kind = (InitKind)(def - init_defs);
+  if (!def->ref_param && (nargs < def->min_args || nargs > def->max_args)) {
+    if (def->min_args == 0) return init_fail(err, errlen, "%s takes no arguments, got %d", name, nargs);
+    return init_fail(err, errlen, "%s takes %d argument%s, got %d", name, def->min_args, def->min_args == 1 ? "" : "s", nargs);
+  }
+  for (int i = 0; i < nargs && !def->ref_param; i++)
+    if (!isfinite(args[i])) return init_fail(err, errlen, "%s: argument %d is not finite (%g)", name, i + 1, args[i]);
+  size_t numel = 1;
+  for (int i = 0; i < rank; i++) {
+    CHECK(shape[i] >= 0);
+    numel *= (size_t)shape[i];
+  }
+  size_t nout = cplx ? 2 * numel : numel;
+
+  Draw d = {0};
+  if (init_prepare(kind, args, rank, shape, H, &d, err, errlen) != 0) return -1;
+  switch (kind) {
+  case INIT_ZEROS:
+  case INIT_ONES:
+  case INIT_CONST: { /* complex: re = c, im = 0 */
+    double c = kind == INIT_ZEROS ? 0.0 : kind == INIT_ONES ? 1.0 : args[0];
+    for (size_t i = 0; i < numel; i++) {
+      if (cplx) out[2 * i] = c, out[2 * i + 1] = 0.0;
+      else out[i] = c;
+    }
+    return 0;
+  }
+  case INIT_ORTHOGONAL: {
+    if (rank != 2) return init_fail(err, errlen, "orthogonal needs a matrix param, got a %s", rank == 0 ? "scalar" : "vector");
+    /* Complex params: the real part is orthogonal and the imaginary part zero. That is a
+     * unitary matrix too, which is what the recurrences that use it need. */
+    if (!cplx) fill_orthogonal(shape[0], shape[1], rng, out);
+    else {
+      double *w = xmalloc(sizeof(double) * (numel ? numel : 1));
+      fill_orthogonal(shape[0], shape[1], rng, w);
+      for (size_t i = 0; i < numel; i++) out[2 * i] = w[i], out[2 * i + 1] = 0.0;
+      free(w);
+    }
+    return 0;
+  }
+  case INIT_LRU_GAMMA: /* log(sqrt(1 - |lambda|^2)), |lambda| = exp(-exp(nu_log)) */
+    if (!ref) return init_fail(err, errlen, "lru_gamma needs the values of the param it names");
+    for (size_t i = 0; i < numel; i++) {
+      double g = log(sqrt(1.0 - exp(-2.0 * exp(ref[i]))));
+      if (cplx) out[2 * i] = g, out[2 * i + 1] = 0.0;
+      else out[i] = g;
+    }
+    return 0;
+  default: /* elementwise random: one draw per real number, re then im */
+    for (size_t i = 0; i < nout; i++) out[i] = draw_one(&d, rng);
+    return 0;
+  }
+}

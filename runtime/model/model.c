@@ -1,0 +1,925 @@
+/* model.c: the model around the compiled cell (model.h): building it from the configuration,
+ * initializing it, and the forward and backward of one batch. */
+#include "model.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+#include "init.h"
+#include "nn.h"
+#include "pipeline.h"
+
+typedef enum { NORM_NONE, NORM_LAYER, NORM_RMS, NORM_BATCH } NormKind;
+typedef enum { MIX_NONE, MIX_GLU, MIX_MLP } MixKind;
+
+/* One copy of the cell: its programs for training (gumbel noise sampled) and evaluation, compiled
+ * for the CPU back end through the pipeline. */
+typedef struct Layer {
+  Cell *cell[2]; /* [0] training, [1] evaluation */
+  Compiled *exe[2];
+  Work *work[2];
+  SeqIO seq[2];
+  int in, out;      /* its x size and output size */
+  int first;        /* its first tensor in the model */
+  float **h0;       /* per state part [B, size]: the initial states */
+  float **gh0, **final;
+  const float **dfinal; /* zeros */
+  float **noise;    /* per noise stream of the training program [T, B, size] */
+  /* residual blocks */
+  int norm_w, mix_w, bn_mean, bn_var; /* tensor indices, -1 when absent */
+  NnGlu glu, dglu;
+  NnMlp mlp, dmlp;
+  float *normed, *nmean, *nrstd; /* norm output [rows, C] and caches */
+  float *mixed;                   /* mixer output [rows, C] */
+  float *mixcache;
+  float *y;                       /* the cell's output [rows, out] */
+  float *mask;                    /* dropout mask [rows, C] */
+  float *dropped;                 /* dropout output [rows, C] */
+} Layer;
+
+struct Model {
+  Arena arena;
+  const Backend *backend;         /* where the cell layers run */
+  char *source;                   /* the .cell text */
+  const char *cell_name, *summary;
+  ModelTensor *tensors;
+  int ntensors, cap;
+  float *store;                   /* values and gradients of every tensor */
+  int T, B, rows;
+  int width, nlayers;
+  TaskShape task;
+  bool embed;                     /* encoder */
+  int enc_w, enc_b, head_w, head_b;
+  int block;                      /* 0 stack, 1 residual */
+  NormKind norm;
+  MixKind mix;
+  int mix_hidden;
+  double dropout;
+  NnReadout readout;
+  Layer *layers;
+  float **act;                    /* (nlayers + 1) layer inputs [rows, C_k], act[nlayers] the top */
+  float *dact[2];                 /* ping-pong gradients of the activations */
+  float *dtmp[2];                 /* scratch [rows, maxC] */
+  float *scratch;                 /* the mixers' backward scratch */
+  float *readout_out, *dreadout, *logits, *dlogits;
+  int32_t *targets;               /* cross-entropy targets with the rows mask applied */
+  int maxc;
+  uint64_t seed;
+};
+
+/* ---- tensors ---- */
+
+/* Reserves a tensor; its storage is placed once every tensor is known (model_place). */
+static int add_tensor(Model *m, const char *name, int rank, const int64_t *n, bool cplx, bool learned) {
+  ModelTensor t = {0};
+  t.name = arena_strdup(&m->arena, name);
+  t.cplx = cplx;
+  t.numel = 1;
+  for (int i = 0; i < rank; i++) t.shape[i] = n[i], t.numel *= n[i];
+  t.ndim = rank;
+  if (cplx) t.shape[t.ndim++] = 2;
+  t.learned = learned;
+  VEC_PUSH(m->tensors, m->ntensors, m->cap, t);
+  return m->ntensors - 1;
+}
+
+static void model_place(Model *m) {
+  size_t total = 0;
+  for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
+  m->store = xcalloc(2 * total + 1, sizeof(float));
+  float *v = m->store, *g = m->store + total;
+  for (int i = 0; i < m->ntensors; i++) {
+    ModelTensor *t = &m->tensors[i];
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) {
+      t->val[part] = v, t->grad[part] = g;
+      v += t->numel, g += t->numel;
+    }
+  }
+}
+
+static float *fbuf(size_t n) { return xcalloc(n ? n : 1, sizeof(float)); }
+
+/* PyTorch's default for linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+static void init_uniform(ModelTensor *t, uint64_t seed, int fan_in) {
+  Rng r;
+  rng_seed(&r, seed, rng_stream_of(t->name));
+  double bound = 1.0 / sqrt((double)fan_in);
+  for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = (float)((2 * rng_uniform(&r) - 1) * bound);
+}
+
+static void init_const(ModelTensor *t, float v) {
+  for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = v;
+}
+
+/* ---- the configuration's cell-dependent entries ---- */
+
+/* An initializer as written in the configuration: NAME or NAME(ARG, ...). */
+typedef struct InitText {
+  const char *name;
+  double args[8];
+  int nargs;
+  const char *ref; /* lru_gamma(NAME) */
+} InitText;
+
+static int parse_init(Arena *a, const char *text, InitText *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const char *p = text;
+  while (isspace((unsigned char)*p)) p++;
+  const char *s = p;
+  while (isalnum((unsigned char)*p) || *p == '_') p++;
+  out->name = arena_strndup(a, s, (size_t)(p - s));
+  const InitDef *def = init_find(out->name);
+  if (!def) {
+    const char *const *names;
+    int n = init_names(&names);
+    const char *near = diag_nearest(out->name, names, n);
+    snprintf(err, errlen, "unknown initializer '%s'%s%s%s", out->name, near ? "; did you mean '" : "", near ? near : "",
+             near ? "'?" : "");
+    return -1;
+  }
+  while (isspace((unsigned char)*p)) p++;
+  if (*p == '(') {
+    p++;
+    for (;;) {
+      while (isspace((unsigned char)*p)) p++;
+      if (*p == ')' && out->nargs == 0 && !out->ref) break;
+      if (def->ref_param) {
+        s = p;
+        while (isalnum((unsigned char)*p) || *p == '_') p++;
+        if (p == s || out->ref) return snprintf(err, errlen, "%s takes the name of a param", out->name), -1;
+        out->ref = arena_strndup(a, s, (size_t)(p - s));
+      } else {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v)) return snprintf(err, errlen, "%s: expected a number at '%s'", out->name, p), -1;
+        if (out->nargs == 8) return snprintf(err, errlen, "%s: too many arguments", out->name), -1;
+        out->args[out->nargs++] = v;
+        p = end;
+      }
+      while (isspace((unsigned char)*p)) p++;
+      if (*p == ',') {
+        p++;
+        continue;
+      }
+      if (*p == ')') break;
+      return snprintf(err, errlen, "%s: expected ',' or ')' at '%s'", out->name, *p ? p : "the end"), -1;
+    }
+    p++;
+  }
+  while (isspace((unsigned char)*p)) p++;
+  if (*p) return snprintf(err, errlen, "unexpected '%s' after the initializer", p), -1;
+  int given = def->ref_param ? (out->ref != NULL) : out->nargs;
+  if (given < def->min_args || given > def->max_args) {
+    if (def->min_args == def->max_args)
+      snprintf(err, errlen, "%s takes %d argument%s, not %d", out->name, def->min_args, def->min_args == 1 ? "" : "s", given);
+    else snprintf(err, errlen, "%s takes %d to %d arguments, not %d", out->name, def->min_args, def->max_args, given);
+    return -1;
+  }
+  return 0;
+}
+
+/* The dims a cell declares (including the one its input introduces), for checking dims.NAME. */
+static void collect_dims(Stmt **body, int n, const char **names, int *count, const char **input_dim) {
+  for (int i = 0; i < n; i++) {
+    const Stmt *st = body[i];
+    if (st->kind == ST_DIM && *count < 64) names[(*count)++] = st->name;
+    if (st->kind == ST_INPUT && st->shape && st->shape->n == 1 && st->shape->dims[0]->kind == DX_NAME) {
+      *input_dim = st->shape->dims[0]->name;
+      if (*count < 64) names[(*count)++] = st->shape->dims[0]->name;
+    }
+    if (st->kind == ST_IF) {
+      collect_dims(st->then_body, st->nthen, names, count, input_dim);
+      collect_dims(st->else_body, st->nelse, names, count, input_dim);
+    }
+  }
+}
+
+static bool has_name(const char *const *names, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(names[i], name)) return true;
+  return false;
+}
+
+/* Checks every dotted [model] entry against the cell: options, dims, layers. Params are checked per
+ * layer once the cell is bound. */
+static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, int ndims, int nlayers) {
+  const CfgEntry *e;
+  int n = cfg_entries(cfg, &e);
+  for (int i = 0; i < n; i++) {
+    if (e[i].layer >= nlayers) {
+      cfg_error(cfg, e[i].key, false, "layer %d does not exist: model.layers is %d (layers count from 0)", e[i].layer, nlayers);
+      return -1;
+    }
+    if (e[i].kind == CFG_ENTRY_OPTION) {
+      const OptionAst *o = NULL;
+      const char *names[64];
+      int nn = 0;
+      for (int k = 0; k < ast->noptions; k++) {
+        if (!strcmp(ast->options[k].name, e[i].name)) o = &ast->options[k];
+        if (nn < 64) names[nn++] = ast->options[k].name;
+      }
+      if (!o) {
+        const char *near = diag_nearest(e[i].name, names, nn);
+        if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no option '%s'; did you mean '%s'?", ast->name, e[i].name, near);
+        else if (!nn) cfg_error(cfg, e[i].key, false, "cell '%s' has no options", ast->name);
+        else cfg_error(cfg, e[i].key, false, "cell '%s' has no option '%s'", ast->name, e[i].name);
+        return -1;
+      }
+      if (o->is_bool != e[i].is_bool) {
+        cfg_error(cfg, e[i].key, true, "option '%s' of cell '%s' is %s, not %s", o->name, ast->name, o->is_bool ? "a bool (true or false)" : "a number",
+                  e[i].is_bool ? "a bool" : "a number");
+        return -1;
+      }
+      if (o->is_int && e[i].num != floor(e[i].num)) {
+        cfg_error(cfg, e[i].key, true, "option '%s' of cell '%s' is an int", o->name, ast->name);
+        return -1;
+      }
+    } else if (e[i].kind == CFG_ENTRY_DIM && !has_name(dims, ndims, e[i].name)) {
+      const char *near = diag_nearest(e[i].name, dims, ndims);
+      if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no dim '%s'; did you mean '%s'?", ast->name, e[i].name, near);
+      else cfg_error(cfg, e[i].key, false, "cell '%s' has no dim '%s'", ast->name, e[i].name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The options of layer k: every all-layer entry, then the layer's own (the last one wins). */
+static int layer_options(const Cfg *cfg, int k, Binding *out) {
+  const CfgEntry *e;
+  int n = cfg_entries(cfg, &e), count = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n && count < 64; i++)
+      if (e[i].kind == CFG_ENTRY_OPTION && (pass == 0 ? e[i].layer < 0 : e[i].layer == k))
+        out[count++] = (Binding){e[i].name, e[i].text};
+  return count;
+}
+
+/* The initializer override of a param in layer k: the layer's own entry, else the all-layer one. */
+static const CfgEntry *init_override(const Cfg *cfg, int k, const char *param) {
+  const CfgEntry *e, *found = NULL;
+  int n = cfg_entries(cfg, &e);
+  for (int i = 0; i < n; i++)
+    if (e[i].kind == CFG_ENTRY_INIT && !strcmp(e[i].name, param)) {
+      if (e[i].layer == k) return &e[i];
+      if (e[i].layer < 0) found = &e[i];
+    }
+  return found;
+}
+
+/* ---- building ---- */
+
+/* Checks layer k's cell for training and evaluation and compiles both. */
+static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src, const CellAst *ast,
+                      const char *input_dim, bool has_h) {
+  Binding opts[64], dims[66];
+  int nopts = layer_options(cfg, k, opts), ndims = 0;
+  char *in_text = arena_printf(&m->arena, "%d", L->in);
+  dims[ndims++] = (Binding){input_dim, in_text};
+  if (has_h && strcmp(input_dim, "H")) dims[ndims++] = (Binding){"H", cfg_text(cfg, "model.hidden")};
+  const CfgEntry *e;
+  int n = cfg_entries(cfg, &e);
+  for (int i = 0; i < n && ndims < 66; i++)
+    if (e[i].kind == CFG_ENTRY_DIM) {
+      if (!strcmp(e[i].name, input_dim)) {
+        cfg_error(cfg, e[i].key, false, "dim '%s' is the size of the cell's input: model.width sets it", e[i].name);
+        return -1;
+      }
+      dims[ndims++] = (Binding){e[i].name, e[i].text};
+    }
+  const char *mode = cfg_word(cfg, "train.mode");
+  for (int v = 0; v < 2; v++) {
+    CheckOptions o = {0};
+    o.sets = opts, o.nsets = nopts, o.dims = dims, o.ndims = ndims;
+    o.need_bound = true;
+    o.training = v == 0;
+    o.force_scan = !strcmp(mode, "scan");
+    o.force_sequential = !strcmp(mode, "sequential");
+    L->cell[v] = check_cell(&m->arena, src, ast, &o);
+    if (!L->cell[v]) return -1;
+  }
+  Cell *c = L->cell[0];
+  if (c->input_size != L->in) {
+    diag_error(c->input_loc, "the cell's input has %d channels, but layer %d gets %d", c->input_size, k, L->in);
+    return -1;
+  }
+  L->out = c->output_size;
+  for (int v = 0; v < 2; v++) {
+    PipelineOptions po = {0};
+    po.backend = m->backend, po.training = v == 0;
+    char err[512];
+    L->exe[v] = pipeline_compile(L->cell[v], &po, err, sizeof err);
+    if (!L->exe[v]) {
+      diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
+      return -1;
+    }
+    /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
+     * work arrays serves both, so evaluation needs no memory beyond training's */
+    L->work[v] = v == 1 && L->exe[1] == L->exe[0] ? L->work[0] : m->backend->work_new(L->exe[v]);
+  }
+  return 0;
+}
+
+/* Adds layer k's cell params as tensors and draws their initial values. */
+static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
+  Cell *c = L->cell[0];
+  L->first = m->ntensors;
+  for (int i = 0; i < c->nparams; i++) {
+    ParamInfo *pi = &c->params[i];
+    int64_t n[2] = {pi->n[0], pi->n[1]};
+    int t = add_tensor(m, arena_printf(&m->arena, "layer.%d.%s", k, pi->name), pi->rank, n, pi->cplx, true);
+    m->tensors[t].tags = pi->tags, m->tensors[t].ntags = pi->ntags;
+  }
+  /* every init.PARAM entry names a param of this layer's cell */
+  const CfgEntry *e;
+  int ne = cfg_entries(cfg, &e);
+  for (int i = 0; i < ne; i++) {
+    if (e[i].kind != CFG_ENTRY_INIT || (e[i].layer >= 0 && e[i].layer != k)) continue;
+    const char *names[256];
+    int nn = 0;
+    bool found = false;
+    for (int j = 0; j < c->nparams; j++) {
+      found = found || !strcmp(c->params[j].name, e[i].name);
+      if (nn < 256) names[nn++] = c->params[j].name;
+    }
+    if (!found) {
+      const char *near = diag_nearest(e[i].name, names, nn);
+      if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no param '%s'%s; did you mean '%s'?", c->name, e[i].name, e[i].layer < 0 ? "" : " in this layer", near);
+      else cfg_error(cfg, e[i].key, false, "cell '%s' has no param '%s'", c->name, e[i].name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int draw_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
+  Cell *c = L->cell[0];
+  int H = c->nstates && c->states[0].rank ? c->states[0].n[0] : 1;
+  double **vals = xcalloc((size_t)c->nparams + 1, sizeof(double *));
+  int status = 0;
+  for (int i = 0; i < c->nparams && !status; i++) {
+    ParamInfo *pi = &c->params[i];
+    ModelTensor *t = &m->tensors[L->first + i];
+    int parts = pi->cplx ? 2 : 1;
+    vals[i] = xcalloc((size_t)(t->numel * parts + 1), sizeof(double));
+    const char *name = pi->init;
+    const double *args = pi->args;
+    int nargs = pi->ninit_args, ref = pi->ref;
+    InitText it;
+    const CfgEntry *ov = init_override(cfg, k, pi->name);
+    char err[256];
+    if (ov) {
+      if (parse_init(&m->arena, ov->text, &it, err, sizeof err) < 0) {
+        cfg_error(cfg, ov->key, true, "%s", err);
+        status = 1;
+        break;
+      }
+      name = it.name, args = it.args, nargs = it.nargs, ref = -1;
+      if (it.ref) {
+        for (int j = 0; j < i; j++)
+          if (!strcmp(c->params[j].name, it.ref)) ref = j;
+        if (ref < 0) {
+          cfg_error(cfg, ov->key, true, "%s reads param '%s', which must be declared before '%s'", name, it.ref, pi->name);
+          status = 1;
+          break;
+        }
+      }
+    }
+    Rng rng;
+    rng_seed(&rng, m->seed, rng_stream_of(t->name));
+    if (init_fill(name, args, nargs, ref >= 0 ? vals[ref] : NULL, pi->rank, pi->n, pi->cplx, H, &rng, vals[i], err, sizeof err) < 0) {
+      if (ov) cfg_error(cfg, ov->key, true, "cannot initialize param '%s': %s", pi->name, err);
+      else diag_error(pi->init_loc, "cannot initialize param '%s': %s", pi->name, err);
+      status = 1;
+      break;
+    }
+    for (int64_t j = 0; j < t->numel; j++)
+      for (int part = 0; part < parts; part++) t->val[part][j] = (float)vals[i][j * parts + part];
+  }
+  for (int i = 0; i < c->nparams; i++) free(vals[i]);
+  free(vals);
+  return status ? -1 : 0;
+}
+
+/* The initial states of layer k, broadcast over the batch (learned ones are refreshed per batch). */
+static int init_states(Model *m, Layer *L, int k) {
+  Program *p = L->exe[0]->p;
+  Cell *c = L->cell[0];
+  L->h0 = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
+  L->gh0 = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
+  L->final = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
+  L->dfinal = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
+  for (int q = 0; q < p->nsparts; q++) {
+    size_t n = (size_t)m->B * (size_t)p->sparts[q].size;
+    L->h0[q] = fbuf(n), L->gh0[q] = fbuf(n), L->final[q] = fbuf(n), L->dfinal[q] = fbuf(n);
+  }
+  for (int s = 0; s < c->nstates; s++) {
+    StateInfo *si = &c->states[s];
+    if (!si->init || si->param >= 0) continue;
+    int size = si->rank ? si->n[0] : 1, parts = si->cplx ? 2 : 1;
+    double *v = xcalloc((size_t)(parts * size + 1), sizeof(double));
+    Rng rng;
+    char err[256];
+    rng_seed(&rng, m->seed, rng_stream_of(arena_printf(&m->arena, "layer.%d.h0.%s", k, si->name)));
+    if (init_fill(si->init, si->args, si->ninit_args, NULL, si->rank, si->n, si->cplx, size, &rng, v, err, sizeof err) < 0) {
+      diag_error(si->init_loc, "cannot initialize state '%s': %s", si->name, err);
+      free(v);
+      return -1;
+    }
+    for (int part = 0; part < parts; part++) {
+      float *h = L->h0[p->spart_of[s] + part];
+      for (int b = 0; b < m->B; b++)
+        for (int j = 0; j < size; j++) h[(size_t)b * size + j] = (float)v[j * parts + part];
+    }
+    free(v);
+  }
+  return 0;
+}
+
+/* Points a layer's two sequences at the model's buffers. */
+static void wire_layer(Model *m, Layer *L, int k) {
+  size_t rows = (size_t)m->rows;
+  L->y = fbuf(rows * (size_t)L->out);
+  for (int v = 0; v < 2; v++) {
+    Program *p = L->exe[v]->p;
+    SeqIO *s = &L->seq[v];
+    s->T = m->T, s->B = m->B, s->dtype = DT_F32;
+    s->params = xcalloc((size_t)p->npparts + 1, sizeof(void *));
+    s->grad_params = xcalloc((size_t)p->npparts + 1, sizeof(void *));
+    for (int i = 0; i < p->npparts; i++) {
+      ModelTensor *t = &m->tensors[L->first + p->pparts[i].param];
+      s->params[i] = t->val[p->pparts[i].part];
+      s->grad_params[i] = t->grad[p->pparts[i].part];
+    }
+    s->h0 = (const void **)L->h0, s->final = (void **)L->final, s->dfinal = (const void **)L->dfinal;
+    s->grad_h0 = (void **)L->gh0;
+    s->y = L->y;
+    s->noise = xcalloc((size_t)p->nnoise + 1, sizeof(void *));
+    if (v == 0) {
+      L->noise = xcalloc((size_t)p->nnoise + 1, sizeof(float *));
+      for (int i = 0; i < p->nnoise; i++) s->noise[i] = L->noise[i] = fbuf(rows * (size_t)p->noise_sizes[i]);
+    }
+  }
+  (void)k;
+}
+
+static void add_block_tensors(Model *m, Layer *L, int k) {
+  int C = m->width;
+  int64_t c1[1] = {C};
+  if (m->norm != NORM_NONE) {
+    L->norm_w = add_tensor(m, arena_printf(&m->arena, "layer.%d.norm.weight", k), 1, c1, false, true);
+    add_tensor(m, arena_printf(&m->arena, "layer.%d.norm.bias", k), 1, c1, false, true);
+    if (m->norm == NORM_BATCH) {
+      L->bn_mean = add_tensor(m, arena_printf(&m->arena, "layer.%d.norm.running_mean", k), 1, c1, false, false);
+      L->bn_var = add_tensor(m, arena_printf(&m->arena, "layer.%d.norm.running_var", k), 1, c1, false, false);
+    }
+  }
+  if (m->mix != MIX_NONE) {
+    int Hm = m->mix_hidden;
+    int64_t hc[2] = {Hm, C}, ch[2] = {C, Hm}, h1[1] = {Hm};
+    L->mix_w = add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.w1", k), 2, hc, false, true);
+    add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.b1", k), 1, h1, false, true);
+    if (m->mix == MIX_GLU) {
+      add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.w2", k), 2, hc, false, true);
+      add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.b2", k), 1, h1, false, true);
+    }
+    add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.%s", k, m->mix == MIX_GLU ? "w3" : "w2"), 2, ch, false, true);
+    add_tensor(m, arena_printf(&m->arena, "layer.%d.mixer.%s", k, m->mix == MIX_GLU ? "b3" : "b2"), 1, c1, false, true);
+  }
+}
+
+static void init_block_tensors(Model *m, Layer *L) {
+  size_t rows = (size_t)m->rows;
+  int C = m->width;
+  if (L->norm_w >= 0) {
+    init_const(&m->tensors[L->norm_w], 1.0f);
+    init_const(&m->tensors[L->norm_w + 1], 0.0f);
+    if (L->bn_var >= 0) init_const(&m->tensors[L->bn_var], 1.0f);
+    L->normed = fbuf(rows * (size_t)C);
+    L->nmean = fbuf(rows > (size_t)C ? rows : (size_t)C);
+    L->nrstd = fbuf(rows > (size_t)C ? rows : (size_t)C);
+  }
+  if (L->mix_w >= 0) {
+    int Hm = m->mix_hidden, w = L->mix_w;
+    /* weights and biases alternate: w1 b1 (w2 b2) w3 b3; fan-in C for the first ones, Hm for the last */
+    int n = m->mix == MIX_GLU ? 6 : 4;
+    for (int i = 0; i < n; i++) init_uniform(&m->tensors[w + i], m->seed, i < n - 2 ? C : Hm);
+    ModelTensor *t = m->tensors;
+    if (m->mix == MIX_GLU) {
+      L->glu = (NnGlu){t[w].val[0], t[w + 1].val[0], t[w + 2].val[0], t[w + 3].val[0], t[w + 4].val[0], t[w + 5].val[0]};
+      L->dglu = (NnGlu){t[w].grad[0], t[w + 1].grad[0], t[w + 2].grad[0], t[w + 3].grad[0], t[w + 4].grad[0], t[w + 5].grad[0]};
+      L->mixcache = fbuf(nn_glu_cache_size(m->rows, Hm));
+    } else {
+      L->mlp = (NnMlp){t[w].val[0], t[w + 1].val[0], t[w + 2].val[0], t[w + 3].val[0]};
+      L->dmlp = (NnMlp){t[w].grad[0], t[w + 1].grad[0], t[w + 2].grad[0], t[w + 3].grad[0]};
+      L->mixcache = fbuf(nn_mlp_cache_size(m->rows, Hm));
+    }
+    L->mixed = fbuf(rows * (size_t)C);
+  }
+}
+
+static int choose(const Cfg *cfg, const char *key, const char *const *names, int n) {
+  const char *w = cfg_word(cfg, key);
+  for (int i = 0; w && i < n; i++)
+    if (!strcmp(w, names[i])) return i;
+  return 0;
+}
+
+Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
+                 uint64_t seed) {
+  Model *m = xcalloc(1, sizeof *m);
+  m->seed = seed;
+  m->task = *shape;
+  m->T = shape->length, m->B = batch, m->rows = m->T * m->B;
+  m->width = (int)cfg_int(cfg, "model.width");
+  m->nlayers = (int)cfg_int(cfg, "model.layers");
+  m->enc_w = m->enc_b = -1;
+  m->backend = backend_find("cpu");
+  Module *mod = check_load(&m->arena, cell_file, stdlib_dir);
+  if (!mod) return model_free(m), NULL;
+  const Src *src = NULL;
+  const char *want = cfg_word(cfg, "model.cell");
+  const CellAst *ast = check_find_cell(mod, want, &src);
+  if (!ast) {
+    if (want) cfg_error(cfg, "model.cell", true, "%s has no cell named '%s'", cell_file, want);
+    else diag_plain("%s defines no cell", cell_file);
+    return model_free(m), NULL;
+  }
+  m->cell_name = ast->name;
+  m->source = xstrdup(src->text);
+
+  /* the model's shape */
+  static const char *const blocks[] = {"stack", "residual"};
+  static const char *const norms[] = {"none", "layer", "rms", "batch"}, *const mixers[] = {"none", "glu", "mlp"};
+  const char *enc = cfg_word(cfg, "model.encoder");
+  if (enc && !strcmp(enc, "auto")) enc = NULL;
+  m->embed = enc ? !strcmp(enc, "embed") : shape->token_input;
+  if (m->embed != shape->token_input) {
+    cfg_error(cfg, "model.encoder", true, "encoder '%s' needs %s inputs, but task '%s' gives %s", enc,
+              m->embed ? "token" : "real-valued", cfg_word(cfg, "task.name"), shape->token_input ? "tokens" : "real values");
+    return model_free(m), NULL;
+  }
+  m->block = choose(cfg, "model.block", blocks, 2);
+  m->norm = (NormKind)choose(cfg, "model.norm", norms, 4);
+  m->mix = (MixKind)choose(cfg, "model.mixer", mixers, 3);
+  m->mix_hidden = m->mix == MIX_MLP ? 4 * m->width : m->width;
+  m->dropout = cfg_real(cfg, "model.dropout");
+  if (!m->block && (m->norm != NORM_NONE || m->mix != MIX_NONE)) {
+    cfg_error(cfg, m->norm != NORM_NONE ? "model.norm" : "model.mixer", true, "norms and mixers belong to residual blocks: set model.block = residual");
+    return model_free(m), NULL;
+  }
+  NnReadout task_readout = shape->readout == TASK_READ_ALL ? NN_READOUT_ALL : shape->readout == TASK_READ_LAST ? NN_READOUT_LAST : NN_READOUT_MEAN;
+  m->readout = task_readout;
+  const char *ro = cfg_word(cfg, "model.readout");
+  if (ro && strcmp(ro, "auto")) {
+    nn_readout_from_name(ro, &m->readout);
+    if ((m->readout == NN_READOUT_ALL) != (task_readout == NN_READOUT_ALL)) {
+      cfg_error(cfg, "model.readout", true, "task '%s' has %s targets: readout %s", cfg_word(cfg, "task.name"),
+                task_readout == NN_READOUT_ALL ? "per-step" : "per-sequence", task_readout == NN_READOUT_ALL ? "must be 'all'" : "must be 'last' or 'mean'");
+      return model_free(m), NULL;
+    }
+  }
+
+  /* the cell's dims and the configuration's entries */
+  const char *dims[64], *input_dim = NULL;
+  int ndims = 0;
+  collect_dims(ast->body, ast->nbody, dims, &ndims, &input_dim);
+  if (!input_dim) {
+    diag_plain("%s: cell '%s' must take its input as `input NAME[DIM]` with a named dim to be trained", cell_file, ast->name);
+    return model_free(m), NULL;
+  }
+  if (check_entries(cfg, ast, dims, ndims, m->nlayers) < 0) return model_free(m), NULL;
+  bool has_h = has_name(dims, ndims, "H");
+  if (!strcmp(input_dim, "H") && cfg_is_set(cfg, "model.hidden") && cfg_int(cfg, "model.hidden") != m->width) {
+    cfg_error(cfg, "model.hidden", true, "cell '%s' takes an input of size H: model.hidden must equal model.width (%d)", ast->name, m->width);
+    return model_free(m), NULL;
+  }
+
+  /* encoder, layers, head */
+  int64_t s2[2];
+  if (m->embed) {
+    s2[0] = shape->vocab, s2[1] = m->width;
+    m->enc_w = add_tensor(m, "embed.weight", 2, s2, false, true);
+  } else {
+    s2[0] = m->width, s2[1] = shape->in_dim;
+    m->enc_w = add_tensor(m, "encoder.weight", 2, s2, false, true);
+    m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, true);
+  }
+  m->layers = xcalloc((size_t)m->nlayers, sizeof(Layer));
+  int C = m->width;
+  m->maxc = C;
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    L->norm_w = L->mix_w = L->bn_mean = L->bn_var = -1;
+    L->in = C;
+    if (build_cell(m, L, k, cfg, src, ast, input_dim, has_h) < 0) return model_free(m), NULL;
+    if (m->block && L->out != m->width) {
+      diag_plain("residual blocks add the cell's output to its input: cell '%s' outputs %d values per step, model.width is %d",
+                 ast->name, L->out, m->width);
+      return model_free(m), NULL;
+    }
+    if (init_cell_params(m, L, k, cfg) < 0) return model_free(m), NULL;
+    if (m->block) add_block_tensors(m, L, k);
+    if (!m->block) C = L->out;
+    if (C > m->maxc) m->maxc = C;
+    if (L->out > m->maxc) m->maxc = L->out;
+  }
+  s2[0] = shape->out_dim, s2[1] = C;
+  m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
+  m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
+  model_place(m);
+
+  /* initial values */
+  if (m->embed) {
+    Rng r;
+    ModelTensor *t = &m->tensors[m->enc_w];
+    rng_seed(&r, seed, rng_stream_of(t->name));
+    for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = (float)rng_normal(&r);
+  } else {
+    init_uniform(&m->tensors[m->enc_w], seed, shape->in_dim);
+    init_uniform(&m->tensors[m->enc_b], seed, shape->in_dim);
+  }
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    if (draw_cell_params(m, L, k, cfg) < 0 || init_states(m, L, k) < 0) return model_free(m), NULL;
+    wire_layer(m, L, k);
+    if (m->block) init_block_tensors(m, L);
+  }
+  init_uniform(&m->tensors[m->head_w], seed, C);
+  init_uniform(&m->tensors[m->head_b], seed, C);
+
+  /* activations */
+  size_t rows = (size_t)m->rows;
+  m->act = xcalloc((size_t)m->nlayers + 1, sizeof(float *));
+  m->act[0] = fbuf(rows * (size_t)m->width);
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    int Ck = m->block ? m->width : L->out;
+    m->act[k + 1] = fbuf(rows * (size_t)Ck);
+    if (m->dropout > 0) L->mask = fbuf(rows * (size_t)Ck), L->dropped = fbuf(rows * (size_t)Ck);
+  }
+  for (int i = 0; i < 2; i++) m->dact[i] = fbuf(rows * (size_t)m->maxc), m->dtmp[i] = fbuf(rows * (size_t)m->maxc);
+  size_t sc = m->mix == MIX_GLU ? nn_glu_scratch_size(m->rows, m->mix_hidden) : m->mix == MIX_MLP ? nn_mlp_scratch_size(m->rows, m->mix_hidden) : 0;
+  if (m->norm == NORM_BATCH && sc < 2 * (size_t)m->width) sc = 2 * (size_t)m->width;
+  m->scratch = fbuf(sc);
+  int R = nn_readout_rows(m->readout, m->T, m->B);
+  m->readout_out = fbuf((size_t)R * (size_t)C);
+  m->dreadout = fbuf((size_t)R * (size_t)C);
+  m->logits = fbuf((size_t)R * (size_t)shape->out_dim);
+  m->dlogits = fbuf((size_t)R * (size_t)shape->out_dim);
+  m->targets = xcalloc((size_t)R + 1, sizeof(int32_t));
+
+  Cell *c0 = m->layers[0].cell[0];
+  m->summary = arena_printf(&m->arena, "cell %s (%s), %d %s layer%s, width %d, %lld params", ast->name,
+                            c0->mode == MODE_SCAN ? "scan" : "sequential", m->nlayers, m->block ? "residual" : "stacked",
+                            m->nlayers == 1 ? "" : "s", m->width, (long long)model_nparams(m));
+  return m;
+}
+
+void model_free(Model *m) {
+  if (!m) return;
+  for (int k = 0; m->layers && k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    int nsp = L->exe[0] ? L->exe[0]->p->nsparts : 0, nno = L->exe[0] ? L->exe[0]->p->nnoise : 0;
+    for (int v = 0; v < 2; v++) {
+      if (L->work[v] && (v == 0 || L->work[1] != L->work[0])) m->backend->work_free(L->work[v]);
+      pipeline_release(L->exe[v]);
+      free(L->seq[v].params), free(L->seq[v].grad_params), free(L->seq[v].noise);
+      if (L->cell[v]) cell_free(L->cell[v]);
+    }
+    for (int q = 0; L->h0 && q < nsp; q++) free(L->h0[q]), free(L->gh0[q]), free(L->final[q]), free((void *)L->dfinal[q]);
+    for (int q = 0; L->noise && q < nno; q++) free(L->noise[q]);
+    free(L->h0), free(L->gh0), free(L->final), free(L->dfinal), free(L->noise);
+    free(L->normed), free(L->nmean), free(L->nrstd), free(L->mixed), free(L->mixcache), free(L->y);
+    free(L->mask), free(L->dropped);
+  }
+  for (int k = 0; m->act && k <= m->nlayers; k++) free(m->act[k]);
+  free(m->act);
+  for (int i = 0; i < 2; i++) free(m->dact[i]), free(m->dtmp[i]);
+  free(m->scratch), free(m->readout_out), free(m->dreadout), free(m->logits), free(m->dlogits), free(m->targets);
+  free(m->layers), free(m->tensors), free(m->store), free(m->source);
+  arena_free(&m->arena);
+  free(m);
+}
+
+int model_ntensors(const Model *m) { return m->ntensors; }
+ModelTensor *model_tensor(Model *m, int i) { return &m->tensors[i]; }
+const char *model_cell_name(const Model *m) { return m->cell_name; }
+const char *model_cell_source(const Model *m) { return m->source; }
+const char *model_summary(const Model *m) { return m->summary; }
+
+int64_t model_nparams(const Model *m) {
+  int64_t n = 0;
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].learned) n += m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
+  return n;
+}
+
+/* ---- one batch ---- */
+
+static void per_batch_draws(Model *m, Layer *L, int k, int64_t step) {
+  Program *p = L->exe[0]->p;
+  for (int i = 0; i < p->nnoise; i++) {
+    Rng r;
+    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
+    size_t n = (size_t)m->rows * (size_t)p->noise_sizes[i];
+    for (size_t j = 0; j < n; j++) L->noise[i][j] = (float)rng_uniform_open(&r);
+  }
+}
+
+/* A learned initial state: its param, broadcast over the batch. */
+static void learned_states(Model *m, Layer *L, bool backward) {
+  Cell *c = L->cell[0];
+  Program *p = L->exe[0]->p;
+  for (int s = 0; s < c->nstates; s++) {
+    StateInfo *si = &c->states[s];
+    if (si->param < 0) continue;
+    ModelTensor *t = &m->tensors[L->first + si->param];
+    for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
+      int q = p->spart_of[s] + part, size = p->sparts[q].size;
+      for (int b = 0; b < m->B; b++)
+        for (int j = 0; j < size; j++) {
+          if (backward) t->grad[part][j] += L->gh0[q][(size_t)b * size + j];
+          else L->h0[q][(size_t)b * size + j] = t->val[part][j];
+        }
+    }
+  }
+}
+
+static void norm_forward(Model *m, Layer *L, const float *x, bool training) {
+  int C = m->width;
+  const float *w = m->tensors[L->norm_w].val[0], *b = m->tensors[L->norm_w + 1].val[0];
+  if (m->norm == NORM_LAYER) nn_layernorm_forward(L->normed, L->nmean, L->nrstd, x, w, b, m->rows, C);
+  else if (m->norm == NORM_RMS) nn_rmsnorm_forward(L->normed, L->nrstd, x, w, b, m->rows, C);
+  else
+    nn_batchnorm_forward(L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].val[0], m->tensors[L->bn_var].val[0], x, w, b,
+                         m->rows, C, training);
+}
+
+static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, const float *x) {
+  int C = m->width;
+  const float *w = m->tensors[L->norm_w].val[0];
+  float *dw = m->tensors[L->norm_w].grad[0], *db = m->tensors[L->norm_w + 1].grad[0];
+  if (m->norm == NORM_LAYER) nn_layernorm_backward(dx, dw, db, dout, x, w, L->nmean, L->nrstd, m->rows, C);
+  else if (m->norm == NORM_RMS) nn_rmsnorm_backward(dx, dw, db, dout, x, w, L->nrstd, m->rows, C);
+  else nn_batchnorm_backward(dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
+}
+
+static void layer_forward(Model *m, int k, bool training, int64_t step) {
+  Layer *L = &m->layers[k];
+  int v = training ? 0 : 1, C = m->block ? m->width : L->out;
+  size_t n = (size_t)m->rows * (size_t)C;
+  const float *x = m->act[k];
+  SeqIO *s = &L->seq[v];
+  if (training) per_batch_draws(m, L, k, step);
+  learned_states(m, L, false);
+  if (m->block && L->norm_w >= 0) {
+    norm_forward(m, L, x, training);
+    s->x = L->normed;
+  } else s->x = x;
+  m->backend->forward(L->exe[v], L->work[v], s);
+  const float *branch = L->y;
+  if (L->mix_w >= 0) {
+    if (m->mix == MIX_GLU) {
+      NnGluCache gc;
+      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
+      nn_glu_forward(L->mixed, &gc, L->y, &L->glu, m->rows, m->width, m->mix_hidden);
+    } else {
+      NnMlpCache mc;
+      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
+      nn_mlp_forward(L->mixed, &mc, L->y, &L->mlp, m->rows, m->width, m->mix_hidden);
+    }
+    branch = L->mixed;
+  }
+  bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
+  if (drop) {
+    Rng r;
+    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("dropout") + (uint64_t)k);
+    nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, training);
+    branch = L->dropped;
+  }
+  if (m->block) nn_add_forward(m->act[k + 1], x, branch, n);
+  else memcpy(m->act[k + 1], branch, sizeof(float) * n);
+}
+
+/* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din. */
+static void layer_backward(Model *m, int k, float *din, const float *dout) {
+  Layer *L = &m->layers[k];
+  int C = m->block ? m->width : L->out;
+  size_t n = (size_t)m->rows * (size_t)C;
+  SeqIO *s = &L->seq[0];
+  const float *d = dout;
+  bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
+  if (drop) {
+    memset(m->dtmp[0], 0, sizeof(float) * n);
+    nn_dropout_backward(m->dtmp[0], d, L->mask, n);
+    d = m->dtmp[0];
+  }
+  if (L->mix_w >= 0) {
+    float *dy = m->dtmp[1];
+    memset(dy, 0, sizeof(float) * n);
+    if (m->mix == MIX_GLU) {
+      NnGluCache gc;
+      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
+      nn_glu_backward(dy, &L->dglu, m->scratch, d, L->y, &gc, &L->glu, m->rows, m->width, m->mix_hidden);
+    } else {
+      NnMlpCache mc;
+      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
+      nn_mlp_backward(dy, &L->dmlp, m->scratch, d, L->y, &mc, &L->mlp, m->rows, m->width, m->mix_hidden);
+    }
+    d = dy;
+  }
+  s->dy = d;
+  if (!m->block) {
+    s->grad_x = din;
+    m->backend->backward(L->exe[0], L->work[0], s);
+  } else if (L->norm_w >= 0) {
+    float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
+    s->grad_x = dn;
+    m->backend->backward(L->exe[0], L->work[0], s);
+    memcpy(din, dout, sizeof(float) * n);
+    norm_backward(m, L, din, dn, m->act[k]);
+  } else {
+    s->grad_x = din;
+    m->backend->backward(L->exe[0], L->work[0], s);
+    nn_add_backward(din, NULL, dout, n);
+  }
+  learned_states(m, L, true);
+}
+
+/* Cross-entropy targets with the rows beyond `valid` masked (-1). */
+static const int32_t *masked_targets(Model *m, const TaskBatch *b, int valid) {
+  int R = nn_readout_rows(m->readout, m->T, m->B);
+  for (int r = 0; r < R; r++) m->targets[r] = (r % m->B) < valid ? b->cls[r] : -1;
+  return m->targets;
+}
+
+/* Mean squared error over the rows that count (r % B < valid, and the task's mask for per-step
+ * targets); writes dpred when given. */
+static NnLoss masked_mse(Model *m, float *dpred, const float *pred, const TaskBatch *b, int R, int K, int valid) {
+  NnLoss out = {0};
+  double sum = 0;
+  for (int r = 0; r < R; r++) {
+    bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
+    if (on) out.counted += K;
+    for (int j = 0; j < K && on; j++) {
+      double e = (double)pred[(size_t)r * K + j] - b->y[(size_t)r * K + j];
+      sum += e * e;
+    }
+  }
+  if (!out.counted) return out;
+  out.loss = sum / (double)out.counted;
+  for (int r = 0; dpred && r < R; r++) {
+    bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
+    for (int j = 0; j < K; j++)
+      dpred[(size_t)r * K + j] = on ? (float)(2.0 * ((double)pred[(size_t)r * K + j] - b->y[(size_t)r * K + j]) / (double)out.counted) : 0.0f;
+  }
+  return out;
+}
+
+ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows) {
+  CHECK(b->T == m->T && b->B == m->B);
+  size_t nrows = (size_t)m->rows;
+  int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
+  int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
+  ModelTensor *enc = &m->tensors[m->enc_w];
+  if (m->embed) nn_embedding_forward(m->act[0], b->tokens, enc->val[0], m->rows, m->task.vocab, m->width);
+  else nn_linear_forward(m->act[0], b->x, enc->val[0], m->tensors[m->enc_b].val[0], m->rows, m->task.in_dim, m->width);
+  for (int k = 0; k < m->nlayers; k++) layer_forward(m, k, training, step);
+  nn_readout_forward(m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
+  ModelTensor *hw = &m->tensors[m->head_w], *hb = &m->tensors[m->head_b];
+  nn_linear_forward(m->logits, m->readout_out, hw->val[0], hb->val[0], R, C, K);
+  NnLoss l;
+  ModelLoss out = {0};
+  if (m->task.loss == TASK_LOSS_CE) {
+    l = nn_crossentropy(training ? m->dlogits : NULL, m->logits, masked_targets(m, b, rows), R, K);
+    out.classify = true;
+  } else {
+    l = masked_mse(m, training ? m->dlogits : NULL, m->logits, b, R, K, rows);
+  }
+  out.loss = l.loss, out.counted = l.counted, out.correct = l.correct;
+  if (!training) return out;
+
+  for (int i = 0; i < m->ntensors; i++) {
+    ModelTensor *t = &m->tensors[i];
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) memset(t->grad[part], 0, sizeof(float) * (size_t)t->numel);
+  }
+  memset(m->dreadout, 0, sizeof(float) * (size_t)R * (size_t)C);
+  nn_linear_backward(m->dreadout, hw->grad[0], hb->grad[0], m->dlogits, m->readout_out, hw->val[0], R, C, K);
+  float *dcur = m->dact[0], *dnext = m->dact[1];
+  memset(dcur, 0, sizeof(float) * nrows * (size_t)C);
+  nn_readout_backward(m->readout, dcur, m->dreadout, m->T, m->B, C);
+  for (int k = m->nlayers - 1; k >= 0; k--) {
+    layer_backward(m, k, dnext, dcur);
+    float *t = dcur;
+    dcur = dnext, dnext = t;
+  }
+  if (m->embed) nn_embedding_backward(enc->grad[0], dcur, b->tokens, m->rows, m->task.vocab, m->width);
+  else
+    nn_linear_backward(NULL, enc->grad[0], m->tensors[m->enc_b].grad[0], dcur, b->x, enc->val[0], m->rows, m->task.in_dim,
+                       m->width);
+  return out;
+}

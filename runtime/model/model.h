@@ -1,0 +1,69 @@
+/* model.h: the model `cellc train` builds around a compiled cell (spec "TASK.cfg" [model]):
+ * encoder, `layers` copies of the cell in stack or residual blocks with norms, mixers and dropout,
+ * readout, head and loss, with the forward and backward of one batch on the CPU back end.
+ *
+ * The model, for a batch of B sequences of length T (rows r = t B + b, channels innermost):
+ *   a_0 = embed.weight[tokens]                       (encoder = embed: token tasks)
+ *       | x encoder.weight^T + encoder.bias          (encoder = linear: real-valued tasks)
+ *   stack:    a_{k+1} = dropout(cell_k(a_k))          dropout between layers, not after the last
+ *   residual: a_{k+1} = a_k + dropout(mixer_k(cell_k(norm_k(a_k))))
+ *   z = head.weight readout(a_L) + head.bias;  loss = cross-entropy (task mask) | MSE
+ * Each cell starts from its declared initial states (zeros, an initializer drawn once from the
+ * seed, or a learned param) and ends with no gradient on its final states.
+ * Every random draw (initial values, dropout, gumbel noise) comes from the seed and a stream named
+ * after what it is for, per step for the per-batch draws: a run is a function of (seed, step). */
+#ifndef CELLC_MODEL_H
+#define CELLC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "tasks.h"
+
+/* A learned tensor: params of the cell (`layer.<k>.<param>`) and the model's own (`embed.weight`,
+ * `head.weight`, `layer.<k>.norm.weight`, ...). A complex param holds its real and imaginary parts
+ * in two planes; the checkpoint writes it [..., 2] interleaved, as `cellc run` does. */
+typedef struct ModelTensor {
+  const char *name;
+  int ndim;           /* as written in a checkpoint (complex: the trailing 2 included) */
+  int64_t shape[3];
+  bool cplx;
+  int64_t numel;      /* per part */
+  float *val[2];      /* part 0 (re), part 1 (im, complex only) */
+  float *grad[2];
+  const char *const *tags;
+  int ntags;
+  bool learned;       /* false: a buffer the optimizer does not touch (batch norm's running statistics) */
+} ModelTensor;
+
+typedef struct Model Model;
+
+/* Builds the model the configuration describes around the cell of `cell_file` (model.cell, or its
+ * last cell) for batches of `batch` sequences of the task's length, initialized from `seed`.
+ * stdlib_dir: where imports of the standard library are found. NULL after printing a located error
+ * (in the .cell file or the configuration). */
+Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape,
+                 int batch, uint64_t seed);
+void model_free(Model *m);
+
+int model_ntensors(const Model *m);
+ModelTensor *model_tensor(Model *m, int i);
+const char *model_cell_name(const Model *m);
+const char *model_cell_source(const Model *m); /* the text of the .cell file */
+const char *model_summary(const Model *m);     /* one line: cell, mode, layers, params */
+int64_t model_nparams(const Model *m);         /* learned floats */
+
+/* One batch: the forward and, when training, the backward, writing every learned tensor's gradient
+ * (overwritten, not accumulated). `step` seeds the batch's dropout and gumbel noise. Only the first
+ * `rows` sequences of the batch count in the loss (an evaluation's last, partial batch); rows = B
+ * counts all. Evaluation (training false): no dropout, no noise, batch norm's running statistics. */
+typedef struct ModelLoss {
+  double loss;      /* mean over the counted positions (cross-entropy) or elements (MSE) */
+  int64_t counted;
+  int64_t correct;  /* cross-entropy: arg-max hits; MSE: 0 */
+  bool classify;    /* cross-entropy: accuracy = correct / counted means something */
+} ModelLoss;
+ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows);
+
+#endif

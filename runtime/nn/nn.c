@@ -1,0 +1,539 @@
+/* nn.c: the model's blocks around the recurrent cell as forward/backward pairs (nn.h has the
+ * equations and the shapes); plain loops over channels innermost, cblas_sgemm for the products. */
+#include "nn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "support.h"
+
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+
+/* ---- embedding ---- */
+
+void nn_embedding_forward(float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
+  for (int r = 0; r < rows; r++) {
+    CHECK(ids[r] >= 0 && ids[r] < V);
+    memcpy(out + (size_t)r * C, wte + (size_t)ids[r] * C, sizeof(float) * (size_t)C);
+  }
+}
+
+void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
+  if (!dwte) return;
+  for (int r = 0; r < rows; r++) {
+    CHECK(ids[r] >= 0 && ids[r] < V);
+    float *d = dwte + (size_t)ids[r] * C;
+    const float *g = dout + (size_t)r * C;
+    for (int c = 0; c < C; c++) d[c] += g[c];
+  }
+}
+
+/* ---- linear ---- */
+
+void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int rows, int nin, int nout) {
+  if (rows <= 0 || nout <= 0) return;
+  if (nin <= 0) { /* no inputs: the bias alone */
+    for (int r = 0; r < rows; r++)
+      for (int o = 0; o < nout; o++) out[(size_t)r * nout + o] = b ? b[o] : 0.0f;
+    return;
+  }
+  if (b)
+    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * nout, b, sizeof(float) * (size_t)nout);
+  /* out (rows, nout) = inp (rows, nin) W^T (nin, nout) [+ out] */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nout, nin, 1.0f, inp, nin, w, nin, b ? 1.0f : 0.0f, out, nout);
+}
+
+void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                        int rows, int nin, int nout) {
+  if (rows <= 0 || nout <= 0) return;
+  if (db)
+    for (int r = 0; r < rows; r++) {
+      const float *g = dout + (size_t)r * nout;
+      for (int o = 0; o < nout; o++) db[o] += g[o];
+    }
+  if (nin <= 0) return;
+  /* dw (nout, nin) += dout^T (nout, rows) inp (rows, nin) */
+  if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, rows, 1.0f, dout, nout, inp, nin, 1.0f, dw, nin);
+  /* dinp (rows, nin) += dout (rows, nout) W (nout, nin) */
+  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nin, nout, 1.0f, dout, nout, w, nin, 1.0f, dinp, nin);
+}
+
+/* y = n (.) w + b over one row of C, w and b optional. */
+static void affine_row(float *y, const float *n, const float *w, const float *b, int C) {
+  if (w && b)
+    for (int c = 0; c < C; c++) y[c] = n[c] * w[c] + b[c];
+  else if (w)
+    for (int c = 0; c < C; c++) y[c] = n[c] * w[c];
+  else if (b)
+    for (int c = 0; c < C; c++) y[c] = n[c] + b[c];
+  else if (y != n)
+    memcpy(y, n, sizeof(float) * (size_t)C);
+}
+
+/* ---- layernorm ---- */
+
+void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int rows, int C) {
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    float *y = out + (size_t)r * C;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) s += x[c];
+    float mu = s / (float)C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - mu;
+      v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / (float)C + NN_NORM_EPS);
+    for (int c = 0; c < C; c++) y[c] = (x[c] - mu) * rs;
+    affine_row(y, y, w, b, C);
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+/* With n = (x - mu) rstd and dn = dout (.) w:
+ *   dx = rstd (dn - mean_c(dn) - n mean_c(dn (.) n)),  dw += dout (.) n,  db += dout. */
+void nn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int rows, int C) {
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    const float *g = dout + (size_t)r * C;
+    float mu = mean[r], rs = rstd[r];
+    if (dinp) {
+      float *dx = dinp + (size_t)r * C;
+      float sdn = 0.0f, sdnn = 0.0f;
+      for (int c = 0; c < C; c++) {
+        float n = (x[c] - mu) * rs;
+        float dn = w ? g[c] * w[c] : g[c];
+        sdn += dn;
+        sdnn += dn * n;
+      }
+      float mdn = sdn / (float)C, mdnn = sdnn / (float)C;
+      for (int c = 0; c < C; c++) {
+        float n = (x[c] - mu) * rs;
+        float dn = w ? g[c] * w[c] : g[c];
+        dx[c] += rs * (dn - mdn - n * mdnn);
+      }
+    }
+    if (dw)
+      for (int c = 0; c < C; c++) dw[c] += g[c] * (x[c] - mu) * rs;
+    if (db)
+      for (int c = 0; c < C; c++) db[c] += g[c];
+  }
+}
+
+/* ---- rmsnorm ---- */
+
+void nn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, const float *b, int rows, int C) {
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    float *y = out + (size_t)r * C;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) s += x[c] * x[c];
+    float rs = 1.0f / sqrtf(s / (float)C + NN_NORM_EPS);
+    for (int c = 0; c < C; c++) y[c] = x[c] * rs;
+    affine_row(y, y, w, b, C);
+    rstd[r] = rs;
+  }
+}
+
+/* With n = x rstd and dn = dout (.) w:  dx = rstd (dn - n mean_c(dn (.) n)). */
+void nn_rmsnorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int rows, int C) {
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    const float *g = dout + (size_t)r * C;
+    float rs = rstd[r];
+    if (dinp) {
+      float *dx = dinp + (size_t)r * C;
+      float sdnn = 0.0f;
+      for (int c = 0; c < C; c++) {
+        float dn = w ? g[c] * w[c] : g[c];
+        sdnn += dn * x[c] * rs;
+      }
+      float mdnn = sdnn / (float)C;
+      for (int c = 0; c < C; c++) {
+        float dn = w ? g[c] * w[c] : g[c];
+        dx[c] += rs * (dn - x[c] * rs * mdnn);
+      }
+    }
+    if (dw)
+      for (int c = 0; c < C; c++) dw[c] += g[c] * x[c] * rs;
+    if (db)
+      for (int c = 0; c < C; c++) db[c] += g[c];
+  }
+}
+
+/* ---- batchnorm ---- */
+
+void nn_batchnorm_forward(float *out, float *mean, float *rstd, float *running_mean, float *running_var,
+                          const float *inp, const float *w, const float *b, int rows, int C, bool training) {
+  if (training) {
+    CHECK(rows > 1);
+    /* rows outer, channels inner: per-channel sums in mean, then in rstd */
+    for (int c = 0; c < C; c++) mean[c] = 0.0f, rstd[c] = 0.0f;
+    for (int r = 0; r < rows; r++) {
+      const float *x = inp + (size_t)r * C;
+      for (int c = 0; c < C; c++) mean[c] += x[c];
+    }
+    for (int c = 0; c < C; c++) mean[c] /= (float)rows;
+    for (int r = 0; r < rows; r++) {
+      const float *x = inp + (size_t)r * C;
+      for (int c = 0; c < C; c++) {
+        float d = x[c] - mean[c];
+        rstd[c] += d * d;
+      }
+    }
+    const float m = NN_BN_MOMENTUM;
+    for (int c = 0; c < C; c++) {
+      float var = rstd[c] / (float)rows; /* biased: normalizes */
+      running_mean[c] = (1.0f - m) * running_mean[c] + m * mean[c];
+      running_var[c] = (1.0f - m) * running_var[c] + m * var * (float)rows / (float)(rows - 1); /* unbiased */
+      rstd[c] = 1.0f / sqrtf(var + NN_NORM_EPS);
+    }
+  } else {
+    for (int c = 0; c < C; c++) {
+      mean[c] = running_mean[c];
+      rstd[c] = 1.0f / sqrtf(running_var[c] + NN_NORM_EPS);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    float *y = out + (size_t)r * C;
+    for (int c = 0; c < C; c++) y[c] = (x[c] - mean[c]) * rstd[c];
+    affine_row(y, y, w, b, C);
+  }
+}
+
+/* Training, per channel over the rows, with n = (x - mu) rstd and dn = dout (.) w:
+ *   dx = rstd (dn - mean_r(dn) - n mean_r(dn (.) n)).   Eval: dx = rstd dn.
+ * dw += sum_r dout (.) n, db += sum_r dout, either way. */
+void nn_batchnorm_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int rows, int C, bool training) {
+  float *sg = scratch;      /* (C) sum_r dout */
+  float *sgn = scratch + C; /* (C) sum_r dout (.) n */
+  for (int c = 0; c < C; c++) sg[c] = 0.0f, sgn[c] = 0.0f;
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    const float *g = dout + (size_t)r * C;
+    for (int c = 0; c < C; c++) {
+      sg[c] += g[c];
+      sgn[c] += g[c] * (x[c] - mean[c]) * rstd[c];
+    }
+  }
+  if (dw)
+    for (int c = 0; c < C; c++) dw[c] += sgn[c];
+  if (db)
+    for (int c = 0; c < C; c++) db[c] += sg[c];
+  if (!dinp) return;
+  /* mean_r(dn) = w sg / rows, mean_r(dn n) = w sgn / rows, in place (constants in eval) */
+  for (int c = 0; c < C; c++) {
+    float wc = w ? w[c] : 1.0f;
+    sg[c] = training ? wc * sg[c] / (float)rows : 0.0f;
+    sgn[c] = training ? wc * sgn[c] / (float)rows : 0.0f;
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *x = inp + (size_t)r * C;
+    const float *g = dout + (size_t)r * C;
+    float *dx = dinp + (size_t)r * C;
+    for (int c = 0; c < C; c++) {
+      float n = (x[c] - mean[c]) * rstd[c];
+      float dn = w ? g[c] * w[c] : g[c];
+      dx[c] += rstd[c] * (dn - sg[c] - n * sgn[c]);
+    }
+  }
+}
+
+/* ---- gelu ---- */
+
+/* gelu'(x) = Phi(x) + x phi(x) */
+static inline float gelu_grad(float x) {
+  float cdf = 0.5f * (1.0f + erff(x * (float)SQRT1_2));
+  float pdf = (float)INV_SQRT_2PI * expf(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+void nn_gelu_forward(float *out, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + erff(x * (float)SQRT1_2));
+  }
+}
+
+void nn_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
+  if (!dinp) return;
+  for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * gelu_grad(inp[i]);
+}
+
+/* ---- GLU mixer ---- */
+
+size_t nn_glu_size(int C, int H) { return 3 * (size_t)H * C + 2 * (size_t)H + (size_t)C; }
+
+float *nn_glu_views(NnGlu *p, float *base, int C, int H) {
+  size_t hc = (size_t)H * C;
+  p->w1 = base, base += hc;
+  p->b1 = base, base += H;
+  p->w2 = base, base += hc;
+  p->b2 = base, base += H;
+  p->w3 = base, base += hc;
+  p->b3 = base, base += C;
+  return base;
+}
+
+size_t nn_glu_cache_size(int rows, int H) { return 3 * (size_t)rows * H; }
+
+float *nn_glu_cache_views(NnGluCache *c, float *base, int rows, int H) {
+  size_t n = (size_t)rows * H;
+  c->a = base, base += n;
+  c->s = base, base += n;
+  c->g = base, base += n;
+  return base;
+}
+
+size_t nn_glu_scratch_size(int rows, int H) { return 2 * (size_t)rows * H; }
+
+void nn_glu_forward(float *out, const NnGluCache *cache, const float *inp, const NnGlu *p, int rows, int C, int H) {
+  size_t n = (size_t)rows * H;
+  float *a = cache->a, *s = cache->s, *g = cache->g;
+  nn_linear_forward(a, inp, p->w1, p->b1, rows, C, H);
+  nn_linear_forward(s, inp, p->w2, p->b2, rows, C, H);
+  for (size_t i = 0; i < n; i++) {
+    s[i] = 1.0f / (1.0f + expf(-s[i]));
+    g[i] = a[i] * s[i];
+  }
+  nn_linear_forward(out, g, p->w3, p->b3, rows, H, C);
+}
+
+void nn_glu_backward(float *dinp, const NnGlu *d, float *scratch, const float *dout, const float *inp,
+                     const NnGluCache *cache, const NnGlu *p, int rows, int C, int H) {
+  size_t n = (size_t)rows * H;
+  const float *a = cache->a, *s = cache->s;
+  float *dg = scratch;     /* (rows, H): dL/dg, then dL/d(pre-sigmoid) */
+  float *da = scratch + n; /* (rows, H): dL/da */
+  /* y = g W3^T + b3 */
+  memset(dg, 0, sizeof(float) * n);
+  nn_linear_backward(dg, d->w3, d->b3, dout, cache->g, p->w3, rows, H, C);
+  /* g = a (.) s, s = sigmoid(z): da = dg s, dz = dg a s (1 - s) */
+  for (size_t i = 0; i < n; i++) {
+    da[i] = dg[i] * s[i];
+    dg[i] = dg[i] * a[i] * s[i] * (1.0f - s[i]);
+  }
+  /* z = x W2^T + b2, a = x W1^T + b1 */
+  nn_linear_backward(dinp, d->w2, d->b2, dg, inp, p->w2, rows, C, H);
+  nn_linear_backward(dinp, d->w1, d->b1, da, inp, p->w1, rows, C, H);
+}
+
+/* ---- MLP mixer ---- */
+
+size_t nn_mlp_size(int C, int H) { return 2 * (size_t)H * C + (size_t)H + (size_t)C; }
+
+float *nn_mlp_views(NnMlp *p, float *base, int C, int H) {
+  size_t hc = (size_t)H * C;
+  p->w1 = base, base += hc;
+  p->b1 = base, base += H;
+  p->w2 = base, base += hc;
+  p->b2 = base, base += C;
+  return base;
+}
+
+size_t nn_mlp_cache_size(int rows, int H) { return 2 * (size_t)rows * H; }
+
+float *nn_mlp_cache_views(NnMlpCache *c, float *base, int rows, int H) {
+  size_t n = (size_t)rows * H;
+  c->h = base, base += n;
+  c->a = base, base += n;
+  return base;
+}
+
+size_t nn_mlp_scratch_size(int rows, int H) { return (size_t)rows * H; }
+
+void nn_mlp_forward(float *out, const NnMlpCache *cache, const float *inp, const NnMlp *p, int rows, int C, int H) {
+  nn_linear_forward(cache->h, inp, p->w1, p->b1, rows, C, H);
+  nn_gelu_forward(cache->a, cache->h, (size_t)rows * H);
+  nn_linear_forward(out, cache->a, p->w2, p->b2, rows, H, C);
+}
+
+void nn_mlp_backward(float *dinp, const NnMlp *d, float *scratch, const float *dout, const float *inp,
+                     const NnMlpCache *cache, const NnMlp *p, int rows, int C, int H) {
+  size_t n = (size_t)rows * H;
+  float *da = scratch; /* (rows, H): dL/da */
+  float *dh = scratch; /* (rows, H): dL/dh, over da in place */
+  /* y = a W2^T + b2, a = gelu(h), h = x W1^T + b1: in reverse */
+  memset(da, 0, sizeof(float) * n);
+  nn_linear_backward(da, d->w2, d->b2, dout, cache->a, p->w2, rows, H, C);
+  for (size_t i = 0; i < n; i++) dh[i] = da[i] * gelu_grad(cache->h[i]); /* in place over da */
+  nn_linear_backward(dinp, d->w1, d->b1, dh, inp, p->w1, rows, C, H);
+}
+
+/* ---- dropout ---- */
+
+void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, float p, Rng *rng, bool training) {
+  CHECK(p >= 0.0f && p < 1.0f);
+  if (!training || p == 0.0f) {
+    for (size_t i = 0; i < n; i++) mask[i] = 1.0f;
+    if (out != inp) memcpy(out, inp, sizeof(float) * n);
+    return;
+  }
+  float scale = 1.0f / (1.0f - p);
+  for (size_t i = 0; i < n; i++) mask[i] = rng_uniform(rng) >= (double)p ? scale : 0.0f;
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
+}
+
+void nn_dropout_backward(float *dinp, const float *dout, const float *mask, size_t n) {
+  if (!dinp) return;
+  for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * mask[i];
+}
+
+/* ---- skip connection ---- */
+
+void nn_add_forward(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void nn_add_backward(float *da, float *db, const float *dout, size_t n) {
+  if (da)
+    for (size_t i = 0; i < n; i++) da[i] += dout[i];
+  if (db)
+    for (size_t i = 0; i < n; i++) db[i] += dout[i];
+}
+
+/* ---- readouts ---- */
+
+int nn_readout_from_name(const char *name, NnReadout *out) {
+  static const char *const names[] = {"all", "last", "mean"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(name, names[i]) == 0) {
+      *out = (NnReadout)i;
+      return 0;
+    }
+  return -1;
+}
+
+const char *nn_readout_name(NnReadout r) {
+  switch (r) {
+  case NN_READOUT_ALL: return "all";
+  case NN_READOUT_LAST: return "last";
+  case NN_READOUT_MEAN: return "mean";
+  default: UNREACHABLE("nn_readout_name: unknown readout");
+  }
+}
+
+int nn_readout_rows(NnReadout r, int T, int B) {
+  switch (r) {
+  case NN_READOUT_ALL: return T * B;
+  case NN_READOUT_LAST:
+  case NN_READOUT_MEAN: return B;
+  default: UNREACHABLE("nn_readout_rows: unknown readout");
+  }
+}
+
+void nn_readout_forward(NnReadout r, float *out, const float *inp, int T, int B, int C) {
+  size_t bc = (size_t)B * C;
+  switch (r) {
+  case NN_READOUT_ALL: memcpy(out, inp, sizeof(float) * (size_t)T * bc); return;
+  case NN_READOUT_LAST:
+    CHECK(T > 0);
+    memcpy(out, inp + (size_t)(T - 1) * bc, sizeof(float) * bc);
+    return;
+  case NN_READOUT_MEAN: {
+    CHECK(T > 0);
+    memset(out, 0, sizeof(float) * bc);
+    for (int t = 0; t < T; t++) {
+      const float *x = inp + (size_t)t * bc;
+      for (size_t i = 0; i < bc; i++) out[i] += x[i];
+    }
+    float inv = 1.0f / (float)T;
+    for (size_t i = 0; i < bc; i++) out[i] *= inv;
+    return;
+  }
+  default: UNREACHABLE("nn_readout_forward: unknown readout");
+  }
+}
+
+void nn_readout_backward(NnReadout r, float *dinp, const float *dout, int T, int B, int C) {
+  if (!dinp) return;
+  size_t bc = (size_t)B * C;
+  switch (r) {
+  case NN_READOUT_ALL:
+    for (size_t i = 0; i < (size_t)T * bc; i++) dinp[i] += dout[i];
+    return;
+  case NN_READOUT_LAST: {
+    CHECK(T > 0);
+    float *d = dinp + (size_t)(T - 1) * bc;
+    for (size_t i = 0; i < bc; i++) d[i] += dout[i];
+    return;
+  }
+  case NN_READOUT_MEAN: {
+    CHECK(T > 0);
+    float inv = 1.0f / (float)T;
+    for (int t = 0; t < T; t++) {
+      float *d = dinp + (size_t)t * bc;
+      for (size_t i = 0; i < bc; i++) d[i] += dout[i] * inv;
+    }
+    return;
+  }
+  default: UNREACHABLE("nn_readout_backward: unknown readout");
+  }
+}
+
+/* ---- losses ---- */
+
+NnLoss nn_crossentropy(float *dlogits, const float *logits, const int32_t *targets, int N, int V) {
+  NnLoss L = {0.0, 0, 0};
+  for (int r = 0; r < N; r++) {
+    CHECK(targets[r] == -1 || (targets[r] >= 0 && targets[r] < V));
+    L.counted += targets[r] >= 0;
+  }
+  double inv = L.counted ? 1.0 / (double)L.counted : 0.0;
+  double sum = 0.0;
+  for (int r = 0; r < N; r++) {
+    const float *z = logits + (size_t)r * V;
+    float *dz = dlogits ? dlogits + (size_t)r * V : NULL;
+    int y = targets[r];
+    if (y < 0) {
+      if (dz) memset(dz, 0, sizeof(float) * (size_t)V);
+      continue;
+    }
+    int arg = 0; /* the first arg-max */
+    float zmax = z[0];
+    for (int v = 1; v < V; v++)
+      if (z[v] > zmax) zmax = z[v], arg = v;
+    double se = 0.0;
+    if (dz) { /* exp(z - max) once, kept in dz and scaled into the softmax below */
+      for (int v = 0; v < V; v++) dz[v] = expf(z[v] - zmax);
+      for (int v = 0; v < V; v++) se += dz[v];
+    } else {
+      for (int v = 0; v < V; v++) se += expf(z[v] - zmax);
+    }
+    sum += log(se) + (double)zmax - (double)z[y]; /* logsumexp(z) - z[y] */
+    L.correct += arg == y;
+    if (dz) {
+      float k = (float)(inv / se); /* softmax / n */
+      for (int v = 0; v < V; v++) dz[v] *= k;
+      dz[y] -= (float)inv;
+    }
+  }
+  L.loss = sum * inv;
+  return L;
+}
+
+NnLoss nn_mse(float *dpred, const float *pred, const float *target, int N, int K) {
+  NnLoss L = {0.0, (int64_t)N * K, 0};
+  size_t n = (size_t)N * K;
+  if (n == 0) return L;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)pred[i] - (double)target[i];
+    sum += d * d;
+  }
+  L.loss = sum / (double)n;
+  if (dpred) {
+    float k = (float)(2.0 / (double)n);
+    for (size_t i = 0; i < n; i++) dpred[i] = k * (pred[i] - target[i]);
+  }
+  return L;
+}

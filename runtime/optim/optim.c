@@ -1,0 +1,192 @@
+/* optim.c: SGD with momentum, Adam and AdamW as PyTorch defines them, over groups of tensors whose
+ * moments live in one block; learning-rate schedules with warmup; global gradient-norm clipping. */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "support.h"
+
+Opt *opt_new(OptKind kind) {
+  CHECK(kind == OPT_SGD || kind == OPT_ADAM || kind == OPT_ADAMW);
+  Opt *o = xcalloc(1, sizeof *o);
+  o->kind = kind;
+  return o;
+}
+
+void opt_free(Opt *o) {
+  if (!o)
+    return;
+  for (int g = 0; g < o->ngroups; g++)
+    free(o->groups[g].tensors);
+  free(o->groups);
+  free(o->state);
+  free(o);
+}
+
+int opt_group(Opt *o, OptHyper h) {
+  OptGroup g = {h, NULL, 0, 0};
+  VEC_PUSH(o->groups, o->ngroups, o->capgroups, g);
+  return o->ngroups - 1;
+}
+
+size_t opt_state_size(const Opt *o) { return (o->kind == OPT_SGD ? 1 : 2) * o->nparams; }
+
+void opt_add(Opt *o, int group, float *param, float *grad, size_t n) {
+  CHECK(group >= 0 && group < o->ngroups);
+  CHECK(o->step == 0); /* the state is laid out before training starts */
+  OptGroup *g = &o->groups[group];
+  OptTensor t = {param, grad, n, o->nparams};
+  VEC_PUSH(g->tensors, g->ntensors, g->cap, t);
+  o->nparams += n;
+  free(o->state);
+  o->state = xcalloc(opt_state_size(o), sizeof(float));
+  o->m = o->state;
+  o->v = o->kind == OPT_SGD ? NULL : o->state + o->nparams;
+}
+
+/* sgd: d = g + wd p; buf = momentum buf + d (buf starts at 0, so the first buf is d); p -= lr buf. */
+static void sgd_update(const OptHyper *h, const OptTensor *t, float *buf, float lr) {
+  float wd = (float)h->weight_decay, mu = (float)h->momentum;
+  for (size_t i = 0; i < t->n; i++) {
+    float d = t->grad[i] + wd * t->param[i];
+    if (mu != 0)
+      d = buf[i] = mu * buf[i] + d;
+    t->param[i] -= lr * d;
+  }
+}
+
+/* adam(w), update number `step` (from 1):
+ *   adamw: p *= 1 - lr wd;   adam: g += wd p
+ *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2     (with PyTorch's float rounding order)
+ *   p -= (lr / (1 - b1^step)) m / (sqrt(v) / sqrt(1 - b2^step) + eps)   (PyTorch's order) */
+static void adam_update(const OptHyper *h, const OptTensor *t, float *m, float *v, double lr, int64_t step,
+                        int decoupled) {
+  /* 1 - b is taken in double, then rounded, as PyTorch passes (1 - beta) to its float kernels. */
+  float one_b1 = (float)(1.0 - h->beta1), b2 = (float)h->beta2, one_b2 = (float)(1.0 - h->beta2);
+  float eps = (float)h->eps, wd = (float)h->weight_decay;
+  float step_size = (float)(lr / (1.0 - pow(h->beta1, (double)step)));
+  float bc2_sqrt = (float)sqrt(1.0 - pow(h->beta2, (double)step));
+  float decay = decoupled ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
+  for (size_t i = 0; i < t->n; i++) {
+    float p = t->param[i], g = t->grad[i];
+    if (decoupled)
+      p *= decay;
+    else
+      g += wd * p;
+    m[i] += one_b1 * (g - m[i]); /* PyTorch's m.lerp_(g, 1 - b1) */
+    v[i] = b2 * v[i] + one_b2 * g * g;
+    p -= step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+    t->param[i] = p;
+  }
+}
+
+void opt_step(Opt *o, double lr) {
+  o->step++;
+  for (int gi = 0; gi < o->ngroups; gi++) {
+    const OptGroup *g = &o->groups[gi];
+    double glr = lr * g->h.lr_scale;
+    for (int ti = 0; ti < g->ntensors; ti++) {
+      const OptTensor *t = &g->tensors[ti];
+      switch (o->kind) {
+      case OPT_SGD:
+        sgd_update(&g->h, t, o->m + t->off, (float)glr);
+        break;
+      case OPT_ADAM:
+        adam_update(&g->h, t, o->m + t->off, o->v + t->off, glr, o->step, 0);
+        break;
+      case OPT_ADAMW:
+        adam_update(&g->h, t, o->m + t->off, o->v + t->off, glr, o->step, 1);
+        break;
+      default:
+        UNREACHABLE("optimizer kind");
+      }
+    }
+  }
+}
+
+void opt_zero_grad(Opt *o) {
+  for (int gi = 0; gi < o->ngroups; gi++)
+    for (int ti = 0; ti < o->groups[gi].ntensors; ti++) {
+      const OptTensor *t = &o->groups[gi].tensors[ti];
+      memset(t->grad, 0, t->n * sizeof(float));
+    }
+}
+
+double opt_grad_norm(const Opt *o) {
+  double ss = 0;
+  for (int gi = 0; gi < o->ngroups; gi++)
+    for (int ti = 0; ti < o->groups[gi].ntensors; ti++) {
+      const OptTensor *t = &o->groups[gi].tensors[ti];
+      for (size_t i = 0; i < t->n; i++)
+        ss += (double)t->grad[i] * t->grad[i];
+    }
+  return sqrt(ss);
+}
+
+double opt_clip(Opt *o, double max_norm) {
+  double norm = opt_grad_norm(o);
+  if (!(max_norm > 0) || !isfinite(norm))
+    return norm;
+  double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1)
+    return norm;
+  float c = (float)coef;
+  for (int gi = 0; gi < o->ngroups; gi++)
+    for (int ti = 0; ti < o->groups[gi].ntensors; ti++) {
+      const OptTensor *t = &o->groups[gi].tensors[ti];
+      for (size_t i = 0; i < t->n; i++)
+        t->grad[i] *= c;
+    }
+  return norm;
+}
+
+int64_t opt_warmup_steps(double warmup, int64_t total) {
+  CHECK(warmup >= 0);
+  if (warmup < 1)
+    return (int64_t)llround(warmup * (double)total);
+  return (int64_t)warmup;
+}
+
+double opt_lr_at(const OptSchedule *s, int64_t step) {
+  double t = (double)step + 1, W = (double)s->warmup;
+  if (t <= W)
+    return s->min_lr + (s->lr - s->min_lr) * t / W;
+  double span = (double)s->total - W, p = span > 0 ? (t - W) / span : 1;
+  p = p < 0 ? 0 : p > 1 ? 1 : p;
+  switch (s->kind) {
+  case OPT_CONSTANT:
+    return s->lr;
+  case OPT_COSINE:
+    return s->min_lr + (s->lr - s->min_lr) * 0.5 * (1 + cos(M_PI * p));
+  case OPT_LINEAR:
+    return s->lr + (s->min_lr - s->lr) * p;
+  case OPT_INVERSE_SQRT:
+    return fmax(s->min_lr, s->lr * sqrt((W > 1 ? W : 1) / t));
+  default:
+    UNREACHABLE("schedule kind");
+  }
+}
+
+int opt_kind_from_name(const char *name, OptKind *out) {
+  static const char *const names[] = {[OPT_SGD] = "sgd", [OPT_ADAM] = "adam", [OPT_ADAMW] = "adamw"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(names[i], name) == 0) {
+      *out = (OptKind)i;
+      return 0;
+    }
+  return -1;
+}
+
+int opt_schedule_from_name(const char *name, OptScheduleKind *out) {
+  static const char *const names[] = {[OPT_CONSTANT] = "constant",
+                                      [OPT_COSINE] = "cosine",
+                                      [OPT_INVERSE_SQRT] = "inverse_sqrt",
+                                      [OPT_LINEAR] = "linear"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(names[i], name) == 0) {
+      *out = (OptScheduleKind)i;
+      return 0;
+    }
+  return -1;
+}
