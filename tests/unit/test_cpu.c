@@ -6,13 +6,14 @@
 #include "harness.h"
 #include "interp.h"
 
-static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode, bool portable) {
+static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode, bool portable,
+                    int threads) {
   Arena arena = {0};
   Cell *c = h_cell(&arena, file, set, dims, false, mode);
   char err[256];
   PipelineOptions ro = {0}, co = {0};
   ro.backend = backend_find("interp"), ro.gates = true;
-  co.backend = backend_find("cpu"), co.gates = true, co.portable = portable;
+  co.backend = backend_find("cpu"), co.gates = true, co.portable = portable, co.threads = threads;
   Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
   Compiled *cpu = pipeline_compile(c, &co, err, sizeof err);
   cr_assert(ref && cpu, "compile: %s", err);
@@ -22,18 +23,21 @@ static void compare(const char *file, const char *set, const char *dims, int T, 
   pipeline_run_f64(cpu, &S->io);
   const char *what;
   double e = h_compare(R, S, ref->p, &what);
-  cr_expect(e < 1e-4, "%s %s%s: %s relative error %g", file, cpu->opt.scan ? "scan" : "sequential",
-            portable ? " (portable)" : "", what, e);
+  cr_expect(e < 1e-4, "%s %s%s, %d threads: %s relative error %g", file, cpu->opt.scan ? "scan" : "sequential",
+            portable ? " (portable)" : "", threads, what, e);
   h_bufs_free(R), h_bufs_free(S);
   pipeline_release(ref), pipeline_release(cpu);
   cell_free(c);
   arena_free(&arena);
 }
 
-#define CPU_TEST(name, file, set, dims)                                                   \
-  Test(cpu, name##_auto) { compare(file, set, dims, 9, 3, NULL, false); }                 \
-  Test(cpu, name##_sequential) { compare(file, set, dims, 9, 3, "sequential", false); }  \
-  Test(cpu, name##_portable) { compare(file, set, dims, 4, 2, NULL, true); }
+/* threads: 1, and 3 threads over 11 batch rows (uneven shares: 3, 4, 4 rows) in both modes */
+#define CPU_TEST(name, file, set, dims)                                                             \
+  Test(cpu, name##_auto) { compare(file, set, dims, 9, 3, NULL, false, 1); }                        \
+  Test(cpu, name##_sequential) { compare(file, set, dims, 9, 3, "sequential", false, 1); }         \
+  Test(cpu, name##_portable) { compare(file, set, dims, 4, 2, NULL, true, 1); }                     \
+  Test(cpu, name##_threads) { compare(file, set, dims, 6, 11, NULL, false, 3); }                    \
+  Test(cpu, name##_threads_sequential) { compare(file, set, dims, 6, 11, "sequential", false, 3); }
 
 CPU_TEST(elman, "stdlib/elman.cell", NULL, "H=19,D=5")
 CPU_TEST(gru, "stdlib/gru.cell", NULL, "H=19,D=5")

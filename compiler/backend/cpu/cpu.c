@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -266,19 +267,21 @@ static Coef coef_of(CpuCell *c, CpuWork *w, int id, int size) {
 
 static const float *coef_row(const Coef *k, int64_t r) { return k->base + r * k->ld; }
 
-/* new[t] = a[t] * prev[t] + b[t] (complex: a complex product), channel-innermost. */
-__attribute__((optimize("O3"))) static void scan_forward(int64_t rows, int B, int size, Coef *a, Coef *b, float *S0, float *S1) {
+/* new[t] = a[t] * prev[t] + b[t] (complex: a complex product), channel-innermost, over the
+ * channels [j0, j1) of every row. */
+__attribute__((optimize("O3"))) static void scan_forward(int64_t rows, int B, int size, int j0, int j1, Coef *a, Coef *b,
+                                                         float *S0, float *S1) {
   for (int64_t r = 0; r < rows; r++) {
     const float *restrict ar = coef_row(&a[0], r), *restrict br = coef_row(&b[0], r);
     const float *restrict p0 = S0 + r * size;
     float *restrict n0 = S0 + (r + B) * size;
     if (!S1) {
-      for (int j = 0; j < size; j++) n0[j] = ar[j] * p0[j] + br[j];
+      for (int j = j0; j < j1; j++) n0[j] = ar[j] * p0[j] + br[j];
       continue;
     }
     const float *restrict ai = coef_row(&a[1], r), *restrict bi = coef_row(&b[1], r), *restrict p1 = S1 + r * size;
     float *restrict n1 = S1 + (r + B) * size;
-    for (int j = 0; j < size; j++) {
+    for (int j = j0; j < j1; j++) {
       float pr = p0[j], pi = p1[j];
       n0[j] = ar[j] * pr - ai[j] * pi + br[j];
       n1[j] = ar[j] * pi + ai[j] * pr + bi[j];
@@ -287,36 +290,38 @@ __attribute__((optimize("O3"))) static void scan_forward(int64_t rows, int B, in
 }
 
 /* dtotal[t] = g[t] + conj(a[t+1]) * dtotal[t+1]; the last step adds dfinal
- * (already in the rows after the last). */
-__attribute__((optimize("O3"))) static void scan_reverse(int64_t rows, int B, int size, Coef *a, Coef *g, float *D0, float *D1) {
+ * (already in the rows after the last). Over the channels [j0, j1). */
+__attribute__((optimize("O3"))) static void scan_reverse(int64_t rows, int B, int size, int j0, int j1, Coef *a, Coef *g,
+                                                         float *D0, float *D1) {
   for (int64_t r = rows - 1; r >= 0; r--) {
     bool last = r >= rows - B;
     const float *restrict g0 = coef_row(&g[0], r), *restrict n0 = D0 + (r + B) * size;
     float *restrict d0 = D0 + r * size;
     if (!D1) {
       if (last)
-        for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j];
+        for (int j = j0; j < j1; j++) d0[j] = g0[j] + n0[j];
       else {
         const float *restrict ar = coef_row(&a[0], r + B);
-        for (int j = 0; j < size; j++) d0[j] = g0[j] + ar[j] * n0[j];
+        for (int j = j0; j < j1; j++) d0[j] = g0[j] + ar[j] * n0[j];
       }
       continue;
     }
     const float *restrict g1 = coef_row(&g[1], r), *restrict n1 = D1 + (r + B) * size;
     float *restrict d1 = D1 + r * size;
     if (last) {
-      for (int j = 0; j < size; j++) d0[j] = g0[j] + n0[j], d1[j] = g1[j] + n1[j];
+      for (int j = j0; j < j1; j++) d0[j] = g0[j] + n0[j], d1[j] = g1[j] + n1[j];
       continue;
     }
     const float *restrict ar = coef_row(&a[0], r + B), *restrict ai = coef_row(&a[1], r + B);
-    for (int j = 0; j < size; j++) {
+    for (int j = j0; j < j1; j++) {
       d0[j] = g0[j] + ar[j] * n0[j] + ai[j] * n1[j];
       d1[j] = g1[j] + ar[j] * n1[j] - ai[j] * n0[j];
     }
   }
 }
 
-static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
+/* The scan of a state over all rows, on the channels [j0, j1) of its parts. */
+static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse, int j0, int j1) {
   Program *p = c->base.p;
   int q = p->spart_of[state];
   bool cplx = p->sparts[q].cplx;
@@ -328,9 +333,9 @@ static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse) {
     b[k] = coef_of(c, w, reverse ? p->sparts[q + k].g : p->sparts[q + k].b, size);
   }
   if (!reverse)
-    scan_forward(rows, B, size, a, b, w->arr[c->pl->state_array[q]], cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
+    scan_forward(rows, B, size, j0, j1, a, b, w->arr[c->pl->state_array[q]], cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
   else
-    scan_reverse(rows, B, size, a, b, w->arr[c->pl->dstate_array[q]], cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
+    scan_reverse(rows, B, size, j0, j1, a, b, w->arr[c->pl->dstate_array[q]], cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
   for (int k = 0; k < parts; k++) free(a[k].fill), free(b[k].fill);
 }
 
@@ -340,11 +345,28 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows);
+/* What one of n threads runs of a sequence: the batch rows [b0, b1) of every step (a thread owns
+ * its sequences from the first step to the last, so the time loop needs no barrier), and share i
+ * of n of each step over all rows (rows, channels or output rows, by the kind of step), with a
+ * barrier after each of those. */
+typedef struct Share {
+  int i, n;
+  int b0, b1;
+} Share;
+
+/* Part i of n of [lo, hi). */
+static void share_of(int64_t lo, int64_t hi, const Share *sh, int64_t *a, int64_t *b) {
+  *a = lo + (hi - lo) * sh->i / sh->n;
+  *b = lo + (hi - lo) * (sh->i + 1) / sh->n;
+}
+
+static void barrier(const Share *sh) {
+  if (sh->n > 1) {
+#pragma omp barrier
+  }
+}
 
 /* Bytes an elementwise kernel moves per row: every per-row array it reads or writes. */
-#define PARALLEL_MIN_BYTES (1 << 20)
-
 static double kernel_row_bytes(CpuCell *c, int k) {
   Plan *pl = c->pl;
   Graph *g = &c->base.p->g;
@@ -380,87 +402,154 @@ static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64
   }
 }
 
-static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t) {
-  bool profiling = w->base.profiling;
-  int64_t r0, r1;
+/* acc[bound] += G^T V over all rows, on this thread's share of the output rows. */
+static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
+  Node *o = graph_node(&c->base.p->g, st->node);
+  int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
+  int hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
+  CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
+  int64_t i0, i1;
+  share_of(0, o->n[0], sh, &i0, &i1);
+  if (i1 > i0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(i1 - i0), o->n[1], (int)rows, 1.0f, w->bases[hG] + i0,
+                width_of(c, hG), w->bases[hV], width_of(c, hV), 1.0f, w->bases[hacc] + i0 * o->n[1], o->n[1]);
+}
+
+/* acc[bound] += the sum over all rows of the node, on this thread's share of the columns. */
+static void run_colsum(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
+  Graph *g = &c->base.p->g;
+  int h = c->pl->home[st->node], hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
+  float *acc = w->bases[hacc];
+  int64_t j0, j1;
+  share_of(0, node_numel(graph_node(g, st->node)), sh, &j0, &j1);
+  if (h < 0) { /* a constant adjoint */
+    float k = (float)graph_node(g, st->node)->k;
+    for (int64_t j = j0; j < j1; j++) acc[j] += k * (float)rows;
+    return;
+  }
+  int ld = width_of(c, h);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *v = w->bases[h] + r * ld;
+    for (int64_t j = j0; j < j1; j++) acc[j] += v[j];
+  }
+}
+
+/* The node's values (or its constant) copied to slot `dst` over rows [r0, r1). */
+static void run_copy(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1) {
+  Node *n = graph_node(&c->base.p->g, st->node);
+  int e = node_numel(n), h = c->pl->home[st->node];
+  for (int64_t r = r0; r < r1; r++) {
+    float *dst = row_ptr(c, w, st->dst, r);
+    if (h < 0) {
+      CHECK(n->op == OP_CONST);
+      for (int j = 0; j < e; j++) dst[j] = (float)n->k;
+    } else memcpy(dst, row_ptr(c, w, h, r), sizeof(float) * (size_t)e);
+  }
+}
+
+/* One step of a phase on this thread's rows [r0, r1) (steps over all rows split by kind). */
+static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int64_t r0, int64_t r1, const Share *sh) {
   int64_t rows = (int64_t)w->T * w->B;
-  if (ph->region == REG_ALL) r0 = 0, r1 = rows;
-  else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B, r1 = r0 + w->B;
-  else r0 = 0, r1 = w->B;
+  bool all = region == REG_ALL;
+  switch (st->kind) {
+  case PS_ELEM:
+    if (c->fns[st->kernel]) c->fns[st->kernel](r0, r1, w->bases);
+    else eval_kernel_rows(c, w, st->kernel, r0, r1);
+    break;
+  case PS_GEMM:
+  case PS_GEMM_T:
+    if (r1 > r0) run_gemm(c, w, st, r0, r1);
+    break;
+  case PS_SCAN:
+  case PS_RSCAN: {
+    CHECK(all);
+    int64_t j0, j1;
+    share_of(0, c->base.p->sparts[c->base.p->spart_of[st->state]].size, sh, &j0, &j1);
+    run_scan(c, w, st->state, st->kind == PS_RSCAN, (int)j0, (int)j1);
+    break;
+  }
+  case PS_OUTER_ACC: CHECK(all); run_outer_acc(c, w, st, rows, sh); break;
+  case PS_COLSUM: CHECK(all); run_colsum(c, w, st, rows, sh); break;
+  case PS_COPY: run_copy(c, w, st, r0, r1); break;
+  case PS_ZERO: {
+    int e = width_of(c, st->dst);
+    for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, w, st->dst, r), 0, sizeof(float) * (size_t)e);
+    break;
+  }
+  default: UNREACHABLE("plan step");
+  }
+}
+
+/* A phase on this thread's share: the batch rows of step t (REG_STEP) or of the first step
+ * (REG_FIRST), or its part of all rows with a barrier after each step (REG_ALL). Thread 0 keeps
+ * the profile. */
+static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Share *sh) {
+  bool profiling = w->base.profiling && sh->i == 0;
+  int64_t r0, r1;
+  if (ph->region == REG_ALL) share_of(0, (int64_t)w->T * w->B, sh, &r0, &r1);
+  else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B + sh->b0, r1 = (int64_t)t * w->B + sh->b1;
+  else r0 = sh->b0, r1 = sh->b1;
   for (int i = 0; i < ph->n; i++) {
     double t0 = profiling ? now_s() : 0;
-    run_step(c, w, &ph->steps[i], r0, r1, rows);
+    run_step(c, w, &ph->steps[i], ph->region, r0, r1, sh);
+    if (ph->region == REG_ALL) barrier(sh);
     if (profiling) profile_add(c, w, &ph->steps[i], now_s() - t0, r1 - r0);
   }
 }
 
-static void run_step(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1, int64_t rows) {
-  Graph *g = &c->base.p->g;
-  {
-    switch (st->kind) {
-    case PS_ELEM:
-      if (c->fns && c->fns[st->kernel]) {
-        KernelFn fn = c->fns[st->kernel];
-        int nt = c->nthreads;
-        /* kernels with enough work split their rows over the threads (a parallel region costs
-         * microseconds, far more on a loaded machine: small per-step kernels run on one thread) */
-        if (nt > 1 && (double)(r1 - r0) * kernel_row_bytes(c, st->kernel) >= PARALLEL_MIN_BYTES) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-          for (int i = 0; i < nt; i++) fn(r0 + (r1 - r0) * i / nt, r0 + (r1 - r0) * (i + 1) / nt, w->bases);
-        } else
-          fn(r0, r1, w->bases);
-      } else
-        eval_kernel_rows(c, w, st->kernel, r0, r1);
-      break;
-    case PS_GEMM:
-    case PS_GEMM_T: run_gemm(c, w, st, r0, r1); break;
-    case PS_SCAN: run_scan(c, w, st->state, false); break;
-    case PS_RSCAN: run_scan(c, w, st->state, true); break;
-    case PS_OUTER_ACC: {
-      Node *o = graph_node(g, st->node);
-      int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
-      int hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
-      CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o->n[0], o->n[1], (int)rows, 1.0f, w->bases[hG],
-                  width_of(c, hG), w->bases[hV], width_of(c, hV), 1.0f, w->bases[hacc], o->n[1]);
-      break;
-    }
-    case PS_COLSUM: {
-      int h = c->pl->home[st->node], hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
-      float *acc = w->bases[hacc];
-      int e = node_numel(graph_node(g, st->node));
-      if (h < 0) { /* a constant adjoint */
-        float k = (float)graph_node(g, st->node)->k;
-        for (int j = 0; j < e; j++) acc[j] += k * (float)rows;
-        break;
-      }
-      int ld = width_of(c, h);
-      for (int64_t r = 0; r < rows; r++) {
-        const float *v = w->bases[h] + r * ld;
-        for (int j = 0; j < e; j++) acc[j] += v[j];
-      }
-      break;
-    }
-    case PS_COPY: {
-      Node *n = graph_node(g, st->node);
-      int e = node_numel(n), h = c->pl->home[st->node];
-      for (int64_t r = r0; r < r1; r++) {
-        float *dst = row_ptr(c, w, st->dst, r);
-        if (h < 0) {
-          CHECK(n->op == OP_CONST);
-          for (int j = 0; j < e; j++) dst[j] = (float)n->k;
-        } else memcpy(dst, row_ptr(c, w, h, r), sizeof(float) * (size_t)e);
-      }
-      break;
-    }
-    case PS_ZERO: {
-      int e = width_of(c, st->dst);
-      for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, w, st->dst, r), 0, sizeof(float) * (size_t)e);
-      break;
-    }
-    default: UNREACHABLE("plan step");
-    }
+/* The phases of a forward (pre, every step, post) or a backward (pre, every step in reverse, post,
+ * first) on this thread's share. */
+static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
+  const Plan *pl = c->pl;
+  if (!backward) {
+    run_phase(c, w, &pl->fwd_pre, 0, sh);
+    for (int t = 0; t < w->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t, sh);
+    barrier(sh);
+    run_phase(c, w, &pl->fwd_post, 0, sh);
+    return;
   }
+  run_phase(c, w, &pl->bwd_pre, 0, sh);
+  for (int t = w->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t, sh);
+  barrier(sh);
+  run_phase(c, w, &pl->bwd_post, 0, sh);
+  run_phase(c, w, &pl->bwd_first, 0, sh);
+}
+
+/* Below these sizes another thread does not pay: each thread's batch rows of a step (sequential
+ * mode: its per-step GEMMs get that many rows), and the floats a sequence's arrays hold. */
+#define MIN_ROWS_PER_THREAD 8
+#define MIN_FLOATS_PER_THREAD (1 << 16)
+
+/* BackendOptions.threads asks for exactly that many (each with a batch row at least); otherwise as
+ * many as pay, up to CELLC_THREADS or the cores. */
+static int threads_for(CpuCell *c, CpuWork *w) {
+  int nt = c->nthreads;
+  if (c->base.opt.threads > 0) return nt < w->B ? nt : w->B;
+  if (c->pl->fwd_step.n || c->pl->bwd_step.n) nt = nt < w->B / MIN_ROWS_PER_THREAD ? nt : w->B / MIN_ROWS_PER_THREAD;
+  double floats = 0;
+  for (int i = 0; i < w->narr; i++) floats += (double)w->size[i];
+  if (floats / MIN_FLOATS_PER_THREAD < nt) nt = (int)(floats / MIN_FLOATS_PER_THREAD);
+  return nt > 1 ? nt : 1;
+}
+
+/* A forward or backward over the whole sequence on the threads the work pays for; inside, every
+ * GEMM runs on one BLAS thread (the threads are ours). */
+static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
+  int nt = threads_for(c, w);
+  if (nt == 1) {
+    Share sh = {0, 1, 0, w->B};
+    run_phases(c, w, backward, &sh);
+    return;
+  }
+  int blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+#pragma omp parallel num_threads(nt)
+  {
+    int i = omp_get_thread_num();
+    Share sh = {i, nt, w->B * i / nt, w->B * (i + 1) / nt};
+    run_phases(c, w, backward, &sh);
+  }
+  openblas_set_num_threads(blas_threads);
 }
 
 /* Static values (params only), in node order. */
@@ -500,9 +589,7 @@ static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   }
   for (int q = 0; q < p->nsparts; q++)
     memcpy(w->arr[pl->state_array[q]], s->h0[q], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
-  run_phase(c, w, &pl->fwd_pre, 0);
-  for (int t = 0; t < s->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t);
-  run_phase(c, w, &pl->fwd_post, 0);
+  run_sequence(c, w, false);
   for (int q = 0; q < p->nsparts; q++) {
     size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
     memcpy(s->final[q], w->arr[pl->state_array[q]] + (size_t)s->T * sz, sizeof(float) * sz);
@@ -523,10 +610,7 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
     size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
     memcpy(w->arr[pl->dstate_array[q]] + (size_t)s->T * sz, s->dfinal[q], sizeof(float) * sz);
   }
-  run_phase(c, w, &pl->bwd_pre, 0);
-  for (int t = s->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t);
-  run_phase(c, w, &pl->bwd_post, 0);
-  run_phase(c, w, &pl->bwd_first, 0);
+  run_sequence(c, w, true);
   run_static(c, w, pl->static_bwd);
   Scratch sc = {xcalloc((size_t)p->g.nnodes, sizeof(float *))};
   for (int i = 0; i < p->npparts; i++) {
