@@ -205,6 +205,7 @@ int cuda_api_probe(const char *path, int part, char *err, size_t errlen) {
 }
 
 void cuda_api_close(CudaApi *api) {
+  if (api->emu_close) api->emu_close();
   if (api->libcublas) dlclose(api->libcublas);
   if (api->libnvrtc) dlclose(api->libnvrtc);
   if (api->libcuda) dlclose(api->libcuda);

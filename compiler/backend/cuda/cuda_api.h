@@ -54,6 +54,7 @@ typedef struct CudaApi {
   /* The emulator's detail on its last failure ("kernel 'f': ..."), NULL for the real
    * libraries; cuda_cu_check appends it to the message. */
   const char *(*emu_detail)(void);
+  void (*emu_close)(void); /* frees what the emulator still holds; NULL for the real ones */
   CUDA_DRIVER_CALLS(CUDA_API_FIELD)
   CUDA_NVRTC_CALLS(CUDA_API_FIELD)
   CUDA_CUBLAS_CALLS(CUDA_API_FIELD)
