@@ -53,6 +53,18 @@ static char *read_all(int fd) {
   return buf;
 }
 
+/* The environment with messages in plain ASCII (LC_ALL=C): logs read the same everywhere. */
+static char **c_locale_env(void) {
+  int n = 0;
+  while (environ[n]) n++;
+  char **env = xcalloc((size_t)n + 2, sizeof *env);
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (strncmp(environ[i], "LC_ALL=", 7) && strncmp(environ[i], "LANGUAGE=", 9)) env[k++] = environ[i];
+  env[k++] = "LC_ALL=C";
+  return env;
+}
+
 int cuda_run_tool(char *const argv[], char **output) {
   int fds[2];
   *output = NULL;
@@ -67,7 +79,9 @@ int cuda_run_tool(char *const argv[], char **output) {
   posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   posix_spawn_file_actions_addclose(&fa, fds[1]);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  char **env = c_locale_env();
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, env);
+  free(env);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   if (rc != 0) {

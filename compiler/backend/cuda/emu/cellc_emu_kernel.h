@@ -197,15 +197,25 @@ static inline float atomicExch(float *a, float v) {
 
 /* Intrinsics: the fast variants are the exact ones here (results differ from a GPU's by
  * rounding only). */
-static inline float __expf(float x) { return expf(x); }
-static inline float __exp10f(float x) { return exp10f(x); }
-static inline float __logf(float x) { return logf(x); }
-static inline float __log2f(float x) { return log2f(x); }
-static inline float __log10f(float x) { return log10f(x); }
-static inline float __sinf(float x) { return sinf(x); }
-static inline float __cosf(float x) { return cosf(x); }
-static inline float __tanf(float x) { return tanf(x); }
-static inline float __powf(float x, float y) { return powf(x, y); }
+/* glibc declares __expf and friends itself: the CUDA names are redirected. */
+#define __expf cellc_emu_expf
+#define __exp10f cellc_emu_exp10f
+#define __logf cellc_emu_logf
+#define __log2f cellc_emu_log2f
+#define __log10f cellc_emu_log10f
+#define __sinf cellc_emu_sinf
+#define __cosf cellc_emu_cosf
+#define __tanf cellc_emu_tanf
+#define __powf cellc_emu_powf
+static inline float cellc_emu_expf(float x) { return expf(x); }
+static inline float cellc_emu_exp10f(float x) { return exp10f(x); }
+static inline float cellc_emu_logf(float x) { return logf(x); }
+static inline float cellc_emu_log2f(float x) { return log2f(x); }
+static inline float cellc_emu_log10f(float x) { return log10f(x); }
+static inline float cellc_emu_sinf(float x) { return sinf(x); }
+static inline float cellc_emu_cosf(float x) { return cosf(x); }
+static inline float cellc_emu_tanf(float x) { return tanf(x); }
+static inline float cellc_emu_powf(float x, float y) { return powf(x, y); }
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
