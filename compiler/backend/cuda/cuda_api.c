@@ -200,15 +200,15 @@ int cuda_api_probe(const char *path, int part, char *err, size_t errlen) {
   int rc = part == 0   ? lookup_driver(&api, lib, path, "probe", err, errlen)
            : part == 1 ? lookup_nvrtc(&api, lib, path, "probe", err, errlen)
                        : lookup_cublas(&api, lib, path, "probe", err, errlen);
-  dlclose(lib);
+  (void)lib; /* stays loaded: see cuda_api_close */
   return rc;
 }
 
+/* NVIDIA's libraries stay loaded for the life of the process: they are not made to be
+ * unloaded (the C++ runtime inside them leaks its pools on dlclose, and the driver keeps
+ * threads). A later open finds them already there. */
 void cuda_api_close(CudaApi *api) {
   if (api->emu_close) api->emu_close();
-  if (api->libcublas) dlclose(api->libcublas);
-  if (api->libnvrtc) dlclose(api->libnvrtc);
-  if (api->libcuda) dlclose(api->libcuda);
   memset(api, 0, sizeof *api);
 }
 

@@ -68,7 +68,8 @@ int cuda_api_open_real(CudaApi *api, char *err, size_t errlen);
 int cuda_api_open_nvrtc(CudaApi *api, char *err, size_t errlen);
 /* The CPU emulator (see docs/cuda-emu.md). Never fails. */
 void cuda_api_open_emu(CudaApi *api);
-/* dlclose what was opened; the table is zeroed. */
+/* The table is zeroed and the emulator's state freed; the real libraries stay loaded for
+ * the life of the process (they are not made to be unloaded). */
 void cuda_api_close(CudaApi *api);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY" for every CUresult of cuda.h, without a driver. */

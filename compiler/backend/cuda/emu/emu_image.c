@@ -99,8 +99,10 @@ void emu_image_free(EmuImage *img) {
   memset(img, 0, sizeof *img);
 }
 
-/* The host compiler: $CELLC_EMU_CXX (default g++), C++17, and the sanitizers of this build
- * so ASan sees kernels overrun device memory. $CELLC_EMU_CFLAGS adds flags (-O0 -g). */
+/* The host compiler: $CELLC_EMU_CXX (default gcc, with -x c++: C++ without libstdc++, which
+ * kernels do not need and which would leak its startup pool on every dlclose), C++17, and
+ * the sanitizers of this build so ASan sees kernels overrun device memory.
+ * $CELLC_EMU_CFLAGS adds flags (say -O0 -g to debug a kernel). */
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_OPT "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", \
                 "-fno-omit-frame-pointer"
@@ -112,13 +114,13 @@ void emu_image_free(EmuImage *img) {
 
 static const char *host_cxx(void) {
   const char *cxx = getenv("CELLC_EMU_CXX");
-  return cxx && *cxx ? cxx : "g++";
+  return cxx && *cxx ? cxx : "gcc";
 }
 
 const char *emu_host_flags(void) {
   static char flags[1024];
   const char *extra = getenv("CELLC_EMU_CFLAGS");
-  snprintf(flags, sizeof flags, "%s -x c++ -std=c++17 -fPIC -fno-exceptions %s %s", host_cxx(),
+  snprintf(flags, sizeof flags, "%s -x c++ -std=c++17 -fPIC -fno-exceptions -fno-threadsafe-statics %s %s", host_cxx(),
            EMU_OPT_TEXT, extra ? extra : "");
   return flags;
 }
@@ -143,7 +145,7 @@ static void arg_own(Argv *a, char *s) {
 static void build_argv(Argv *a, const EmuImage *img, const char *dir, const char *src,
                        const char *so_path) {
   arg(a, host_cxx());
-  const char *fixed[] = {"-x", "c++", "-std=c++17", "-fPIC", "-fno-exceptions", EMU_OPT};
+  const char *fixed[] = {"-x", "c++", "-std=c++17", "-fPIC", "-fno-exceptions", "-fno-threadsafe-statics", EMU_OPT};
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) arg(a, fixed[i]);
   char *extra = getenv("CELLC_EMU_CFLAGS") ? xstrdup(getenv("CELLC_EMU_CFLAGS")) : NULL;
   if (extra) {

@@ -1,5 +1,6 @@
 /* emu_launch.c: emulated kernel launches. The blocks of the grid run one after another;
- * within a block every thread is a fiber (ucontext) and a scheduler runs them in turn:
+ * within a block every thread is a fiber (a minimal context switch on x86-64, ucontext
+ * elsewhere) and a scheduler runs them in turn:
  * __syncthreads and the warp operations are switches back to it, and it lets a barrier or
  * a warp go on once every thread concerned has arrived, or reports the deadlock. */
 #include <stdio.h>
@@ -20,10 +21,65 @@
 #define EMU_STACK (256 * 1024)
 #endif
 
+/* A fiber's saved context and the switch between two. */
+#if defined(__x86_64__) && !defined(CELLC_EMU_UCONTEXT)
+/* Callee-saved registers pushed on the stack being left, its stack pointer stored in *from,
+ * then the same in reverse from the stack of to. MXCSR and the x87 control word too. */
+__asm__(".text\n"
+        ".globl cellc_emu_switch\n"
+        ".hidden cellc_emu_switch\n"
+        ".type cellc_emu_switch, @function\n"
+        "cellc_emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size cellc_emu_switch, .-cellc_emu_switch\n");
+void cellc_emu_switch(void **from_sp, void *to_sp);
+
+typedef struct Ctx {
+  void *sp;
+} Ctx;
+
+/* A fresh stack that the switch "returns" into entry with: the saved registers (zero), the
+ * default MXCSR (IEEE denormals, as a GPU without -ftz) and x87 control word, entry's
+ * address, then a null return address for backtraces; entry must never return. */
+static void ctx_init(Ctx *c, char *stack, size_t size, void (*entry)(void)) {
+  uint64_t *top = (uint64_t *)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+  uint64_t *sp = top - 9;
+  memset(sp, 0, 9 * sizeof *sp);
+  sp[0] = 0x1F80 | (uint64_t)0x037F << 32;
+  sp[7] = (uint64_t)(uintptr_t)entry;
+  c->sp = sp;
+}
+
+static void ctx_switch(Ctx *from, Ctx *to) {
+  cellc_emu_switch(&from->sp, to->sp);
+}
+#else
+typedef struct Ctx {
+  ucontext_t uc;
+} Ctx;
+
+static void ctx_init(Ctx *c, char *stack, size_t size, void (*entry)(void)) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = NULL;
+  makecontext(&c->uc, entry, 0);
+}
+
+static void ctx_switch(Ctx *from, Ctx *to) {
+  swapcontext(&from->uc, &to->uc);
+}
+#endif
+
 typedef enum { F_READY, F_BARRIER, F_WARP, F_DONE } FiberState;
 
 typedef struct Fiber {
-  ucontext_t uc;
+  Ctx ctx;
   char *stack;
   void *fake_stack; /* ASan's, while switched out */
   FiberState state;
@@ -42,7 +98,7 @@ static struct {
   Fiber *fibers;
   int n;
   Fiber *cur;
-  ucontext_t sched;
+  Ctx sched;
   void *sched_fake_stack;
   const void *sched_bottom;
   size_t sched_size;
@@ -85,7 +141,7 @@ static void to_fiber(Fiber *f) {
 #if EMU_ASAN
   __sanitizer_start_switch_fiber(&B.sched_fake_stack, f->stack, EMU_STACK);
 #endif
-  swapcontext(&B.sched, &f->uc);
+  ctx_switch(&B.sched, &f->ctx);
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(B.sched_fake_stack, NULL, NULL);
 #endif
@@ -97,7 +153,7 @@ static void to_scheduler(Fiber *f, bool dying) {
 #else
   (void)dying;
 #endif
-  swapcontext(&f->uc, &B.sched);
+  ctx_switch(&f->ctx, &B.sched);
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(f->fake_stack, &B.sched_bottom, &B.sched_size);
 #endif
@@ -249,11 +305,7 @@ static void start_fiber(Fiber *f, int i) {
   f->state = F_READY;
   f->stack = stacks + stack_stride() * (size_t)i + 4096;
   f->fake_stack = NULL;
-  getcontext(&f->uc);
-  f->uc.uc_stack.ss_sp = f->stack;
-  f->uc.uc_stack.ss_size = EMU_STACK;
-  f->uc.uc_link = NULL;
-  makecontext(&f->uc, fiber_main, 0);
+  ctx_init(&f->ctx, f->stack, EMU_STACK, fiber_main);
 }
 
 /* Run one block to its end. 0, or -1 with the detail set. */
