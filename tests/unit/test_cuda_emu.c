@@ -130,24 +130,25 @@ Test(emu, block_reduction_with_shared_memory_and_barriers) {
   }
 }
 
+static const char *WARP_OPS =
+    "#include \"cellc_prelude.h\"\n"
+    "extern \"C\" __global__ void warp_ops(const float *x, float *sum, float *bcast,\n"
+    "                                      unsigned *ballot, float *up, float *xsum) {\n"
+    "  int t = threadIdx.x, lane = t % warpSize;\n"
+    "  float v = x[t], s = v;\n"
+    "  for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(CELLC_FULL_MASK, s, o);\n"
+    "  if (lane == 0) sum[t / 32] = s;\n"
+    "  float r = v;\n"
+    "  for (int o = 1; o < 32; o *= 2) r += __shfl_xor_sync(CELLC_FULL_MASK, r, o);\n"
+    "  xsum[t] = r;\n"
+    "  bcast[t] = __shfl_sync(CELLC_FULL_MASK, v, 3);\n"
+    "  up[t] = __shfl_up_sync(CELLC_FULL_MASK, v, 1);\n"
+    "  unsigned b = __ballot_sync(CELLC_FULL_MASK, v > 10.0f);\n"
+    "  if (lane == 0) ballot[t / 32] = b;\n"
+    "}\n";
+
 Test(emu, warp_shuffles_and_ballot) {
-  const char *src =
-      "#include \"cellc_prelude.h\"\n"
-      "extern \"C\" __global__ void warp_ops(const float *x, float *sum, float *bcast,\n"
-      "                                      unsigned *ballot, float *up, float *xsum) {\n"
-      "  int t = threadIdx.x, lane = t % warpSize;\n"
-      "  float v = x[t], s = v;\n"
-      "  for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(CELLC_FULL_MASK, s, o);\n"
-      "  if (lane == 0) sum[t / 32] = s;\n"
-      "  float r = v;\n"
-      "  for (int o = 1; o < 32; o *= 2) r += __shfl_xor_sync(CELLC_FULL_MASK, r, o);\n"
-      "  xsum[t] = r;\n"
-      "  bcast[t] = __shfl_sync(CELLC_FULL_MASK, v, 3);\n"
-      "  up[t] = __shfl_up_sync(CELLC_FULL_MASK, v, 1);\n"
-      "  unsigned b = __ballot_sync(CELLC_FULL_MASK, v > 10.0f);\n"
-      "  if (lane == 0) ballot[t / 32] = b;\n"
-      "}\n";
-  CUfunction f = load(src, "warp_ops");
+  CUfunction f = load(WARP_OPS, "warp_ops");
   enum { N = 64 };
   float x[N], sum[2], bcast[N], up[N], xsum[N];
   unsigned ballot[2];
@@ -200,17 +201,18 @@ Test(emu, atomics_across_blocks) {
   cr_assert_eq(mz, 1000);
 }
 
+static const char *REVERSE =
+    "#include \"cellc_prelude.h\"\n"
+    "extern \"C\" __global__ void reverse(float *x) {\n"
+    "  CELLC_DYNAMIC_SHARED(float, buf);\n"
+    "  int t = threadIdx.x;\n"
+    "  buf[t] = x[t];\n"
+    "  __syncthreads();\n"
+    "  x[t] = buf[blockDim.x - 1 - t];\n"
+    "}\n";
+
 Test(emu, dynamic_shared_memory) {
-  const char *src =
-      "#include \"cellc_prelude.h\"\n"
-      "extern \"C\" __global__ void reverse(float *x) {\n"
-      "  CELLC_DYNAMIC_SHARED(float, buf);\n"
-      "  int t = threadIdx.x;\n"
-      "  buf[t] = x[t];\n"
-      "  __syncthreads();\n"
-      "  x[t] = buf[blockDim.x - 1 - t];\n"
-      "}\n";
-  CUfunction f = load(src, "reverse");
+  CUfunction f = load(REVERSE, "reverse");
   enum { N = 96 };
   float x[N];
   for (int i = 0; i < N; i++) x[i] = (float)i;
@@ -267,6 +269,22 @@ Test(emu, barrier_deadlock_is_reported) {
   cr_assert_eq(CUDA_CU(&api, err, sizeof err, cuMemsetD32, d, 0, 64), 0, "%s", err);
 }
 
+Test(emu, warp_operation_deadlock_is_reported) {
+  const char *src =
+      "#include \"cellc_prelude.h\"\n"
+      "extern \"C\" __global__ void lost_lane(float *x) {\n"
+      "  if (threadIdx.x == 31) return;\n"
+      "  x[threadIdx.x] = __shfl_down_sync(CELLC_FULL_MASK, x[threadIdx.x], 1);\n"
+      "}\n";
+  CUfunction f = load(src, "lost_lane");
+  CUdeviceptr d;
+  cr_assert_eq(api.cuMemAlloc(&d, 32 * sizeof(float)), 0);
+  void *params[] = {&d};
+  cr_assert_neq(launch(f, 1, 32, 0, params), 0);
+  cr_assert(strstr(err, "kernel 'lost_lane': deadlock"), "%s", err);
+  cr_assert(strstr(err, "31 in a warp operation, 1 have exited"), "%s", err);
+}
+
 Test(emu, out_of_bounds_write_is_caught) {
 #if !defined(__SANITIZE_ADDRESS__)
   cr_skip_test("not an ASan build: out-of-bounds accesses in kernels are caught only under "
@@ -304,18 +322,19 @@ Test(emu, out_of_bounds_write_is_caught) {
 #endif
 }
 
+static const char *MIXED =
+    "#include \"cellc_prelude.h\"\n"
+    "struct Pair { int a; float b; };\n"
+    "extern \"C\" {\n"
+    "__global__ void mixed(int i, float f, const float *__restrict__ x, long long big,\n"
+    "                      double d, unsigned u, int64_t s64, Pair p, float *out) {\n"
+    "  out[0] = (float)i; out[1] = f; out[2] = x[1]; out[3] = (float)(big >> 32);\n"
+    "  out[4] = (float)d; out[5] = (float)u; out[6] = (float)s64; out[7] = p.a + p.b;\n"
+    "}\n"
+    "}\n";
+
 Test(emu, kernel_parameters_of_mixed_types) {
-  const char *src =
-      "#include \"cellc_prelude.h\"\n"
-      "struct Pair { int a; float b; };\n"
-      "extern \"C\" {\n"
-      "__global__ void mixed(int i, float f, const float *__restrict__ x, long long big,\n"
-      "                      double d, unsigned u, int64_t s64, Pair p, float *out) {\n"
-      "  out[0] = (float)i; out[1] = f; out[2] = x[1]; out[3] = (float)(big >> 32);\n"
-      "  out[4] = (float)d; out[5] = (float)u; out[6] = (float)s64; out[7] = p.a + p.b;\n"
-      "}\n"
-      "}\n";
-  CUfunction f = load(src, "mixed");
+  CUfunction f = load(MIXED, "mixed");
   float x[2] = {0, 42.5f}, out[8];
   CUdeviceptr dx = upload(x, sizeof x), dout;
   cr_assert_eq(api.cuMemAlloc(&dout, sizeof out), 0);
@@ -573,10 +592,13 @@ Test(real, nvrtc_to_ptx_and_ptxas_reports_no_spills) {
   use_test_cache();
   CudaApi r;
   if (cuda_api_open_nvrtc(&r, err, sizeof err) != 0) cr_skip_test("no NVRTC: %s", err);
-  check_ptx(&r, SAXPY, "sm_80", "saxpy", false);
-  check_ptx(&r, SAXPY, "sm_90", "saxpy", false);
-  check_ptx(&r, BLOCK_SUM, "sm_80", "block_sum", true);
-  check_ptx(&r, BLOCK_SUM, "sm_90", "block_sum", true);
+  /* the very sources the emulator runs */
+  const char *srcs[] = {SAXPY, BLOCK_SUM, WARP_OPS, REVERSE, MIXED};
+  const char *names[] = {"saxpy", "block_sum", "warp_ops", "reverse", "mixed"};
+  for (int i = 0; i < 5; i++) {
+    check_ptx(&r, srcs[i], "sm_80", names[i], i == 1);
+    check_ptx(&r, srcs[i], "sm_90", names[i], i == 1);
+  }
   CudaImage img;
   cr_assert_eq(cuda_compile(&r, SAXPY, "sm_90", CUDA_IMAGE_CUBIN, NULL, 0, &img, err, sizeof err), 0, "%s", err);
   cr_assert(img.size > 4 && memcmp(img.data, "\177ELF", 4) == 0, "a cubin is an ELF file");
