@@ -32,9 +32,8 @@ static void use_test_cache(void) {
 static void emu_up(void) {
   use_test_cache();
   cuda_api_open_emu(&api);
-  cr_assert_eq(CUDA_CU(&api, err, sizeof err, cuInit, 0), 0, "%s", err);
   CUdevice dev;
-  cr_assert_eq(CUDA_CU(&api, err, sizeof err, cuDeviceGet, &dev, 0), 0, "%s", err);
+  cr_assert_eq(cuda_open_device(&api, 0, &dev, err, sizeof err), 0, "%s", err);
   cr_assert_eq(CUDA_CU(&api, err, sizeof err, cuCtxCreate, &ctx, NULL, 0, dev), 0, "%s", err);
 }
 
@@ -285,6 +284,28 @@ Test(emu, warp_operation_deadlock_is_reported) {
   cr_assert(strstr(err, "31 in a warp operation, 1 have exited"), "%s", err);
 }
 
+Test(emu, trap_ends_the_launch_naming_the_thread) {
+  const char *src =
+      "#include \"cellc_prelude.h\"\n"
+      "extern \"C\" __global__ void trapper(float *x) {\n"
+      "  __syncthreads();\n"
+      "  if (blockIdx.x == 1 && threadIdx.x == 7) __trap();\n"
+      "  x[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;\n"
+      "}\n";
+  CUfunction f = load(src, "trapper");
+  CUdeviceptr d;
+  cr_assert_eq(api.cuMemAlloc(&d, 64 * sizeof(float)), 0);
+  void *params[] = {&d};
+  cr_assert_neq(launch(f, 2, 32, 0, params), 0);
+  cr_assert(strstr(err, "CUDA_ERROR_LAUNCH_FAILED"), "%s", err);
+  cr_assert(strstr(err, "kernel 'trapper': __trap() called in thread (7,0,0) of block (1,0,0)"), "%s", err);
+  CUfunction g = load(SAXPY, "saxpy");
+  int n = 64;
+  float a = 1;
+  void *p2[] = {&n, &a, &d, &d};
+  cr_assert_eq(launch(g, 1, 64, 0, p2), 0, "%s", err);
+}
+
 Test(emu, out_of_bounds_write_is_caught) {
 #if !defined(__SANITIZE_ADDRESS__)
   cr_skip_test("not an ASan build: out-of-bounds accesses in kernels are caught only under "
@@ -400,6 +421,11 @@ Test(emu, launch_and_memory_checks) {
   void *params[] = {&n, &a, &d, &d};
   cr_assert_neq(launch(f, 1, 2048, 0, params), 0);
   cr_assert(strstr(err, "out of the device's limits"), "%s", err);
+  cr_assert_neq(launch(f, 1, 32, 0, NULL), 0);
+  cr_assert(strstr(err, "takes 4 parameters but kernelParams is NULL"), "%s", err);
+  CUdevice dev;
+  cr_assert_neq(cuda_open_device(&api, 1, &dev, err, sizeof err), 0);
+  cr_assert(strstr(err, "no CUDA device 1: the machine has 1"), "%s", err);
   cr_assert_neq(CUDA_CU(&api, err, sizeof err, cuMemFree, d + 4), 0);
   cr_assert_neq(CUDA_CU(&api, err, sizeof err, cuMemAlloc, &d, (size_t)1 << 62), 0);
   cr_assert(strstr(err, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY"), "%s", err);

@@ -212,6 +212,19 @@ void cuda_api_close(CudaApi *api) {
   memset(api, 0, sizeof *api);
 }
 
+int cuda_open_device(const CudaApi *api, int ordinal, CUdevice *dev, char *err, size_t errlen) {
+  CUresult r = api->cuInit(0);
+  if (r == CUDA_ERROR_NO_DEVICE)
+    return cuda_fail(err, errlen, "no CUDA device: the driver is installed but sees no GPU "
+                     "(cuInit: CUDA_ERROR_NO_DEVICE)");
+  if (cuda_cu_check(api, r, "cuInit", err, errlen) != 0) return -1;
+  int n = 0;
+  if (CUDA_CU(api, err, errlen, cuDeviceGetCount, &n) != 0) return -1;
+  if (ordinal < 0 || ordinal >= n)
+    return cuda_fail(err, errlen, "no CUDA device %d: the machine has %d", ordinal, n);
+  return CUDA_CU(api, err, errlen, cuDeviceGet, dev, ordinal);
+}
+
 int cuda_device_arch(const CudaApi *api, CUdevice dev, char *arch, size_t archlen, char *err,
                      size_t errlen) {
   int major = 0, minor = 0;

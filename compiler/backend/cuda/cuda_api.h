@@ -93,6 +93,10 @@ int cuda_cublas_check(const CudaApi *api, cublasStatus_t s, const char *call, ch
 #define CUDA_CUBLAS(api, err, errlen, fn, ...) \
   cuda_cublas_check((api), (api)->fn(__VA_ARGS__), #fn, (err), (errlen))
 
+/* cuInit and device `ordinal`: 0, or -1 with a message that says what is missing (no GPU,
+ * no such device) or which call failed. */
+int cuda_open_device(const CudaApi *api, int ordinal, CUdevice *dev, char *err, size_t errlen);
+
 /* "sm_90" for a device's compute capability. 0 or -1 with a message. */
 int cuda_device_arch(const CudaApi *api, CUdevice dev, char *arch, size_t archlen, char *err,
                      size_t errlen);

@@ -38,6 +38,7 @@ typedef struct EmuKernel {
   char *name;
   void (*entry)(void **params); /* the trampoline: unpacks kernelParams, calls the kernel */
   EmuModule *module;
+  int n_params;
   int max_dynamic_shared;       /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 } EmuKernel;
 struct EmuModule {

@@ -343,11 +343,14 @@ static void poison_shared(const EmuModule *m, void *dynamic, size_t dynamic_size
 }
 
 static CUresult check_launch(const EmuKernel *k, unsigned g[3], unsigned b[3], unsigned shared,
-                             void **extra) {
+                             void **params, void **extra) {
   CUresult r = emu_need_context("cuLaunchKernel");
   if (r != CUDA_SUCCESS) return r;
   if (!k) return emu_fail(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: NULL function");
   if (extra) return emu_fail(CUDA_ERROR_NOT_SUPPORTED, "cuLaunchKernel: `extra` is not supported by cuda-emu");
+  if (!params && k->n_params > 0)
+    return emu_fail(CUDA_ERROR_INVALID_VALUE, "kernel '%s' takes %d parameters but kernelParams is NULL",
+                    k->name, k->n_params);
   unsigned long long threads = (unsigned long long)b[0] * b[1] * b[2];
   if (!g[0] || !g[1] || !g[2] || !threads || threads > EMU_MAX_THREADS || b[2] > 64 || g[1] > 65535 ||
       g[2] > 65535 || g[0] > 2147483647u)
@@ -371,7 +374,7 @@ CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
   (void)stream;
   const EmuKernel *k = (const EmuKernel *)f;
   unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  CUresult r = check_launch(k, g, b, shared, extra);
+  CUresult r = check_launch(k, g, b, shared, params, extra);
   if (r != CUDA_SUCCESS) return r;
   int n = (int)(bx * by * bz);
   if (!reserve_stacks(n)) return emu_fail(CUDA_ERROR_OUT_OF_MEMORY, "cuda-emu: no memory for %d fiber stacks", n);

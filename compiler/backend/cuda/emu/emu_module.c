@@ -80,6 +80,7 @@ static CUresult bind_kernels(EmuModule *m, const EmuKernelDecl *d, int n) {
     EmuKernel *k = &m->kernels[m->n_kernels++];
     k->name = xstrdup(d[i].name);
     k->module = m;
+    k->n_params = d[i].n_params;
     k->entry = (void (*)(void **))dlsym(m->so, sym);
     free(sym);
     if (!k->entry) return emu_fail(CUDA_ERROR_NOT_FOUND, "cuda-emu: no trampoline for kernel '%s'", d[i].name);
