@@ -1,0 +1,30 @@
+/* cellc_prelude.h: the portable kernel prelude every generated CUDA source includes first;
+ * the same text compiles under NVRTC and under cuda-emu (host C++ with cellc_emu_kernel.h
+ * force-included, which defines CELLC_EMU). */
+#ifndef CELLC_PRELUDE_H
+#define CELLC_PRELUDE_H
+
+#ifdef CELLC_EMU
+/* Host C++ has no `extern __shared__`: the emulator hands each block its buffer. Use at
+ * function scope, once per kernel. */
+#define CELLC_DYNAMIC_SHARED(type, name) type *const name = (type *)cellc_emu_dynamic_shared()
+#else
+#define CELLC_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#if defined(__CUDACC_RTC__)
+/* NVRTC has no C library headers. */
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+#endif
+
+#define CELLC_FULL_MASK 0xffffffffu
+
+#endif
