@@ -22,7 +22,7 @@ endif
 
 CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
             
-LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread
+LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread -ldl
 
 # ---- folders and the layering the build enforces ----
 # Each folder is one stage with one public header named after it (runtime/support/support.h,
@@ -32,7 +32,8 @@ LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread
 # draws the same graph.
 FOLDERS := runtime/support lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
            runtime/nn runtime/optim compiler/ir compiler/check compiler/lower compiler/plan \
-           compiler/backend compiler/backend/interp compiler/backend/cpu compiler/pipeline \
+           compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
+           compiler/backend/cuda/emu compiler/pipeline \
            runtime/model compiler/cmd
 USES_runtime/support     :=
 USES_lang                := runtime/support
@@ -49,6 +50,8 @@ USES_compiler/plan       := runtime/support compiler/ir compiler/lower
 USES_compiler/backend    := runtime/support compiler/lower
 USES_compiler/backend/interp := runtime/support compiler/ir compiler/lower compiler/backend
 USES_compiler/backend/cpu    := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
+USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
+USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
                             compiler/backend compiler/backend/interp compiler/backend/cpu
 USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
@@ -57,9 +60,11 @@ USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
 # the include flags of a folder: itself and what it uses, directly or through their headers
 closure = $(sort $(1) $(foreach d,$(1),$(call closure,$(USES_$(d)))))
 incs = $(foreach d,$(call closure,$(1)),-I$(d)) $(FLAGS_$(1))
-# only the CPU back end sees LLVM's headers
+# only the CPU back end sees LLVM's headers, only the CUDA back end the toolkit's
 FLAGS_compiler/backend/cpu := -isystem $(LLVM_INC)
-ALL_INCS := $(foreach d,$(FOLDERS),-I$(d)) -I$(BUILD)/gen -isystem $(LLVM_INC)
+FLAGS_compiler/backend/cuda := -isystem $(CUDA)/include
+FLAGS_compiler/backend/cuda/emu := -isystem $(CUDA)/include
+ALL_INCS := $(foreach d,$(FOLDERS),-I$(d)) -I$(BUILD)/gen -isystem $(LLVM_INC) -isystem $(CUDA)/include
 
 SRCS     := $(filter-out compiler/cmd/main.c,$(foreach d,$(FOLDERS),$(wildcard $(d)/*.c)))
 GEN_SRCS := $(BUILD)/gen/lexer.c $(BUILD)/gen/parser.c
@@ -95,6 +100,10 @@ $(LAYERS_OK): mk/layers.sh $(foreach d,$(FOLDERS),$(wildcard $(d)/*.[ch])) lang/
 	@touch $@
 layers:
 	@FOLDERS="$(FOLDERS)" sh mk/layers.sh && echo "layers: every include follows the folder graph"
+
+# cuda_headers.c embeds these two headers with .incbin: its dependency file does not see them
+$(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelude.h \
+                                               compiler/backend/cuda/emu/cellc_emu_kernel.h
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)

@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend/cuda/cuda_api.h"
-#include "backend/cuda/cuda_internal.h"
-#include "base.h"
+#include "cuda_api.h"
+#include "cuda_internal.h"
+#include "support.h"
 
 static char err[8192];
 static CudaApi api;

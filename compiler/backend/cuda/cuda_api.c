@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 #include "cuda_api.h"
 #include "cuda_internal.h"
 

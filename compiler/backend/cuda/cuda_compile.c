@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base.h"
+#include "support.h"
 #include "cuda_api.h"
 #include "cuda_internal.h"
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "support.h"
 #include "cuda_api.h"
 #include "cuda_internal.h"
 

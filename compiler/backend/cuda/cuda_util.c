@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "support.h"
 #include "cuda_internal.h"
 
 extern char **environ;

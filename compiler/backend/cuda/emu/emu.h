@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../cuda_api.h"
+#include "cuda_api.h"
 #define CELLC_EMU_ABI_ONLY
 #include "cellc_emu_kernel.h"
 

@@ -4,7 +4,7 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 #include "emu.h"
 
 #define BLAS_MAGIC 0x626c6173

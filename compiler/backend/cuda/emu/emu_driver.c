@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "support.h"
 #include "emu.h"
 
 typedef struct EmuAlloc {

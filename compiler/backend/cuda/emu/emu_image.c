@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base.h"
-#include "../cuda_internal.h"
+#include "support.h"
+#include "cuda_internal.h"
 #include "emu.h"
 
 #define IMAGE_MAGIC "//CELLC-EMU-IMAGE 1\n"

@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#include "base.h"
+#include "support.h"
 #include "emu.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base.h"
-#include "../cuda_internal.h"
+#include "support.h"
+#include "cuda_internal.h"
 #include "emu.h"
 
 /* Compile image + trampolines to path (atomically: a temporary name, then a rename). */

@@ -3,7 +3,7 @@
  * program log) and yields the emulator's image, which emulated cuModuleLoadData takes. */
 #include <string.h>
 
-#include "base.h"
+#include "support.h"
 #include "emu.h"
 
 typedef struct EmuProgram {

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base.h"
-#include "../cuda_internal.h"
+#include "support.h"
+#include "cuda_internal.h"
 #include "emu.h"
 
 typedef enum { T_IDENT, T_PUNCT, T_STRING, T_OTHER } TokKind;
