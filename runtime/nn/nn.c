@@ -32,6 +32,29 @@ void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, i
 
 /* ---- linear ---- */
 
+/* Below this many multiply-adds a GEMM stays on one thread. */
+#define GEMM_MIN_MACS_PER_THREAD (1 << 20)
+
+/* C (M x N, row-major) = op(A) op(B) + beta C, with C's rows split over cellc's threads when the
+ * product is large enough (each share one single-threaded GEMM: OpenBLAS runs single-threaded). */
+static void gemm_rows(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
+  static bool single;
+  if (!single) openblas_set_num_threads(1), single = true; /* the threads are ours */
+  int nt = support_threads();
+  double macs = (double)M * N * K;
+  if (nt > M) nt = M;
+  if (macs / GEMM_MIN_MACS_PER_THREAD < nt) nt = (int)(macs / GEMM_MIN_MACS_PER_THREAD);
+  if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int i = 0; i < nt; i++) {
+    int m0 = (int)((long)M * i / nt), m1 = (int)((long)M * (i + 1) / nt);
+    const float *Ai = trans_a ? A + m0 : A + (size_t)m0 * lda;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m1 - m0, N, K, 1.0f,
+                Ai, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+  }
+}
+
 void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int rows, int nin, int nout) {
   if (rows <= 0 || nout <= 0) return;
   if (nin <= 0) { /* no inputs: the bias alone */
@@ -42,7 +65,7 @@ void nn_linear_forward(float *out, const float *inp, const float *w, const float
   if (b)
     for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * nout, b, sizeof(float) * (size_t)nout);
   /* out (rows, nout) = inp (rows, nin) W^T (nin, nout) [+ out] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nout, nin, 1.0f, inp, nin, w, nin, b ? 1.0f : 0.0f, out, nout);
+  gemm_rows(false, true, rows, nout, nin, inp, nin, w, nin, b ? 1.0f : 0.0f, out, nout);
 }
 
 void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
@@ -55,9 +78,9 @@ void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, co
     }
   if (nin <= 0) return;
   /* dw (nout, nin) += dout^T (nout, rows) inp (rows, nin) */
-  if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, rows, 1.0f, dout, nout, inp, nin, 1.0f, dw, nin);
+  if (dw) gemm_rows(true, false, nout, nin, rows, dout, nout, inp, nin, 1.0f, dw, nin);
   /* dinp (rows, nin) += dout (rows, nout) W (nout, nin) */
-  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, nin, nout, 1.0f, dout, nout, w, nin, 1.0f, dinp, nin);
+  if (dinp) gemm_rows(false, false, rows, nin, nout, dout, nout, w, nin, 1.0f, dinp, nin);
 }
 
 /* y = n (.) w + b over one row of C, w and b optional. */

@@ -49,6 +49,11 @@ void arena_free(Arena *a);
 /* Read a whole file; NULL (errno set) when it cannot be read. */
 char *read_file(const char *path, size_t *len);
 
+/* The threads cellc's own parallel work uses: CELLC_THREADS, else every online core. cellc owns
+ * its parallelism: OpenBLAS runs single-threaded inside it (one pool of threads, not two that
+ * spin against each other). */
+int support_threads(void);
+
 /* Levenshtein distance, for "did you mean" suggestions. */
 int edit_distance(const char *a, const char *b);
 

@@ -830,3 +830,35 @@ Test(mse, hand_computed_value) {
   float want[4] = {0.5f, -1.0f, 0.0f, 1.5f};
   for (int i = 0; i < 4; i++) cr_assert_float_eq(dp[i], want[i], 1e-7);
 }
+
+/* Large enough to split over threads (CELLC_THREADS=3: uneven row shares): forward and backward
+ * equal the loops in double. */
+Test(linear, threaded_matches_loops) {
+  setenv("CELLC_THREADS", "3", 1);
+  int R = 301, I = 67, O = 129;
+  float *inp = randn_like((size_t)R * I, 1), *w = randn_like((size_t)O * I, 2), *b = randn_like(O, 3);
+  float *dy = randn_like((size_t)R * O, 4), *out = zeros((size_t)R * O), *dinp = zeros((size_t)R * I);
+  float *dw = zeros((size_t)O * I), *db = zeros(O);
+  nn_linear_forward(out, inp, w, b, R, I, O);
+  nn_linear_backward(dinp, dw, db, dy, inp, w, R, I, O);
+  for (int r = 0; r < R; r++)
+    for (int o = 0; o < O; o++) {
+      double s = b[o];
+      for (int i = 0; i < I; i++) s += (double)inp[r * I + i] * w[o * I + i];
+      cr_assert(fabs(out[r * O + o] - s) < 1e-4, "out[%d,%d]", r, o);
+    }
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i++) {
+      double s = 0;
+      for (int r = 0; r < R; r++) s += (double)dy[r * O + o] * inp[r * I + i];
+      cr_assert(fabs(dw[o * I + i] - s) < 1e-3, "dw[%d,%d]", o, i);
+    }
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < I; i++) {
+      double s = 0;
+      for (int o = 0; o < O; o++) s += (double)dy[r * O + o] * w[o * I + i];
+      cr_assert(fabs(dinp[r * I + i] - s) < 1e-4, "dinp[%d,%d]", r, i);
+    }
+  unsetenv("CELLC_THREADS");
+  free(inp), free(w), free(b), free(dy), free(out), free(dinp), free(dw), free(db);
+}

@@ -532,8 +532,8 @@ static int threads_for(CpuCell *c, CpuWork *w) {
   return nt > 1 ? nt : 1;
 }
 
-/* A forward or backward over the whole sequence on the threads the work pays for; inside, every
- * GEMM runs on one BLAS thread (the threads are ours). */
+/* A forward or backward over the whole sequence on the threads the work pays for; every GEMM runs
+ * on one BLAS thread (the threads are ours: cpu_compile makes OpenBLAS single-threaded). */
 static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
   int nt = threads_for(c, w);
   if (nt == 1) {
@@ -541,15 +541,12 @@ static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
     run_phases(c, w, backward, &sh);
     return;
   }
-  int blas_threads = openblas_get_num_threads();
-  openblas_set_num_threads(1);
 #pragma omp parallel num_threads(nt)
   {
     int i = omp_get_thread_num();
     Share sh = {i, nt, w->B * i / nt, w->B * (i + 1) / nt};
     run_phases(c, w, backward, &sh);
   }
-  openblas_set_num_threads(blas_threads);
 }
 
 /* Static values (params only), in node order. */
@@ -645,15 +642,11 @@ static const char *cpu_supports(const Program *p, const BackendOptions *o) {
   return NULL;
 }
 
-static int threads_of(const BackendOptions *o) {
-  if (o->threads > 0) return o->threads;
-  const char *env = getenv("CELLC_THREADS");
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  return env && atoi(env) > 0 ? atoi(env) : ncpu > 0 ? (int)ncpu : 1;
-}
+static int threads_of(const BackendOptions *o) { return o->threads > 0 ? o->threads : support_threads(); }
 
 static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, size_t errlen) {
   CHECK(p->differentiated && (!o->scan || p->scan_form));
+  openblas_set_num_threads(1); /* cellc owns the threads (support_threads) */
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
   c->nthreads = threads_of(o);

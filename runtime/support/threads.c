@@ -1,0 +1,12 @@
+/* threads.c: how many threads cellc runs its parallel work on. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base.h"
+
+int support_threads(void) {
+  const char *env = getenv("CELLC_THREADS");
+  if (env && atoi(env) > 0) return atoi(env);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  return ncpu > 0 ? (int)ncpu : 1;
+}
