@@ -1,5 +1,6 @@
-/* mnist1d.c: the MNIST-1D dataset (seeds.md section 3), generated from its ten 12-point templates with
- * the reference pipeline (pad, resample, scale, roll, correlated and i.i.d. noise, shear, resample). */
+/* mnist1d.c: the MNIST-1D dataset (docs/training.md "Tasks"; shared/seeds.md section 3), generated
+ * from its ten 12-point templates with the reference pipeline (pad, resample, scale, roll,
+ * correlated and i.i.d. noise, shear, resample). */
 #include <math.h>
 #include <string.h>
 

@@ -1,5 +1,6 @@
 /* regression.c: the generated regression tasks read at the last step (MSE): adding, ar2, delay_sum,
- * moving_average and sinmix (seeds.md section 3). Real-valued inputs drawn fresh per batch. */
+ * moving_average and sinmix (docs/training.md "Tasks"; shared/seeds.md section 3). Real-valued
+ * inputs drawn fresh per batch. */
 #include <math.h>
 
 #include "task_impl.h"

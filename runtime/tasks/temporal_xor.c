@@ -1,5 +1,6 @@
-/* temporal_xor.c: the temporal XOR task of the thesis (seeds.md section 3): fixed, disjoint
- * train/valid/test sets of token sequences whose label depends on two informative tokens. */
+/* temporal_xor.c: the temporal XOR task of the thesis (docs/training.md "Tasks"; shared/seeds.md
+ * section 3): fixed, disjoint train/valid/test sets of token sequences whose label depends on two
+ * informative tokens. */
 #include <stdlib.h>
 #include <string.h>
 
