@@ -1395,3 +1395,12 @@ void cfg_write(const Cfg *c, FILE *f) {
         write_line(f, r->entries[j].key + 6, (int)width, r->entries[j].text, NULL);
   }
 }
+
+char *cfg_write_string(const Cfg *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cfg_write(c, f);
+  fclose(f);
+  return buf;
+}
