@@ -8,17 +8,17 @@
 #include "task_impl.h"
 
 static const TaskDef *const task_defs[] = {
-#define X(id) &id##_def,
+#define X(id, new_fn) &id##_def,
     TASK_LIST(X)
 #undef X
 };
 static const TaskNewFn task_ctors[] = {
-#define X(id) id##_new,
+#define X(id, new_fn) new_fn,
     TASK_LIST(X)
 #undef X
 };
 static const char *const task_name_list[] = {
-#define X(id) #id,
+#define X(id, new_fn) #id,
     TASK_LIST(X)
 #undef X
 };
