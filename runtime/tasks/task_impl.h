@@ -72,6 +72,19 @@ typedef void (*TaskItemFn)(Task *t, TaskSplit split, int64_t item, int b, TaskBa
 /* Fixed datasets: fills each row b with item task_fixed_item(split, index*B + b). */
 void task_fixed_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out, TaskItemFn fill);
 
+/* A fixed dataset held in memory, per split: n items of T steps (token ids or one channel of
+ * values) and a class each. A task's data that starts with one can use the two functions below. */
+typedef struct FixedSet {
+  int T;
+  int32_t *tok[3];   /* (n, T) per split: token inputs; else NULL */
+  float *x[3];       /* (n, T) per split: one input channel; else NULL */
+  int32_t *label[3]; /* (n) per split */
+} FixedSet;
+/* Fills a batch from the FixedSet at the start of t->data (a TaskBatchFn). */
+void task_set_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out);
+/* Frees the FixedSet's arrays and t->data. */
+void task_set_free(Task *t);
+
 /* Reads a whole file; on failure writes "<task>: cannot open 'path': <strerror>" and returns NULL. */
 char *task_read_file(const Task *t, const char *path, size_t *len, char *err, size_t errlen);
 
