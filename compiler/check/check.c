@@ -823,17 +823,20 @@ static void stmt_if(Checker *k, Stmt *s) {
     if (!defines(other, nother, k->ents[i].name)) k->ents[i].hidden = true;
 }
 
+/* A param's or state's kind (`what`): real (the default) or complex. */
+static bool is_complex(Checker *k, const Stmt *s, const char *what) {
+  if (!s->kind_name || !strcmp(s->kind_name, "real")) return false;
+  if (strcmp(s->kind_name, "complex")) fail(k, s->kind_loc, "unknown kind '%s': a %s is real or complex", s->kind_name, what);
+  return true;
+}
+
 static void stmt_param(Checker *k, Stmt *s) {
   Cell *c = k->c;
   ParamInfo p = {0};
   p.name = s->name;
   p.loc = s->name_loc;
   shape_of(k, s->shape, &p.rank, p.dim, false);
-  if (s->kind_name) {
-    if (!strcmp(s->kind_name, "complex")) p.cplx = true;
-    else if (strcmp(s->kind_name, "real"))
-      fail(k, s->kind_loc, "unknown kind '%s': a param is real or complex", s->kind_name);
-  }
+  p.cplx = is_complex(k, s, "param");
   p.init = s->init->name;
   p.init_loc = s->init->loc;
   p.init_args = (const Expr **)s->init->args;
@@ -853,11 +856,7 @@ static void stmt_state(Checker *k, Stmt *s) {
   st.loc = s->name_loc;
   shape_of(k, s->shape, &st.rank, st.dim, false);
   if (st.rank > 1) fail(k, s->shape->loc, "a state is a scalar or a vector, not a matrix");
-  if (s->kind_name) {
-    if (!strcmp(s->kind_name, "complex")) st.cplx = true;
-    else if (strcmp(s->kind_name, "real"))
-      fail(k, s->kind_loc, "unknown kind '%s': a state is real or complex", s->kind_name);
-  }
+  st.cplx = is_complex(k, s, "state");
   st.update = -1;
   st.param = -1;
   st.coef_a = st.coef_b = st.culprit = -1;

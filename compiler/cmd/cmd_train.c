@@ -229,15 +229,6 @@ static void moment_planes(const Run *r, int i, float *m_or_v, float **planes) {
   planes[1] = planes[0] + t->numel;
 }
 
-static char *config_text(const Cfg *c) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  cfg_write(c, f);
-  fclose(f);
-  return buf;
-}
-
 static int write_checkpoint(Run *r, const char *path) {
   SftWriter *w = sft_writer_new();
   float **bufs = xcalloc((size_t)(3 * model_ntensors(r->model) + 1), sizeof(float *));
@@ -263,7 +254,7 @@ static int write_checkpoint(Run *r, const char *path) {
   }
   int64_t step = r->step;
   sft_add(w, "optim.step", SFT_I64, 0, NULL, &step);
-  char *cfgtext = config_text(r->cfg), num[64];
+  char *cfgtext = cfg_write_string(r->cfg), num[64];
   sft_set_meta(w, "format", CHECKPOINT_FORMAT);
   sft_set_meta(w, "cell", model_cell_name(r->model));
   sft_set_meta(w, "cell_source", model_cell_source(r->model));
@@ -564,12 +555,17 @@ static void flush_denormals(void) {
   _mm_setcsr(_mm_getcsr() | 0x8040);
 }
 
+/* What train and eval start with: denormals flushed, the arguments, then setup. 0 or the exit
+ * status; teardown after either. */
+static int run_start(Run *r, int argc, char **argv, bool eval) {
+  flush_denormals();
+  int rc = parse_args(argc, argv, &r->a, eval);
+  return rc ? rc : setup(r);
+}
+
 int cmd_train(int argc, char **argv) {
   Run r = {0};
-  flush_denormals();
-  int rc = parse_args(argc, argv, &r.a, false);
-  if (rc) return rc;
-  rc = setup(&r);
+  int rc = run_start(&r, argc, argv, false);
   if (!rc) {
     r.dir = r.a.out ? xstrdup(r.a.out) : default_dir(&r);
     char *ckpt = xasprintf("%s/checkpoint.safetensors", r.dir);
@@ -585,7 +581,7 @@ int cmd_train(int argc, char **argv) {
     free(ckpt);
   }
   if (!rc) {
-    char *cfgpath = xasprintf("%s/config.cfg", r.dir), *text = config_text(r.cfg);
+    char *cfgpath = xasprintf("%s/config.cfg", r.dir), *text = cfg_write_string(r.cfg);
     if (write_text_atomic(cfgpath, text) < 0) rc = 3;
     free(cfgpath), free(text);
     char *mpath = xasprintf("%s/metrics.jsonl", r.dir);
@@ -623,10 +619,7 @@ int cmd_train(int argc, char **argv) {
 
 int cmd_eval(int argc, char **argv) {
   Run r = {0};
-  flush_denormals();
-  int rc = parse_args(argc, argv, &r.a, true);
-  if (rc) return rc;
-  rc = setup(&r);
+  int rc = run_start(&r, argc, argv, true);
   if (!rc) rc = read_checkpoint(&r, r.a.checkpoint, false);
   if (!rc) {
     r.t0 = now();

@@ -1,12 +1,12 @@
-/* schedule.h: the execution plan of a differentiated Program over a whole
- * sequence (design.md, "Execution of a layer over a sequence"). Every per-row
+/* plan.h: the execution plan of a differentiated Program over a whole
+ * sequence (shared/design.md, "Execution of a layer over a sequence"). Every per-row
  * node gets a phase (before, inside or after the time loop, forward or
  * backward) and a level; each level is a set of GEMMs over all rows (or over
  * the B rows of one step), scans, then one fused elementwise kernel. Values
  * that cross kernels live in arrays of rows; the rest stay in registers and
  * row-local temporaries of the generated code. Back ends run the plan. */
-#ifndef CELLC_SCHEDULE_H
-#define CELLC_SCHEDULE_H
+#ifndef CELLC_PLAN_H
+#define CELLC_PLAN_H
 
 #include "lower.h"
 

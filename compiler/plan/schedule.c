@@ -1,30 +1,41 @@
-/* schedule.c: a Program's execution plan (see schedule.h). Phases by
+/* schedule.c: a Program's execution plan (see plan.h). Phases by
  * dependence (on previous states, on the next step's gradient), levels by
  * GEMM and scan depth, one fused elementwise kernel per level, arrays only
- * for the values that cross kernels. */
+ * for the values that cross kernels. plan_new is the list of passes. */
 #include "plan.h"
 
 #include <string.h>
 
 enum { R_NONE = -1, R_FWD_PRE, R_FWD_STEP, R_FWD_POST, R_BWD_PRE, R_BWD_STEP, R_BWD_POST, R_BWD_FIRST, R_COUNT };
 
+/* Several GEMMs done as one, against their matrices stacked (Plan.stacks). */
+typedef struct StackInfo {
+  int first;        /* the member whose step runs the one GEMM */
+  int mat;          /* the stacked matrix's slot */
+  int cols;         /* the stacked output's width */
+} StackInfo;
+
 typedef struct Sched {
   Plan *pl;
   Program *p;
   Graph *g;
   int nn;
+  bool gates;       /* the gates are roots */
   bool *dyn;
   bool *vis;        /* per-row nodes the plan computes */
   bool *needs_acc;  /* static nodes that wait for the summed adjoints */
   int *region;
   int *level;
+  int maxL[R_COUNT]; /* per region: its last level */
   int *scan_next;   /* node -> state part whose scanned new value it is (scan mode), or -1 */
   int *scan_dtot;   /* node -> state part whose reverse-scanned dtotal it is (scan mode), or -1 */
-  int *prev_part;   /* PREV leaf -> state part */
   bool *must_store; /* needs an array */
   int *sum_root;    /* a GEMM product (or partial sum) that adds into this sum node, else -1 */
   int *nusers;      /* per node: how many plan nodes read it */
   bool first_pass;  /* visiting the scan-mode dprev roots */
+  int arr_x, arr_dy, arr_y, arr_gx; /* the caller's arrays */
+  int *stacked_in;  /* per GEMM node: its stack, or -1 */
+  StackInfo *stack; /* per stack */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
@@ -32,6 +43,21 @@ static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
 static bool is_gemm(Sched *s, int id) {
   Node *n = N(s, id);
   return (n->op == OP_MATVEC || n->op == OP_MATVEC_T) && s->dyn[id];
+}
+
+/* The end of state `state`'s parts: they are p->sparts[p->spart_of[state] .. end). */
+static int parts_end(const Program *p, int state) {
+  int q = p->spart_of[state];
+  while (q < p->nsparts && p->sparts[q].state == state) q++;
+  return q;
+}
+
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+static int *int_array(int n, int value) {
+  int *v = xmalloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) v[i] = value;
+  return v;
 }
 
 static int add_array(Plan *pl, ArrayKind kind, int width, int numel, int index) {
@@ -46,7 +72,54 @@ static int add_slot(Plan *pl, int array, int row_off, int col) {
   return pl->nslots - 1;
 }
 
+/* A slot at the start of a new array. */
+static int add_array_slot(Plan *pl, ArrayKind kind, int width, int numel, int index) {
+  return add_slot(pl, add_array(pl, kind, width, numel, index), 0, 0);
+}
+
+static Phase *phase_of(Plan *pl, int region) {
+  Phase *phases[R_COUNT] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  return phases[region];
+}
+
+/* A step of that kind on node; every other field unset (-1, no accumulation). */
+static PStep new_step(PStepKind kind, int node) {
+  return (PStep){.kind = kind, .kernel = -1, .node = node, .out = -1, .mat = -1, .state = -1, .bound = -1, .dst = -1};
+}
+
 static void push_step(Phase *ph, PStep st) { VEC_PUSH(ph->steps, ph->n, ph->cap, st); }
+
+/* Node id (zeros when id < 0) into slot dst: computed straight there when `direct` and it has no
+ * home yet, else copied there by a step of ph. */
+static void deliver(Sched *s, int id, int dst, Phase *ph, bool direct) {
+  PStep st = new_step(id < 0 ? PS_ZERO : PS_COPY, id);
+  st.dst = dst;
+  if (id >= 0 && direct && s->pl->home[id] < 0) s->pl->home[id] = dst;
+  else push_step(ph, st);
+}
+
+/* ... where a per-row value is computed straight into the slot when it can be. */
+static void deliver_row(Sched *s, int id, int dst, Phase *ph) { deliver(s, id, dst, ph, id >= 0 && s->dyn[id]); }
+
+/* The terms of a boundary's per-row adjoint, in the order the steps take them: a matrix adjoint is
+ * a sum (ADDs of rank 2) of outer products, each one a GEMM over all rows; any other is one term.
+ * xmalloc'ed, *n of them. */
+static int *adjoint_terms(Sched *s, int adj, int *n) {
+  int *stack = NULL, top = 0, cap = 0, *terms = NULL, nterms = 0, capterms = 0;
+  VEC_PUSH(stack, top, cap, adj);
+  while (top) {
+    int id = stack[--top];
+    Node *nd = N(s, id);
+    if (nd->op == OP_ADD && nd->rank == 2) {
+      VEC_PUSH(stack, top, cap, nd->a[0]);
+      VEC_PUSH(stack, top, cap, nd->a[1]);
+    } else
+      VEC_PUSH(terms, nterms, capterms, id);
+  }
+  free(stack);
+  *n = nterms;
+  return terms;
+}
 
 /* ---- which nodes, in which phase ---- */
 
@@ -59,18 +132,7 @@ static void visit_static(Sched *s, int id) {
   for (int i = 0; i < op_arity(n->op); i++) visit_static(s, n->a[i]);
 }
 
-static void visit(Sched *s, int id, int region_hint);
-
-static void visit_state_coefs(Sched *s, int state, int region_hint) {
-  Program *p = s->p;
-  int first = p->spart_of[state];
-  for (int q = first; q < p->nsparts && p->sparts[q].state == state; q++) {
-    visit(s, p->sparts[q].a, region_hint);
-    visit(s, p->sparts[q].b, region_hint);
-  }
-}
-
-static void visit(Sched *s, int id, int region_hint) {
+static void visit(Sched *s, int id) {
   if (id < 0 || s->vis[id]) return;
   Program *p = s->p;
   if (!s->dyn[id]) {
@@ -80,23 +142,16 @@ static void visit(Sched *s, int id, int region_hint) {
   s->vis[id] = true;
   if (s->first_pass) s->region[id] = R_BWD_FIRST;
   Node *n = N(s, id);
-  if (s->scan_next[id] >= 0) {
-    visit_state_coefs(s, p->sparts[s->scan_next[id]].state, region_hint);
-    return;
-  }
-  if (s->scan_dtot[id] >= 0) {
+  if (s->scan_next[id] >= 0) { /* a scan's output: its coefficients */
+    int state = p->sparts[s->scan_next[id]].state;
+    for (int q = p->spart_of[state]; q < parts_end(p, state); q++) visit(s, p->sparts[q].a), visit(s, p->sparts[q].b);
+  } else if (s->scan_dtot[id] >= 0) { /* a reverse scan's output: g and the coefficients a */
     int state = p->sparts[s->scan_dtot[id]].state;
-    for (int q = p->spart_of[state]; q < p->nsparts && p->sparts[q].state == state; q++) {
-      visit(s, p->sparts[q].g, region_hint);
-      visit(s, p->sparts[q].a, region_hint);
-    }
-    return;
-  }
-  if (n->op == OP_PREV) {
-    if (s->pl->scan) visit(s, p->sparts[n->idx].next, region_hint);
-    return;
-  }
-  for (int i = 0; i < op_arity(n->op); i++) visit(s, n->a[i], region_hint);
+    for (int q = p->spart_of[state]; q < parts_end(p, state); q++) visit(s, p->sparts[q].g), visit(s, p->sparts[q].a);
+  } else if (n->op == OP_PREV) {
+    if (s->pl->scan) visit(s, p->sparts[n->idx].next);
+  } else
+    for (int i = 0; i < op_arity(n->op); i++) visit(s, n->a[i]);
 }
 
 /* ---- levels: GEMMs and scans start a new level ---- */
@@ -114,28 +169,25 @@ static int level(Sched *s, int id) {
     int v = n->a[1];
     L = IN_REGION(v) ? level(s, v) + 1 : 0;
   } else if (is_gemm_sum(s, id)) {
-    L = level(s, n->a[0]) > level(s, n->a[1]) ? level(s, n->a[0]) : level(s, n->a[1]);
+    L = max_int(level(s, n->a[0]), level(s, n->a[1]));
   } else if (s->scan_next[id] >= 0) {
     int state = p->sparts[s->scan_next[id]].state;
-    for (int q = p->spart_of[state]; q < p->nsparts && p->sparts[q].state == state; q++) {
-      if (IN_REGION(p->sparts[q].a)) L = L > level(s, p->sparts[q].a) + 1 ? L : level(s, p->sparts[q].a) + 1;
-      if (IN_REGION(p->sparts[q].b)) L = L > level(s, p->sparts[q].b) + 1 ? L : level(s, p->sparts[q].b) + 1;
+    for (int q = p->spart_of[state]; q < parts_end(p, state); q++) {
+      if (IN_REGION(p->sparts[q].a)) L = max_int(L, level(s, p->sparts[q].a) + 1);
+      if (IN_REGION(p->sparts[q].b)) L = max_int(L, level(s, p->sparts[q].b) + 1);
     }
     if (L == 0) L = 1;
   } else if (s->scan_dtot[id] >= 0) {
     int state = p->sparts[s->scan_dtot[id]].state;
-    for (int q = p->spart_of[state]; q < p->nsparts && p->sparts[q].state == state; q++)
-      if (IN_REGION(p->sparts[q].g)) L = L > level(s, p->sparts[q].g) + 1 ? L : level(s, p->sparts[q].g) + 1;
+    for (int q = p->spart_of[state]; q < parts_end(p, state); q++)
+      if (IN_REGION(p->sparts[q].g)) L = max_int(L, level(s, p->sparts[q].g) + 1);
     if (L == 0) L = 1;
   } else if (n->op == OP_PREV && s->pl->scan) {
     L = level(s, p->sparts[n->idx].next);
   } else {
     for (int i = 0; i < op_arity(n->op); i++) {
       int a = n->a[i];
-      if (a >= 0 && s->dyn[a] && s->region[a] == R) {
-        int la = level(s, a);
-        if (la > L) L = la;
-      }
+      if (a >= 0 && s->dyn[a] && s->region[a] == R) L = max_int(L, level(s, a));
     }
   }
 #undef IN_REGION
@@ -162,129 +214,142 @@ static bool is_elem(Sched *s, int id) {
          s->scan_dtot[id] < 0 && n->op != OP_OUTER && !is_gemm_sum(s, id);
 }
 
-Plan *plan_new(Program *p, bool scan, bool gates) {
-  CHECK(p->differentiated);
-  CHECK(!scan || p->scan_form);
+/* ---- the passes of plan_new, in order ---- */
+
+/* Allocates the plan and the scheduler's per-node tables; every phase gets its region. */
+static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
+  static const Region regions[R_COUNT] = {REG_ALL, REG_STEP, REG_ALL, REG_ALL, REG_STEP, REG_ALL, REG_FIRST};
   Plan *pl = xcalloc(1, sizeof(Plan));
-  pl->p = p;
-  pl->scan = scan;
-  Graph *g = &p->g;
-  int nn = g->nnodes;
-  Sched S = {0};
-  Sched *s = &S;
-  s->pl = pl, s->p = p, s->g = g, s->nn = nn, s->dyn = p->dyn;
+  int nn = p->g.nnodes;
+  pl->p = p, pl->scan = scan;
+  *s = (Sched){.pl = pl, .p = p, .g = &p->g, .nn = nn, .gates = gates, .dyn = p->dyn};
   s->vis = xcalloc((size_t)nn, sizeof(bool));
   s->needs_acc = xcalloc((size_t)nn, sizeof(bool));
-  s->region = xmalloc(sizeof(int) * (size_t)nn);
-  s->level = xmalloc(sizeof(int) * (size_t)nn);
-  s->scan_next = xmalloc(sizeof(int) * (size_t)nn);
-  s->scan_dtot = xmalloc(sizeof(int) * (size_t)nn);
   s->must_store = xcalloc((size_t)nn, sizeof(bool));
-  s->sum_root = xmalloc(sizeof(int) * (size_t)nn);
-  s->nusers = xcalloc((size_t)nn, sizeof(int));
-  for (int i = 0; i < nn; i++) s->sum_root[i] = -1;
-  for (int i = 0; i < nn; i++) s->region[i] = R_NONE, s->level[i] = -1, s->scan_next[i] = s->scan_dtot[i] = -1;
-  pl->home = xmalloc(sizeof(int) * (size_t)nn);
-  pl->kernel_of = xmalloc(sizeof(int) * (size_t)nn);
-  for (int i = 0; i < nn; i++) pl->home[i] = -1, pl->kernel_of[i] = -1;
+  s->region = int_array(nn, R_NONE), s->level = int_array(nn, -1);
+  s->scan_next = int_array(nn, -1), s->scan_dtot = int_array(nn, -1);
+  s->sum_root = int_array(nn, -1), s->nusers = int_array(nn, 0), s->stacked_in = int_array(nn, -1);
+  pl->home = int_array(nn, -1), pl->kernel_of = int_array(nn, -1);
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
-  for (int id = 0; id < nn; id++) {
-    Node *n = &g->nodes[id];
+  for (int r = 0; r < R_COUNT; r++) phase_of(pl, r)->region = regions[r];
+}
+
+/* Static nodes that wait for the summed adjoints: the ACC leaves and what reads them. */
+static void mark_needs_acc(Sched *s) {
+  for (int id = 0; id < s->nn; id++) {
+    Node *n = N(s, id);
     bool acc = n->op == OP_ACC;
     for (int i = 0; i < op_arity(n->op); i++) acc = acc || s->needs_acc[n->a[i]];
     s->needs_acc[id] = acc;
   }
-  /* scan mode: which nodes the scans produce (not a state whose coefficient a is 0) */
-  if (scan)
-    for (int st = 0; st < p->nstates; st++) {
-      int first = p->spart_of[st], nparts = p->sparts[first].cplx ? 2 : 1;
-      bool scanned = false;
-      for (int q = first; q < first + nparts; q++) {
-        Node *a = graph_node(g, p->sparts[q].a);
-        if (!(a->op == OP_CONST && a->k == 0)) scanned = true;
-      }
-      for (int q = first; q < first + nparts && scanned; q++) {
-        s->scan_next[p->sparts[q].next] = q;
-        s->scan_dtot[p->sparts[q].dtotal] = q;
-      }
+}
+
+/* Scan mode: which nodes the scans produce (not a state whose coefficient a is 0). */
+static void mark_scanned(Sched *s) {
+  Program *p = s->p;
+  for (int st = 0; st < p->nstates; st++) {
+    int first = p->spart_of[st], end = parts_end(p, st);
+    bool scanned = false;
+    for (int q = first; q < end; q++) {
+      Node *a = N(s, p->sparts[q].a);
+      if (!(a->op == OP_CONST && a->k == 0)) scanned = true;
     }
-  /* the roots, forward then backward */
-  visit(s, p->output, 0);
-  for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].next, 0);
-  if (gates)
-    for (int i = 0; i < p->ngates; i++) visit(s, p->gates[i].node, 0);
-  visit(s, p->dx, 0);
-  for (int b = 0; b < p->nbounds; b++) {
-    Boundary *bd = &p->bounds[b];
-    /* a matrix adjoint is a sum of outer products: each one a GEMM over all rows */
-    int stack[256], top = 0;
-    stack[top++] = bd->adj;
-    while (top) {
-      int id = stack[--top];
-      Node *n = N(s, id);
-      if (n->op == OP_ADD && n->rank == 2) {
-        CHECK(top + 2 <= 256);
-        stack[top++] = n->a[0];
-        stack[top++] = n->a[1];
-      } else if (n->op == OP_OUTER) {
-        visit(s, n->a[0], 0), visit(s, n->a[1], 0);
-        s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
-      } else {
-        CHECK(n->rank < 2);
-        visit(s, id, 0);
-        s->must_store[id] = true;
-      }
+    for (int q = first; q < end && scanned; q++) {
+      s->scan_next[p->sparts[q].next] = q;
+      s->scan_dtot[p->sparts[q].dtotal] = q;
     }
   }
+}
+
+/* A boundary's per-row adjoint: every term computed and stored (an outer product: both factors). */
+static void visit_adjoint(Sched *s, int b) {
+  int nterms, *terms = adjoint_terms(s, s->p->bounds[b].adj, &nterms);
+  for (int i = 0; i < nterms; i++) {
+    Node *n = N(s, terms[i]);
+    if (n->op == OP_OUTER) {
+      visit(s, n->a[0]), visit(s, n->a[1]);
+      s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
+    } else {
+      CHECK(n->rank < 2);
+      visit(s, terms[i]);
+      s->must_store[terms[i]] = true;
+    }
+  }
+  free(terms);
+}
+
+/* Which nodes the plan computes: from the roots, forward then backward; in scan mode the dprev
+ * roots last, in the region of the first B rows. */
+static void visit_roots(Sched *s) {
+  Program *p = s->p;
+  visit(s, p->output);
+  for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].next);
+  if (s->gates)
+    for (int i = 0; i < p->ngates; i++) visit(s, p->gates[i].node);
+  visit(s, p->dx);
+  for (int b = 0; b < p->nbounds; b++) visit_adjoint(s, b);
   for (int i = 0; i < p->npparts; i++)
     if (p->pparts[i].grad >= 0) visit_static(s, p->pparts[i].grad);
-  if (!scan)
-    for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev, 0);
-  else {
-    for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].g, 0);
+  if (s->pl->scan) {
+    for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].g);
     s->first_pass = true;
-    for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev, 0);
-    s->first_pass = false;
   }
+  for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
+  s->first_pass = false;
+}
 
-  /* phases */
-  bool *depP = xcalloc((size_t)nn, sizeof(bool)), *depD = xcalloc((size_t)nn, sizeof(bool));
-  bool *ancN = xcalloc((size_t)nn, sizeof(bool)), *ancD = xcalloc((size_t)nn, sizeof(bool));
-  for (int id = 0; id < nn; id++) {
-    Node *n = &g->nodes[id];
+/* Per node: whether it reads a PREV (depP) or a DNEW (depD) leaf, directly or not. */
+static void mark_reads_leaf(Sched *s, bool *depP, bool *depD) {
+  for (int id = 0; id < s->nn; id++) {
+    Node *n = N(s, id);
     depP[id] = n->op == OP_PREV;
     depD[id] = n->op == OP_DNEW;
     for (int i = 0; i < op_arity(n->op); i++) depP[id] |= depP[n->a[i]], depD[id] |= depD[n->a[i]];
   }
+}
+
+/* Per node: whether a new state value (ancN) or a dprev (ancD) reads it, directly or not. */
+static void mark_feeds_state(Sched *s, bool *ancN, bool *ancD) {
+  Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
     if (p->sparts[q].next >= 0) ancN[p->sparts[q].next] = true;
     if (p->sparts[q].dprev >= 0) ancD[p->sparts[q].dprev] = true;
   }
-  for (int id = nn - 1; id >= 0; id--) {
-    Node *n = &g->nodes[id];
+  for (int id = s->nn - 1; id >= 0; id--) {
+    Node *n = N(s, id);
     for (int i = 0; i < op_arity(n->op); i++) {
       if (ancN[id]) ancN[n->a[i]] = true;
       if (ancD[id]) ancD[n->a[i]] = true;
     }
   }
+}
+
+/* Regions: scan mode runs everything over all rows; sequential mode runs per step what reads the
+ * previous state (the next step's gradient) and feeds the new state (dprev), after the loop what
+ * only reads it, before the loop the rest. Leaves computed nowhere: the earliest region. */
+static void assign_regions(Sched *s) {
+  int nn = s->nn;
+  bool *depP = xcalloc((size_t)nn, sizeof(bool)), *depD = xcalloc((size_t)nn, sizeof(bool));
+  bool *ancN = xcalloc((size_t)nn, sizeof(bool)), *ancD = xcalloc((size_t)nn, sizeof(bool));
+  mark_reads_leaf(s, depP, depD);
+  mark_feeds_state(s, ancN, ancD);
   for (int id = 0; id < nn; id++) {
     if (!s->vis[id] || !s->dyn[id] || s->region[id] == R_BWD_FIRST) continue;
-    bool fwd = id < p->nforward;
-    if (scan) s->region[id] = fwd ? R_FWD_PRE : R_BWD_PRE;
+    bool fwd = id < s->p->nforward;
+    if (s->pl->scan) s->region[id] = fwd ? R_FWD_PRE : R_BWD_PRE;
     else if (fwd) s->region[id] = !depP[id] ? R_FWD_PRE : ancN[id] ? R_FWD_STEP : R_FWD_POST;
     else s->region[id] = !depD[id] ? R_BWD_PRE : ancD[id] ? R_BWD_STEP : R_BWD_POST;
   }
-  /* leaves computed nowhere: their region is the earliest */
   for (int id = 0; id < nn; id++)
     if (s->vis[id] && s->dyn[id] && op_is_leaf(N(s, id)->op) && s->region[id] != R_BWD_FIRST) s->region[id] = R_FWD_PRE;
+  free(depP), free(depD), free(ancN), free(ancD);
+}
 
-  /* levels and kernels, phase by phase */
-  Phase *phases[R_COUNT] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
-  Region regs[R_COUNT] = {REG_ALL, REG_STEP, REG_ALL, REG_ALL, REG_STEP, REG_ALL, REG_FIRST};
-  for (int r = 0; r < R_COUNT; r++) phases[r]->region = regs[r];
-  /* readers of each value (interface roles count as readers) */
-  for (int id = 0; id < nn; id++) {
+/* Readers of each value; the interface roles (outputs, state parts, stored values) count as readers. */
+static void count_users(Sched *s) {
+  Program *p = s->p;
+  for (int id = 0; id < s->nn; id++) {
     if (!s->vis[id]) continue;
     Node *n = N(s, id);
     for (int i = 0; i < op_arity(n->op); i++) s->nusers[n->a[i]]++;
@@ -294,59 +359,73 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
   for (int i = 0; i < p->ngates; i++) s->nusers[p->gates[i].node]++;
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
-    s->nusers[sp->next]++;
-    if (sp->dprev >= 0) s->nusers[sp->dprev]++;
-    if (sp->g >= 0) s->nusers[sp->g]++;
-    if (sp->a >= 0) s->nusers[sp->a]++;
-    if (sp->b >= 0) s->nusers[sp->b]++;
+    int roles[] = {sp->next, sp->dprev, sp->g, sp->a, sp->b};
+    for (int i = 0; i < 5; i++)
+      if (roles[i] >= 0) s->nusers[roles[i]]++;
   }
-  for (int id = 0; id < nn; id++)
+  for (int id = 0; id < s->nn; id++)
     if (s->must_store[id]) s->nusers[id]++;
-  /* sums of GEMM products: the products write into the outermost sum */
-  for (int id = 0; id < nn; id++)
+}
+
+/* Sums of GEMM products: every product (and partial sum) writes into the outermost sum. */
+static void find_gemm_sums(Sched *s) {
+  for (int id = 0; id < s->nn; id++)
     if (is_gemm_sum(s, id)) s->sum_root[N(s, id)->a[0]] = s->sum_root[N(s, id)->a[1]] = id;
-  for (int id = 0; id < nn; id++) {
+  for (int id = 0; id < s->nn; id++) {
     int r = s->sum_root[id];
     while (r >= 0 && s->sum_root[r] >= 0) r = s->sum_root[r];
     s->sum_root[id] = r;
   }
+}
+
+/* The nodes of id's region that id waits for, and the latest level (*cap) each may take: one
+ * before id's for what a GEMM or a scan reads, id's own for what a kernel reads. How many. */
+static int region_deps(Sched *s, int id, int deps[8], int *cap) {
+  Program *p = s->p;
+  Node *n = N(s, id);
+  int nd = 0, L = s->level[id];
+  if (is_gemm(s, id)) deps[nd++] = n->a[1], *cap = L - 1;
+  else if (s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0) {
+    int q0 = s->scan_next[id] >= 0 ? s->scan_next[id] : s->scan_dtot[id], st = p->sparts[q0].state;
+    for (int q = p->spart_of[st]; q < parts_end(p, st) && nd < 6; q++) {
+      if (s->scan_next[id] >= 0) deps[nd++] = p->sparts[q].a, deps[nd++] = p->sparts[q].b;
+      else deps[nd++] = p->sparts[q].g;
+    }
+    *cap = L - 1;
+  } else if (n->op == OP_PREV) *cap = L;
+  else {
+    for (int i = 0; i < op_arity(n->op); i++) deps[nd++] = n->a[i];
+    *cap = L;
+  }
+  int kept = 0;
+  for (int i = 0; i < nd; i++) {
+    int d = deps[i];
+    if (d >= 0 && s->dyn[d] && s->region[d] == s->region[id] && !op_is_leaf(N(s, d)->op)) deps[kept++] = d;
+  }
+  return kept;
+}
+
+/* Levels: as early as the arguments allow, then as late as possible for an elementwise node (it
+ * joins the kernel of its first reader); each region's last level. */
+static void assign_levels(Sched *s) {
+  int nn = s->nn, *cap = int_array(nn, 1 << 30);
   for (int id = 0; id < nn; id++)
     if (s->vis[id] && s->dyn[id] && s->region[id] >= 0) level(s, id);
-  /* as late as possible: an elementwise node joins the kernel of its first reader */
-  {
-    int *cap = xmalloc(sizeof(int) * (size_t)nn);
-    for (int i = 0; i < nn; i++) cap[i] = 1 << 30;
-    for (int id = nn - 1; id >= 0; id--) {
-      if (!s->vis[id] || !s->dyn[id] || s->region[id] < 0) continue;
-      Node *n = N(s, id);
-      if (is_elem(s, id) && cap[id] != 1 << 30 && cap[id] > s->level[id]) s->level[id] = cap[id];
-      int deps[8], nd = 0, L = s->level[id], c;
-      if (is_gemm(s, id)) deps[nd++] = n->a[1], c = L - 1;
-      else if (s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0) {
-        int q0 = s->scan_next[id] >= 0 ? s->scan_next[id] : s->scan_dtot[id], st = p->sparts[q0].state;
-        for (int q = p->spart_of[st]; q < p->nsparts && p->sparts[q].state == st && nd < 6; q++) {
-          if (s->scan_next[id] >= 0) deps[nd++] = p->sparts[q].a, deps[nd++] = p->sparts[q].b;
-          else deps[nd++] = p->sparts[q].g;
-        }
-        c = L - 1;
-      } else if (n->op == OP_PREV) c = L;
-      else {
-        for (int i = 0; i < op_arity(n->op); i++) deps[nd++] = n->a[i];
-        c = L;
-      }
-      for (int i = 0; i < nd; i++) {
-        int d = deps[i];
-        if (d < 0 || !s->dyn[d] || s->region[d] != s->region[id] || op_is_leaf(N(s, d)->op)) continue;
-        if (c < cap[d]) cap[d] = c;
-      }
-    }
-    free(cap);
+  for (int id = nn - 1; id >= 0; id--) {
+    if (!s->vis[id] || !s->dyn[id] || s->region[id] < 0) continue;
+    if (is_elem(s, id) && cap[id] != 1 << 30 && cap[id] > s->level[id]) s->level[id] = cap[id];
+    int deps[8], c, nd = region_deps(s, id, deps, &c);
+    for (int i = 0; i < nd; i++) cap[deps[i]] = c < cap[deps[i]] ? c : cap[deps[i]];
   }
-  int maxL[R_COUNT] = {0};
+  free(cap);
   for (int id = 0; id < nn; id++)
-    if (s->vis[id] && s->dyn[id] && s->region[id] >= 0 && s->level[id] > maxL[s->region[id]]) maxL[s->region[id]] = s->level[id];
-  /* which values must live in arrays: used outside their kernel */
-  for (int id = 0; id < nn; id++) {
+    if (s->vis[id] && s->dyn[id] && s->region[id] >= 0) s->maxL[s->region[id]] = max_int(s->maxL[s->region[id]], s->level[id]);
+}
+
+/* Which values must live in arrays: those used outside their kernel, GEMM and scan operands and results. */
+static void mark_stored(Sched *s) {
+  Program *p = s->p;
+  for (int id = 0; id < s->nn; id++) {
     if (!s->vis[id] || !s->dyn[id]) continue;
     Node *n = N(s, id);
     if ((is_gemm(s, id) && s->sum_root[id] < 0) || is_gemm_sum(s, id) || s->scan_next[id] >= 0 || s->scan_dtot[id] >= 0)
@@ -367,249 +446,318 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
       if (sp->g >= 0) s->must_store[sp->g] = s->dyn[sp->g];
     }
   }
-  /* arrays for states and their gradients */
+}
+
+/* Arrays for the states and their gradients, then the caller's x, dy, y and grad_x. */
+static void add_fixed_arrays(Sched *s) {
+  Plan *pl = s->pl;
+  Program *p = s->p;
   pl->state_array = xmalloc(sizeof(int) * (size_t)(p->nsparts + 1));
   pl->dstate_array = xmalloc(sizeof(int) * (size_t)(p->nsparts + 1));
   for (int q = 0; q < p->nsparts; q++) {
     pl->state_array[q] = add_array(pl, ARR_STATE, p->sparts[q].size, 0, q);
-    pl->dstate_array[q] = add_array(pl, scan ? ARR_DTOTAL : ARR_DSTATE, p->sparts[q].size, 0, q);
+    pl->dstate_array[q] = add_array(pl, pl->scan ? ARR_DTOTAL : ARR_DSTATE, p->sparts[q].size, 0, q);
   }
-  /* homes: fixed places first (leaves, states, interface values), then arrays of rows */
-  int ax = add_array(pl, ARR_X, p->x_size, 0, 0), ady = add_array(pl, ARR_DY, p->output_size, 0, 0);
-  int ay = add_array(pl, ARR_Y, p->output_size, 0, 0), agx = add_array(pl, ARR_GX, p->x_size, 0, 0);
-  for (int id = 0; id < nn; id++) {
+  s->arr_x = add_array(pl, ARR_X, p->x_size, 0, 0), s->arr_dy = add_array(pl, ARR_DY, p->output_size, 0, 0);
+  s->arr_y = add_array(pl, ARR_Y, p->output_size, 0, 0), s->arr_gx = add_array(pl, ARR_GX, p->x_size, 0, 0);
+}
+
+/* Homes of the leaves and of the static nodes (constants have none). */
+static void place_leaves(Sched *s) {
+  Plan *pl = s->pl;
+  for (int id = 0; id < s->nn; id++) {
     Node *n = N(s, id);
     if (!s->vis[id]) continue;
     if (!s->dyn[id]) {
       if (n->op == OP_CONST) continue;
-      int arr = n->op == OP_PARAM ? add_array(pl, ARR_PARAM, 0, node_numel(n), n->idx)
-                : n->op == OP_ACC ? add_array(pl, ARR_ACC, 0, node_numel(n), n->idx)
-                                  : add_array(pl, ARR_STATIC, 0, node_numel(n), id);
-      pl->home[id] = add_slot(pl, arr, 0, 0);
+      ArrayKind kind = n->op == OP_PARAM ? ARR_PARAM : n->op == OP_ACC ? ARR_ACC : ARR_STATIC;
+      pl->home[id] = add_array_slot(pl, kind, 0, node_numel(n), kind == ARR_STATIC ? id : n->idx);
       continue;
     }
     switch (n->op) {
-    case OP_INPUT: pl->home[id] = add_slot(pl, ax, 0, 0); break;
-    case OP_DY: pl->home[id] = add_slot(pl, ady, 0, 0); break;
-    case OP_NOISE: pl->home[id] = add_slot(pl, add_array(pl, ARR_NOISE, node_numel(n), 0, n->idx), 0, 0); break;
+    case OP_INPUT: pl->home[id] = add_slot(pl, s->arr_x, 0, 0); break;
+    case OP_DY: pl->home[id] = add_slot(pl, s->arr_dy, 0, 0); break;
+    case OP_NOISE: pl->home[id] = add_array_slot(pl, ARR_NOISE, node_numel(n), 0, n->idx); break;
     case OP_PREV: pl->home[id] = add_slot(pl, pl->state_array[n->idx], 0, 0); break;
     case OP_DNEW: pl->home[id] = add_slot(pl, pl->dstate_array[n->idx], 1, 0); break;
     default: break;
     }
   }
-  Phase *fcopy = scan ? &pl->fwd_pre : &pl->fwd_post;
-  /* new state values: into the state arrays (scans write there themselves) */
+}
+
+/* New state values into the state arrays (scans write there themselves), then each dprev into
+ * the caller's grad_h0 (scan mode) or the dstate array (sequential), zeros where there is none. */
+static void place_states(Sched *s) {
+  Plan *pl = s->pl;
+  Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
-    int id = p->sparts[q].next;
-    int dst = add_slot(pl, pl->state_array[q], 1, 0);
-    if (s->scan_next[id] >= 0) {
-      if (pl->home[id] < 0) pl->home[id] = dst;
-      continue;
-    }
-    if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
-    else push_step(scan ? &pl->fwd_pre : (s->region[id] == R_FWD_STEP || !s->dyn[id] ? &pl->fwd_step : &pl->fwd_step),
-                   (PStep){PS_COPY, -1, id, -1, false, -1, 0, -1, -1, dst});
+    int id = p->sparts[q].next, dst = add_slot(pl, pl->state_array[q], 1, 0);
+    if (s->scan_next[id] < 0) deliver_row(s, id, dst, pl->scan ? &pl->fwd_pre : &pl->fwd_step);
+    else if (pl->home[id] < 0) pl->home[id] = dst;
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
-    if (scan) {
+    if (pl->scan) {
       if (s->scan_dtot[sp->dtotal] >= 0) pl->home[sp->dtotal] = add_slot(pl, pl->dstate_array[q], 0, 0);
-      int gh = add_array(pl, ARR_GH0, sp->size, 0, q);
-      int dst = add_slot(pl, gh, 0, 0);
-      if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && is_elem(s, sp->dprev)) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_first, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, 0, -1, -1, dst});
-      else push_step(&pl->bwd_first, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
-    } else {
-      int dst = add_slot(pl, pl->dstate_array[q], 0, 0);
-      if (sp->dprev >= 0 && pl->home[sp->dprev] < 0 && s->dyn[sp->dprev]) pl->home[sp->dprev] = dst;
-      else if (sp->dprev >= 0) push_step(&pl->bwd_step, (PStep){PS_COPY, -1, sp->dprev, -1, false, -1, 0, -1, -1, dst});
-      else push_step(&pl->bwd_step, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
-    }
+      int dst = add_array_slot(pl, ARR_GH0, sp->size, 0, q);
+      deliver(s, sp->dprev, dst, &pl->bwd_first, sp->dprev >= 0 && is_elem(s, sp->dprev));
+    } else
+      deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
   }
-  /* y, the gates and dx: computed into the caller's arrays where possible */
-  {
-    int dst = add_slot(pl, ay, 0, 0);
-    if (pl->home[p->output] < 0 && s->dyn[p->output]) pl->home[p->output] = dst;
-    else push_step(fcopy, (PStep){PS_COPY, -1, p->output, -1, false, -1, 0, -1, -1, dst});
-  }
-  if (gates)
+}
+
+/* y, the gates and dx: computed into the caller's arrays where possible. */
+static void place_outputs(Sched *s) {
+  Plan *pl = s->pl;
+  Program *p = s->p;
+  Phase *fcopy = pl->scan ? &pl->fwd_pre : &pl->fwd_post;
+  deliver_row(s, p->output, add_slot(pl, s->arr_y, 0, 0), fcopy);
+  if (s->gates)
     for (int i = 0; i < p->ngates; i++) {
       int id = p->gates[i].node;
-      int dst = add_slot(pl, add_array(pl, ARR_GATE, node_numel(N(s, id)), 0, i), 0, 0);
-      if (pl->home[id] < 0 && s->dyn[id]) pl->home[id] = dst;
-      else push_step(fcopy, (PStep){PS_COPY, -1, id, -1, false, -1, 0, -1, -1, dst});
+      deliver_row(s, id, add_array_slot(pl, ARR_GATE, node_numel(N(s, id)), 0, i), fcopy);
     }
-  {
-    int dst = add_slot(pl, agx, 0, 0);
-    Phase *bph = scan ? &pl->bwd_pre : &pl->bwd_post;
-    if (p->dx < 0) push_step(bph, (PStep){PS_ZERO, -1, -1, -1, false, -1, 0, -1, -1, dst});
-    else if (pl->home[p->dx] < 0 && s->dyn[p->dx]) pl->home[p->dx] = dst;
-    else push_step(bph, (PStep){PS_COPY, -1, p->dx, -1, false, -1, 0, -1, -1, dst});
+  deliver_row(s, p->dx, add_slot(pl, s->arr_gx, 0, 0), pl->scan ? &pl->bwd_pre : &pl->bwd_post);
+}
+
+/* A new stack of the matrices of the GEMMs members[0..n): its stacked matrix (cols x in) gets a
+ * slot, members[0]'s step runs the one GEMM. */
+static int new_stack(Sched *s, const int *members, int n, int cols, int in) {
+  Plan *pl = s->pl;
+  int st = pl->nstacks++;
+  pl->stacks = xrealloc(pl->stacks, sizeof(int *) * (size_t)pl->nstacks);
+  pl->nstack = xrealloc(pl->nstack, sizeof(int) * (size_t)pl->nstacks);
+  s->stack = xrealloc(s->stack, sizeof(StackInfo) * (size_t)pl->nstacks);
+  pl->stacks[st] = xmalloc(sizeof(int) * (size_t)n);
+  pl->nstack[st] = n;
+  s->stack[st].mat = add_array_slot(pl, ARR_STACK, 0, cols * in, st);
+  s->stack[st].cols = cols;
+  s->stack[st].first = members[0];
+  for (int m = 0; m < n; m++) {
+    pl->stacks[st][m] = N(s, members[m])->a[0];
+    s->stacked_in[members[m]] = st;
   }
-  /* products of one vector by several matrices at one level: one GEMM with the matrices stacked */
-  int *stacked_in = xmalloc(sizeof(int) * (size_t)nn), *stack_first = NULL, *stack_mat = NULL, *stack_cols = NULL;
-  for (int i = 0; i < nn; i++) stacked_in[i] = -1;
-  for (int id = 0; id < nn; id++) {
-    if (!s->vis[id] || !is_gemm(s, id) || N(s, id)->op != OP_MATVEC || s->sum_root[id] >= 0 || stacked_in[id] >= 0 ||
-        pl->home[id] >= 0)
-      continue;
+  return st;
+}
+
+/* A product M @ v that may join a stack: a GEMM not in a sum, a stack or a home yet. */
+static bool stackable(Sched *s, int id) {
+  return s->vis[id] && is_gemm(s, id) && N(s, id)->op == OP_MATVEC && s->sum_root[id] < 0 && s->stacked_in[id] < 0 &&
+         s->pl->home[id] < 0;
+}
+
+/* Products of one vector by several matrices at one level: one GEMM with the matrices stacked,
+ * its output one array with the products side by side. */
+static void stack_products(Sched *s) {
+  Plan *pl = s->pl;
+  for (int id = 0; id < s->nn; id++) {
+    if (!stackable(s, id)) continue;
     int members[64], nm = 0, cols = 0;
-    for (int j = id; j < nn && nm < 64; j++) {
-      if (!s->vis[j] || !is_gemm(s, j) || N(s, j)->op != OP_MATVEC || s->sum_root[j] >= 0 || stacked_in[j] >= 0 ||
-          pl->home[j] >= 0 || s->region[j] != s->region[id] || s->level[j] != s->level[id] || N(s, j)->a[1] != N(s, id)->a[1])
+    for (int j = id; j < s->nn && nm < 64; j++) {
+      if (!stackable(s, j) || s->region[j] != s->region[id] || s->level[j] != s->level[id] || N(s, j)->a[1] != N(s, id)->a[1])
         continue;
       members[nm++] = j;
       cols += N(s, j)->n[0];
     }
     if (nm < 2) continue;
-    int st = pl->nstacks++;
-    pl->stacks = xrealloc(pl->stacks, sizeof(int *) * (size_t)pl->nstacks);
-    pl->nstack = xrealloc(pl->nstack, sizeof(int) * (size_t)pl->nstacks);
-    stack_first = xrealloc(stack_first, sizeof(int) * (size_t)pl->nstacks);
-    stack_mat = xrealloc(stack_mat, sizeof(int) * (size_t)pl->nstacks);
-    stack_cols = xrealloc(stack_cols, sizeof(int) * (size_t)pl->nstacks);
-    pl->stacks[st] = xmalloc(sizeof(int) * (size_t)nm);
-    pl->nstack[st] = nm;
     int in = N(s, id)->n[0] ? node_numel(N(s, N(s, id)->a[1])) : 0;
-    stack_mat[st] = add_slot(pl, add_array(pl, ARR_STACK, 0, cols * in, st), 0, 0);
-    stack_cols[st] = cols;
-    stack_first[st] = members[0];
+    new_stack(s, members, nm, cols, in);
     int arr = add_array(pl, ARR_ROWS, cols, 0, members[0]), col = 0;
     for (int m = 0; m < nm; m++) {
-      pl->stacks[st][m] = N(s, members[m])->a[0];
-      stacked_in[members[m]] = st;
       pl->home[members[m]] = add_slot(pl, arr, 0, col);
       col += N(s, members[m])->n[0];
     }
   }
-  /* a sum of M_i^T g_i: the g_i side by side in one array, one GEMM against the stacked M_i */
-  for (int root = 0; root < nn; root++) {
+}
+
+/* The products M_i^T g_i of sum `root` if they can be one GEMM: at its level, each g_i computed by
+ * a kernel, distinct, as wide as its M_i's rows. How many (into leaves, their width into *cols),
+ * or -1. */
+static int sum_products(Sched *s, int root, int leaves[64], int *cols) {
+  int nl = 0;
+  *cols = 0;
+  for (int id = 0; id < s->nn; id++) {
+    if (s->sum_root[id] != root || !is_gemm(s, id)) continue;
+    Node *n = N(s, id);
+    int gv = n->a[1];
+    bool ok = nl < 64 && n->op == OP_MATVEC_T && is_elem(s, gv) && s->level[id] == s->level[root] &&
+              node_numel(N(s, gv)) == N(s, n->a[0])->n[0];
+    for (int k = 0; ok && k < nl; k++) ok = N(s, leaves[k])->a[1] != gv;
+    if (!ok) return -1;
+    leaves[nl++] = id, *cols += N(s, n->a[0])->n[0];
+  }
+  return nl;
+}
+
+/* Where the g_i of products leaves[0..nl) stand: 0 when none has a home yet, 1 when all are already
+ * side by side in this order from column 0 of one array `cols` wide (another sum's stack), -1 else. */
+static int sum_operands_placed(Sched *s, const int *leaves, int nl, int cols) {
+  Plan *pl = s->pl;
+  int placed = 0;
+  for (int m = 0; m < nl; m++) placed += pl->home[N(s, leaves[m])->a[1]] >= 0;
+  if (!placed) return 0;
+  if (placed != nl) return -1;
+  const Slot *first = &pl->slots[pl->home[N(s, leaves[0])->a[1]]];
+  for (int m = 0, col = first->col; m < nl; m++) {
+    const Slot *sl = &pl->slots[pl->home[N(s, leaves[m])->a[1]]];
+    if (sl->array != first->array || sl->row_off != 0 || sl->col != col || pl->arrays[sl->array].width != cols || first->col != 0)
+      return -1;
+    col += node_numel(N(s, N(s, leaves[m])->a[1]));
+  }
+  return 1;
+}
+
+/* A sum of M_i^T g_i: the g_i side by side in one array, one GEMM against the stacked M_i. */
+static void stack_sums(Sched *s) {
+  Plan *pl = s->pl;
+  for (int root = 0; root < s->nn; root++) {
     if (!is_gemm_sum(s, root) || s->sum_root[root] >= 0) continue;
-    int leaves[64], nl = 0, cols = 0;
-    bool ok = true;
-    for (int id = 0; id < nn && ok; id++) {
-      if (s->sum_root[id] != root || !is_gemm(s, id)) continue;
-      Node *n = N(s, id);
-      int gv = n->a[1];
-      ok = nl < 64 && n->op == OP_MATVEC_T && is_elem(s, gv) && s->level[id] == s->level[root] &&
-           node_numel(N(s, gv)) == N(s, n->a[0])->n[0];
-      for (int k = 0; ok && k < nl; k++) ok = N(s, leaves[k])->a[1] != gv;
-      if (ok) leaves[nl++] = id, cols += N(s, n->a[0])->n[0];
-    }
-    if (!ok || nl < 2) continue;
-    /* the g_i: all without a home yet, or already side by side in this order (another sum's stack) */
-    int placed = 0;
-    for (int m = 0; m < nl; m++) placed += pl->home[N(s, leaves[m])->a[1]] >= 0;
-    if (placed && placed != nl) continue;
-    if (placed) {
-      const Slot *first = &pl->slots[pl->home[N(s, leaves[0])->a[1]]];
-      int col = first->col;
-      for (int m = 0; m < nl && ok; m++) {
-        const Slot *sl = &pl->slots[pl->home[N(s, leaves[m])->a[1]]];
-        ok = sl->array == first->array && sl->row_off == 0 && sl->col == col &&
-             pl->arrays[sl->array].width == cols && first->col == 0;
-        col += node_numel(N(s, N(s, leaves[m])->a[1]));
-      }
-      if (!ok) continue;
-    }
-    int st = pl->nstacks++;
-    pl->stacks = xrealloc(pl->stacks, sizeof(int *) * (size_t)pl->nstacks);
-    pl->nstack = xrealloc(pl->nstack, sizeof(int) * (size_t)pl->nstacks);
-    stack_first = xrealloc(stack_first, sizeof(int) * (size_t)pl->nstacks);
-    stack_mat = xrealloc(stack_mat, sizeof(int) * (size_t)pl->nstacks);
-    stack_cols = xrealloc(stack_cols, sizeof(int) * (size_t)pl->nstacks);
-    pl->stacks[st] = xmalloc(sizeof(int) * (size_t)nl);
-    pl->nstack[st] = nl;
-    int in = N(s, N(s, leaves[0])->a[0])->n[1];
-    stack_mat[st] = add_slot(pl, add_array(pl, ARR_STACK, 0, cols * in, st), 0, 0);
-    stack_cols[st] = cols;
-    stack_first[st] = leaves[0];
-    int arr = placed ? -1 : add_array(pl, ARR_ROWS, cols, 0, leaves[0]), col = 0;
+    int leaves[64], cols, nl = sum_products(s, root, leaves, &cols);
+    if (nl < 2) continue;
+    int placed = sum_operands_placed(s, leaves, nl, cols);
+    if (placed < 0) continue;
+    new_stack(s, leaves, nl, cols, N(s, N(s, leaves[0])->a[0])->n[1]);
+    if (placed) continue;
+    int arr = add_array(pl, ARR_ROWS, cols, 0, leaves[0]), col = 0;
     for (int m = 0; m < nl; m++) {
       int gv = N(s, leaves[m])->a[1];
-      pl->stacks[st][m] = N(s, leaves[m])->a[0];
-      stacked_in[leaves[m]] = st;
-      if (!placed) pl->home[gv] = add_slot(pl, arr, 0, col);
+      pl->home[gv] = add_slot(pl, arr, 0, col);
       col += node_numel(N(s, gv));
     }
   }
-  for (int id = 0; id < nn; id++)
-    if (s->vis[id] && s->dyn[id] && s->must_store[id] && pl->home[id] < 0)
-      pl->home[id] = add_slot(pl, add_array(pl, ARR_ROWS, node_numel(N(s, id)), 0, id), 0, 0);
+}
 
-  /* steps: per phase, per level: GEMMs, scans, then the kernel */
-  bool *first_write = xcalloc((size_t)nn, sizeof(bool));
+/* Every other value that must be stored: an array of its own. */
+static void place_stored(Sched *s) {
+  for (int id = 0; id < s->nn; id++)
+    if (s->vis[id] && s->dyn[id] && s->must_store[id] && s->pl->home[id] < 0)
+      s->pl->home[id] = add_array_slot(s->pl, ARR_ROWS, node_numel(N(s, id)), 0, id);
+}
+
+/* The GEMMs of region r at level L; a stack's one GEMM stands for all its members; the first
+ * product into a sum overwrites it, the rest add (first_write per sum). */
+static void emit_gemms(Sched *s, Phase *ph, int r, int L, bool *first_write) {
+  for (int id = 0; id < s->nn; id++) {
+    if (!s->vis[id] || s->region[id] != r || level(s, id) != L || !is_gemm(s, id)) continue;
+    int root = s->sum_root[id], in = s->stacked_in[id];
+    if (in >= 0 && s->stack[in].first != id) continue; /* done by its stack's GEMM */
+    PStep st = new_step(N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, id);
+    st.out = root >= 0 ? root : id;
+    if (in >= 0) st.mat = s->stack[in].mat, st.ncols = s->stack[in].cols; /* a stacked sum: one GEMM computes it all */
+    if (root >= 0) {
+      st.accumulate = first_write[root];
+      first_write[root] = true;
+    }
+    push_step(ph, st);
+  }
+}
+
+/* The scans and reverse scans of region r at level L, one per state (on its part 0). */
+static void emit_scans(Sched *s, Phase *ph, int r, int L) {
+  Program *p = s->p;
+  for (int id = 0; id < s->nn; id++) {
+    if (!s->vis[id] || s->region[id] != r || level(s, id) != L) continue;
+    int qs[2] = {s->scan_next[id], s->scan_dtot[id]};
+    PStepKind kinds[2] = {PS_SCAN, PS_RSCAN};
+    for (int i = 0; i < 2; i++)
+      if (qs[i] >= 0 && p->sparts[qs[i]].part == 0) {
+        PStep st = new_step(kinds[i], id);
+        st.state = p->sparts[qs[i]].state;
+        push_step(ph, st);
+      }
+  }
+}
+
+/* The fused elementwise kernel of region r at level L, when it has nodes. */
+static void emit_kernel(Sched *s, Phase *ph, int r, int L) {
+  Plan *pl = s->pl;
+  Kernel k = {0};
+  for (int id = 0; id < s->nn; id++)
+    if (is_elem(s, id) && s->region[id] == r && level(s, id) == L) {
+      VEC_PUSH(k.nodes, k.n, k.cap, id);
+      pl->kernel_of[id] = pl->nkernels;
+    }
+  if (!k.n) return;
+  VEC_PUSH(pl->kernels, pl->nkernels, pl->capkernels, k);
+  PStep st = new_step(PS_ELEM, -1);
+  st.kernel = pl->nkernels - 1;
+  push_step(ph, st);
+}
+
+/* Steps: per phase, per level: GEMMs, scans, then the kernel; the copies placed so far after them. */
+static void emit_steps(Sched *s) {
+  bool *first_write = xcalloc((size_t)s->nn, sizeof(bool));
   for (int r = 0; r < R_COUNT; r++) {
-    Phase *ph = phases[r];
+    Phase *ph = phase_of(s->pl, r);
     PStep *tail = ph->steps;
     int ntail = ph->n;
     ph->steps = NULL, ph->n = ph->cap = 0;
-    for (int L = 0; L <= maxL[r]; L++) {
-      for (int id = 0; id < nn; id++)
-        if (s->vis[id] && s->region[id] == r && level(s, id) == L && is_gemm(s, id)) {
-          int root = s->sum_root[id];
-          if (stacked_in[id] >= 0 && stack_first[stacked_in[id]] != id) continue; /* done by its stack's GEMM */
-          PStep st = {N(s, id)->op == OP_MATVEC ? PS_GEMM : PS_GEMM_T, -1, id, root >= 0 ? root : id, false, -1, 0, -1, -1, -1};
-          if (stacked_in[id] >= 0) {
-            st.mat = stack_mat[stacked_in[id]];
-            st.ncols = stack_cols[stacked_in[id]];
-            if (st.kind == PS_GEMM_T) st.accumulate = false; /* the one GEMM computes the whole sum */
-          }
-          if (root >= 0) { /* the first product into a sum overwrites, the rest add */
-            st.accumulate = first_write[root];
-            first_write[root] = true;
-          }
-          push_step(ph, st);
-        }
-      for (int id = 0; id < nn; id++) {
-        if (!s->vis[id] || s->region[id] != r || level(s, id) != L) continue;
-        if (s->scan_next[id] >= 0 && p->sparts[s->scan_next[id]].part == 0)
-          push_step(ph, (PStep){PS_SCAN, -1, id, -1, false, -1, 0, p->sparts[s->scan_next[id]].state, -1, -1});
-        if (s->scan_dtot[id] >= 0 && p->sparts[s->scan_dtot[id]].part == 0)
-          push_step(ph, (PStep){PS_RSCAN, -1, id, -1, false, -1, 0, p->sparts[s->scan_dtot[id]].state, -1, -1});
-      }
-      Kernel k = {0};
-      for (int id = 0; id < nn; id++)
-        if (is_elem(s, id) && s->region[id] == r && level(s, id) == L) {
-          VEC_PUSH(k.nodes, k.n, k.cap, id);
-          pl->kernel_of[id] = pl->nkernels;
-        }
-      if (k.n) {
-        VEC_PUSH(pl->kernels, pl->nkernels, pl->capkernels, k);
-        push_step(ph, (PStep){PS_ELEM, pl->nkernels - 1, -1, -1, false, -1, 0, -1, -1, -1});
-      }
+    for (int L = 0; L <= s->maxL[r]; L++) {
+      emit_gemms(s, ph, r, L, first_write);
+      emit_scans(s, ph, r, L);
+      emit_kernel(s, ph, r, L);
     }
     for (int i = 0; i < ntail; i++) push_step(ph, tail[i]);
     free(tail);
   }
   free(first_write);
-  free(stacked_in), free(stack_first), free(stack_mat), free(stack_cols);
-  /* the adjoints of static nodes, summed over all rows */
-  for (int b = 0; b < p->nbounds; b++) {
-    Boundary *bd = &p->bounds[b];
-    int stack[256], top = 0;
-    stack[top++] = bd->adj;
-    while (top) {
-      int id = stack[--top];
-      Node *n = N(s, id);
-      if (n->op == OP_ADD && n->rank == 2) {
-        stack[top++] = n->a[0];
-        stack[top++] = n->a[1];
-      } else if (n->op == OP_OUTER) push_step(&pl->bwd_post, (PStep){PS_OUTER_ACC, -1, id, -1, false, -1, 0, -1, b, -1});
-      else push_step(&pl->bwd_post, (PStep){PS_COLSUM, -1, id, -1, false, -1, 0, -1, b, -1});
+}
+
+/* The adjoints of static nodes, summed over all rows: a GEMM per outer product, a column sum per
+ * other term. */
+static void emit_adjoint_sums(Sched *s) {
+  for (int b = 0; b < s->p->nbounds; b++) {
+    int nterms, *terms = adjoint_terms(s, s->p->bounds[b].adj, &nterms);
+    for (int i = 0; i < nterms; i++) {
+      PStep st = new_step(N(s, terms[i])->op == OP_OUTER ? PS_OUTER_ACC : PS_COLSUM, terms[i]);
+      st.bound = b;
+      push_step(&s->pl->bwd_post, st);
     }
+    free(terms);
   }
-  /* bound ACC leaves used by the static backward need arrays even when unused elsewhere */
-  for (int b = 0; b < p->nbounds; b++) {
-    int id = p->bounds[b].acc;
-    if (pl->home[id] < 0) {
-      pl->home[id] = add_slot(pl, add_array(pl, ARR_ACC, 0, node_numel(N(s, id)), b), 0, 0);
-      pl->static_bwd[id] = true;
-    }
+}
+
+/* Bound ACC leaves read by the static backward need arrays even when unused elsewhere. */
+static void place_accs(Sched *s) {
+  Plan *pl = s->pl;
+  for (int b = 0; b < s->p->nbounds; b++) {
+    int id = s->p->bounds[b].acc;
+    if (pl->home[id] >= 0) continue;
+    pl->home[id] = add_array_slot(pl, ARR_ACC, 0, node_numel(N(s, id)), b);
+    pl->static_bwd[id] = true;
   }
-  free(depP), free(depD), free(ancN), free(ancD);
-  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot), free(s->must_store), free(s->sum_root), free(s->nusers);
-  return pl;
+}
+
+static void sched_free(Sched *s) {
+  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
+  free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack);
+}
+
+Plan *plan_new(Program *p, bool scan, bool gates) {
+  CHECK(p->differentiated);
+  CHECK(!scan || p->scan_form);
+  Sched s;
+  sched_init(&s, p, scan, gates);
+  mark_needs_acc(&s);
+  if (scan) mark_scanned(&s);
+  visit_roots(&s);
+  assign_regions(&s);
+  count_users(&s);
+  find_gemm_sums(&s);
+  assign_levels(&s);
+  mark_stored(&s);
+  add_fixed_arrays(&s);
+  place_leaves(&s);
+  place_states(&s);
+  place_outputs(&s);
+  stack_products(&s);
+  stack_sums(&s);
+  place_stored(&s);
+  emit_steps(&s);
+  emit_adjoint_sums(&s);
+  place_accs(&s);
+  sched_free(&s);
+  return s.pl;
 }
 
 void plan_free(Plan *pl) {

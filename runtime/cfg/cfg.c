@@ -197,19 +197,6 @@ static bool is_dotted(const char *s) {
 
 static bool is_space(int ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
 
-static char *arena_fmt(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *arena_fmt(Arena *a, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *s = arena_alloc(a, (size_t)n + 1);
-  va_start(ap, fmt);
-  vsnprintf(s, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  return s;
-}
-
 /* A number as "inf", a whole number without exponent, or %g. */
 static const char *fmt_num(double v, char *buf, size_t n) {
   if (isinf(v))
@@ -946,7 +933,7 @@ static int resolve_raw(Cfg *c, Resolved *r, int ri) {
       unknown_key(r, s, raw);
       return -1;
     }
-    e.key = arena_fmt(&c->arena, "model.%s", raw->key);
+    e.key = arena_printf(&c->arena, "model.%s", raw->key);
     e.name = strrchr(e.key, '.') + 1;
     e.text = raw->val;
     Val v;
@@ -1075,7 +1062,7 @@ static int resolve(Cfg *c, Resolved *out) {
   init_rsec(a, &r.secs[r.nsecs++], "model", model_keys, COUNT(model_keys));
   init_rsec(a, &r.secs[r.nsecs++], "train", train_keys, COUNT(train_keys));
   for (int i = 0; i < r.ntags; i++)
-    init_rsec(a, &r.secs[r.nsecs++], arena_fmt(a, "optim.%s", r.tags[i]), optim_keys, COUNT(optim_keys));
+    init_rsec(a, &r.secs[r.nsecs++], arena_printf(a, "optim.%s", r.tags[i]), optim_keys, COUNT(optim_keys));
   init_rsec(a, &r.secs[r.nsecs++], "eval", eval_keys, COUNT(eval_keys));
   init_rsec(a, &r.secs[r.nsecs++], "log", log_keys, COUNT(log_keys));
   init_rsec(a, &r.optim_default, "optim", optim_keys, COUNT(optim_keys));
@@ -1407,4 +1394,13 @@ void cfg_write(const Cfg *c, FILE *f) {
       for (int j = 0; j < r->nentries; j++)
         write_line(f, r->entries[j].key + 6, (int)width, r->entries[j].text, NULL);
   }
+}
+
+char *cfg_write_string(const Cfg *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cfg_write(c, f);
+  fclose(f);
+  return buf;
 }

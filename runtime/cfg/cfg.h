@@ -100,5 +100,7 @@ void cfg_error(const Cfg *c, const char *key, bool at_value, const char *fmt, ..
 /* Writes the resolved configuration, every default written out (an unset optional key as a comment),
  * in a form cfg_parse reads back to the same values. */
 void cfg_write(const Cfg *c, FILE *f);
+/* The same text, malloc'ed (the run directory's config.cfg, checkpoints' metadata). */
+char *cfg_write_string(const Cfg *c);
 
 #endif

@@ -292,29 +292,37 @@ void nn_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n
   for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
+/* ---- the mixers' blocks of parameters and caches ---- */
+
+/* A linear layer from `in` to `out` channels: its weight (out, in) then its bias (out) in base. */
+static size_t linear_size(int in, int out) { return (size_t)out * in + (size_t)out; }
+
+static float *linear_views(float **w, float **b, float *base, int in, int out) {
+  *w = base, base += (size_t)out * in;
+  *b = base, base += out;
+  return base;
+}
+
+/* k views of n floats each, one after the other in base. */
+static float *equal_views(float *base, size_t n, float **const views[], int k) {
+  for (int i = 0; i < k; i++) *views[i] = base, base += n;
+  return base;
+}
+
 /* ---- GLU mixer ---- */
 
-size_t nn_glu_size(int C, int H) { return 3 * (size_t)H * C + 2 * (size_t)H + (size_t)C; }
+size_t nn_glu_size(int C, int H) { return 2 * linear_size(C, H) + linear_size(H, C); }
 
 float *nn_glu_views(NnGlu *p, float *base, int C, int H) {
-  size_t hc = (size_t)H * C;
-  p->w1 = base, base += hc;
-  p->b1 = base, base += H;
-  p->w2 = base, base += hc;
-  p->b2 = base, base += H;
-  p->w3 = base, base += hc;
-  p->b3 = base, base += C;
-  return base;
+  base = linear_views(&p->w1, &p->b1, base, C, H);
+  base = linear_views(&p->w2, &p->b2, base, C, H);
+  return linear_views(&p->w3, &p->b3, base, H, C);
 }
 
 size_t nn_glu_cache_size(int rows, int H) { return 3 * (size_t)rows * H; }
 
 float *nn_glu_cache_views(NnGluCache *c, float *base, int rows, int H) {
-  size_t n = (size_t)rows * H;
-  c->a = base, base += n;
-  c->s = base, base += n;
-  c->g = base, base += n;
-  return base;
+  return equal_views(base, (size_t)rows * H, (float **const[]){&c->a, &c->s, &c->g}, 3);
 }
 
 size_t nn_glu_scratch_size(int rows, int H) { return 2 * (size_t)rows * H; }
@@ -352,24 +360,17 @@ void nn_glu_backward(float *dinp, const NnGlu *d, float *scratch, const float *d
 
 /* ---- MLP mixer ---- */
 
-size_t nn_mlp_size(int C, int H) { return 2 * (size_t)H * C + (size_t)H + (size_t)C; }
+size_t nn_mlp_size(int C, int H) { return linear_size(C, H) + linear_size(H, C); }
 
 float *nn_mlp_views(NnMlp *p, float *base, int C, int H) {
-  size_t hc = (size_t)H * C;
-  p->w1 = base, base += hc;
-  p->b1 = base, base += H;
-  p->w2 = base, base += hc;
-  p->b2 = base, base += C;
-  return base;
+  base = linear_views(&p->w1, &p->b1, base, C, H);
+  return linear_views(&p->w2, &p->b2, base, H, C);
 }
 
 size_t nn_mlp_cache_size(int rows, int H) { return 2 * (size_t)rows * H; }
 
 float *nn_mlp_cache_views(NnMlpCache *c, float *base, int rows, int H) {
-  size_t n = (size_t)rows * H;
-  c->h = base, base += n;
-  c->a = base, base += n;
-  return base;
+  return equal_views(base, (size_t)rows * H, (float **const[]){&c->h, &c->a}, 2);
 }
 
 size_t nn_mlp_scratch_size(int rows, int H) { return (size_t)rows * H; }

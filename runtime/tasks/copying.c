@@ -1,5 +1,6 @@
-/* copying.c: the copying and selective-copying tasks (seeds.md section 3): remember M tokens across
- * blanks and reproduce them, in order, on the M marker steps at the end. */
+/* copying.c: the copying and selective-copying tasks (docs/training.md "Tasks"; shared/seeds.md
+ * section 3): remember M tokens across blanks and reproduce them, in order, on the M marker steps
+ * at the end. */
 #include <string.h>
 
 #include "task_impl.h"

@@ -1,5 +1,6 @@
-/* mnist1d.c: the MNIST-1D dataset (seeds.md section 3), generated from its ten 12-point templates with
- * the reference pipeline (pad, resample, scale, roll, correlated and i.i.d. noise, shear, resample). */
+/* mnist1d.c: the MNIST-1D dataset (docs/training.md "Tasks"; shared/seeds.md section 3), generated
+ * from its ten 12-point templates with the reference pipeline (pad, resample, scale, roll,
+ * correlated and i.i.d. noise, shear, resample). */
 #include <math.h>
 #include <string.h>
 
@@ -31,11 +32,7 @@ static const double raw_templates[10][TEMPLATE_LEN] = {
     {5, 4, 3.5, 3.5, 4, 5, 5, 4, 3.5, 3.5, 4, 5},       {5, 4, 3.5, 3.5, 4, 5, 5, 5, 5, 4.7, 4.3, 5},
 };
 
-typedef struct Mnist1dData {
-  int T;
-  float *x[3];       /* (n, T) per split, standardized */
-  int32_t *label[3]; /* (n) per split */
-} Mnist1dData;
+/* The data: a FixedSet, x standardized. */
 
 /* Linear resampling of x (n points on [0,1]) to out (m points on [0,1]). */
 static void resample(const double *x, int n, double *out, int m) {
@@ -116,27 +113,6 @@ static void make_sample(const double *tpl, Rng *r, int T, double *out) {
   resample(rolled, DENSE_LEN, out, T);
 }
 
-static void mnist1d_item(Task *t, TaskSplit split, int64_t item, int b, TaskBatch *out) {
-  Mnist1dData *d = t->data;
-  const float *x = d->x[split] + (size_t)item * d->T;
-  for (int s = 0; s < d->T; s++)
-    out->x[(size_t)s * out->B + b] = x[s];
-  out->cls[b] = d->label[split][item];
-}
-
-static void mnist1d_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out) {
-  task_fixed_batch(t, split, index, out, mnist1d_item);
-}
-
-static void mnist1d_free(Task *t) {
-  Mnist1dData *d = t->data;
-  for (int s = 0; s < 3; s++) {
-    free(d->x[s]);
-    free(d->label[s]);
-  }
-  free(d);
-}
-
 /* The `train` samples have labels i % 10 (i = 0, 1, ...) and the last 10% of them become the valid
  * split; the `test` samples likewise. Sample i of each part draws from its own rng stream. Every split
  * is standardized with the mean and standard deviation of all values of the train split. */
@@ -146,9 +122,9 @@ int mnist1d_new(Task *t, char *err, size_t errlen) {
   int64_t n[3] = {ntrain_all - ntrain_all / 10, ntrain_all / 10, ntest};
   double tpl[10][TEMPLATE_LEN];
   make_templates(tpl);
-  Mnist1dData *d = xcalloc(1, sizeof *d);
+  FixedSet *d = xcalloc(1, sizeof *d);
   t->data = d;
-  t->free = mnist1d_free;
+  t->free = task_set_free;
   d->T = T;
   for (int s = 0; s < 3; s++) {
     d->x[s] = xmalloc((size_t)n[s] * (size_t)T * sizeof(float));
@@ -186,6 +162,6 @@ int mnist1d_new(Task *t, char *err, size_t errlen) {
   t->shape.length = T;
   for (int s = 0; s < 3; s++)
     t->shape.split_size[s] = n[s];
-  t->batch = mnist1d_batch;
+  t->batch = task_set_batch;
   return 0;
 }

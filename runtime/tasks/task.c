@@ -8,17 +8,17 @@
 #include "task_impl.h"
 
 static const TaskDef *const task_defs[] = {
-#define X(id) &id##_def,
+#define X(id, new_fn) &id##_def,
     TASK_LIST(X)
 #undef X
 };
 static const TaskNewFn task_ctors[] = {
-#define X(id) id##_new,
+#define X(id, new_fn) new_fn,
     TASK_LIST(X)
 #undef X
 };
 static const char *const task_name_list[] = {
-#define X(id) #id,
+#define X(id, new_fn) #id,
     TASK_LIST(X)
 #undef X
 };
@@ -304,4 +304,22 @@ char *task_read_file(const Task *t, const char *path, size_t *len, char *err, si
   if (!buf)
     task_err(t, err, errlen, "cannot open '%s': %s", path, strerror(errno));
   return buf;
+}
+
+static void set_item(Task *t, TaskSplit split, int64_t item, int b, TaskBatch *out) {
+  const FixedSet *d = t->data;
+  for (int s = 0; s < d->T; s++) {
+    size_t from = (size_t)item * d->T + s, to = (size_t)s * out->B + b;
+    if (d->tok[split]) out->tokens[to] = d->tok[split][from];
+    else out->x[to] = d->x[split][from];
+  }
+  out->cls[b] = d->label[split][item];
+}
+
+void task_set_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out) { task_fixed_batch(t, split, index, out, set_item); }
+
+void task_set_free(Task *t) {
+  FixedSet *d = t->data;
+  for (int s = 0; s < 3; s++) free(d->tok[s]), free(d->x[s]), free(d->label[s]);
+  free(d);
 }

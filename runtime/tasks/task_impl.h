@@ -6,29 +6,29 @@
 #include "support.h"
 #include "tasks.h"
 
-/* Every task: its def (`copying_def`) and its constructor (`copying_new`), in the order task_names lists them. */
+/* Every task: its def (`copying_def`) and its constructor, in the order task_names lists them. */
 #define TASK_LIST(X)                                                                                                   \
-  X(copying)                                                                                                           \
-  X(selective_copying)                                                                                                 \
-  X(adding)                                                                                                            \
-  X(temporal_xor)                                                                                                      \
-  X(ar2)                                                                                                               \
-  X(delay_sum)                                                                                                         \
-  X(moving_average)                                                                                                    \
-  X(sinmix)                                                                                                            \
-  X(mnist1d)                                                                                                           \
-  X(images)                                                                                                            \
-  X(text)                                                                                                              \
-  X(tokens)
+  X(copying, copying_new)                                                                                              \
+  X(selective_copying, selective_copying_new)                                                                          \
+  X(adding, regression_new)                                                                                            \
+  X(temporal_xor, temporal_xor_new)                                                                                    \
+  X(ar2, regression_new)                                                                                               \
+  X(delay_sum, regression_new)                                                                                         \
+  X(moving_average, regression_new)                                                                                    \
+  X(sinmix, regression_new)                                                                                            \
+  X(mnist1d, mnist1d_new)                                                                                              \
+  X(images, images_new)                                                                                                \
+  X(text, text_new)                                                                                                    \
+  X(tokens, tokens_new)
 
 /* A constructor: reads its keys from t (task_num, task_str), sets t->shape (length, dims, split sizes;
  * loss and readout come from the def), t->batch and, when it keeps data, t->data and t->free.
  * Returns 0, or -1 after task_err. */
 typedef int (*TaskNewFn)(Task *t, char *err, size_t errlen);
 
-#define X(id)                                                                                                          \
+#define X(id, new_fn)                                                                                                  \
   extern const TaskDef id##_def;                                                                                       \
-  int id##_new(Task *t, char *err, size_t errlen);
+  int new_fn(Task *t, char *err, size_t errlen);
 TASK_LIST(X)
 #undef X
 
@@ -71,6 +71,19 @@ int64_t task_fixed_item(Task *t, TaskSplit split, int64_t pos);
 typedef void (*TaskItemFn)(Task *t, TaskSplit split, int64_t item, int b, TaskBatch *out);
 /* Fixed datasets: fills each row b with item task_fixed_item(split, index*B + b). */
 void task_fixed_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out, TaskItemFn fill);
+
+/* A fixed dataset held in memory, per split: n items of T steps (token ids or one channel of
+ * values) and a class each. A task's data that starts with one can use the two functions below. */
+typedef struct FixedSet {
+  int T;
+  int32_t *tok[3];   /* (n, T) per split: token inputs; else NULL */
+  float *x[3];       /* (n, T) per split: one input channel; else NULL */
+  int32_t *label[3]; /* (n) per split */
+} FixedSet;
+/* Fills a batch from the FixedSet at the start of t->data (a TaskBatchFn). */
+void task_set_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out);
+/* Frees the FixedSet's arrays and t->data. */
+void task_set_free(Task *t);
 
 /* Reads a whole file; on failure writes "<task>: cannot open 'path': <strerror>" and returns NULL. */
 char *task_read_file(const Task *t, const char *path, size_t *len, char *err, size_t errlen);

@@ -1,5 +1,6 @@
-/* task.h: the data tasks of the training runtime (spec "Tasks", seeds.md section 3): their table
- * of keys, and deterministic batches of each split, time-major, drawn from a seed or read from files. */
+/* tasks.h: the data tasks of the training runtime (docs/training.md "Tasks", shared/spec/cli.md
+ * "Tasks", shared/seeds.md section 3): their table of keys, and deterministic batches of each
+ * split, time-major, drawn from a seed or read from files. */
 #ifndef CELLC_TASK_H
 #define CELLC_TASK_H
 

@@ -1,5 +1,6 @@
-/* temporal_xor.c: the temporal XOR task of the thesis (seeds.md section 3): fixed, disjoint
- * train/valid/test sets of token sequences whose label depends on two informative tokens. */
+/* temporal_xor.c: the temporal XOR task of the thesis (docs/training.md "Tasks"; shared/seeds.md
+ * section 3): fixed, disjoint train/valid/test sets of token sequences whose label depends on two
+ * informative tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,8 @@ const TaskDef temporal_xor_def = {"temporal_xor", xor_keys, 9, TASK_LOSS_CE, TAS
 #define MAX_TRIES 100000
 
 typedef struct XorData {
-  int T, V, groups;
-  int32_t *tok[3];   /* (n, T) per split */
-  int32_t *label[3]; /* (n) per split */
+  FixedSet set; /* token inputs */
+  int V, groups;
 } XorData;
 
 /* A set of sequence hashes, open addressing (0 = empty). */
@@ -66,7 +66,7 @@ static void set_add(HashSet *s, uint64_t h) {
  * a XOR b for 2 classes; for 4, 2g + (a == b), i.e. (0,1),(1,0) -> 0, (0,0),(1,1) -> 1, and so on. */
 static int32_t draw_sample(const XorData *d, int g, bool easy, int window, Rng *r, int32_t *tok) {
   int32_t a = 2 * g + (int32_t)rng_below(r, 2), b = 2 * g + (int32_t)rng_below(r, 2);
-  int informative = 2 * d->groups, T = d->T;
+  int informative = 2 * d->groups, T = d->set.T;
   for (int t = 0; t < T; t++)
     tok[t] = informative + (int32_t)rng_below(r, (uint64_t)(d->V - informative));
   int p1 = 0, p2 = T - 1;
@@ -84,27 +84,6 @@ static int32_t draw_sample(const XorData *d, int g, bool easy, int window, Rng *
   tok[p1] = a;
   tok[p2] = b;
   return d->groups == 1 ? (a ^ b) : 2 * g + (a == b);
-}
-
-static void xor_item(Task *t, TaskSplit split, int64_t item, int b, TaskBatch *out) {
-  XorData *d = t->data;
-  const int32_t *tok = d->tok[split] + (size_t)item * d->T;
-  for (int s = 0; s < d->T; s++)
-    out->tokens[(size_t)s * out->B + b] = tok[s];
-  out->cls[b] = d->label[split][item];
-}
-
-static void xor_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out) {
-  task_fixed_batch(t, split, index, out, xor_item);
-}
-
-static void xor_free(Task *t) {
-  XorData *d = t->data;
-  for (int s = 0; s < 3; s++) {
-    free(d->tok[s]);
-    free(d->label[s]);
-  }
-  free(d);
 }
 
 int temporal_xor_new(Task *t, char *err, size_t errlen) {
@@ -143,13 +122,13 @@ int temporal_xor_new(Task *t, char *err, size_t errlen) {
 
   XorData *d = xcalloc(1, sizeof *d);
   t->data = d;
-  t->free = xor_free;
-  d->T = T;
+  t->free = task_set_free;
+  d->set.T = T;
   d->V = V;
   d->groups = groups;
   for (int s = 0; s < 3; s++) {
-    d->tok[s] = xmalloc((size_t)n[s] * (size_t)T * sizeof(int32_t));
-    d->label[s] = xmalloc((size_t)n[s] * sizeof(int32_t));
+    d->set.tok[s] = xmalloc((size_t)n[s] * (size_t)T * sizeof(int32_t));
+    d->set.label[s] = xmalloc((size_t)n[s] * sizeof(int32_t));
   }
 
   /* Train: a group per sample, then exactly round(easy_fraction * eligible) easy samples among the
@@ -175,8 +154,8 @@ int temporal_xor_new(Task *t, char *err, size_t errlen) {
   set_init(&seen, n[0] + n[1] + n[2]);
   uint64_t key = rng_next(&r);
   for (int64_t i = 0; i < n[0]; i++) {
-    int32_t *tok = d->tok[0] + (size_t)i * T;
-    d->label[0][i] = draw_sample(d, group[i], easy[i], window, &r, tok);
+    int32_t *tok = d->set.tok[0] + (size_t)i * T;
+    d->set.label[0][i] = draw_sample(d, group[i], easy[i], window, &r, tok);
     set_add(&seen, task_hash(tok, (size_t)T * sizeof(int32_t), key));
   }
   free(group);
@@ -189,10 +168,10 @@ int temporal_xor_new(Task *t, char *err, size_t errlen) {
     task_rng(t, s == 1 ? "valid" : "test", (TaskSplit)s, 0, &r);
     uint64_t *h = xmalloc((size_t)n[s] * sizeof *h);
     for (int64_t i = 0; i < n[s] && rc == 0; i++) {
-      int32_t *tok = d->tok[s] + (size_t)i * T;
+      int32_t *tok = d->set.tok[s] + (size_t)i * T;
       int tries = 0;
       do {
-        d->label[s][i] = draw_sample(d, (int)rng_below(&r, (uint64_t)groups), false, window, &r, tok);
+        d->set.label[s][i] = draw_sample(d, (int)rng_below(&r, (uint64_t)groups), false, window, &r, tok);
         h[i] = task_hash(tok, (size_t)T * sizeof(int32_t), key);
       } while (set_has(&seen, h[i]) && ++tries < MAX_TRIES);
       if (tries == MAX_TRIES)
@@ -215,6 +194,6 @@ int temporal_xor_new(Task *t, char *err, size_t errlen) {
   t->shape.length = T;
   for (int s = 0; s < 3; s++)
     t->shape.split_size[s] = n[s];
-  t->batch = xor_batch;
+  t->batch = task_set_batch;
   return 0;
 }

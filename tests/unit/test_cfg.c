@@ -683,15 +683,6 @@ Test(cfg_caller_error, naming_a_set_or_a_default) {
 
 /* ---- The writer ---- */
 
-static char *write_to_string(const Cfg *c) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  cfg_write(c, f);
-  fclose(f);
-  return buf;
-}
-
 /* Every key of both configurations holds the same text. */
 static void expect_same(const Cfg *a, const Cfg *b) {
   const char *secs[] = {"model", "train", "eval", "log", "optim"};
@@ -728,11 +719,11 @@ static void expect_same(const Cfg *a, const Cfg *b) {
 Test(cfg_write, round_trip_of_the_spec_example) {
   Cfg *a = parse(spec_example);
   cr_assert_not_null(a);
-  char *text = write_to_string(a);
+  char *text = cfg_write_string(a);
   Cfg *b = parse(text);
   cr_assert_not_null(b, "%s\n%s", captured(), text);
   expect_same(a, b);
-  char *again = write_to_string(b);
+  char *again = cfg_write_string(b);
   cr_assert_str_eq(text, again);
   free(text);
   free(again);
@@ -744,7 +735,7 @@ Test(cfg_write, round_trip_writes_every_default) {
   const char *sets[] = {"train.betas=0.9,0.98", "optim.recurrent.lr_scale=0.1"};
   Cfg *a = parse_sets("[task]\nname = images\npath = x.idx\nlabels = y.idx\n", sets, 2);
   cr_assert_not_null(a, "%s", captured());
-  char *text = write_to_string(a);
+  char *text = cfg_write_string(a);
   /* Every default appears, the unset keys as comments. */
   cr_assert_not_null(strstr(text, "\nsteps        = 50000"), "%s", text);
   cr_assert_not_null(strstr(text, "\npermute     = false"), "%s", text);
@@ -861,7 +852,7 @@ Test(cfg_garbage, random_token_soup_never_crashes) {
     Cfg *c = cfg_parse(&src, sets, (int)(next() % 2));
     if (c) {
       accepted++;
-      char *out = write_to_string(c);
+      char *out = cfg_write_string(c);
       Src wsrc = {"w.cfg", out, strlen(out)};
       Cfg *back = cfg_parse(&wsrc, NULL, 0);
       cr_assert_not_null(back, "written text does not parse back:\n%s", out);

@@ -1,0 +1,80 @@
+/* test_plan.c: the execution plan (compiler/plan) of every stdlib cell in each mode it runs in:
+ * planning twice gives the same plan, and every array and slot the plan holds is used. */
+#include "harness.h"
+#include "plan.h"
+
+/* Everything a plan holds, as text: two plans are the same when their texts are. */
+static char *plan_text(const Plan *pl) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  plan_dump(pl, f);
+  for (int i = 0; i < pl->narrays; i++)
+    fprintf(f, "a%d %d %d %d %d\n", i, pl->arrays[i].kind, pl->arrays[i].width, pl->arrays[i].numel, pl->arrays[i].index);
+  for (int i = 0; i < pl->nslots; i++) fprintf(f, "s%d %d %d %d\n", i, pl->slots[i].array, pl->slots[i].row_off, pl->slots[i].col);
+  for (int i = 0; i < pl->p->g.nnodes; i++)
+    fprintf(f, "%%%d %d %d %d %d\n", i, pl->home[i], pl->kernel_of[i], pl->static_fwd[i], pl->static_bwd[i]);
+  const Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  for (int i = 0; i < 7; i++)
+    for (int j = 0; j < phases[i]->n; j++) {
+      const PStep *s = &phases[i]->steps[j];
+      fprintf(f, "%d: %d %d %d %d %d %d %d %d %d %d\n", i, s->kind, s->kernel, s->node, s->out, s->accumulate, s->mat, s->ncols,
+              s->state, s->bound, s->dst);
+    }
+  for (int i = 0; i < pl->nstacks; i++)
+    for (int j = 0; j < pl->nstack[i]; j++) fprintf(f, "stack %d: %d\n", i, pl->stacks[i][j]);
+  fclose(f);
+  return buf;
+}
+
+/* Every array has a slot; every slot is some node's home or a step's destination or stacked matrix. */
+static void expect_all_used(const Plan *pl, const char *what) {
+  bool *array_used = xcalloc((size_t)pl->narrays + 1, sizeof(bool)), *slot_used = xcalloc((size_t)pl->nslots + 1, sizeof(bool));
+  for (int i = 0; i < pl->nslots; i++) array_used[pl->slots[i].array] = true;
+  for (int i = 0; i < pl->p->g.nnodes; i++)
+    if (pl->home[i] >= 0) slot_used[pl->home[i]] = true;
+  const Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  for (int i = 0; i < 7; i++)
+    for (int j = 0; j < phases[i]->n; j++) {
+      if (phases[i]->steps[j].dst >= 0) slot_used[phases[i]->steps[j].dst] = true;
+      if (phases[i]->steps[j].mat >= 0) slot_used[phases[i]->steps[j].mat] = true;
+    }
+  for (int i = 0; i < pl->narrays; i++) cr_expect(array_used[i], "%s: array %d has no slot", what, i);
+  for (int i = 0; i < pl->nslots; i++) cr_expect(slot_used[i], "%s: slot %d is not used", what, i);
+  free(array_used), free(slot_used);
+}
+
+static void check_plans(const char *file, const char *set, const char *dims) {
+  for (int sequential = 0; sequential < 2; sequential++) {
+    Arena arena = {0};
+    Cell *c = h_cell(&arena, file, set, dims, true, sequential ? "sequential" : NULL);
+    bool scan = c->mode == MODE_SCAN;
+    if (sequential || scan) {
+      Program *p = lower_cell(c, true, scan);
+      ad_differentiate(p);
+      char what[256];
+      snprintf(what, sizeof what, "%s (%s mode)", file, scan ? "scan" : "sequential");
+      Plan *a = plan_new(p, scan, true), *b = plan_new(p, scan, true);
+      char *ta = plan_text(a), *tb = plan_text(b);
+      cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
+      expect_all_used(a, what);
+      free(ta), free(tb);
+      plan_free(a), plan_free(b);
+      program_free(p);
+    }
+    cell_free(c);
+    arena_free(&arena);
+  }
+}
+
+Test(plan, elman) { check_plans("stdlib/elman.cell", NULL, "H=7,D=3"); }
+Test(plan, gru) { check_plans("stdlib/gru.cell", NULL, "H=7,D=3"); }
+Test(plan, lstm) { check_plans("stdlib/lstm.cell", NULL, "H=7,D=3"); }
+Test(plan, mgu) { check_plans("stdlib/mgu.cell", "see_h=true", "H=7,D=3"); }
+Test(plan, leaky) { check_plans("stdlib/leaky.cell", "alpha=0.3", "H=7,D=3"); }
+Test(plan, scalar_gate) { check_plans("stdlib/scalar_gate.cell", NULL, "H=7,D=3"); }
+Test(plan, multi_gate) { check_plans("stdlib/multi_gate.cell", NULL, "H=7,D=3"); }
+Test(plan, lru) { check_plans("stdlib/lru.cell", NULL, "H=7,D=3"); }
+Test(plan, hgru) { check_plans("stdlib/hgru.cell", "lb=0.25", "D=5"); }
+Test(plan, mingru) { check_plans("stdlib/mingru.cell", NULL, "H=7,D=3"); }
+Test(plan, ops) { check_plans("tests/cells/ops.cell", NULL, "H=5,D=3"); }
