@@ -104,8 +104,12 @@ typedef struct Plan {
   int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
 } Plan;
 
-/* scan: run in scan mode (p must be in scan form). gates: record the gates. */
-Plan *plan_new(Program *p, bool scan, bool gates);
+typedef struct PlanOptions {
+  bool scan;             /* run in scan mode (the Program must be in scan form) */
+  bool gates;            /* record every gate per step */
+} PlanOptions;
+
+Plan *plan_new(Program *p, const PlanOptions *o);
 void plan_free(Plan *pl);
 /* The plan, for --debug output. */
 void plan_dump(const Plan *pl, FILE *f);

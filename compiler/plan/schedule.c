@@ -733,13 +733,13 @@ static void sched_free(Sched *s) {
   free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack);
 }
 
-Plan *plan_new(Program *p, bool scan, bool gates) {
+Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(p->differentiated);
-  CHECK(!scan || p->scan_form);
+  CHECK(!o->scan || p->scan_form);
   Sched s;
-  sched_init(&s, p, scan, gates);
+  sched_init(&s, p, o->scan, o->gates);
   mark_needs_acc(&s);
-  if (scan) mark_scanned(&s);
+  if (o->scan) mark_scanned(&s);
   visit_roots(&s);
   assign_regions(&s);
   count_users(&s);

@@ -54,7 +54,8 @@ static void check_plans(const char *file, const char *set, const char *dims) {
       ad_differentiate(p);
       char what[256];
       snprintf(what, sizeof what, "%s (%s mode)", file, scan ? "scan" : "sequential");
-      Plan *a = plan_new(p, scan, true), *b = plan_new(p, scan, true);
+      PlanOptions po = {.scan = scan, .gates = true};
+      Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
       char *ta = plan_text(a), *tb = plan_text(b);
       cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
       expect_all_used(a, what);

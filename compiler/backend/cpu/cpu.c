@@ -650,7 +650,7 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
   c->nthreads = threads_of(o);
-  c->pl = plan_new(p, o->scan, o->gates);
+  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
   c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
   if (o->portable) return &c->base; /* every fns[k] NULL: the portable evaluator runs the kernels */
   CgModule *m = cg_llvm_build(c->pl, err, errlen);
