@@ -374,6 +374,14 @@ int cmd_run(int argc, char **argv) {
       return 1;
     }
   }
+  static char purpose[1200];
+  {
+    int len = snprintf(purpose, sizeof purpose, "the run's tensors (--T %d --B %d, dims", T, B);
+    for (int i = 0; i < c->ndims && len < 1100; i++)
+      len += snprintf(purpose + len, sizeof purpose - (size_t)len, " %s=%ld", c->dims[i].name, c->dims[i].value);
+    snprintf(purpose + len, sizeof purpose - (size_t)len, ")");
+    base_alloc_for(purpose);
+  }
   const SftFile *IN = have_in ? &in : NULL;
   int status = 0;
   int np = c->nparams, ns = c->nstates, ng = c->ngates;
