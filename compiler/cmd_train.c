@@ -80,8 +80,8 @@ static double now(void) {
 static int usage(bool eval, const char *fmt, const char *arg) {
   fprintf(stderr, "cellc %s: ", eval ? "eval" : "train");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: cellc train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--dry-run]\n"
-                  "       cellc eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...\n");
+  fprintf(stderr, "\nusage: cellc %s\n       cellc %s\n(cellc %s --help for more)\n", cli_help("train")->usage,
+          cli_help("eval")->usage, eval ? "eval" : "train");
   return 2;
 }
 

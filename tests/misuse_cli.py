@@ -399,6 +399,32 @@ r2 = cellc("train", MGU, os.path.join(d, "config.cfg"), "--out", os.path.join(tm
 check("a run repeated from its config.cfg gives the same final line", r.rc == 0 and r2.rc == 0 and r2.last() == r.last(),
       r2.why())
 
+# ---------------------------------------------------------------- help
+
+FLAGS = {"check": ["--cell", "--set", "--dims", "--mode", "--json"],
+         "derive": ["--cell", "--set", "--dims", "--mode"],
+         "run": ["--out", "--cell", "--dims", "--set", "--T", "--B", "--seed", "--inputs", "--backend", "--mode",
+                 "--precision", "--train"],
+         "train": ["--set", "--out", "--resume", "--force", "--dry-run"],
+         "eval": ["--checkpoint", "--set"]}
+glob = cellc("help")
+for cmd, flags in FLAGS.items():
+    h = cellc(cmd, "--help")
+    h2 = cellc("help", cmd)
+    h3 = cellc(cmd, "stdlib/gru.cell", "-h")
+    check(f"cellc {cmd} --help: its own usage, flags and exit statuses on stdout, status 0",
+          h.rc == 0 and h.out.startswith(f"usage: cellc {cmd} ") and "exit status" in h.out
+          and all(f in h.out for f in flags) and h.err == "", h.why())
+    check(f"cellc help {cmd} and cellc {cmd} ... -h print the same", h2.rc == 0 and h3.rc == 0 and h2.out == h.out == h3.out,
+          h2.why())
+    check(f"the global usage lists every flag of {cmd}", all(f in glob.out for f in flags), glob.out)
+check("the global usage lists every exit status", glob.rc == 0 and all(str(n) in glob.out for n in (0, 1, 2, 3, 70, 130)),
+      glob.out)
+v = cellc("--version")
+check("cellc --version prints the version", v.rc == 0 and re.match(r"^cellc \d+\.\d+", v.out) is not None, v.why())
+r = cellc("help", "nosuch")
+check("cellc help of an unknown command: status 2", r.rc == 2 and "nosuch" in r.err, r.why())
+
 shutil.rmtree(tmp, ignore_errors=True)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
