@@ -70,6 +70,13 @@ void diag_error(Loc loc, const char *fmt, ...) {
   va_end(ap);
 }
 
+void diag_warning(Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  show(loc, "warning", fmt, ap);
+  va_end(ap);
+}
+
 void diag_note(Loc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
