@@ -425,6 +425,64 @@ check("cellc --version prints the version", v.rc == 0 and re.match(r"^cellc \d+\
 r = cellc("help", "nosuch")
 check("cellc help of an unknown command: status 2", r.rc == 2 and "nosuch" in r.err, r.why())
 
+# ---------------------------------------------------------------- front-end messages
+
+for name, text in (("empty.cell", ""), ("comments.cell", "# nothing\n\n   # at all\n")):
+    f = write(name, text)
+    rc = [cellc(c, f, *extra) for c, extra in (("check", ()), ("derive", ()), ("run", ("--out", os.path.join(tmp, "e.st"))))]
+    check(f"check, derive and run agree on a file with no cell ({name}): status 1, 'defines no cell'",
+          all(r.rc == 1 and "defines no cell" in r.err for r in rc), " | ".join(r.why() for r in rc))
+CELL = """cell c {
+  input x[D]
+  dim H
+  state h[H]
+  param W[H, D] ~ glorot
+  param b[H] ~ chrono(100)
+  h = tanh(W @ x + b)
+}
+"""
+cf = write("c.cell", CELL)
+r = cellc("check", cf, "--dims", "HH=4")
+check("check --dims with a name no cell declares: fails first (no report), the nearest name suggested",
+      r.rc == 1 and r.out == "" and "did you mean 'H'" in r.err, r.why())
+r = cellc("run", cf, "--dims", "D=3,H=4,Q=2", "--out", os.path.join(tmp, "q.st"))
+check("run --dims with a name the cell lacks: an error (status 1)", r.rc == 1 and "'Q'" in r.err, r.why())
+r = cellc("check", cf)
+check("check shows an initializer's arguments (chrono(100))", r.rc == 0 and "chrono(100)" in r.out, r.why())
+r = cellc("check", cf, "--json")
+try:
+    params = json.loads(r.out)["cells"][0]["params"]
+    b = [p for p in params if p["name"] == "b"][0]
+    ok = b["init"] == "chrono" and b["init_args"] == [100]
+except (ValueError, KeyError, IndexError) as e:
+    ok, b = False, str(e)
+check("check --json gives an initializer's arguments", ok, str(b))
+r = cellc("check", MGU, "--set", "see_hh=1")
+check("--set NAME=VALUE echoes as given in its error", r.rc == 1 and "--set see_hh=1:" in r.err, r.why())
+long_line = "cell c {\n  input x[D]\n  state h[D]\n  h = x + " + "a" * 1600000 + " $ h\n}\n"
+f = write("long.cell", long_line)
+r = cellc("check", f)
+check("an error at column 1.6 million: the excerpt is clipped around the caret",
+      r.rc == 1 and len(r.err) < 2000 and "^" in r.err and "$" in r.err, f"{len(r.err)} bytes")
+f = write("binary.cell", b"cell c {\n  input x[D]\n  state h[D]\n  h = x \x1b[31m\x00\xff + h\n}\n", "wb")
+p = subprocess.run([CELLC, "check", f], capture_output=True)
+raw = [c for c in p.stderr if c < 0x20 and c not in (0x0A, 0x09) or c == 0x7F or c >= 0x80]
+check("an excerpt escapes bytes that are not text", p.returncode == 1 and not raw and b"\\x1B" in p.stderr, repr(p.stderr[:300]))
+f = write("unused.cell", "cell c {\n  input x[D]\n  state h[D]\n  param W[D, D] ~ glorot\n  let t = 2 * x\n  h = x\n}\n")
+r = cellc("check", f)
+check("an unused param and let: warnings with their location, status 0",
+      r.rc == 0 and f"{f}:4:9: warning: param 'W' is never used" in r.err and "let 't' is never used" in r.err, r.why())
+f = write("self.cell", "cell c {\n  input x[D]\n  state h[D]\n  let a = a + 1\n  h = x + a\n}\n")
+r = cellc("check", f)
+check("let a = a + 1: 'used in its own definition'", r.rc == 1 and "own definition" in r.err and "unknown" not in r.err,
+      r.why())
+write("cyc/a.cell", 'import "b.cell"\n')
+write("cyc/b.cell", 'import "a.cell"\n')
+f = write("cyc/main.cell", 'import "a.cell"\ncell c {\n  input x[D]\n  state h[D]\n  h = x\n}\n')
+r = cellc("check", f)
+check("an import cycle names the files of the cycle", r.rc == 1 and "a.cell imports" in r.err and "b.cell" in r.err
+      and "imports itself" not in r.err, r.why())
+
 shutil.rmtree(tmp, ignore_errors=True)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
