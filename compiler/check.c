@@ -4,6 +4,7 @@
  * check (a located diagnostic, then NULL to the caller). */
 #include "check.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -205,7 +206,8 @@ static Module *load(Arena *a, Src *src, const char *stdlib_dir) {
 Module *check_load(Arena *a, const char *path, const char *stdlib_dir) {
   Src *src = src_load(a, path);
   if (!src) {
-    diag_plain("cannot read '%s': %m", path);
+    if (errno == ENODEV) diag_plain("cannot read '%s': it is a device, not a file", path);
+    else diag_plain("cannot read '%s': %m", path);
     return NULL;
   }
   return load(a, src, stdlib_dir);

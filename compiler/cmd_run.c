@@ -225,7 +225,7 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
     else return cli_usage_error("unexpected argument '%s'", f);
   }
   if (!a->cell.file) return cli_usage_error("%s", "run needs a .cell file");
-  if (!a->out) return cli_usage_error("%s", "run needs --out OUT.safetensors");
+  if (!a->out || !a->out[0]) return cli_usage_error("%s", "run needs --out OUT.safetensors");
   if (!a->precision) a->precision = "f32";
   return 0;
 }

@@ -94,7 +94,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
       if (a->nsets == MAX_SETS) return usage(eval, "too many %s", s);
       a->sets[a->nsets++] = argv[++i];
     } else if (!strcmp(s, "--out") && !eval) {
-      if (!has_value) return usage(eval, "%s needs a directory", s);
+      if (!has_value || !argv[i + 1][0]) return usage(eval, "%s needs a directory", s);
       a->out = argv[++i];
     } else if (!strcmp(s, "--resume") && !eval) {
       a->resume = true;

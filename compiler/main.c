@@ -16,6 +16,13 @@ int cli_usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
+/* SIGINT or SIGTERM outside `train` (which checkpoints first): status 130, never death by the
+ * signal. A file being written holds the signals back until it is complete (fsout.c). */
+static void on_interrupt(int sig) {
+  (void)sig;
+  _exit(130);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     cli_print_usage(stderr);
@@ -23,6 +30,11 @@ int main(int argc, char **argv) {
   }
   /* a closed pipe (cellc ... | head) ends the output, not the process by a signal */
   signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("cellc %s\n", CELLC_VERSION);

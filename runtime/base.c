@@ -1,7 +1,9 @@
 /* base.c: allocation, arenas, file reading and the internal-error exit. */
 #include "base.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -119,6 +121,13 @@ void arena_free(Arena *a) {
 char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
+  /* a directory or a device (/dev/zero would never end) is not a file to read; a pipe is */
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+    fclose(f);
+    errno = S_ISDIR(st.st_mode) ? EISDIR : ENODEV;
+    return NULL;
+  }
   size_t cap = 4096, n = 0;
   char *buf = xmalloc(cap);
   for (;;) {

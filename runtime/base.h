@@ -51,7 +51,8 @@ void arena_free(Arena *a);
     (items)[(n)++] = (value);                                                \
   } while (0)
 
-/* Read a whole file; NULL (errno set) when it cannot be read. */
+/* Read a whole file; NULL (errno set) when it cannot be read, or is a directory (EISDIR) or a
+ * device (ENODEV). */
 char *read_file(const char *path, size_t *len);
 
 /* Levenshtein distance, for "did you mean" suggestions. */

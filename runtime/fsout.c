@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
@@ -74,9 +75,15 @@ int fsout_begin(FsOut *o, const char *path, char *err, size_t errlen) {
   if (!o->target) return -1;
   o->path = xstrdup(path);
   o->tmp = xasprintf("%s.tmp.XXXXXX", o->target);
+  sigset_t hold;
+  sigemptyset(&hold);
+  sigaddset(&hold, SIGINT);
+  sigaddset(&hold, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &hold, &o->held);
   o->fd = mkostemp(o->tmp, O_CLOEXEC);
   if (o->fd < 0) {
     fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    pthread_sigmask(SIG_SETMASK, &o->held, NULL);
     free(o->tmp), free(o->target), free(o->path);
     memset(o, 0, sizeof *o);
     o->fd = -1;
@@ -96,6 +103,7 @@ int fsout_begin(FsOut *o, const char *path, char *err, size_t errlen) {
 }
 
 static void fsout_free(FsOut *o) {
+  pthread_sigmask(SIG_SETMASK, &o->held, NULL);
   free(o->path), free(o->target), free(o->tmp);
   memset(o, 0, sizeof *o);
   o->fd = -1;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <signal.h>
 #include <sys/types.h>
 
 /* A file being written: bytes go to `fd` (the temporary file) until fsout_commit. */
@@ -16,12 +17,15 @@ typedef struct FsOut {
   char *target; /* the file replaced: `path`, or the file its links lead to */
   char *tmp;    /* the temporary file, in target's directory */
   int fd;
+  sigset_t held; /* the signal mask before fsout_begin: SIGINT and SIGTERM wait until the end */
 } FsOut;
 
 /* The file that writing `path` would replace (symbolic links followed; it need not exist):
  * a malloc'd path, or NULL with "PATH: ..." in err when the path is refused. */
 char *fsout_target(const char *path, char *err, size_t errlen);
-/* Opens the temporary file: 0, or -1 with "PATH: ..." in err (nothing created). */
+/* Opens the temporary file: 0, or -1 with "PATH: ..." in err (nothing created). From here to
+ * fsout_commit or fsout_abort, SIGINT and SIGTERM are held back: a signal cannot leave a
+ * temporary file behind (it is delivered after). */
 int fsout_begin(FsOut *o, const char *path, char *err, size_t errlen);
 /* fsync, close and rename over the target: 0, or -1 with a message in err, and then the
  * temporary file is removed and the target untouched. Frees `o` either way. */

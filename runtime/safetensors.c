@@ -302,7 +302,7 @@ int sft_read(const char *path, SftFile *out, char *err, size_t errlen) {
   char *bytes = read_file(path, &len);
   if (!bytes) {
     Parse p = {path, err, errlen};
-    return parse_fail(&p, "cannot read: %s", errno ? strerror(errno) : "read error");
+    return parse_fail(&p, "cannot read: %s", errno == ENODEV ? "it is a device, not a file" : errno ? strerror(errno) : "read error");
   }
   int rc = sft_parse(bytes, len, path, out, err, errlen);
   free(bytes);

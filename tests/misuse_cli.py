@@ -483,6 +483,32 @@ r = cellc("check", f)
 check("an import cycle names the files of the cycle", r.rc == 1 and "a.cell imports" in r.err and "b.cell" in r.err
       and "imports itself" not in r.err, r.why())
 
+# ---------------------------------------------------------------- more misuse
+
+r = cellc("check", "/dev/zero")
+check("check /dev/zero: refused at once (a device is not a file), status 1", r.rc == 1 and "device" in r.err, r.why())
+r = cellc("train", GRU, "/dev/zero")
+check("train with /dev/zero as TASK.cfg: refused, status 1", r.rc == 1 and "device" in r.err, r.why())
+r = cellc("run", GRU, "--dims", "H=4,D=3", "--inputs", "/dev/zero", "--out", os.path.join(tmp, "z.st"))
+check("run --inputs /dev/zero: refused, status 1", r.rc == 1 and "device" in r.err, r.why())
+r = cellc(*RUN, "--out", "")
+check("run --out '': a usage error", r.rc == 2, r.why())
+r = cellc("train", GRU, cfg, "--out", "")
+check("train --out '': a usage error", r.rc == 2, r.why())
+d = os.path.join(tmp, "run-sig")
+os.makedirs(d)
+p = subprocess.Popen([CELLC, "run", GRU, "--dims", "H=64,D=64", "--T", "3000", "--B", "16", "--backend", "interp",
+                      "--out", os.path.join(d, "o.st")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     start_new_session=True)
+time.sleep(0.5)
+os.killpg(p.pid, signal.SIGINT)
+time.sleep(0.001)
+os.killpg(p.pid, signal.SIGTERM)
+p.communicate(timeout=TIMEOUT)
+check("run interrupted by SIGINT and SIGTERM: status 130, no partial or temporary file",
+      p.returncode == 130 and not temporaries(d) and (not os.listdir(d) or read_header(os.path.join(d, "o.st"))),
+      f"rc={p.returncode} {os.listdir(d)}")
+
 shutil.rmtree(tmp, ignore_errors=True)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
