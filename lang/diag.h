@@ -27,6 +27,8 @@ extern FILE *diag_out;
 
 void diag_error(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_verror(Loc loc, const char *fmt, va_list ap);
+/* A warning (same form, "warning:"); not counted as an error, the exit status is unchanged. */
+void diag_warning(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A note attached to the previous error (same form, "note:"). */
 void diag_note(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An error with no location (a file that cannot be opened, a bad flag value). */

@@ -4,6 +4,7 @@
  * check (a located diagnostic, then NULL to the caller). */
 #include "check.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@ typedef struct Loader {
   Module *m;
   const char *stdlib_dir;
   const char *stack[32]; /* files being loaded: import cycles */
+  const char *shown[32]; /* the same, as their paths are shown in messages */
   int depth;
   const char **done;     /* files already loaded (real paths) */
   int ndone, capdone;
@@ -63,7 +65,16 @@ static bool load_import(Loader *L, const Src *from, const ImportAst *im) {
     if (!real) continue;
     for (int d = 0; d < L->depth; d++)
       if (!strcmp(L->stack[d], real)) {
-        diag_error(im->loc, "import cycle: '%s' imports itself", im->path);
+        if (d == L->depth - 1) diag_error(im->loc, "import cycle: '%s' imports itself", im->path);
+        else {
+          /* the whole cycle: a imports b, which imports ..., which imports a */
+          char chain[2048];
+          int len = snprintf(chain, sizeof chain, "%s", L->shown[d]);
+          for (int e = d + 1; e < L->depth && len < (int)sizeof chain; e++)
+            len += snprintf(chain + len, sizeof chain - (size_t)len, "%s%s", e == d + 1 ? " imports " : ", which imports ", L->shown[e]);
+          if (len < (int)sizeof chain) snprintf(chain + len, sizeof chain - (size_t)len, ", which imports %s again", L->shown[d]);
+          diag_error(im->loc, "import cycle: %s", chain);
+        }
         free(real);
         return false;
       }
@@ -82,6 +93,7 @@ static bool load_import(Loader *L, const Src *from, const ImportAst *im) {
       free(real);
       return false;
     }
+    L->shown[L->depth] = src->path;
     L->stack[L->depth++] = arena_strdup(L->arena, real);
     free(real);
     bool ok = add_file(L, src, false);
@@ -131,12 +143,59 @@ static bool add_file(Loader *L, const Src *src, bool is_main) {
   return true;
 }
 
+/* ---- unused params and lets: a warning, found by name anywhere in the cell (any branch of an
+ * `if`, initializer arguments), so that a param only a branch not taken uses is not flagged ---- */
+
+static bool expr_uses(const Expr *e, const char *name) {
+  if (!e) return false;
+  if ((e->kind == EX_NAME) && !strcmp(e->name, name)) return true;
+  if (expr_uses(e->a, name) || expr_uses(e->b, name)) return true;
+  for (int i = 0; i < e->nargs; i++)
+    if (expr_uses(e->args[i], name)) return true;
+  return false;
+}
+
+static bool stmts_use(Stmt **stmts, int n, const char *name) {
+  for (int i = 0; i < n; i++) {
+    const Stmt *s = stmts[i];
+    if (expr_uses(s->expr, name)) return true;
+    for (int j = 0; s->init && j < s->init->nargs; j++)
+      if (expr_uses(s->init->args[j], name)) return true;
+    if (s->kind == ST_IF && (stmts_use(s->then_body, s->nthen, name) || stmts_use(s->else_body, s->nelse, name)))
+      return true;
+  }
+  return false;
+}
+
+/* Once per declaration, however often the cell is checked (train checks each layer twice). */
+static bool warned_before(const Stmt *s) {
+  static const Stmt *seen[256];
+  static int nseen;
+  for (int i = 0; i < nseen; i++)
+    if (seen[i] == s) return true;
+  if (nseen < 256) seen[nseen++] = s;
+  return false;
+}
+
+static void warn_unused(Stmt **stmts, int n, const CellAst *c) {
+  for (int i = 0; i < n; i++) {
+    const Stmt *s = stmts[i];
+    if ((s->kind == ST_PARAM || s->kind == ST_LET) && !stmts_use(c->body, c->nbody, s->name) && !warned_before(s))
+      diag_warning(s->name_loc, "%s '%s' is never used (cell '%s')", s->kind == ST_PARAM ? "param" : "let", s->name, c->name);
+    if (s->kind == ST_IF) {
+      warn_unused(s->then_body, s->nthen, c);
+      warn_unused(s->else_body, s->nelse, c);
+    }
+  }
+}
+
 static Module *load(Arena *a, Src *src, const char *stdlib_dir) {
   Loader L = {0};
   L.arena = a;
   L.stdlib_dir = stdlib_dir;
   L.m = arena_alloc(a, sizeof(Module));
   char *real = realpath(src->path, NULL);
+  L.shown[L.depth] = src->path;
   L.stack[L.depth++] = arena_strdup(a, real ? real : src->path);
   free(real);
   bool ok = add_file(&L, src, true);
@@ -147,7 +206,8 @@ static Module *load(Arena *a, Src *src, const char *stdlib_dir) {
 Module *check_load(Arena *a, const char *path, const char *stdlib_dir) {
   Src *src = src_load(a, path);
   if (!src) {
-    diag_plain("cannot read '%s': %m", path);
+    if (errno == ENODEV) diag_plain("cannot read '%s': it is a device, not a file", path);
+    else diag_plain("cannot read '%s': %m", path);
     return NULL;
   }
   return load(a, src, stdlib_dir);
@@ -246,6 +306,7 @@ typedef struct Checker {
   Loc output_loc;
   int nupdates;
   int capparams, capstates, capgates, capdims;
+  const char *defining; /* the let or gate whose expression is being checked */
 } Checker;
 
 static _Noreturn void fail(Checker *k, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -294,6 +355,8 @@ static _Noreturn void unknown_name(Checker *k, Loc loc, const char *name, const 
     if (k->ents[i].hidden && !strcmp(k->ents[i].name, name))
       fail(k, loc, "unknown %s '%s': it is defined in only one branch of an `if`, so it is not visible after it",
            what, name);
+  if (k->defining && !strcmp(k->defining, name))
+    fail(k, loc, "'%s' is used in its own definition (a let or gate can only use names defined before it)", name);
   const char *near = nearest_entity(k, name, false);
   if (near) fail(k, loc, "unknown %s '%s'; did you mean '%s'?", what, name, near);
   fail(k, loc, "unknown %s '%s'", what, name);
@@ -966,7 +1029,9 @@ static void body(Checker *k, Stmt **stmts, int n) {
     case ST_STATE: stmt_state(k, s); break;
     case ST_LET:
     case ST_GATE: {
+      k->defining = s->name;
       int v = expr(k, s->expr);
+      k->defining = NULL;
       if (s->kind == ST_GATE) {
         if (N(k, v)->cplx) fail(k, s->loc, "gate '%s' is complex; gates are real (their values are recorded)", s->name);
         GateInfo g = {s->name, s->name_loc, v, false};
@@ -1438,6 +1503,7 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
   c->output_dim = out->rank ? out->dim[0] : dims_const(&c->dt, 1);
   analyze(&k);
   c->bound = bind(&k);
+  warn_unused(ast->body, ast->nbody, ast); /* only a cell that checks: an error says enough */
   free(k.ents);
   free(k.dyn);
   free(k.depth);

@@ -3,6 +3,7 @@
 #define CELLC_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "check.h"
 
@@ -11,6 +12,24 @@ int cmd_derive(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+
+#ifndef CELLC_VERSION
+#define CELLC_VERSION "0.1.0"
+#endif
+
+/* A command's help (help.c holds the table): `cellc CMD --help` and `cellc help CMD`. */
+typedef struct CmdHelp {
+  const char *name;
+  const char *usage;   /* the synopsis, every flag: "check FILE.cell [--cell NAME] ..." */
+  const char *summary; /* what it does, one line */
+  const char *flags;   /* one "  --flag VALUE   meaning" line each */
+  const char *exits;   /* one "  N   meaning" line each */
+} CmdHelp;
+
+const CmdHelp *cli_help(const char *cmd); /* NULL for an unknown command */
+void cli_print_help(const CmdHelp *h, FILE *f);
+/* The global usage: every command's synopsis, and the exit statuses. */
+void cli_print_usage(FILE *f);
 
 /* Prints the message and the usage; returns 2. fmt has one %s. */
 int cli_usage_error(const char *fmt, const char *arg);

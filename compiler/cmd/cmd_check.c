@@ -85,13 +85,26 @@ static bool sets_known(const Module *m, const CellArgs *a) {
       }
     if (!found) {
       const char *near = diag_nearest(a->sets[i].name, cands, nc);
-      if (near) diag_plain("--set %s: no cell has an option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].name, near);
-      else diag_plain("--set %s: no cell has an option '%s'", a->sets[i].name, a->sets[i].name);
+      if (near) diag_plain("--set %s=%s: no cell has an option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].value, a->sets[i].name, near);
+      else diag_plain("--set %s=%s: no cell has an option '%s'", a->sets[i].name, a->sets[i].value, a->sets[i].name);
       return false;
     }
   }
   return true;
 }
+
+/* A param's initializer as written: "chrono(100)", "glorot" (in the arena). */
+static const char *init_text(Arena *a, const ParamInfo *p) {
+  if (!p->ninit_args) return p->init;
+  char buf[512];
+  int len = snprintf(buf, sizeof buf, "%s(", p->init);
+  for (int i = 0; i < p->ninit_args && len < (int)sizeof buf; i++)
+    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s", i ? ", " : "", expr_text(a, p->init_args[i]));
+  if (len < (int)sizeof buf) snprintf(buf + len, sizeof buf - (size_t)len, ")");
+  return arena_strdup(a, buf);
+}
+
+static Arena text_arena; /* the initializers' text, for the life of the command */
 
 static const char *rec_name(Recurrence r) { return r == REC_DIAG_LINEAR ? "diagonal-linear" : "nonlinear"; }
 static const char *mode_name(Mode m) { return m == MODE_SCAN ? "scan" : "sequential"; }
@@ -140,6 +153,11 @@ static cJSON *cell_json(const Cell *c) {
     shape_json(c, cJSON_AddArrayToObject(j, "shape"), p->rank, p->dim, p->n);
     cJSON_AddBoolToObject(j, "complex", p->cplx);
     cJSON_AddStringToObject(j, "init", p->init);
+    if (p->ninit_args) {
+      cJSON *args = cJSON_AddArrayToObject(j, "init_args");
+      for (int t = 0; t < p->ninit_args; t++) cJSON_AddItemToArray(args, p->init_args[t]->kind == EX_NUM ? cJSON_CreateNumber(p->init_args[t]->num)
+                                                                      : cJSON_CreateString(expr_text(&text_arena, p->init_args[t])));
+    }
     cJSON *tags = cJSON_AddArrayToObject(j, "tags");
     for (int t = 0; t < p->ntags; t++) cJSON_AddItemToArray(tags, cJSON_CreateString(p->tags[t]));
     cJSON_AddItemToArray(params, j);
@@ -208,7 +226,7 @@ static void cell_human(const Cell *c, FILE *f) {
   for (int i = 0; i < c->nparams; i++) {
     const ParamInfo *p = &c->params[i];
     shape_human(c, p->rank, p->dim, p->n, p->cplx, buf, (int)sizeof buf);
-    fprintf(f, "    %-12s %-20s ~ %s", p->name, buf, p->init);
+    fprintf(f, "    %-12s %-20s ~ %s", p->name, buf, init_text(&text_arena, p));
     if (p->ntags) {
       fprintf(f, "  tag");
       for (int t = 0; t < p->ntags; t++) fprintf(f, "%s %s", t ? "," : "", p->tags[t]);
@@ -260,36 +278,56 @@ int cmd_check(int argc, char **argv) {
   o.force_scan = a.mode && !strcmp(a.mode, "scan");
   o.force_sequential = a.mode && !strcmp(a.mode, "sequential");
   o.any_dims = true;
-  bool dim_used[64] = {false};
-  cJSON *root = cJSON_CreateObject();
-  cJSON *cells = cJSON_AddArrayToObject(root, "cells");
-  int status = 0, shown = 0;
+  /* every cell is checked before anything is printed: a bad --dims fails first */
+  Cell **checked = xcalloc((size_t)m->ncells + 1, sizeof(Cell *));
+  int status = 0, nchecked = 0;
   for (int i = 0; i < m->ncells && status == 0; i++) {
     if (!m->in_main[i] && !a.cell) continue; /* --cell may name an imported cell */
     if (a.cell && strcmp(a.cell, m->cells[i]->name)) continue;
     Cell *c = check_cell(&arena, m->srcs[i], m->cells[i], &o);
-    if (!c) {
-      status = 1;
-      break;
-    }
-    for (int d = 0; d < a.ndims; d++)
-      for (int j = 0; j < c->ndims; j++) dim_used[d] = dim_used[d] || !strcmp(a.dims[d].name, c->dims[j].name);
-    if (json) cJSON_AddItemToArray(cells, cell_json(c));
-    else {
-      if (shown++) printf("\n");
-      cell_human(c, stdout);
-    }
-    cell_free(c);
+    if (!c) status = 1;
+    else checked[nchecked++] = c;
   }
   if (status == 0 && a.cell && !check_find_cell(m, a.cell, NULL)) {
-    diag_plain("no cell named '%s' in %s", a.cell, a.file);
+    const char *cands[256];
+    int nc = 0;
+    for (int i = 0; i < m->ncells && nc < 256; i++) cands[nc++] = m->cells[i]->name;
+    const char *near = diag_nearest(a.cell, cands, nc);
+    if (near) diag_plain("no cell named '%s' in %s; did you mean '%s'?", a.cell, a.file, near);
+    else diag_plain("no cell named '%s' in %s", a.cell, a.file);
     status = 1;
   }
-  for (int d = 0; d < a.ndims && status == 0 && shown + (json ? 1 : 0) > 0; d++)
-    if (!dim_used[d]) {
-      diag_plain("--dims %s=%s: no cell has a dim '%s'", a.dims[d].name, a.dims[d].value, a.dims[d].name);
+  if (status == 0 && nchecked == 0) {
+    diag_plain("%s defines no cell", a.file);
+    status = 1;
+  }
+  for (int d = 0; d < a.ndims && status == 0; d++) {
+    bool used = false;
+    const char *cands[256];
+    int nc = 0;
+    for (int i = 0; i < nchecked; i++)
+      for (int j = 0; j < checked[i]->ndims; j++) {
+        used = used || !strcmp(a.dims[d].name, checked[i]->dims[j].name);
+        if (nc < 256) cands[nc++] = checked[i]->dims[j].name;
+      }
+    if (!used) {
+      const char *near = diag_nearest(a.dims[d].name, cands, nc);
+      if (near) diag_plain("--dims %s=%s: no cell has a dim '%s'; did you mean '%s'?", a.dims[d].name, a.dims[d].value, a.dims[d].name, near);
+      else diag_plain("--dims %s=%s: no cell has a dim '%s'", a.dims[d].name, a.dims[d].value, a.dims[d].name);
       status = 1;
     }
+  }
+  cJSON *root = cJSON_CreateObject();
+  cJSON *cells = cJSON_AddArrayToObject(root, "cells");
+  for (int i = 0; i < nchecked && status == 0; i++) {
+    if (json) cJSON_AddItemToArray(cells, cell_json(checked[i]));
+    else {
+      if (i) printf("\n");
+      cell_human(checked[i], stdout);
+    }
+  }
+  for (int i = 0; i < nchecked; i++) cell_free(checked[i]);
+  free(checked);
   if (status == 0 && json) {
     char *text = cJSON_Print(root);
     printf("%s\n", text);
@@ -297,5 +335,6 @@ int cmd_check(int argc, char **argv) {
   }
   cJSON_Delete(root);
   arena_free(&arena);
+  arena_free(&text_arena);
   return status;
 }

@@ -161,7 +161,7 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
     else return cli_usage_error("unexpected argument '%s'", f);
   }
   if (!a->cell.file) return cli_usage_error("%s", "run needs a .cell file");
-  if (!a->out) return cli_usage_error("%s", "run needs --out OUT.safetensors");
+  if (!a->out || !a->out[0]) return cli_usage_error("%s", "run needs --out OUT.safetensors");
   if (!a->precision) a->precision = "f32";
   return 0;
 }
@@ -173,7 +173,12 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
   const Src *src = NULL;
   const CellAst *ast = check_find_cell(m, a->cell, &src);
   if (!ast) {
-    if (a->cell) diag_plain("no cell named '%s' in %s", a->cell, a->file);
+    const char *cands[256], *near = NULL;
+    int nc = 0;
+    for (int i = 0; i < m->ncells && nc < 256; i++) cands[nc++] = m->cells[i]->name;
+    if (a->cell) near = diag_nearest(a->cell, cands, nc);
+    if (near) diag_plain("no cell named '%s' in %s; did you mean '%s'?", a->cell, a->file, near);
+    else if (a->cell) diag_plain("no cell named '%s' in %s", a->cell, a->file);
     else diag_plain("%s defines no cell", a->file);
     return NULL;
   }
@@ -186,8 +191,8 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
       int nc = 0;
       for (int o = 0; o < ast->noptions && nc < 64; o++) cands[nc++] = ast->options[o].name;
       const char *near = diag_nearest(a->sets[i].name, cands, nc);
-      if (near) diag_plain("--set %s: cell '%s' has no option '%s'; did you mean '%s'?", a->sets[i].name, ast->name, a->sets[i].name, near);
-      else diag_plain("--set %s: cell '%s' has no option '%s'", a->sets[i].name, ast->name, a->sets[i].name);
+      if (near) diag_plain("--set %s=%s: cell '%s' has no option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].value, ast->name, a->sets[i].name, near);
+      else diag_plain("--set %s=%s: cell '%s' has no option '%s'", a->sets[i].name, a->sets[i].value, ast->name, a->sets[i].name);
       return NULL;
     }
   }
@@ -200,7 +205,24 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
   o.training = training;
   o.force_scan = a->mode && !strcmp(a->mode, "scan");
   o.force_sequential = a->mode && !strcmp(a->mode, "sequential");
-  return check_cell(arena, src, ast, &o);
+  Cell *c = check_cell(arena, src, ast, &o);
+  /* a --dims name the cell does not declare is a mistake worth naming */
+  for (int d = 0; c && d < a->ndims; d++) {
+    bool known = false;
+    const char *cands[64];
+    int nc = 0;
+    for (int j = 0; j < c->ndims; j++) {
+      known = known || !strcmp(c->dims[j].name, a->dims[d].name);
+      if (nc < 64) cands[nc++] = c->dims[j].name;
+    }
+    if (known) continue;
+    const char *near = diag_nearest(a->dims[d].name, cands, nc);
+    if (near) diag_plain("--dims %s=%s: cell '%s' has no dim '%s'; did you mean '%s'?", a->dims[d].name, a->dims[d].value, c->name, a->dims[d].name, near);
+    else diag_plain("--dims %s=%s: cell '%s' has no dim '%s'", a->dims[d].name, a->dims[d].value, c->name, a->dims[d].name);
+    cell_free(c);
+    c = NULL;
+  }
+  return c;
 }
 
 int cmd_derive(int argc, char **argv) {
@@ -316,6 +338,14 @@ int cmd_run(int argc, char **argv) {
       if (have_in) sft_free(&in);
       return 1;
     }
+  }
+  static char purpose[1200];
+  {
+    int len = snprintf(purpose, sizeof purpose, "the run's tensors (--T %d --B %d, dims", T, B);
+    for (int i = 0; i < c->ndims && len < 1100; i++)
+      len += snprintf(purpose + len, sizeof purpose - (size_t)len, " %s=%ld", c->dims[i].name, c->dims[i].value);
+    snprintf(purpose + len, sizeof purpose - (size_t)len, ")");
+    base_alloc_for(purpose);
   }
   const SftFile *IN = have_in ? &in : NULL;
   int status = 0;

@@ -1,7 +1,9 @@
 /* cmd_train.c: `cellc train` (the training loop: batches, optimizer, schedule, evaluation,
  * checkpoints, metrics, progress, Ctrl-C and NaN handling) and `cellc eval`. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "cfg.h"
 #include "cli.h"
+#include "support.h"
 #include "model.h"
 #include "optim.h"
 #include "safetensors.h"
@@ -25,7 +28,7 @@ typedef struct TrainArgs {
   const char *cell, *cfg, *out, *checkpoint;
   const char *sets[MAX_SETS];
   int nsets;
-  bool resume;
+  bool resume, force, dry_run;
 } TrainArgs;
 
 /* Everything a run holds. */
@@ -50,9 +53,22 @@ typedef struct Run {
 
 static volatile sig_atomic_t interrupted;
 
+/* SIGINT and SIGTERM only raise the flag, the first as every later one (a second signal
+ * milliseconds after the first, as `timeout` or a scheduler sends to a process group, must not
+ * kill the checkpoint being written): the loop checks it between steps. */
 static void on_signal(int sig) {
+  (void)sig;
   interrupted = 1;
-  signal(sig, SIG_DFL); /* a second Ctrl-C ends at once */
+}
+
+/* SIGINT and SIGTERM held back (how = SIG_BLOCK) or let through again (SIG_UNBLOCK) while a
+ * checkpoint is written: a signal then neither interrupts a write nor runs the handler. */
+static void hold_signals(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(how, &set, NULL);
 }
 
 static double now(void) {
@@ -64,8 +80,8 @@ static double now(void) {
 static int usage(bool eval, const char *fmt, const char *arg) {
   fprintf(stderr, "cellc %s: ", eval ? "eval" : "train");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: cellc train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume]\n"
-                  "       cellc eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...\n");
+  fprintf(stderr, "\nusage: cellc %s\n       cellc %s\n(cellc %s --help for more)\n", cli_help("train")->usage,
+          cli_help("eval")->usage, eval ? "eval" : "train");
   return 2;
 }
 
@@ -78,10 +94,14 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
       if (a->nsets == MAX_SETS) return usage(eval, "too many %s", s);
       a->sets[a->nsets++] = argv[++i];
     } else if (!strcmp(s, "--out") && !eval) {
-      if (!has_value) return usage(eval, "%s needs a directory", s);
+      if (!has_value || !argv[i + 1][0]) return usage(eval, "%s needs a directory", s);
       a->out = argv[++i];
     } else if (!strcmp(s, "--resume") && !eval) {
       a->resume = true;
+    } else if (!strcmp(s, "--force") && !eval) {
+      a->force = true;
+    } else if (!strcmp(s, "--dry-run") && !eval) {
+      a->dry_run = true;
     } else if (!strcmp(s, "--checkpoint") && eval) {
       if (!has_value) return usage(eval, "%s needs a file", s);
       a->checkpoint = argv[++i];
@@ -98,6 +118,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
   if (!a->cell || !a->cfg) return usage(eval, "%s", "needs MODEL.cell and TASK.cfg");
   if (eval && !a->checkpoint) return usage(eval, "%s", "needs --checkpoint FILE");
   if (a->resume && !a->out) return usage(eval, "%s", "--resume needs --out DIR (the run to continue)");
+  if (a->resume && a->force) return usage(eval, "%s", "--resume continues a run and --force starts it over: give one of them");
   return 0;
 }
 
@@ -190,6 +211,9 @@ static int setup(Run *r) {
   const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
   cfg_task_values(c, num, str);
   char err[1024];
+  static char purpose[512];
+  snprintf(purpose, sizeof purpose, "the data of task '%s' (its [task] keys)", cfg_word(c, "task.name"));
+  base_alloc_for(purpose);
   int rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
   free(num), free(str);
   if (rc < 0) {
@@ -197,6 +221,10 @@ static int setup(Run *r) {
     return 1;
   }
   r->shape = task_shape(r->task);
+  snprintf(purpose, sizeof purpose,
+           "the model and its work arrays (model.layers = %lld, model.width = %lld, model.hidden = %lld, train.batch = "
+           "%d, sequence length %d)", (long long)cfg_int(c, "model.layers"), (long long)cfg_int(c, "model.width"),
+           (long long)cfg_int(c, "model.hidden"), r->B, r->shape.length);
   r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->B, r->seed);
   if (!r->model) return 1;
   return build_optimizer(r);
@@ -263,13 +291,24 @@ static int write_checkpoint(Run *r, const char *path) {
   sft_set_meta(w, "step", num);
   snprintf(num, sizeof num, "%.17g", r->elapsed0 + (r->t0 > 0 ? now() - r->t0 : 0));
   sft_set_meta(w, "elapsed_s", num);
-  char err[512];
+  char err[PATH_MAX + 512];
+  hold_signals(SIG_BLOCK);
   int rc = sft_write(w, path, err, sizeof err);
+  hold_signals(SIG_UNBLOCK);
   if (rc < 0) diag_plain("%s", err);
   sft_writer_free(w);
   for (int i = 0; i < nb; i++) free(bufs[i]);
   free(bufs), free(cfgtext);
   return rc;
+}
+
+/* "[3, 4]" (malloc'd). */
+static char *shape_text(const int64_t *shape, int ndim) {
+  char buf[256];
+  int len = snprintf(buf, sizeof buf, "[");
+  for (int i = 0; i < ndim && len < (int)sizeof buf - 32; i++) len += snprintf(buf + len, sizeof buf - (size_t)len, i ? ", %lld" : "%lld", (long long)shape[i]);
+  snprintf(buf + len, sizeof buf - (size_t)len, "]");
+  return xstrdup(buf);
 }
 
 /* Reads a checkpoint into the model (and the optimizer, when `with_opt`). */
@@ -291,19 +330,36 @@ static int read_checkpoint(Run *r, const char *path, bool with_opt) {
     for (int which = 0; which < (with_opt && r->moff[i] != SIZE_MAX ? (r->opt->v ? 3 : 2) : 1) && !status; which++) {
       char *name = which == 0 ? xstrdup(t->name) : xasprintf("optim.%s.%s", which == 1 ? "m" : "v", t->name);
       const SftTensor *s = sft_find(&f, name);
-      bool ok = s && s->ndim == t->ndim && (s->dtype == SFT_F32 || s->dtype == SFT_F64);
+      bool ok = s && s->ndim == t->ndim;
       for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
-      if (!ok) {
-        if (!s) diag_plain("%s: no tensor '%s': the checkpoint was written for another model or configuration", path, name);
-        else diag_plain("%s: tensor '%s' has the wrong shape or type for this model", path, name);
+      if (!s) {
+        diag_plain("%s: no tensor '%s': the checkpoint was written for another model or configuration", path, name);
+        status = 1;
+      } else if (!ok) {
+        char *got = shape_text(s->shape, s->ndim), *want = shape_text(t->shape, t->ndim);
+        diag_plain("%s: tensor '%s' has shape %s, but this model's is %s: the checkpoint was written for another "
+                   "model or configuration", path, name, got, want);
+        free(got), free(want);
+        status = 1;
+      } else if (s->dtype != SFT_F32 && s->dtype != SFT_F64) {
+        diag_plain("%s: tensor '%s' is %s; a checkpoint holds F32 or F64 tensors", path, name, sft_dtype_name(s->dtype));
         status = 1;
       } else {
         float *planes[2];
         if (which == 0) planes[0] = t->val[0], planes[1] = t->val[1];
         else moment_planes(r, i, which == 1 ? r->opt->m : r->opt->v, planes);
         int parts = t->cplx ? 2 : 1;
-        for (int64_t j = 0; j < t->numel; j++)
-          for (int part = 0; part < parts; part++) planes[part][j] = (float)sft_get(s, j * parts + part);
+        for (int64_t j = 0; j < t->numel && !status; j++)
+          for (int part = 0; part < parts; part++) {
+            double v = sft_get(s, j * parts + part);
+            if (!isfinite(v) || !isfinite((float)v)) {
+              diag_plain("%s: tensor '%s' holds a value that is not finite (%s at element %lld): the checkpoint is "
+                         "not usable", path, name, isnan(v) ? "NaN" : "infinite", (long long)(j * parts + part));
+              status = 1;
+              break;
+            }
+            planes[part][j] = (float)v;
+          }
       }
       free(name);
     }
@@ -324,6 +380,10 @@ static int read_checkpoint(Run *r, const char *path, bool with_opt) {
   const SftTensor *st = sft_find(&f, "optim.step");
   if (!status && (!st || st->numel != 1)) {
     diag_plain("%s: no optim.step", path);
+    status = 1;
+  }
+  if (!status && !(sft_get(st, 0) >= 0 && sft_get(st, 0) <= 1e15)) {
+    diag_plain("%s: optim.step is %g, not a step count", path, sft_get(st, 0));
     status = 1;
   }
   if (!status) {
@@ -423,19 +483,9 @@ static void print_final(Run *r, EvalResult e) {
 /* ---- training ---- */
 
 static int write_text_atomic(const char *path, const char *text) {
-  char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  int rc = -1;
-  if (f) {
-    bool ok = fputs(text, f) >= 0;
-    ok = (fclose(f) == 0) && ok;
-    rc = ok && rename(tmp, path) == 0 ? 0 : -1;
-  }
-  if (rc < 0) {
-    diag_plain("cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-  }
-  free(tmp);
+  char err[PATH_MAX + 256];
+  int rc = fsout_write_file(path, text, strlen(text), err, sizeof err);
+  if (rc < 0) diag_plain("%s", err);
   return rc;
 }
 
@@ -460,13 +510,21 @@ static int drop_metrics_after(const char *path, int64_t step) {
   return rc;
 }
 
+static const char *held_run_file(const char *dir);
+
 static char *default_dir(Run *r) {
   char stamp[32];
   time_t t = time(NULL);
   struct tm tm;
   localtime_r(&t, &tm);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-  return xasprintf("runs/%s-%s-%s", model_cell_name(r->model), cfg_word(r->cfg, "task.name"), stamp);
+  char *dir = xasprintf("runs/%s-%s-%s", model_cell_name(r->model), cfg_word(r->cfg, "task.name"), stamp);
+  /* two runs started in the same second get two directories */
+  for (int i = 2; held_run_file(dir); i++) {
+    free(dir);
+    dir = xasprintf("runs/%s-%s-%s-%d", model_cell_name(r->model), cfg_word(r->cfg, "task.name"), stamp, i);
+  }
+  return dir;
 }
 
 static int train_loop(Run *r) {
@@ -560,59 +618,220 @@ static void flush_denormals(void) {
 static int run_start(Run *r, int argc, char **argv, bool eval) {
   flush_denormals();
   int rc = parse_args(argc, argv, &r->a, eval);
-  return rc ? rc : setup(r);
+  if (rc) return rc;
+  if (!eval) { /* from here a signal only raises the flag: the loop writes the checkpoint and exits 130 */
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+  }
+  return setup(r);
+}
+
+/* ---- the run directory ---- */
+
+/* The files of a run: a directory that holds any of them holds a run. */
+static const char *const run_files[] = {"checkpoint.safetensors", "metrics.jsonl", "config.cfg"};
+
+/* The first of a run's files that `dir` holds, or NULL. */
+static const char *held_run_file(const char *dir) {
+  for (int i = 0; i < 3; i++) {
+    char *p = xasprintf("%s/%s", dir, run_files[i]);
+    struct stat st;
+    bool there = lstat(p, &st) == 0;
+    free(p);
+    if (there) return run_files[i];
+  }
+  return NULL;
+}
+
+/* --force: removes the earlier run's files (a symbolic link itself, never what it points to);
+ * anything else under those names is left alone, and the run fails (status 3). */
+static int remove_run(const char *dir) {
+  for (int i = 0; i < 3; i++) {
+    char *p = xasprintf("%s/%s", dir, run_files[i]);
+    struct stat st;
+    int rc = 0;
+    if (lstat(p, &st) == 0) {
+      if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        diag_plain("--force: %s is not a regular file; left as it is", p);
+        rc = 3;
+      } else if (unlink(p) != 0) {
+        diag_plain("--force: cannot remove %s: %s", p, strerror(errno));
+        rc = 3;
+      }
+    }
+    free(p);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Before the first step: each of the run's files can be written (a file that cannot, such as a
+ * FIFO or a read-only file, fails the run now, not at its first checkpoint). 0 or 3. */
+static int writable_run_files(const char *dir) {
+  for (int i = 0; i < 3; i++) {
+    char *p = xasprintf("%s/%s", dir, run_files[i]), err[PATH_MAX + 256];
+    char *target = fsout_target(p, err, sizeof err);
+    free(p);
+    if (!target) {
+      diag_plain("%s", err);
+      return 3;
+    }
+    free(target);
+  }
+  return 0;
+}
+
+/* Takes the run directory: creates it, or checks the run it holds against --resume and --force.
+ * Returns 0 or the exit status. */
+static int take_dir(Run *r) {
+  struct stat st;
+  if (stat(r->dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    diag_plain("%s: cannot write the run there: it is not a directory", r->dir);
+    return 3;
+  }
+  if (r->a.resume) {
+    char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
+    int rc = 0;
+    if (lstat(ckpt, &st) != 0) {
+      diag_plain("--resume: %s does not exist (--force starts the run in %s over)", ckpt, r->dir);
+      rc = 1;
+    } else if (stat(ckpt, &st) != 0 || !S_ISREG(st.st_mode)) {
+      diag_plain("--resume: %s is not a regular file", ckpt);
+      rc = 1;
+    } else rc = read_checkpoint(r, ckpt, true);
+    free(ckpt);
+    return rc ? rc : writable_run_files(r->dir);
+  }
+  const char *held = held_run_file(r->dir);
+  if (held && !r->a.force) {
+    diag_plain("%s already holds a run (%s): --resume continues it, --force starts over (removing its files)", r->dir, held);
+    return 1;
+  }
+  if (held) {
+    int rc = remove_run(r->dir);
+    if (rc) return rc;
+  }
+  if (make_dirs(r->dir) < 0) {
+    diag_plain("cannot create %s: %s", r->dir, strerror(errno));
+    return 3;
+  }
+  return writable_run_files(r->dir);
+}
+
+/* config.cfg (and a checkpoint's configuration) names the cell and the value of each of its
+ * options, so that the run can be repeated from it alone. */
+static void pin_config(Run *r) {
+  if (!cfg_word(r->cfg, "model.cell")) {
+    char *set = xasprintf("model.cell=%s", model_cell_name(r->model));
+    CHECK(cfg_set(r->cfg, set) == 0);
+    free(set);
+  }
+  const Cell *c0 = model_layer_cell(r->model, 0);
+  for (int o = 0; o < c0->noptions; o++) {
+    const char *name = c0->options[o].name;
+    const CfgEntry *e;
+    int n = cfg_entries(r->cfg, &e), layer = -1;
+    bool global = false;
+    for (int i = 0; i < n; i++) global = global || (e[i].kind == CFG_ENTRY_OPTION && e[i].layer < 0 && !strcmp(e[i].name, name));
+    for (int k = 0; k < model_nlayers(r->model) && !global && layer < 0; k++) {
+      bool own = false;
+      for (int i = 0; i < n; i++) own = own || (e[i].kind == CFG_ENTRY_OPTION && e[i].layer == k && !strcmp(e[i].name, name));
+      if (!own) layer = k;
+    }
+    if (global || layer < 0) continue; /* given for all layers, or for each one */
+    const OptionInfo *op = &model_layer_cell(r->model, layer)->options[o];
+    char *set = op->type == OPT_BOOL  ? xasprintf("model.option.%s=%s", name, op->value ? "true" : "false")
+                : op->type == OPT_INT ? xasprintf("model.option.%s=%.0f", name, op->value)
+                                      : xasprintf("model.option.%s=%.17g", name, op->value);
+    CHECK(cfg_set(r->cfg, set) == 0);
+    free(set);
+  }
+}
+
+/* --dry-run: the model, as PyTorch's print(model): each tensor with its shape and size, the
+ * parameter count, and each cell layer's compile mode and options. */
+static void print_model(Run *r) {
+  Model *m = r->model;
+  printf("%s\n", model_summary(m));
+  printf("task %s, T=%d, batch %d, %lld steps\n", cfg_word(r->cfg, "task.name"), r->shape.length, r->B, (long long)r->steps);
+  for (int k = 0; k < model_nlayers(m); k++) {
+    const Cell *c = model_layer_cell(m, k);
+    printf("layer %d: cell %s, mode %s", k, c->name, c->mode == MODE_SCAN ? "scan" : "sequential");
+    for (int o = 0; o < c->noptions; o++) {
+      const OptionInfo *op = &c->options[o];
+      if (op->type == OPT_BOOL) printf("%s%s=%s", o ? ", " : "; options ", op->name, op->value ? "true" : "false");
+      else printf("%s%s=%g", o ? ", " : "; options ", op->name, op->value);
+    }
+    printf("\n");
+  }
+  printf("%-32s %-18s %12s\n", "tensor", "shape", "params");
+  for (int i = 0; i < model_ntensors(m); i++) {
+    const ModelTensor *t = model_tensor(m, i);
+    char *shape = shape_text(t->shape, t->ndim);
+    printf("%-32s %-18s %12lld%s\n", t->name, shape, (long long)(t->numel * (t->cplx ? 2 : 1)),
+           t->learned ? "" : "  (buffer, not learned)");
+    free(shape);
+  }
+  printf("total: %lld learned params in %d tensors\n", (long long)model_nparams(m), model_ntensors(m));
+  printf("dry run: nothing trained, nothing written\n");
 }
 
 int cmd_train(int argc, char **argv) {
   Run r = {0};
   int rc = run_start(&r, argc, argv, false);
-  if (!rc) {
-    r.dir = r.a.out ? xstrdup(r.a.out) : default_dir(&r);
-    char *ckpt = xasprintf("%s/checkpoint.safetensors", r.dir);
-    if (r.a.resume) {
-      if (access(ckpt, F_OK) != 0) {
-        diag_plain("--resume: %s does not exist", ckpt);
-        rc = 1;
-      } else rc = read_checkpoint(&r, ckpt, true);
-    } else if (make_dirs(r.dir) < 0) {
-      diag_plain("cannot create %s: %s", r.dir, strerror(errno));
-      rc = 3;
-    }
-    free(ckpt);
+  if (!rc && r.a.dry_run) {
+    print_model(&r);
+    teardown(&r);
+    return 0;
   }
   if (!rc) {
+    pin_config(&r);
+    r.dir = r.a.out ? xstrdup(r.a.out) : default_dir(&r);
+    rc = take_dir(&r);
+  }
+  bool complete = false;
+  if (!rc && r.a.resume && r.step > r.steps) {
+    diag_plain("--resume: the checkpoint in %s is at step %lld, past train.steps = %lld; nothing written "
+               "(to train further, raise train.steps)", r.dir, (long long)r.step, (long long)r.steps);
+    rc = 1;
+  } else if (!rc && r.a.resume && r.step == r.steps) {
+    printf("the run in %s is already complete (step %lld of %lld); nothing written\n", r.dir, (long long)r.step,
+           (long long)r.steps);
+    print_final(&r, evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches")));
+    complete = true;
+  }
+  if (!rc && !complete) {
     char *cfgpath = xasprintf("%s/config.cfg", r.dir), *text = cfg_write_string(r.cfg);
     if (write_text_atomic(cfgpath, text) < 0) rc = 3;
     free(cfgpath), free(text);
     char *mpath = xasprintf("%s/metrics.jsonl", r.dir);
     if (!rc && r.a.resume && drop_metrics_after(mpath, r.step) < 0) rc = 3;
-    if (!rc && !(r.metrics = fopen(mpath, r.a.resume ? "a" : "w"))) {
-      diag_plain("cannot write %s: %s", mpath, strerror(errno));
+    char err[PATH_MAX + 256];
+    if (!rc && !(r.metrics = fsout_append(mpath, !r.a.resume, err, sizeof err))) {
+      diag_plain("%s", err);
       rc = 3;
     }
     free(mpath);
   }
-  if (!rc) {
+  if (!rc && !complete) {
     r.tty = isatty(STDOUT_FILENO);
     r.t0 = now();
     printf("cellc train: %s; task %s, T=%d, batch %d, %lld steps%s; writing %s\n", model_summary(r.model),
            cfg_word(r.cfg, "task.name"), r.shape.length, r.B, (long long)r.steps, r.a.resume ? " (resumed)" : "", r.dir);
     if (r.a.resume) printf("resuming at step %lld\n", (long long)r.step);
     fflush(stdout);
-    struct sigaction sa = {0}, old_int, old_term;
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
     rc = train_loop(&r);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
     if (!rc) {
       EvalResult e = evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches"));
       metric(&r, "test", e.loss, e.accuracy, NAN, NAN, NAN);
       print_final(&r, e);
     }
   }
+  /* the handler stays: a signal arriving while the process ends must not turn status 130 (or 0)
+   * into death by signal */
   teardown(&r);
   return rc;
 }

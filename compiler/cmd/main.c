@@ -8,51 +8,60 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: cellc COMMAND [ARGS]\n"
-          "\n"
-          "commands:\n"
-          "  check FILE.cell [--set NAME=VALUE]... [--dims H=128,...] [--json]\n"
-          "      check every cell; print dims, params, states (recurrence class), gates, mode\n"
-          "  derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...]\n"
-          "      print the derived backward step as math\n"
-          "  run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]...\n"
-          "      [--T 16] [--B 3] [--seed 7] [--inputs IN.safetensors] [--backend interp|cpu]\n"
-          "      [--mode auto|scan|sequential] [--precision f32|f64] [--train]\n"
-          "      run one cell on data, forward and backward, and write every tensor\n"
-          "  train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume]\n"
-          "      train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR\n"
-          "  eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...\n"
-          "      evaluate a checkpoint on the task's test split\n"
-          "\n"
-          "exit status: 0 success, 1 bad input, 2 bad usage, 3 the run failed, 70 internal error\n");
-}
-
 int cli_usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "cellc: ");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n\n");
-  usage(stderr);
+  cli_print_usage(stderr);
   return 2;
+}
+
+/* SIGINT or SIGTERM outside `train` (which checkpoints first): status 130, never death by the
+ * signal. A file being written holds the signals back until it is complete (fsout.c). */
+static void on_interrupt(int sig) {
+  (void)sig;
+  _exit(130);
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage(stderr);
+    cli_print_usage(stderr);
     return 2;
   }
   /* a closed pipe (cellc ... | head) ends the output, not the process by a signal */
   signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("cellc %s\n", CELLC_VERSION);
+    return 0;
+  }
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    if (argc < 3) {
+      cli_print_usage(stdout);
+      return 0;
+    }
+    const CmdHelp *h = cli_help(argv[2]);
+    if (!h) return cli_usage_error("help: unknown command '%s'", argv[2]);
+    cli_print_help(h, stdout);
+    return 0;
+  }
+  const CmdHelp *h = cli_help(cmd);
+  if (!h) return cli_usage_error("unknown command '%s'", cmd);
+  /* CMD --help anywhere among its arguments */
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      cli_print_help(h, stdout);
+      return 0;
+    }
   if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
   if (!strcmp(cmd, "derive")) return cmd_derive(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-    usage(stdout);
-    return 0;
-  }
   return cli_usage_error("unknown command '%s'", cmd);
 }

@@ -1127,7 +1127,7 @@ Cfg *cfg_load(const char *path, const char *const *sets, int nsets) {
   size_t len;
   char *text = read_file(path, &len);
   if (!text) {
-    diag_plain("cannot read '%s': %s", path, strerror(errno));
+    diag_plain("cannot read '%s': %s", path, errno == ENODEV ? "it is a device, not a file" : strerror(errno));
     return NULL;
   }
   Src src = {path, text, len};

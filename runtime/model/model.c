@@ -710,6 +710,8 @@ ModelTensor *model_tensor(Model *m, int i) { return &m->tensors[i]; }
 const char *model_cell_name(const Model *m) { return m->cell_name; }
 const char *model_cell_source(const Model *m) { return m->source; }
 const char *model_summary(const Model *m) { return m->summary; }
+int model_nlayers(const Model *m) { return m->nlayers; }
+const struct Cell *model_layer_cell(const Model *m, int k) { return m->layers[k].cell[0]; }
 
 int64_t model_nparams(const Model *m) {
   int64_t n = 0;

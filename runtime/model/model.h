@@ -53,6 +53,9 @@ const char *model_cell_name(const Model *m);
 const char *model_cell_source(const Model *m); /* the text of the .cell file */
 const char *model_summary(const Model *m);     /* one line: cell, mode, layers, params */
 int64_t model_nparams(const Model *m);         /* learned floats */
+int model_nlayers(const Model *m);
+/* Layer k's checked cell (the training variant): its mode, options, params. */
+const struct Cell *model_layer_cell(const Model *m, int k);
 
 /* One batch: the forward and, when training, the backward, writing every learned tensor's gradient
  * (overwritten, not accumulated). `step` seeds the batch's dropout and gumbel noise. Only the first

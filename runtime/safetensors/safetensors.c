@@ -301,7 +301,7 @@ int sft_read(const char *path, SftFile *out, char *err, size_t errlen) {
   char *bytes = read_file(path, &len);
   if (!bytes) {
     Parse p = {path, err, errlen};
-    return parse_fail(&p, "cannot read: %s", errno ? strerror(errno) : "read error");
+    return parse_fail(&p, "cannot read: %s", errno == ENODEV ? "it is a device, not a file" : errno ? strerror(errno) : "read error");
   }
   int rc = sft_parse(bytes, len, path, out, err, errlen);
   free(bytes);
@@ -532,30 +532,6 @@ static Buf build_header(SftWriter *w, WTensor **order) {
   return b;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *s = p;
-  while (n) {
-    ssize_t k = write(fd, s, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    s += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* After the rename, make the directory entry durable too (best effort). */
-static void fsync_dir_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? xasprintf("%.*s", (int)(slash - path + 1), path) : xstrdup(".");
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
 int sft_write(SftWriter *w, const char *path, char *err, size_t errlen) {
   Parse p = {path, err, errlen};
   WTensor **order = xmalloc(sizeof(WTensor *) * (size_t)(w->n ? w->n : 1));
@@ -563,23 +539,19 @@ int sft_write(SftWriter *w, const char *path, char *err, size_t errlen) {
   qsort(order, (size_t)w->n, sizeof *order, wtensor_by_name);
   Buf hdr = build_header(w, order);
 
-  char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
   int rc = 0;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) rc = parse_fail(&p, "cannot write: %s", strerror(errno));
+  FsOut o;
+  if (fsout_begin(&o, path, err, errlen) < 0) rc = -1;
   else {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.n >> (8 * i));
-    bool ok = write_all(fd, len8, 8) == 0 && write_all(fd, hdr.s, hdr.n) == 0;
-    for (int i = 0; ok && i < w->n; i++) ok = write_all(fd, order[i]->data, order[i]->nbytes) == 0;
-    if (!ok) rc = parse_fail(&p, "cannot write: %s", strerror(errno));
-    else if (fsync(fd) != 0) rc = parse_fail(&p, "cannot write (fsync): %s", strerror(errno));
-    if (close(fd) != 0 && rc == 0) rc = parse_fail(&p, "cannot write (close): %s", strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0) rc = parse_fail(&p, "cannot write (rename): %s", strerror(errno));
-    if (rc != 0) unlink(tmp);
-    else fsync_dir_of(path);
+    bool ok = fsout_write_all(o.fd, len8, 8) == 0 && fsout_write_all(o.fd, hdr.s, hdr.n) == 0;
+    for (int i = 0; ok && i < w->n; i++) ok = fsout_write_all(o.fd, order[i]->data, order[i]->nbytes) == 0;
+    if (!ok) {
+      rc = parse_fail(&p, "cannot write: %s", strerror(errno));
+      fsout_abort(&o);
+    } else rc = fsout_commit(&o, err, errlen);
   }
-  free(tmp);
   free(hdr.s);
   free(order);
   return rc;

@@ -47,9 +47,11 @@ void sft_add(SftWriter *w, const char *name, SftDtype dtype, int ndim, const int
 void sft_add_f64_as(SftWriter *w, const char *name, SftDtype dtype, int ndim, const int64_t *shape,
                     const double *data);
 void sft_set_meta(SftWriter *w, const char *key, const char *value); /* replaces an existing key */
-/* Writes atomically (PATH.tmp.<pid>, fsync, rename over PATH). Tensors sorted by name, header
- * padded with spaces to a multiple of 8. 0 ok; -1 with a message in err, and then nothing is
- * left at PATH (an earlier file there is untouched) and the temporary file is removed. */
+/* Writes atomically through fsout (a temporary file next to PATH's target, fsync, rename; a
+ * symbolic link is written through, a path that is not a regular file is refused). Tensors
+ * sorted by name, header padded with spaces to a multiple of 8. 0 ok; -1 with a message in err,
+ * and then nothing is left at PATH (an earlier file there is untouched) and the temporary file
+ * is removed. */
 int sft_write(SftWriter *w, const char *path, char *err, size_t errlen);
 void sft_writer_free(SftWriter *w);
 

@@ -1,7 +1,10 @@
 /* base.c: allocation, arenas, file reading and the internal-error exit. */
 #include "base.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <stddef.h>
 #include <string.h>
 
 _Noreturn void base_fail(const char *file, int line, const char *what) {
@@ -10,21 +13,40 @@ _Noreturn void base_fail(const char *file, int line, const char *what) {
   exit(70);
 }
 
+static const char *alloc_purpose;
+
+const char *base_alloc_for(const char *what) {
+  const char *old = alloc_purpose;
+  alloc_purpose = what;
+  return old;
+}
+
+/* An allocation that failed: out of memory (the user's sizes: exit 3, naming the bytes and what
+ * they were for), unless the size is one no correct computation asks for (a bug: exit 70). */
+static _Noreturn void out_of_memory(size_t count, size_t size) {
+  if (size && count > (size_t)PTRDIFF_MAX / size) base_fail(__FILE__, __LINE__, "allocation size overflows");
+  double n = (double)count * (double)size;
+  fflush(stdout);
+  fprintf(stderr, "cellc: error: out of memory: %.0f bytes (%.3g GiB) could not be allocated for %s\n", n,
+          n / (1024.0 * 1024.0 * 1024.0), alloc_purpose ? alloc_purpose : "cellc's work");
+  exit(3);
+}
+
 void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
-  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  if (!p) out_of_memory(n, 1);
   return p;
 }
 
 void *xcalloc(size_t count, size_t size) {
   void *p = calloc(count ? count : 1, size ? size : 1);
-  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  if (!p) out_of_memory(count, size);
   return p;
 }
 
 void *xrealloc(void *p, size_t n) {
   p = realloc(p, n ? n : 1);
-  if (!p) base_fail(__FILE__, __LINE__, "out of memory");
+  if (!p) out_of_memory(n, 1);
   return p;
 }
 
@@ -99,6 +121,13 @@ void arena_free(Arena *a) {
 char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
+  /* a directory or a device (/dev/zero would never end) is not a file to read; a pipe is */
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+    fclose(f);
+    errno = S_ISDIR(st.st_mode) ? EISDIR : ENODEV;
+    return NULL;
+  }
   size_t cap = 4096, n = 0;
   char *buf = xmalloc(cap);
   for (;;) {

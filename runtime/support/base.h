@@ -18,11 +18,16 @@
 
 _Noreturn void base_fail(const char *file, int line, const char *what);
 
+/* Checked allocation. Failure is out of memory: exit 3 with the bytes asked for and what they
+ * were for (base_alloc_for); a size that overflows is a bug (exit 70). */
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Names what the allocations from now on are for, in the out-of-memory message ("the model's
+ * tensors (model.hidden = 128, ...)"); `what` must outlive them. Returns the previous name. */
+const char *base_alloc_for(const char *what);
 
 /* An arena: everything of one compilation, freed at once. */
 typedef struct ArenaBlock ArenaBlock;
@@ -46,7 +51,8 @@ void arena_free(Arena *a);
     (items)[(n)++] = (value);                                                \
   } while (0)
 
-/* Read a whole file; NULL (errno set) when it cannot be read. */
+/* Read a whole file; NULL (errno set) when it cannot be read, or is a directory (EISDIR) or a
+ * device (ENODEV). */
 char *read_file(const char *path, size_t *len);
 
 /* The threads cellc's own parallel work uses: CELLC_THREADS, else every online core. cellc owns

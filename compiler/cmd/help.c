@@ -1,0 +1,120 @@
+/* help.c: the table of commands (usage, flags, exit statuses), the one place their help lives:
+ * `cellc CMD --help` and `cellc help CMD` print an entry, the global usage is drawn from all. */
+#include <string.h>
+
+#include "cli.h"
+
+static const CmdHelp commands[] = {
+    {"check", "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] [--json]",
+     "check every cell; print dims, options, params, states (recurrence class), gates, mode",
+     "  --cell NAME             only this cell (it may be one the file imports)\n"
+     "  --set NAME=VALUE        set an option (repeatable)\n"
+     "  --dims H=128,...        bind dims (repeatable); a name no cell declares is an error\n"
+     "  --mode auto|scan|sequential   force the mode (scan on a nonlinear cell is an error)\n"
+     "  --json                  one JSON document on stdout\n"
+     "  -h, --help              this help\n",
+     "  0   the file checks (warnings, such as an unused param, go to stderr)\n"
+     "  1   bad input: an error in the .cell file (located), a file with no cell, a bad --set, --dims or --cell\n"
+     "  2   bad usage: unknown flag, a flag without its value\n"
+     "  70  internal error (a bug)\n"},
+    {"derive", "derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...] [--mode auto|scan|sequential]",
+     "print the derived backward step as math",
+     "  --cell NAME             which cell (default: the last one of the file)\n"
+     "  --set NAME=VALUE        set an option (repeatable)\n"
+     "  --dims H=8,...          bind dims (unbound ones get 3; the math does not depend on them)\n"
+     "  --mode auto|scan|sequential   force the mode\n"
+     "  -h, --help              this help\n",
+     "  0   success\n"
+     "  1   bad input: an error in the .cell file, a file with no cell, a bad --set, --dims or --cell\n"
+     "  2   bad usage\n"
+     "  70  internal error (a bug)\n"},
+    {"run",
+     "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
+     "[--seed 7] [--inputs IN.safetensors] [--backend interp|cpu|cuda] [--mode auto|scan|sequential] "
+     "[--precision f32|f64] [--train]",
+     "run one cell on data, forward and backward, and write every tensor",
+     "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
+     "                          device, directory or read-only file is refused)\n"
+     "  --cell NAME             which cell (default: the last one of the file)\n"
+     "  --dims H=8,D=4          bind dims; every dim, the input's included\n"
+     "  --set NAME=VALUE        set an option (repeatable)\n"
+     "  --T N, --B N            sequence length and batch for generated data (16, 3)\n"
+     "  --seed N                seed of every generated tensor (0)\n"
+     "  --inputs FILE           take params and data from this safetensors file\n"
+     "  --backend interp|cpu|cuda   (cpu; cuda is not built yet)\n"
+     "  --mode auto|scan|sequential\n"
+     "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
+     "  --train                 training mode: gumbel_sigmoid draws noise\n"
+     "  -h, --help              this help\n",
+     "  0   success\n"
+     "  1   bad input: an error in the .cell file, a bad --inputs file, a bad --set, --dims or --cell\n"
+     "  2   bad usage: unknown flag, a flag without its value, a value out of range, no --out\n"
+     "  3   the run failed: the output cannot be written, the back end is not built, out of memory\n"
+     "  70  internal error (a bug)\n"},
+    {"train", "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--dry-run]",
+     "train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR",
+     "  --set KEY=VALUE         override a configuration key (repeatable): --set train.lr=3e-4\n"
+     "  --out DIR               the run directory (default runs/<cell>-<task>-<time>)\n"
+     "  --resume                continue the run in DIR from its checkpoint\n"
+     "  --force                 start over in a DIR that holds a run (its files are removed first)\n"
+     "  --dry-run               print the model (each tensor, its shape and size, the parameter\n"
+     "                          count, each layer's mode) and stop; nothing is written\n"
+     "  -h, --help              this help\n"
+     "SIGINT or SIGTERM (any number of them) finishes the step, writes the checkpoint, exits 130.\n",
+     "  0   success (or, with --resume, a run that is already complete: nothing written)\n"
+     "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
+     "      or --force), a checkpoint that is missing, for another model or not finite\n"
+     "  2   bad usage: unknown flag, a flag without its value, --resume without --out\n"
+     "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory\n"
+     "  70  internal error (a bug)\n"
+     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"},
+    {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...",
+     "evaluate a checkpoint on the task's test split",
+     "  --checkpoint FILE       the checkpoint to evaluate (required)\n"
+     "  --set KEY=VALUE         override a configuration key (repeatable)\n"
+     "  -h, --help              this help\n",
+     "  0   success\n"
+     "  1   bad input: an error in the .cell or .cfg file, a checkpoint that is unreadable, for another\n"
+     "      model, or holds a value that is not finite\n"
+     "  2   bad usage: unknown flag, no --checkpoint\n"
+     "  3   out of memory\n"
+     "  70  internal error (a bug)\n"},
+    {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
+     "", "  0   success\n  2   unknown command\n"},
+};
+
+const CmdHelp *cli_help(const char *cmd) {
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (!strcmp(commands[i].name, cmd)) return &commands[i];
+  return NULL;
+}
+
+void cli_print_help(const CmdHelp *h, FILE *f) {
+  fprintf(f, "usage: cellc %s\n\n%s\n", h->usage, h->summary);
+  if (*h->flags) fprintf(f, "\nflags:\n%s", h->flags);
+  fprintf(f, "\nexit status:\n%s", h->exits);
+}
+
+void cli_print_usage(FILE *f) {
+  fprintf(f, "usage: cellc COMMAND [ARGS]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+    /* the synopsis wrapped before a " [" past column 96, continued indented */
+    const char *u = commands[i].usage;
+    int col = fprintf(f, "  ");
+    while (*u) {
+      const char *next = strstr(u + 1, " [");
+      int n = next ? (int)(next - u) : (int)strlen(u);
+      if (col + n > 96 && col > 8 && *u == ' ') {
+        fprintf(f, "\n       ");
+        col = 7;
+      }
+      col += fprintf(f, "%.*s", n, u);
+      u += n;
+    }
+    fprintf(f, "\n      %s\n", commands[i].summary);
+  }
+  fprintf(f, "\n`cellc COMMAND --help` (or `cellc help COMMAND`) describes a command's flags and exit statuses;\n"
+             "`cellc --version` prints the version.\n"
+             "\nexit status: 0 success, 1 bad input, 2 bad usage, 3 the run failed (a file cannot be written,\n"
+             "NaN loss, out of memory), 70 internal error, 130 interrupted (SIGINT/SIGTERM)\n");
+}

@@ -1,0 +1,43 @@
+/* fsout.h: the one way cellc writes a file (run --out, checkpoints, metrics, config): an
+ * existing symbolic link is written through to its target; an existing path that is not a
+ * regular file (a directory, FIFO, device, socket) or is read-only is refused and left alone
+ * (the caller exits 3); a whole file is replaced atomically: a temporary file in the target's
+ * own directory, fsync, rename over the target. */
+#ifndef CELLC_FSOUT_H
+#define CELLC_FSOUT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <signal.h>
+#include <sys/types.h>
+
+/* A file being written: bytes go to `fd` (the temporary file) until fsout_commit. */
+typedef struct FsOut {
+  char *path;   /* as named by the user, for messages */
+  char *target; /* the file replaced: `path`, or the file its links lead to */
+  char *tmp;    /* the temporary file, in target's directory */
+  int fd;
+  sigset_t held; /* the signal mask before fsout_begin: SIGINT and SIGTERM wait until the end */
+} FsOut;
+
+/* The file that writing `path` would replace (symbolic links followed; it need not exist):
+ * a malloc'd path, or NULL with "PATH: ..." in err when the path is refused. */
+char *fsout_target(const char *path, char *err, size_t errlen);
+/* Opens the temporary file: 0, or -1 with "PATH: ..." in err (nothing created). From here to
+ * fsout_commit or fsout_abort, SIGINT and SIGTERM are held back: a signal cannot leave a
+ * temporary file behind (it is delivered after). */
+int fsout_begin(FsOut *o, const char *path, char *err, size_t errlen);
+/* fsync, close and rename over the target: 0, or -1 with a message in err, and then the
+ * temporary file is removed and the target untouched. Frees `o` either way. */
+int fsout_commit(FsOut *o, char *err, size_t errlen);
+/* Removes the temporary file; the target is untouched. */
+void fsout_abort(FsOut *o);
+/* write(2) of all n bytes, through EINTR: 0, or -1 with errno. */
+int fsout_write_all(int fd, const void *p, size_t n);
+/* The whole of `data` as the new contents of `path`, atomically. */
+int fsout_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen);
+/* `path` opened for appending (created when absent; truncated first when `truncate`), with the
+ * same refusals; NULL with a message in err. */
+FILE *fsout_append(const char *path, int truncate, char *err, size_t errlen);
+
+#endif

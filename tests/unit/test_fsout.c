@@ -1,0 +1,94 @@
+/* test_fsout.c: the one way cellc writes files (runtime/fsout.c): links written through,
+ * FIFOs, directories and read-only files refused and left alone, atomic replacement. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "support.h"
+
+static char *fresh_dir(void) {
+  char *dir = xstrdup("/tmp/cellc_fsout_XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  return dir;
+}
+
+static char *slurp(const char *path) {
+  size_t n;
+  char *s = read_file(path, &n);
+  cr_assert_not_null(s, "cannot read %s", path);
+  return s;
+}
+
+static int count_tmp(const char *dir) {
+  char *cmd = xasprintf("ls -a %s | grep -c '\\.tmp'", dir);
+  FILE *p = popen(cmd, "r");
+  int n = -1;
+  cr_assert(fscanf(p, "%d", &n) == 1);
+  pclose(p);
+  free(cmd);
+  return n;
+}
+
+Test(fsout, replaces_a_regular_file_atomically) {
+  char *d = fresh_dir(), *p = xasprintf("%s/f", d), err[512];
+  cr_assert_eq(fsout_write_file(p, "old", 3, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_write_file(p, "new!", 4, err, sizeof err), 0, "%s", err);
+  char *s = slurp(p);
+  cr_assert_str_eq(s, "new!");
+  cr_assert_eq(count_tmp(d), 0);
+  free(s), free(p), free(d);
+}
+
+Test(fsout, writes_through_a_symlink_to_its_target) {
+  char *d = fresh_dir(), *t = xasprintf("%s/target", d), *l = xasprintf("%s/link", d), err[512];
+  cr_assert_eq(fsout_write_file(t, "old", 3, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(symlink("target", l), 0);
+  cr_assert_eq(fsout_write_file(l, "new", 3, err, sizeof err), 0, "%s", err);
+  struct stat st;
+  cr_assert_eq(lstat(l, &st), 0);
+  cr_assert(S_ISLNK(st.st_mode), "the link is still a link");
+  char *s = slurp(t);
+  cr_assert_str_eq(s, "new");
+  free(s), free(t), free(l), free(d);
+}
+
+Test(fsout, refuses_a_fifo_a_directory_and_a_readonly_file) {
+  char *d = fresh_dir(), *f = xasprintf("%s/fifo", d), *sub = xasprintf("%s/dir", d), *ro = xasprintf("%s/ro", d);
+  char *lf = xasprintf("%s/linkfifo", d), err[512];
+  cr_assert_eq(mkfifo(f, 0644), 0);
+  cr_assert_eq(mkdir(sub, 0755), 0);
+  cr_assert_eq(symlink(f, lf), 0);
+  char ro_err[512];
+  cr_assert_eq(fsout_write_file(ro, "old", 3, ro_err, sizeof ro_err), 0, "%s", ro_err);
+  cr_assert_eq(chmod(ro, 0444), 0);
+  const char *paths[] = {f, sub, ro, lf};
+  for (int i = 0; i < 4; i++) {
+    err[0] = 0;
+    cr_assert_eq(fsout_write_file(paths[i], "x", 1, err, sizeof err), -1, "%s was written", paths[i]);
+    cr_assert(strstr(err, paths[i]) != NULL, "the message names the path: %s", err);
+    cr_assert_null(fsout_append(paths[i], 0, err, sizeof err), "%s was opened for appending", paths[i]);
+  }
+  struct stat st;
+  cr_assert(lstat(f, &st) == 0 && S_ISFIFO(st.st_mode));
+  cr_assert(lstat(sub, &st) == 0 && S_ISDIR(st.st_mode));
+  char *s = slurp(ro);
+  cr_assert_str_eq(s, "old");
+  cr_assert_eq(count_tmp(d), 0);
+  free(s), free(f), free(sub), free(ro), free(lf), free(d);
+}
+
+Test(fsout, appends_through_a_link) {
+  char *d = fresh_dir(), *t = xasprintf("%s/m", d), *l = xasprintf("%s/ml", d), err[512];
+  cr_assert_eq(fsout_write_file(t, "a\n", 2, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(symlink(t, l), 0);
+  FILE *f = fsout_append(l, 0, err, sizeof err);
+  cr_assert_not_null(f, "%s", err);
+  fputs("b\n", f);
+  fclose(f);
+  char *s = slurp(t);
+  cr_assert_str_eq(s, "a\nb\n");
+  free(s), free(t), free(l), free(d);
+}
