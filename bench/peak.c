@@ -153,29 +153,35 @@ static void gemm_blis(const Shape *s, const float *A, const float *B, float *C, 
      s->M, s->N, s->K, &one, (float *)A, rsa, 1, (float *)B, rsb, 1, &zero, C, s->N, 1);
 }
 
-/* ---- a hand-written small GEMM (prototype): C[M x N] = A[M x K] W^T for W [N x K],
- * the per-step product h U^T with U packed once into 32-column panels that stay in cache
- * (the recurrent weights do not change within a sequence). Micro-tile 8 x 32: 16 zmm
- * accumulators, A broadcast from memory. M % 8 == 0, N % 32 == 0. ---- */
+/* ---- a hand-written small GEMM (prototype): C[M x N] = A[M x K] op(W), the per-step
+ * products with the recurrent weights packed once into 32-column panels that stay in cache
+ * (the weights do not change within a sequence): h U^T (W = U, N x K, transposed) and
+ * dG U (W = U, K x N). Micro-tile 8 x 32: 16 zmm accumulators, A broadcast from memory.
+ * M % 8 == 0, N % 32 == 0. ---- */
 
 typedef struct Packed {
   int N, K;
   float *w; /* (N / 32, K, 32) */
 } Packed;
 
-static Packed pack_nt(const float *W, int N, int K) {
+/* W is N x K when `trans` (C = A W^T), else K x N (C = A W). */
+static Packed pack_panels(const float *W, int N, int K, bool trans) {
   Packed p = {N, K, alloc_floats((size_t)N * K)};
   for (int jp = 0; jp < N / 32; jp++)
     for (int k = 0; k < K; k++)
-      for (int j = 0; j < 32; j++) p.w[((size_t)jp * K + k) * 32 + j] = W[(size_t)(jp * 32 + j) * K + k];
+      for (int j = 0; j < 32; j++) {
+        int n = jp * 32 + j;
+        p.w[((size_t)jp * K + k) * 32 + j] = trans ? W[(size_t)n * K + k] : W[(size_t)k * N + n];
+      }
   return p;
 }
 
-__attribute__((target("avx512f"))) static void proto_nt(const Packed *p, int M, const float *A, float *C) {
+__attribute__((target("avx512f"))) static void proto_gemm(const Packed *p, int M, const float *A, float *C) {
   int N = p->N, K = p->K;
+  for (int ib = 0; ib < M; ib += 64) /* 64 rows of A stay in L1/L2 across all panels */
   for (int jp = 0; jp < N / 32; jp++) {
     const float *bp = p->w + (size_t)jp * K * 32;
-    for (int i0 = 0; i0 < M; i0 += 8) {
+    for (int i0 = ib; i0 < ib + 64 && i0 < M; i0 += 8) {
       __m512 c0[8], c1[8];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
@@ -200,7 +206,7 @@ __attribute__((target("avx512f"))) static void proto_nt(const Packed *p, int M, 
 
 static void gemm_proto(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
   (void)B;
-  proto_nt((const Packed *)ctx, s->M, A, C);
+  proto_gemm((const Packed *)ctx, s->M, A, C);
 }
 
 /* Best FLOP/s of `fn` at shape s (best of 5 timings of s->reps calls each). */
@@ -321,8 +327,8 @@ int main(int argc, char **argv) {
         printf("  %-34s %-24s %9.1f %6.0f%%  (BLIS %s; max |diff| %.1e)\n", "", "", rb / 1e9, 100 * rb / peak_at,
                blis_arch, max_abs_diff(C, C2, nc));
       }
-      if (proto && width == 512 && s->ta == CblasNoTrans && s->tb == CblasTrans && s->reps > 2) {
-        Packed p = pack_nt(Bm, s->N, s->K);
+      if (proto && width == 512 && s->ta == CblasNoTrans && s->M % 8 == 0 && s->N % 32 == 0) {
+        Packed p = pack_panels(Bm, s->N, s->K, s->tb == CblasTrans);
         double rp = gemm_rate(s, gemm_proto, &p, A, Bm, C2);
         printf("  %-34s %-24s %9.1f %6.0f%%  (hand-written 8x32 AVX-512, packed weights; max |diff| %.1e)\n", "", "",
                rp / 1e9, 100 * rp / peak_at, max_abs_diff(C, C2, nc));
