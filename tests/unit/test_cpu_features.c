@@ -10,7 +10,6 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* CPUID leaf 1 eax from display family and model (the extended fields as the SDM/APM define) */
 static uint32_t signature(int family, int model, int stepping) {
