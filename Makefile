@@ -150,10 +150,15 @@ $(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/ch
 demo: deps all
 	@sh examples/demo.sh
 
+# the machine's limits: FMA peak at the widest vector width, copy bandwidth, sgemm at the GRU
+# layer's shapes, the BLAS kernels that ran
+$(BUILD)/peak: bench/peak.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+
 $(BUILD)/bench_cell: bench/bench_cell.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
-bench: deps all $(BUILD)/bench_cell
+bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 
 install: all

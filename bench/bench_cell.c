@@ -76,6 +76,7 @@ static double gemm_rate(int M, int N, int K) {
 }
 
 int main(int argc, char **argv) {
+  cpu_blas_setup(); /* as cellc does: kernels from the CPU's features */
   if (argc < 6) {
     fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine]\n");
     return 2;

@@ -12,7 +12,7 @@
  *                                                  # the re-initialization path itself
  * An OPENBLAS_CORETYPE in the environment is respected (the kernels line says so); unset it
  * (env -u OPENBLAS_CORETYPE) to see the choice from CPUID. Prints one line of JSON last. */
-#include "support/cpu_features.h"
+#include "support.h"
 
 #include <cblas.h>
 #include <dlfcn.h>

@@ -4,6 +4,7 @@
 #define CELLC_SUPPORT_H
 
 #include "base.h"
+#include "cpu_features.h"
 #include "fsout.h"
 #include "rng.h"
 

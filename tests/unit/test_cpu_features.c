@@ -4,7 +4,7 @@
  * makes OpenBLAS run a core of that width. The environment's OPENBLAS_CORETYPE is never
  * changed for other tests: the tests that unset it do so in their own process (Criterion
  * runs each test in a fresh process). */
-#include "support/cpu_features.h"
+#include "support.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>
