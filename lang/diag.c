@@ -163,17 +163,3 @@ void diag_plain(const char *fmt, ...) {
   va_end(ap);
 }
 
-const char *diag_nearest(const char *name, const char *const *cands, int n) {
-  const char *best = NULL;
-  int bestd = 1 << 30;
-  for (int i = 0; i < n; i++) {
-    if (!cands[i] || !strcmp(cands[i], name)) continue;
-    int d = edit_distance(name, cands[i]);
-    int longer = (int)(strlen(name) > strlen(cands[i]) ? strlen(name) : strlen(cands[i]));
-    if (d >= longer) continue; /* nothing in common: 'K' is not a near miss of 'D' */
-    if (d < bestd) bestd = d, best = cands[i];
-  }
-  int len = (int)strlen(name);
-  int limit = len <= 2 ? 1 : len <= 5 ? 2 : 3;
-  return bestd <= limit ? best : NULL;
-}

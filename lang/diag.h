@@ -36,7 +36,5 @@ void diag_plain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* How many errors since the start. */
 int diag_count(void);
 
-/* The nearest of `n` candidate names to `name` (NULL when nothing is close). */
-const char *diag_nearest(const char *name, const char *const *cands, int n);
 
 #endif

@@ -345,7 +345,7 @@ static const char *nearest_entity(Checker *k, const char *name, bool dims_only) 
     bool is_size = e->kind == E_DIM || (e->kind == E_OPTION && k->c->options[e->idx].type == OPT_INT);
     if (!e->hidden && (!dims_only || is_size)) cands[n++] = e->name;
   }
-  const char *best = diag_nearest(name, cands, n);
+  const char *best = edit_nearest(name, cands, n);
   free(cands);
   return best;
 }
@@ -593,7 +593,7 @@ static int call(Checker *k, const Expr *e) {
     if (ent) fail(k, e->loc, "'%s' is %s, not a function", e->name, kind_word(ent->kind));
     const char *names[NBUILTINS];
     for (int i = 0; i < NBUILTINS; i++) names[i] = builtins[i].name;
-    const char *near = diag_nearest(e->name, names, NBUILTINS);
+    const char *near = edit_nearest(e->name, names, NBUILTINS);
     if (near) fail(k, e->loc, "unknown function '%s'; did you mean '%s'?", e->name, near);
     fail(k, e->loc, "unknown function '%s'", e->name);
   }
@@ -820,7 +820,7 @@ static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, 
     const char **cands = arena_alloc(k->arena, sizeof(char *) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) cands[i] = names[i];
     if (for_state) cands[n++] = "learned";
-    const char *near = diag_nearest(in->name, cands, n);
+    const char *near = edit_nearest(in->name, cands, n);
     if (near) fail(k, in->loc, "unknown initializer '%s'; did you mean '%s'?", in->name, near);
     fail(k, in->loc, "unknown initializer '%s'", in->name);
   }
@@ -1358,9 +1358,9 @@ static bool bind(Checker *k) {
     if (!known && !k->o->any_dims) {
       const char **names = arena_alloc(k->arena, sizeof(char *) * (size_t)(c->ndims + 1));
       for (int j = 0; j < c->ndims; j++) names[j] = c->dims[j].name;
-      const char *near = diag_nearest(b->name, names, c->ndims);
-      if (near) diag_plain("--dims %s=%s: cell '%s' has no dim '%s'; did you mean '%s'?", b->name, b->value, c->name, b->name, near);
-      else diag_plain("--dims %s=%s: cell '%s' has no dim '%s'", b->name, b->value, c->name, b->name);
+      char owner[160], msg[512];
+      snprintf(owner, sizeof owner, "cell '%s'", c->name);
+      diag_plain("--dims %s=%s: %s", b->name, b->value, no_such_text(msg, sizeof msg, owner, "dim", b->name, names, c->ndims));
       longjmp(k->fail, 1);
     }
     for (int j = 0; j < c->ndims; j++)
@@ -1519,4 +1519,23 @@ void cell_free(Cell *c) {
   free(c->states);
   free(c->gates);
   c->dims = NULL, c->params = NULL, c->states = NULL, c->gates = NULL;
+}
+
+static void declared_dims(Stmt *const *body, int n, DeclaredDim *out, int max, int *count) {
+  for (int i = 0; i < n && *count < max; i++) {
+    const Stmt *st = body[i];
+    if (st->kind == ST_DIM) out[(*count)++] = (DeclaredDim){st->name, st->dim_value != NULL, false};
+    if (st->kind == ST_INPUT && st->shape && st->shape->n == 1 && st->shape->dims[0]->kind == DX_NAME)
+      out[(*count)++] = (DeclaredDim){st->shape->dims[0]->name, false, true};
+    if (st->kind == ST_IF) {
+      declared_dims(st->then_body, st->nthen, out, max, count);
+      declared_dims(st->else_body, st->nelse, out, max, count);
+    }
+  }
+}
+
+int check_declared_dims(const CellAst *ast, DeclaredDim *out, int max) {
+  int count = 0;
+  declared_dims(ast->body, ast->nbody, out, max, &count);
+  return count;
 }

@@ -6,6 +6,7 @@
 
 #include "lang.h"
 #include "dims.h"
+#include "init.h"
 #include "ir.h"
 
 typedef enum { MODE_SCAN, MODE_SEQUENTIAL } Mode;
@@ -139,5 +140,23 @@ char *expr_text(Arena *a, const Expr *e);
 /* A symbolic size as text ("2*H"), or its value when bound. */
 void cell_dim_text(const Cell *c, int dim, char *buf, int size);
 void cell_shape_text(const Cell *c, int rank, const int *dim, char *buf, int size);
+
+/* init_values.c: a cell's initial values (re, im interleaved for complex ones), drawn from rng.
+ * A param from its declared initializer, or from `over` (a configuration's override; NULL: the
+ * declared one); earlier[j]: the values of param j < i, for an initializer that reads another
+ * param (lru_gamma). A state from its declared initializer (not `learned`), one row. 0, or -1 with a
+ * one-line message (the caller says where). */
+int cell_draw_param(const Cell *c, int i, const InitText *over, const double *const *earlier, Rng *rng, double *out,
+                    char *err, size_t errlen);
+int cell_draw_state(const Cell *c, int s, Rng *rng, double *out, char *err, size_t errlen);
+
+/* The dims a cell's body declares, in order, `if` branches included: `dim N`, `dim N = ...`
+ * (has_default) and the input's `input x[N]` (is_input). Returns how many (at most max). */
+typedef struct DeclaredDim {
+  const char *name;
+  bool has_default;
+  bool is_input;
+} DeclaredDim;
+int check_declared_dims(const CellAst *ast, DeclaredDim *out, int max);
 
 #endif

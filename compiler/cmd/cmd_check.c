@@ -84,7 +84,7 @@ static bool sets_known(const Module *m, const CellArgs *a) {
         if (nc < 256) cands[nc++] = m->cells[c]->options[o].name;
       }
     if (!found) {
-      const char *near = diag_nearest(a->sets[i].name, cands, nc);
+      const char *near = edit_nearest(a->sets[i].name, cands, nc);
       if (near) diag_plain("--set %s=%s: no cell has an option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].value, a->sets[i].name, near);
       else diag_plain("--set %s=%s: no cell has an option '%s'", a->sets[i].name, a->sets[i].value, a->sets[i].name);
       return false;
@@ -292,7 +292,7 @@ int cmd_check(int argc, char **argv) {
     const char *cands[256];
     int nc = 0;
     for (int i = 0; i < m->ncells && nc < 256; i++) cands[nc++] = m->cells[i]->name;
-    const char *near = diag_nearest(a.cell, cands, nc);
+    const char *near = edit_nearest(a.cell, cands, nc);
     if (near) diag_plain("no cell named '%s' in %s; did you mean '%s'?", a.cell, a.file, near);
     else diag_plain("no cell named '%s' in %s", a.cell, a.file);
     status = 1;
@@ -311,7 +311,7 @@ int cmd_check(int argc, char **argv) {
         if (nc < 256) cands[nc++] = checked[i]->dims[j].name;
       }
     if (!used) {
-      const char *near = diag_nearest(a.dims[d].name, cands, nc);
+      const char *near = edit_nearest(a.dims[d].name, cands, nc);
       if (near) diag_plain("--dims %s=%s: no cell has a dim '%s'; did you mean '%s'?", a.dims[d].name, a.dims[d].value, a.dims[d].name, near);
       else diag_plain("--dims %s=%s: no cell has a dim '%s'", a.dims[d].name, a.dims[d].value, a.dims[d].name);
       status = 1;

@@ -176,7 +176,7 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
     const char *cands[256], *near = NULL;
     int nc = 0;
     for (int i = 0; i < m->ncells && nc < 256; i++) cands[nc++] = m->cells[i]->name;
-    if (a->cell) near = diag_nearest(a->cell, cands, nc);
+    if (a->cell) near = edit_nearest(a->cell, cands, nc);
     if (near) diag_plain("no cell named '%s' in %s; did you mean '%s'?", a->cell, a->file, near);
     else if (a->cell) diag_plain("no cell named '%s' in %s", a->cell, a->file);
     else diag_plain("%s defines no cell", a->file);
@@ -190,9 +190,10 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
       const char *cands[64];
       int nc = 0;
       for (int o = 0; o < ast->noptions && nc < 64; o++) cands[nc++] = ast->options[o].name;
-      const char *near = diag_nearest(a->sets[i].name, cands, nc);
-      if (near) diag_plain("--set %s=%s: cell '%s' has no option '%s'; did you mean '%s'?", a->sets[i].name, a->sets[i].value, ast->name, a->sets[i].name, near);
-      else diag_plain("--set %s=%s: cell '%s' has no option '%s'", a->sets[i].name, a->sets[i].value, ast->name, a->sets[i].name);
+      char owner[160], msg[512];
+      snprintf(owner, sizeof owner, "cell '%s'", ast->name);
+      diag_plain("--set %s=%s: %s", a->sets[i].name, a->sets[i].value,
+                 no_such_text(msg, sizeof msg, owner, "option", a->sets[i].name, cands, nc));
       return NULL;
     }
   }
@@ -205,24 +206,7 @@ static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
   o.training = training;
   o.force_scan = a->mode && !strcmp(a->mode, "scan");
   o.force_sequential = a->mode && !strcmp(a->mode, "sequential");
-  Cell *c = check_cell(arena, src, ast, &o);
-  /* a --dims name the cell does not declare is a mistake worth naming */
-  for (int d = 0; c && d < a->ndims; d++) {
-    bool known = false;
-    const char *cands[64];
-    int nc = 0;
-    for (int j = 0; j < c->ndims; j++) {
-      known = known || !strcmp(c->dims[j].name, a->dims[d].name);
-      if (nc < 64) cands[nc++] = c->dims[j].name;
-    }
-    if (known) continue;
-    const char *near = diag_nearest(a->dims[d].name, cands, nc);
-    if (near) diag_plain("--dims %s=%s: cell '%s' has no dim '%s'; did you mean '%s'?", a->dims[d].name, a->dims[d].value, c->name, a->dims[d].name, near);
-    else diag_plain("--dims %s=%s: cell '%s' has no dim '%s'", a->dims[d].name, a->dims[d].value, c->name, a->dims[d].name);
-    cell_free(c);
-    c = NULL;
-  }
-  return c;
+  return check_cell(arena, src, ast, &o); /* a --dims name the cell lacks is its error */
 }
 
 int cmd_derive(int argc, char **argv) {
@@ -241,15 +225,12 @@ int cmd_derive(int argc, char **argv) {
   Module *m = check_load(&arena, a.file, cli_stdlib_dir());
   if (!m) return arena_free(&arena), 1;
   const CellAst *ast = check_find_cell(m, a.cell, NULL);
-  for (int s = 0; ast && s < ast->nbody && a.ndims < 60; s++) {
-    const Stmt *st = ast->body[s];
-    const char *name = NULL;
-    if (st->kind == ST_DIM && !st->dim_value) name = st->name;
-    if (st->kind == ST_INPUT && st->shape && st->shape->n == 1 && st->shape->dims[0]->kind == DX_NAME)
-      name = st->shape->dims[0]->name;
-    bool given = false;
-    for (int i = 0; name && i < a.ndims; i++) given = given || !strcmp(a.dims[i].name, name);
-    if (name && !given) a.dims[a.ndims++] = (Binding){name, "3"};
+  DeclaredDim dd[64];
+  int ndd = ast ? check_declared_dims(ast, dd, 64) : 0;
+  for (int d = 0; d < ndd && a.ndims < 60; d++) {
+    bool given = dd[d].has_default;
+    for (int i = 0; i < a.ndims; i++) given = given || !strcmp(a.dims[i].name, dd[d].name);
+    if (!given) a.dims[a.ndims++] = (Binding){dd[d].name, "3"};
   }
   Cell *c = compile_cell(&arena, &a, false);
   if (!c) return arena_free(&arena), 1;
@@ -268,289 +249,371 @@ static int lead_shape(int64_t *shape, int nlead, const int64_t *lead, int rank, 
   return nlead + rank;
 }
 
-int cmd_run(int argc, char **argv) {
-  RunArgs a = {0};
-  int rc = parse_run_args(argc, argv, &a);
-  if (rc) return rc;
-  const Backend *be = backend_find(a.backend);
-  if (!be) {
-    diag_plain("the %s back end is not built yet; use --backend cpu or interp", a.backend);
-    return 3;
-  }
-  if (be->dtype == DT_F32 && !strcmp(a.precision, "f64"))
-    return cli_usage_error("--precision f64 needs --backend interp (the %s back end runs float32)", a.backend);
-  bool f32 = !strcmp(a.precision, "f32");
-  SftFile in = {0};
-  bool have_in = false;
+/* ---- cellc run: the tensors of one run, as passes ---- */
+
+/* Every tensor of a run (spec cli.md, `cellc run`), float64 planes, and where its inputs come from. */
+typedef struct RunData {
+  RunArgs *a;
+  Arena *arena;
+  Cell *c;
+  Program *p;
+  const SftFile *in;    /* the --inputs file, or NULL */
+  int T, B;
+  Tensor *params, *gparams, *h0, *dfinal, *final, *gh0, *gates, *noise;
+  Tensor x, dy, y, gx;
+  const char **known;   /* every name the input file may hold */
+  int nknown;
+} RunData;
+
+/* --inputs: read, and T and B taken from its x. 0 or the exit status. */
+static int read_inputs(RunArgs *a, SftFile *in) {
   char err[512];
-  if (a.inputs) {
-    if (sft_read(a.inputs, &in, err, sizeof err) < 0) {
-      diag_plain("%s", err);
-      return 1;
-    }
-    have_in = true;
-    const SftTensor *x = sft_find(&in, "x");
-    if (x && x->ndim == 3) {
-      if ((a.has_T && x->shape[0] != a.T) || (a.has_B && x->shape[1] != a.B)) {
-        diag_plain("%s: x is [%lld, %lld, ...] but --T %d --B %d were given", a.inputs, (long long)x->shape[0],
-                   (long long)x->shape[1], a.T, a.B);
-        sft_free(&in);
-        return 1;
-      }
-      if (x->shape[0] < 1 || x->shape[1] < 1) {
-        diag_plain("%s: x must have at least one step and one row", a.inputs);
-        sft_free(&in);
-        return 1;
-      }
-      a.T = (int)x->shape[0];
-      a.B = (int)x->shape[1];
-    }
-  }
-  Arena arena = {0};
-  Cell *c = compile_cell(&arena, &a.cell, a.train);
-  if (!c) {
-    if (have_in) sft_free(&in);
-    arena_free(&arena);
+  if (sft_read(a->inputs, in, err, sizeof err) < 0) {
+    diag_plain("%s", err);
     return 1;
   }
-  PipelineOptions po = {0};
-  po.backend = be, po.training = a.train, po.gates = true, po.f32 = f32;
-  Compiled *comp = pipeline_compile(c, &po, err, sizeof err);
-  if (!comp) {
-    diag_plain("%s", err);
-    cell_free(c);
-    arena_free(&arena);
-    if (have_in) sft_free(&in);
-    return 3;
+  const SftTensor *x = sft_find(in, "x");
+  if (!x || x->ndim != 3) return 0;
+  if ((a->has_T && x->shape[0] != a->T) || (a->has_B && x->shape[1] != a->B)) {
+    diag_plain("%s: x is [%lld, %lld, ...] but --T %d --B %d were given", a->inputs, (long long)x->shape[0],
+               (long long)x->shape[1], a->T, a->B);
+    return 1;
   }
-  Program *p = comp->p;
-  int T = a.T, B = a.B;
-  {
-    /* what the run holds per row, roughly: inputs, outputs, their gradients, and (interp) every value */
-    double per_row = 4.0 * (p->x_size + p->output_size) + 4.0 * p->g.nnodes;
-    for (int i = 0; i < p->nsparts; i++) per_row += 4.0 * p->sparts[i].size;
-    double bytes = per_row * 8.0 * T * B;
-    if (bytes > 64.0 * (1 << 30)) {
-      diag_plain("--T %d --B %d: the run would need about %.0f GiB; use a smaller T or B", T, B, bytes / (1 << 30));
-      pipeline_release(comp);
-      cell_free(c);
-      arena_free(&arena);
-      if (have_in) sft_free(&in);
-      return 1;
-    }
+  if (x->shape[0] < 1 || x->shape[1] < 1) {
+    diag_plain("%s: x must have at least one step and one row", a->inputs);
+    return 1;
+  }
+  a->T = (int)x->shape[0];
+  a->B = (int)x->shape[1];
+  return 0;
+}
+
+/* What the run holds, roughly (inputs, outputs, their gradients, and for the interpreter every
+ * value): a run past 64 GiB is refused (status 1); below it, an allocation that fails names the
+ * run's sizes (status 3). */
+static int check_size(RunData *r) {
+  Program *p = r->p;
+  double per_row = 4.0 * (p->x_size + p->output_size) + 4.0 * p->g.nnodes;
+  for (int i = 0; i < p->nsparts; i++) per_row += 4.0 * p->sparts[i].size;
+  double bytes = per_row * 8.0 * r->T * r->B;
+  if (bytes > 64.0 * (1 << 30)) {
+    diag_plain("--T %d --B %d: the run would need about %.0f GiB; use a smaller T or B", r->T, r->B, bytes / (1 << 30));
+    return 1;
   }
   static char purpose[1200];
-  {
-    int len = snprintf(purpose, sizeof purpose, "the run's tensors (--T %d --B %d, dims", T, B);
-    for (int i = 0; i < c->ndims && len < 1100; i++)
-      len += snprintf(purpose + len, sizeof purpose - (size_t)len, " %s=%ld", c->dims[i].name, c->dims[i].value);
-    snprintf(purpose + len, sizeof purpose - (size_t)len, ")");
-    base_alloc_for(purpose);
-  }
-  const SftFile *IN = have_in ? &in : NULL;
-  int status = 0;
+  int len = snprintf(purpose, sizeof purpose, "the run's tensors (--T %d --B %d, dims", r->T, r->B);
+  for (int i = 0; i < r->c->ndims && len < 1100; i++)
+    len += snprintf(purpose + len, sizeof purpose - (size_t)len, " %s=%ld", r->c->dims[i].name, r->c->dims[i].value);
+  snprintf(purpose + len, sizeof purpose - (size_t)len, ")");
+  base_alloc_for(purpose);
+  return 0;
+}
+
+static Tensor *add_tensor(RunData *r, Tensor *t, const char *name, int ndim, const int64_t *shape, bool cplx) {
+  tensor_init(t, name, ndim, shape, cplx);
+  r->known[r->nknown++] = t->name;
+  return t;
+}
+
+/* Every tensor with its name and shape (values zero). */
+static void shape_tensors(RunData *r) {
+  Cell *c = r->c;
+  Program *p = r->p;
   int np = c->nparams, ns = c->nstates, ng = c->ngates;
-  Tensor *params = xcalloc((size_t)np + 1, sizeof(Tensor));
-  Tensor *h0 = xcalloc((size_t)ns + 1, sizeof(Tensor)), *dfinal = xcalloc((size_t)ns + 1, sizeof(Tensor));
-  Tensor *final = xcalloc((size_t)ns + 1, sizeof(Tensor)), *gh0 = xcalloc((size_t)ns + 1, sizeof(Tensor));
-  Tensor *gparams = xcalloc((size_t)np + 1, sizeof(Tensor)), *gates = xcalloc((size_t)ng + 1, sizeof(Tensor));
-  Tensor *noise = xcalloc((size_t)p->nnoise + 1, sizeof(Tensor));
-  Tensor x, dy, y, gx;
-  int64_t lead2[2] = {T, B}, lead1[1] = {B}, shape[4];
-  int64_t xs[3] = {T, B, p->x_size}, ys[3] = {T, B, p->output_size};
-  tensor_init(&x, "x", 3, xs, false);
-  tensor_init(&dy, "dy", 3, ys, false);
-  tensor_init(&y, "y", 3, ys, false);
-  tensor_init(&gx, "grad.x", 3, xs, false);
-  /* every name the input file may hold */
-  const char **known = xcalloc((size_t)(4 * np + 6 * ns + 2 * ng + p->nnoise + 8), sizeof(char *));
-  int nknown = 0;
-  known[nknown++] = "x", known[nknown++] = "dy", known[nknown++] = "y", known[nknown++] = "grad.x";
-  /* params: given, or drawn from their initializers in declaration order */
-  for (int i = 0; i < np && !status; i++) {
+  r->params = xcalloc((size_t)np + 1, sizeof(Tensor)), r->gparams = xcalloc((size_t)np + 1, sizeof(Tensor));
+  r->h0 = xcalloc((size_t)ns + 1, sizeof(Tensor)), r->dfinal = xcalloc((size_t)ns + 1, sizeof(Tensor));
+  r->final = xcalloc((size_t)ns + 1, sizeof(Tensor)), r->gh0 = xcalloc((size_t)ns + 1, sizeof(Tensor));
+  r->gates = xcalloc((size_t)ng + 1, sizeof(Tensor)), r->noise = xcalloc((size_t)p->nnoise + 1, sizeof(Tensor));
+  r->known = xcalloc((size_t)(2 * np + 4 * ns + ng + p->nnoise + 8), sizeof(char *));
+  int64_t xs[3] = {r->T, r->B, p->x_size}, ys[3] = {r->T, r->B, p->output_size}, lead[2] = {r->T, r->B}, shape[4];
+  add_tensor(r, &r->x, "x", 3, xs, false), add_tensor(r, &r->dy, "dy", 3, ys, false);
+  add_tensor(r, &r->y, "y", 3, ys, false), add_tensor(r, &r->gx, "grad.x", 3, xs, false);
+  for (int i = 0; i < np; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t ps[2] = {pi->n[0], pi->n[1]};
-    tensor_init(&params[i], arena_printf(&arena, "param.%s", pi->name), pi->rank, ps, pi->cplx);
-    tensor_init(&gparams[i], arena_printf(&arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
-    known[nknown++] = params[i].name, known[nknown++] = gparams[i].name;
-    int r = tensor_take(&params[i], IN, a.inputs);
-    if (r < 0) status = 1;
-    if (r != 0) continue;
-    Rng rng;
-    rng_seed(&rng, a.seed, rng_stream_of(params[i].name));
-    int64_t numel = params[i].numel;
-    double *buf = xmalloc(sizeof(double) * (size_t)(2 * numel + 1));
-    const double *ref = pi->ref >= 0 ? params[pi->ref].part[0] : NULL;
-    int H = c->states[0].rank ? c->states[0].n[0] : 1;
-    if (init_fill(pi->init, pi->args, pi->ninit_args, ref, pi->rank, pi->n, pi->cplx, H, &rng, buf, err, sizeof err) < 0) {
-      diag_error(pi->init_loc, "cannot initialize param '%s': %s", pi->name, err);
-      status = 1;
-    }
-    for (int64_t j = 0; j < numel; j++)
-      for (int part = 0; part < (pi->cplx ? 2 : 1); part++) params[i].part[part][j] = buf[j * (pi->cplx ? 2 : 1) + part];
-    free(buf);
+    add_tensor(r, &r->params[i], arena_printf(r->arena, "param.%s", pi->name), pi->rank, ps, pi->cplx);
+    add_tensor(r, &r->gparams[i], arena_printf(r->arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
   }
-  if (!status && tensor_take(&x, IN, a.inputs) == 0) fill_normal(&x, a.seed, "x");
-  if (!status && tensor_take(&dy, IN, a.inputs) == 0) fill_normal(&dy, a.seed, "dy");
-  for (int i = 0; i < ns && !status; i++) {
+  for (int i = 0; i < ns; i++) {
     StateInfo *si = &c->states[i];
-    int nd = lead_shape(shape, 1, lead1, si->rank, si->n);
-    tensor_init(&h0[i], arena_printf(&arena, "h0.%s", si->name), nd, shape, si->cplx);
-    tensor_init(&dfinal[i], arena_printf(&arena, "dfinal.%s", si->name), nd, shape, si->cplx);
-    tensor_init(&final[i], arena_printf(&arena, "final.%s", si->name), nd, shape, si->cplx);
-    tensor_init(&gh0[i], arena_printf(&arena, "grad.h0.%s", si->name), nd, shape, si->cplx);
-    known[nknown++] = h0[i].name, known[nknown++] = dfinal[i].name;
-    known[nknown++] = final[i].name, known[nknown++] = gh0[i].name;
-    int r = tensor_take(&h0[i], IN, a.inputs);
-    if (r < 0) status = 1;
-    else if (r == 0 && si->init) {
-      /* the declared initial state, the same for every row */
-      int size = si->rank ? si->n[0] : 1;
-      double *v = xcalloc((size_t)(2 * size + 1), sizeof(double));
-      if (si->param >= 0) {
-        for (int part = 0; part < (si->cplx ? 2 : 1); part++)
-          for (int j = 0; j < size; j++) v[j * (si->cplx ? 2 : 1) + part] = params[si->param].part[part][j];
-      } else {
-        Rng rng;
-        rng_seed(&rng, a.seed, rng_stream_of(h0[i].name));
-        if (init_fill(si->init, si->args, si->ninit_args, NULL, si->rank, si->n, si->cplx, size, &rng, v, err, sizeof err) < 0) {
-          diag_error(si->init_loc, "cannot initialize state '%s': %s", si->name, err);
-          status = 1;
-        }
-      }
-      for (int b = 0; b < B; b++)
-        for (int part = 0; part < (si->cplx ? 2 : 1); part++)
-          for (int j = 0; j < size; j++) h0[i].part[part][(int64_t)b * size + j] = v[j * (si->cplx ? 2 : 1) + part];
-      free(v);
-    }
-    if (!status && tensor_take(&dfinal[i], IN, a.inputs) < 0) status = 1;
+    int nd = lead_shape(shape, 1, lead + 1, si->rank, si->n);
+    add_tensor(r, &r->h0[i], arena_printf(r->arena, "h0.%s", si->name), nd, shape, si->cplx);
+    add_tensor(r, &r->dfinal[i], arena_printf(r->arena, "dfinal.%s", si->name), nd, shape, si->cplx);
+    add_tensor(r, &r->final[i], arena_printf(r->arena, "final.%s", si->name), nd, shape, si->cplx);
+    add_tensor(r, &r->gh0[i], arena_printf(r->arena, "grad.h0.%s", si->name), nd, shape, si->cplx);
   }
   for (int i = 0; i < ng; i++) {
     Node *gn = graph_node(&p->g, p->gates[i].node);
-    int nd = lead_shape(shape, 2, lead2, gn->rank, gn->n);
-    tensor_init(&gates[i], arena_printf(&arena, "gate.%s", c->gates[i].name), nd, shape, false);
-    known[nknown++] = gates[i].name;
+    int nd = lead_shape(shape, 2, lead, gn->rank, gn->n);
+    add_tensor(r, &r->gates[i], arena_printf(r->arena, "gate.%s", c->gates[i].name), nd, shape, false);
   }
-  for (int i = 0; i < p->nnoise && !status; i++) {
-    int64_t s3[3] = {T, B, p->noise_sizes[i]};
-    tensor_init(&noise[i], arena_printf(&arena, "noise.%d", i), 3, s3, false);
-    known[nknown++] = noise[i].name;
-    int r = tensor_take(&noise[i], IN, a.inputs);
-    if (r < 0) status = 1;
-    else if (r == 0) {
+  for (int i = 0; i < p->nnoise; i++) {
+    int64_t s3[3] = {r->T, r->B, p->noise_sizes[i]};
+    add_tensor(r, &r->noise[i], arena_printf(r->arena, "noise.%d", i), 3, s3, false);
+  }
+}
+
+/* A value drawn row by row into tensor t's planes from v ((re, im) interleaved, `row` values),
+ * repeated `times` times. */
+static void fill_rows(Tensor *t, const double *v, int64_t row, int64_t times) {
+  int parts = t->cplx ? 2 : 1;
+  for (int64_t k = 0; k < times; k++)
+    for (int part = 0; part < parts; part++)
+      for (int64_t j = 0; j < row; j++) t->part[part][k * row + j] = v[j * parts + part];
+}
+
+/* params: given, or drawn from their initializers in declaration order. 0 or 1. */
+static int take_params(RunData *r) {
+  char err[512];
+  for (int i = 0; i < r->c->nparams; i++) {
+    ParamInfo *pi = &r->c->params[i];
+    Tensor *t = &r->params[i];
+    int got = tensor_take(t, r->in, r->a->inputs);
+    if (got < 0) return 1;
+    if (got) continue;
+    Rng rng;
+    rng_seed(&rng, r->a->seed, rng_stream_of(t->name));
+    double *buf = xmalloc(sizeof(double) * (size_t)(2 * t->numel + 1));
+    const double **earlier = xcalloc((size_t)i + 1, sizeof(double *));
+    for (int j = 0; j < i; j++) earlier[j] = r->params[j].part[0];
+    int rc = cell_draw_param(r->c, i, NULL, earlier, &rng, buf, err, sizeof err);
+    if (rc < 0) diag_error(pi->init_loc, "cannot initialize param '%s': %s", pi->name, err);
+    else fill_rows(t, buf, t->numel, 1);
+    free(earlier), free(buf);
+    if (rc < 0) return 1;
+  }
+  return 0;
+}
+
+/* h0 given, or the declared initial state (a learned one's param, or drawn), the same for every
+ * row; dfinal given or zero. 0 or 1. */
+static int take_states(RunData *r) {
+  char err[512];
+  for (int i = 0; i < r->c->nstates; i++) {
+    StateInfo *si = &r->c->states[i];
+    int got = tensor_take(&r->h0[i], r->in, r->a->inputs);
+    if (got < 0) return 1;
+    if (!got && si->init) {
+      int size = si->rank ? si->n[0] : 1, parts = si->cplx ? 2 : 1;
+      double *v = xcalloc((size_t)(2 * size + 1), sizeof(double));
+      int rc = 0;
+      if (si->param >= 0) {
+        for (int part = 0; part < parts; part++)
+          for (int j = 0; j < size; j++) v[j * parts + part] = r->params[si->param].part[part][j];
+      } else {
+        Rng rng;
+        rng_seed(&rng, r->a->seed, rng_stream_of(r->h0[i].name));
+        if ((rc = cell_draw_state(r->c, i, &rng, v, err, sizeof err)) < 0)
+          diag_error(si->init_loc, "cannot initialize state '%s': %s", si->name, err);
+      }
+      if (!rc) fill_rows(&r->h0[i], v, size, r->B);
+      free(v);
+      if (rc < 0) return 1;
+    }
+    if (tensor_take(&r->dfinal[i], r->in, r->a->inputs) < 0) return 1;
+  }
+  return 0;
+}
+
+/* gumbel_sigmoid's noise: given (in (0, 1)), or drawn. 0 or 1. */
+static int take_noise(RunData *r) {
+  for (int i = 0; i < r->p->nnoise; i++) {
+    Tensor *t = &r->noise[i];
+    int got = tensor_take(t, r->in, r->a->inputs);
+    if (got < 0) return 1;
+    if (!got) {
       Rng rng;
-      rng_seed(&rng, a.seed, rng_stream_of(noise[i].name));
-      for (int64_t j = 0; j < noise[i].numel; j++) noise[i].part[0][j] = rng_uniform_open(&rng);
-    } else {
-      for (int64_t j = 0; j < noise[i].numel && !status; j++)
-        if (!(noise[i].part[0][j] > 0 && noise[i].part[0][j] < 1)) {
-          diag_plain("%s: noise.%d must lie in (0, 1)", a.inputs, i);
-          status = 1;
-        }
+      rng_seed(&rng, r->a->seed, rng_stream_of(t->name));
+      for (int64_t j = 0; j < t->numel; j++) t->part[0][j] = rng_uniform_open(&rng);
+      continue;
     }
+    for (int64_t j = 0; j < t->numel; j++)
+      if (!(t->part[0][j] > 0 && t->part[0][j] < 1)) {
+        diag_plain("%s: noise.%d must lie in (0, 1)", r->a->inputs, i);
+        return 1;
+      }
   }
-  /* an input tensor the run does not know is a mistake worth naming */
-  for (int i = 0; IN && !status && i < in.n; i++) {
+  return 0;
+}
+
+/* An input tensor the run does not know is a mistake worth naming. 0 or 1. */
+static int check_unknown_inputs(RunData *r) {
+  for (int i = 0; r->in && i < r->in->n; i++) {
+    const char *name = r->in->tensors[i].name;
     bool ok = false;
-    for (int j = 0; j < nknown; j++)
-      if (!strcmp(known[j], in.tensors[i].name)) ok = true;
-    if (!ok && !strncmp(in.tensors[i].name, "noise.", 6) && !a.train) {
-      diag_plain("%s: tensor '%s' is gumbel_sigmoid noise, used only in training mode: add --train", a.inputs, in.tensors[i].name);
-      status = 1;
-    } else if (!ok) {
-      const char *near = diag_nearest(in.tensors[i].name, known, nknown);
-      if (near) diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input); did you mean '%s'?", a.inputs, in.tensors[i].name, c->name, near);
-      else diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input)", a.inputs, in.tensors[i].name, c->name);
-      status = 1;
+    for (int j = 0; j < r->nknown; j++) ok = ok || !strcmp(r->known[j], name);
+    if (ok) continue;
+    if (!strncmp(name, "noise.", 6) && !r->a->train) {
+      diag_plain("%s: tensor '%s' is gumbel_sigmoid noise, used only in training mode: add --train", r->a->inputs, name);
+      return 1;
     }
+    const char *near = edit_nearest(name, r->known, r->nknown);
+    if (near) diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input); did you mean '%s'?", r->a->inputs, name, r->c->name, near);
+    else diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input)", r->a->inputs, name, r->c->name);
+    return 1;
   }
-  if (!status) {
-    SeqIO d = {0};
-    d.T = T, d.B = B, d.dtype = DT_F64;
-    int npp = p->npparts, nsp = p->nsparts;
-    const double **pp = xcalloc((size_t)npp + 1, sizeof(double *));
-    double **gpp = xcalloc((size_t)npp + 1, sizeof(double *));
-    for (int i = 0; i < npp; i++) {
-      pp[i] = params[p->pparts[i].param].part[p->pparts[i].part];
-      gpp[i] = gparams[p->pparts[i].param].part[p->pparts[i].part];
-    }
-    const double **sh0 = xcalloc((size_t)nsp + 1, sizeof(double *)), **sdf = xcalloc((size_t)nsp + 1, sizeof(double *));
-    double **sfin = xcalloc((size_t)nsp + 1, sizeof(double *)), **sgh = xcalloc((size_t)nsp + 1, sizeof(double *));
-    for (int i = 0; i < nsp; i++) {
-      int s = p->sparts[i].state, part = p->sparts[i].part;
-      sh0[i] = h0[s].part[part], sdf[i] = dfinal[s].part[part];
-      sfin[i] = final[s].part[part], sgh[i] = gh0[s].part[part];
-    }
-    double **sg = xcalloc((size_t)ng + 1, sizeof(double *));
-    for (int i = 0; i < ng; i++) sg[i] = gates[i].part[0];
-    const double **sn = xcalloc((size_t)p->nnoise + 1, sizeof(double *));
-    for (int i = 0; i < p->nnoise; i++) sn[i] = noise[i].part[0];
-    d.x = x.part[0], d.params = (const void **)pp, d.h0 = (const void **)sh0, d.dy = dy.part[0];
-    d.dfinal = (const void **)sdf, d.noise = (const void **)sn;
-    d.y = y.part[0], d.final = (void **)sfin, d.gates = (void **)sg, d.grad_params = (void **)gpp;
-    d.grad_x = gx.part[0], d.grad_h0 = (void **)sgh;
-    pipeline_run_f64(comp, &d);
-    /* a learned initial state: its param's gradient sums grad.h0 over the batch */
-    for (int i = 0; i < ns; i++) {
-      StateInfo *si = &c->states[i];
-      if (si->param < 0) continue;
-      int size = si->rank ? si->n[0] : 1;
-      for (int part = 0; part < (si->cplx ? 2 : 1); part++)
-        for (int b = 0; b < B; b++)
-          for (int j = 0; j < size; j++) gparams[si->param].part[part][j] += gh0[i].part[part][(int64_t)b * size + j];
-    }
-    free(pp), free(gpp), free(sh0), free(sdf), free(sfin), free(sgh), free(sg), free(sn);
-    /* the outputs, in the run's precision */
-    SftDtype dt = f32 ? SFT_F32 : SFT_F64;
-    SftWriter *w = sft_writer_new();
-    for (int i = 0; i < np; i++) tensor_write(w, &params[i], dt), tensor_write(w, &gparams[i], dt);
-    tensor_write(w, &x, dt), tensor_write(w, &dy, dt), tensor_write(w, &y, dt), tensor_write(w, &gx, dt);
-    for (int i = 0; i < ns; i++) {
-      tensor_write(w, &h0[i], dt), tensor_write(w, &dfinal[i], dt);
-      tensor_write(w, &final[i], dt), tensor_write(w, &gh0[i], dt);
-    }
-    for (int i = 0; i < ng; i++) tensor_write(w, &gates[i], dt);
-    for (int i = 0; i < p->nnoise; i++) tensor_write(w, &noise[i], dt);
-    char buf[1024];
-    int len = 0;
-    buf[0] = 0;
-    for (int i = 0; i < c->ndims; i++)
-      len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%ld", i ? "," : "", c->dims[i].name, c->dims[i].value);
-    sft_set_meta(w, "cell", c->name);
-    sft_set_meta(w, "dims", buf);
-    len = 0;
-    buf[0] = 0;
-    for (int i = 0; i < c->noptions && len < (int)sizeof buf; i++) {
-      OptionInfo *o = &c->options[i];
-      if (o->type == OPT_BOOL) len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%s", i ? "," : "", o->name, o->value ? "true" : "false");
-      else len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%.17g", i ? "," : "", o->name, o->value);
-    }
-    sft_set_meta(w, "options", buf);
-    sft_set_meta(w, "mode", c->mode == MODE_SCAN ? "scan" : "sequential");
-    sft_set_meta(w, "backend", a.backend);
-    sft_set_meta(w, "precision", a.precision);
-    snprintf(buf, sizeof buf, "%d", T);
-    sft_set_meta(w, "T", buf);
-    snprintf(buf, sizeof buf, "%d", B);
-    sft_set_meta(w, "B", buf);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)a.seed);
-    sft_set_meta(w, "seed", buf);
-    sft_set_meta(w, "training", a.train ? "true" : "false");
-    if (sft_write(w, a.out, err, sizeof err) < 0) {
-      diag_plain("%s", err);
-      status = 3;
-    }
-    sft_writer_free(w);
+  return 0;
+}
+
+/* The part planes of tensors per program part (params or states). */
+static void **part_planes(int n, Tensor *const *of, const int *part) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = of[i]->part[part[i]];
+  return v;
+}
+
+/* Forward and backward on the compiled program; a learned initial state's param then gets the sum
+ * of grad.h0 over the batch. */
+static void run_program(RunData *r, Compiled *comp) {
+  Program *p = r->p;
+  int npp = p->npparts, nsp = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  Tensor **pt = xcalloc((size_t)npp + 1, sizeof(Tensor *)), **gpt = xcalloc((size_t)npp + 1, sizeof(Tensor *));
+  int *ppart = xcalloc((size_t)npp + 1, sizeof(int)), *spart = xcalloc((size_t)nsp + 1, sizeof(int));
+  for (int i = 0; i < npp; i++) pt[i] = &r->params[p->pparts[i].param], gpt[i] = &r->gparams[p->pparts[i].param], ppart[i] = p->pparts[i].part;
+  Tensor **h0 = xcalloc((size_t)nsp + 1, sizeof(Tensor *)), **df = xcalloc((size_t)nsp + 1, sizeof(Tensor *));
+  Tensor **fin = xcalloc((size_t)nsp + 1, sizeof(Tensor *)), **gh = xcalloc((size_t)nsp + 1, sizeof(Tensor *));
+  for (int i = 0; i < nsp; i++) {
+    int s = p->sparts[i].state;
+    h0[i] = &r->h0[s], df[i] = &r->dfinal[s], fin[i] = &r->final[s], gh[i] = &r->gh0[s], spart[i] = p->sparts[i].part;
   }
-  for (int i = 0; i < np; i++) tensor_free(&params[i]), tensor_free(&gparams[i]);
-  for (int i = 0; i < ns; i++) tensor_free(&h0[i]), tensor_free(&dfinal[i]), tensor_free(&final[i]), tensor_free(&gh0[i]);
-  for (int i = 0; i < ng; i++) tensor_free(&gates[i]);
-  for (int i = 0; i < p->nnoise; i++) tensor_free(&noise[i]);
-  tensor_free(&x), tensor_free(&dy), tensor_free(&y), tensor_free(&gx);
-  free(params), free(gparams), free(h0), free(dfinal), free(final), free(gh0), free(gates), free(noise), free(known);
-  pipeline_release(comp);
-  cell_free(c);
-  arena_free(&arena);
-  if (have_in) sft_free(&in);
+  Tensor **gt = xcalloc((size_t)ng + 1, sizeof(Tensor *)), **zt = xcalloc((size_t)nz + 1, sizeof(Tensor *));
+  int *zero = xcalloc((size_t)(ng + nz) + 1, sizeof(int));
+  for (int i = 0; i < ng; i++) gt[i] = &r->gates[i];
+  for (int i = 0; i < nz; i++) zt[i] = &r->noise[i];
+  SeqIO d = {0};
+  d.T = r->T, d.B = r->B, d.dtype = DT_F64;
+  d.x = r->x.part[0], d.dy = r->dy.part[0], d.y = r->y.part[0], d.grad_x = r->gx.part[0];
+  d.params = (const void **)part_planes(npp, pt, ppart), d.grad_params = part_planes(npp, gpt, ppart);
+  d.h0 = (const void **)part_planes(nsp, h0, spart), d.dfinal = (const void **)part_planes(nsp, df, spart);
+  d.final = part_planes(nsp, fin, spart), d.grad_h0 = part_planes(nsp, gh, spart);
+  d.gates = part_planes(ng, gt, zero), d.noise = (const void **)part_planes(nz, zt, zero);
+  pipeline_run_f64(comp, &d);
+  free(d.params), free(d.grad_params), free(d.h0), free(d.dfinal), free(d.final), free(d.grad_h0), free(d.gates), free(d.noise);
+  free(pt), free(gpt), free(ppart), free(spart), free(h0), free(df), free(fin), free(gh), free(gt), free(zt), free(zero);
+  for (int i = 0; i < r->c->nstates; i++) {
+    StateInfo *si = &r->c->states[i];
+    if (si->param < 0) continue;
+    int size = si->rank ? si->n[0] : 1;
+    for (int part = 0; part < (si->cplx ? 2 : 1); part++)
+      for (int b = 0; b < r->B; b++)
+        for (int j = 0; j < size; j++) r->gparams[si->param].part[part][j] += r->gh0[i].part[part][(int64_t)b * size + j];
+  }
+}
+
+/* The file's metadata: the cell, its dims and options, and how it ran. */
+static void set_meta(SftWriter *w, const RunData *r) {
+  const Cell *c = r->c;
+  char buf[1024];
+  int len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < c->ndims; i++)
+    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%ld", i ? "," : "", c->dims[i].name, c->dims[i].value);
+  sft_set_meta(w, "cell", c->name);
+  sft_set_meta(w, "dims", buf);
+  len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < c->noptions && len < (int)sizeof buf; i++) {
+    const OptionInfo *o = &c->options[i];
+    if (o->type == OPT_BOOL) len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%s", i ? "," : "", o->name, o->value ? "true" : "false");
+    else len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s=%.17g", i ? "," : "", o->name, o->value);
+  }
+  sft_set_meta(w, "options", buf);
+  sft_set_meta(w, "mode", c->mode == MODE_SCAN ? "scan" : "sequential");
+  sft_set_meta(w, "backend", r->a->backend);
+  sft_set_meta(w, "precision", r->a->precision);
+  snprintf(buf, sizeof buf, "%d", r->T);
+  sft_set_meta(w, "T", buf);
+  snprintf(buf, sizeof buf, "%d", r->B);
+  sft_set_meta(w, "B", buf);
+  snprintf(buf, sizeof buf, "%llu", (unsigned long long)r->a->seed);
+  sft_set_meta(w, "seed", buf);
+  sft_set_meta(w, "training", r->a->train ? "true" : "false");
+}
+
+/* Every tensor, in the run's precision, to --out. 0 or 3. */
+static int write_outputs(const RunData *r) {
+  SftDtype dt = !strcmp(r->a->precision, "f32") ? SFT_F32 : SFT_F64;
+  SftWriter *w = sft_writer_new();
+  for (int i = 0; i < r->c->nparams; i++) tensor_write(w, &r->params[i], dt), tensor_write(w, &r->gparams[i], dt);
+  tensor_write(w, &r->x, dt), tensor_write(w, &r->dy, dt), tensor_write(w, &r->y, dt), tensor_write(w, &r->gx, dt);
+  for (int i = 0; i < r->c->nstates; i++) {
+    tensor_write(w, &r->h0[i], dt), tensor_write(w, &r->dfinal[i], dt);
+    tensor_write(w, &r->final[i], dt), tensor_write(w, &r->gh0[i], dt);
+  }
+  for (int i = 0; i < r->c->ngates; i++) tensor_write(w, &r->gates[i], dt);
+  for (int i = 0; i < r->p->nnoise; i++) tensor_write(w, &r->noise[i], dt);
+  set_meta(w, r);
+  char err[512];
+  int status = 0;
+  if (sft_write(w, r->a->out, err, sizeof err) < 0) {
+    diag_plain("%s", err);
+    status = 3;
+  }
+  sft_writer_free(w);
   return status;
+}
+
+static void run_data_free(RunData *r) {
+  Cell *c = r->c;
+  for (int i = 0; r->params && i < c->nparams; i++) tensor_free(&r->params[i]), tensor_free(&r->gparams[i]);
+  for (int i = 0; r->h0 && i < c->nstates; i++)
+    tensor_free(&r->h0[i]), tensor_free(&r->dfinal[i]), tensor_free(&r->final[i]), tensor_free(&r->gh0[i]);
+  for (int i = 0; r->gates && i < c->ngates; i++) tensor_free(&r->gates[i]);
+  for (int i = 0; r->noise && i < r->p->nnoise; i++) tensor_free(&r->noise[i]);
+  tensor_free(&r->x), tensor_free(&r->dy), tensor_free(&r->y), tensor_free(&r->gx);
+  free(r->params), free(r->gparams), free(r->h0), free(r->dfinal), free(r->final), free(r->gh0), free(r->gates);
+  free(r->noise), free(r->known);
+}
+
+/* The back end by name, and a precision it runs. 0 or the exit status. */
+static int choose_backend(const RunArgs *a, const Backend **be) {
+  *be = backend_find(a->backend);
+  if (!*be) {
+    diag_plain("the %s back end is not built yet; use --backend cpu or interp", a->backend);
+    return 3;
+  }
+  if ((*be)->dtype == DT_F32 && !strcmp(a->precision, "f64"))
+    return cli_usage_error("--precision f64 needs --backend interp (the %s back end runs float32)", a->backend);
+  return 0;
+}
+
+/* cellc run: arguments -> inputs -> check -> compile -> tensors (given or drawn) -> forward and
+ * backward -> every tensor written. */
+int cmd_run(int argc, char **argv) {
+  RunArgs a = {0};
+  const Backend *be;
+  int rc = parse_run_args(argc, argv, &a);
+  if (!rc) rc = choose_backend(&a, &be);
+  if (rc) return rc;
+  SftFile in = {0};
+  if (a.inputs && (rc = read_inputs(&a, &in))) return sft_free(&in), rc;
+  Arena arena = {0};
+  RunData r = {.a = &a, .arena = &arena, .in = a.inputs ? &in : NULL, .T = a.T, .B = a.B};
+  Compiled *comp = NULL;
+  r.c = compile_cell(&arena, &a.cell, a.train);
+  if (!r.c) rc = 1;
+  char err[512];
+  PipelineOptions po = {.backend = be, .training = a.train, .gates = true, .f32 = !strcmp(a.precision, "f32")};
+  if (!rc && !(comp = pipeline_compile(r.c, &po, err, sizeof err))) {
+    diag_plain("%s", err);
+    rc = 3;
+  }
+  if (!rc) r.p = comp->p, rc = check_size(&r);
+  if (!rc) {
+    shape_tensors(&r);
+    rc = take_params(&r);
+    if (!rc && tensor_take(&r.x, r.in, a.inputs) == 0) fill_normal(&r.x, a.seed, "x");
+    if (!rc && tensor_take(&r.dy, r.in, a.inputs) == 0) fill_normal(&r.dy, a.seed, "dy");
+    if (!rc) rc = take_states(&r);
+    if (!rc) rc = take_noise(&r);
+    if (!rc) rc = check_unknown_inputs(&r);
+    if (!rc) run_program(&r, comp);
+    if (!rc) rc = write_outputs(&r);
+    run_data_free(&r);
+  }
+  pipeline_release(comp);
+  if (r.c) cell_free(r.c);
+  arena_free(&arena);
+  if (a.inputs) sft_free(&in);
+  return rc;
 }

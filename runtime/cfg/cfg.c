@@ -316,109 +316,6 @@ static void value_error(const Raw *r, int off, int len, const char *why) {
 
 /* ---- Values ---- */
 
-/* Checks an initializer call: NAME or NAME(arg, ...), a known name, a fitting argument count.
- * The arguments stay text (constant expressions, evaluated against the cell). */
-static int check_init(const char *s, char *why, size_t n, int *off, int *len) {
-  size_t i = 0, slen = strlen(s);
-  if (!(isalpha((unsigned char)s[0]) || s[0] == '_')) {
-    *off = 0, *len = 1;
-    snprintf(why, n, "expected an initializer, such as ugi or gumbel(0, 0.5)");
-    return -1;
-  }
-  while (isalnum((unsigned char)s[i]) || s[i] == '_')
-    i++;
-  size_t name_len = i;
-  char name[64];
-  if (name_len >= sizeof name)
-    name_len = sizeof name - 1;
-  memcpy(name, s, name_len);
-  name[name_len] = 0;
-  while (is_space((unsigned char)s[i]))
-    i++;
-  int nargs = 0;
-  size_t first_arg = 0;
-  if (s[i] == '(') {
-    size_t open = i, start = i + 1;
-    int depth = 0;
-    bool closed = false;
-    for (i = open + 1; i < slen && !closed; i++) {
-      char ch = s[i];
-      if (ch == '(')
-        depth++;
-      if (ch == ')' && depth > 0) {
-        depth--;
-        continue;
-      }
-      if ((ch == ',' || ch == ')') && depth == 0) {
-        size_t a = start, b = i;
-        while (a < b && is_space((unsigned char)s[a]))
-          a++;
-        bool empty = a == b;
-        if (empty && !(ch == ')' && nargs == 0)) {
-          *off = (int)i, *len = 1;
-          snprintf(why, n, "empty argument");
-          return -1;
-        }
-        if (!empty) {
-          if (nargs == 0)
-            first_arg = a;
-          nargs++;
-        }
-        start = i + 1;
-        if (ch == ')')
-          closed = true;
-      }
-    }
-    if (!closed) {
-      *off = (int)open, *len = 1;
-      snprintf(why, n, "'(' without its ')'");
-      return -1;
-    }
-    while (is_space((unsigned char)s[i]))
-      i++;
-  }
-  if (s[i]) {
-    *off = (int)i, *len = 1;
-    snprintf(why, n, "unexpected '%c' after the initializer", s[i]);
-    return -1;
-  }
-  const InitDef *d = init_find(name);
-  if (!d) {
-    const char *const *names;
-    int nn = init_names(&names);
-    const char *near = diag_nearest(name, names, nn);
-    char list[512];
-    join(names, nn, list, sizeof list);
-    *off = 0, *len = (int)name_len;
-    if (near)
-      snprintf(why, n, "unknown initializer '%s'; did you mean '%s'?", name, near);
-    else
-      snprintf(why, n, "unknown initializer '%s'; the initializers are %s", name, list);
-    return -1;
-  }
-  if (nargs < d->min_args || nargs > d->max_args) {
-    *off = 0, *len = (int)slen;
-    if (d->min_args == d->max_args)
-      snprintf(why, n, "%s takes %d argument%s, not %d", d->name, d->min_args, d->min_args == 1 ? "" : "s", nargs);
-    else
-      snprintf(why, n, "%s takes %d to %d arguments, not %d", d->name, d->min_args, d->max_args, nargs);
-    return -1;
-  }
-  if (d->ref_param) {
-    size_t e = first_arg;
-    while (isalnum((unsigned char)s[e]) || s[e] == '_')
-      e++;
-    size_t t = e;
-    while (is_space((unsigned char)s[t]))
-      t++;
-    if (!(isalpha((unsigned char)s[first_arg]) || s[first_arg] == '_') || s[t] != ')') {
-      *off = (int)first_arg, *len = 1;
-      snprintf(why, n, "%s takes the name of another param", d->name);
-      return -1;
-    }
-  }
-  return 0;
-}
 
 /* Parses `s` as a value of key k. On failure returns -1 with the reason in why and the offending span
  * (off, len inside s; off -1: all of it). */
@@ -475,7 +372,7 @@ static int parse_value(Arena *a, const CfgKey *k, const char *s, Val *v, char *w
         return 0;
     char list[512];
     join(names, nn, list, sizeof list);
-    const char *near = diag_nearest(s, names, nn);
+    const char *near = edit_nearest(s, names, nn);
     const char *what = k->type == CFG_TASK ? "unknown task; the tasks are" : "expected one of";
     if (near)
       snprintf(why, n, "%s %s; did you mean %s?", what, list, near);
@@ -529,8 +426,10 @@ static int parse_value(Arena *a, const CfgKey *k, const char *s, Val *v, char *w
     }
     return 0;
   }
-  case CFG_INIT:
-    return check_init(s, why, n, off, len);
+  case CFG_INIT: {
+    InitText it;
+    return init_parse(s, &it, why, n, off, len);
+  }
   case CFG_PATH:
     return 0;
   default:
@@ -581,7 +480,7 @@ static const char *section_problem(const char *name, char *why, size_t n) {
   char alt[256];
   snprintf(alt, sizeof alt, "optim%s", dot ? dot : "");
   cands[COUNT(section_names)] = alt;
-  const char *near = diag_nearest(name, cands, COUNT(cands));
+  const char *near = edit_nearest(name, cands, COUNT(cands));
   if (near && strcmp(near, "optim") != 0)
     snprintf(why, n, "unknown section [%s]; did you mean [%s]?", name, near);
   else
@@ -903,7 +802,7 @@ static void unknown_key(Resolved *r, const RSec *s, const Raw *raw) {
     for (int i = 0; i < nalt; i++)
       cands[n++] = alt[i];
   }
-  const char *near = diag_nearest(raw->key, cands, n);
+  const char *near = edit_nearest(raw->key, cands, n);
   char task[96] = "";
   if (strcmp(s->name, "task") == 0)
     snprintf(task, sizeof task, " (task %s)", r->task->name);

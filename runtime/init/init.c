@@ -2,6 +2,7 @@
  * number (re then im for complex); orthogonal draws a Gaussian matrix and takes its QR. */
 #include "init.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -278,4 +279,123 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
     for (size_t i = 0; i < nout; i++) out[i] = draw_one(&d, rng);
     return 0;
   }
+}
+
+/* ---- initializer text ---- */
+
+static bool is_blank(int ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
+static bool is_name_start(int ch) { return isalpha(ch) || ch == '_'; }
+static bool is_name_char(int ch) { return isalnum(ch) || ch == '_'; }
+
+/* One argument, text [a, b) without its surrounding blanks: a number, or the name of a param. */
+static int parse_arg(const InitDef *d, const char *s, size_t a, size_t b, InitText *out, char *why, size_t n, int *off,
+                     int *len) {
+  *off = (int)a, *len = (int)(b - a);
+  if (d->ref_param) {
+    size_t e = a;
+    while (e < b && is_name_char((unsigned char)s[e])) e++;
+    if (!is_name_start((unsigned char)s[a]) || e != b || b - a >= sizeof out->ref) {
+      snprintf(why, n, "%s takes the name of another param", d->name);
+      return -1;
+    }
+    memcpy(out->ref, s + a, b - a);
+    out->ref[b - a] = 0;
+    return 0;
+  }
+  char *end;
+  double v = strtod(s + a, &end);
+  if (end != s + b || !isfinite(v)) {
+    snprintf(why, n, "%s: expected a number", d->name);
+    return -1;
+  }
+  if (out->nargs < 8) out->args[out->nargs] = v;
+  out->nargs++;
+  return 0;
+}
+
+/* NAME(ARG, ...) from the '(' at s[open]: the arguments, split at the commas outside parentheses.
+ * The index after the ')', or -1. */
+static long parse_args_of(const InitDef *d, const char *s, size_t open, InitText *out, char *why, size_t n, int *off,
+                          int *len) {
+  size_t start = open + 1, slen = strlen(s);
+  int depth = 0, count = 0;
+  for (size_t i = open + 1; i < slen; i++) {
+    char ch = s[i];
+    if (ch == '(') depth++;
+    if (ch == ')' && depth > 0) {
+      depth--;
+      continue;
+    }
+    if ((ch != ',' && ch != ')') || depth > 0) continue;
+    size_t a = start, b = i;
+    while (a < b && is_blank((unsigned char)s[a])) a++;
+    while (b > a && is_blank((unsigned char)s[b - 1])) b--;
+    if (a == b && !(ch == ')' && count == 0)) {
+      *off = (int)i, *len = 1;
+      snprintf(why, n, "empty argument");
+      return -1;
+    }
+    if (a < b) {
+      if (parse_arg(d, s, a, b, out, why, n, off, len) < 0) return -1;
+      count++;
+    }
+    start = i + 1;
+    if (ch == ')') return (long)i + 1;
+  }
+  *off = (int)open, *len = 1;
+  snprintf(why, n, "'(' without its ')'");
+  return -1;
+}
+
+/* An unknown name: the nearest known one, or the whole list. */
+static void unknown_init(const char *name, char *why, size_t n) {
+  const char *const *names;
+  int nn = init_names(&names);
+  const char *near = edit_nearest(name, names, nn);
+  if (near) {
+    snprintf(why, n, "unknown initializer '%s'; did you mean '%s'?", name, near);
+    return;
+  }
+  int used = snprintf(why, n, "unknown initializer '%s'; the initializers are", name);
+  for (int i = 0; i < nn && used > 0 && (size_t)used < n; i++) used += snprintf(why + used, n - (size_t)used, "%s %s", i ? "," : "", names[i]);
+}
+
+int init_parse(const char *s, InitText *out, char *why, size_t n, int *off, int *len) {
+  memset(out, 0, sizeof *out);
+  size_t i = 0, slen = strlen(s);
+  if (!is_name_start((unsigned char)s[0])) {
+    *off = 0, *len = 1;
+    snprintf(why, n, "expected an initializer, such as ugi or gumbel(0, 0.5)");
+    return -1;
+  }
+  while (is_name_char((unsigned char)s[i])) i++;
+  size_t name_len = i < sizeof out->name ? i : sizeof out->name - 1;
+  memcpy(out->name, s, name_len);
+  const InitDef *d = init_find(out->name);
+  if (!d) {
+    *off = 0, *len = (int)i;
+    unknown_init(out->name, why, n);
+    return -1;
+  }
+  while (is_blank((unsigned char)s[i])) i++;
+  if (s[i] == '(') {
+    long after = parse_args_of(d, s, i, out, why, n, off, len);
+    if (after < 0) return -1;
+    i = (size_t)after;
+    while (is_blank((unsigned char)s[i])) i++;
+  }
+  if (s[i]) {
+    *off = (int)i, *len = 1;
+    snprintf(why, n, "unexpected '%c' after the initializer", s[i]);
+    return -1;
+  }
+  int given = d->ref_param ? (out->ref[0] != 0) : out->nargs;
+  if (given < d->min_args || given > d->max_args) {
+    *off = 0, *len = (int)slen;
+    if (d->min_args == d->max_args)
+      snprintf(why, n, "%s takes %d argument%s, not %d", d->name, d->min_args, d->min_args == 1 ? "" : "s", given);
+    else snprintf(why, n, "%s takes %d to %d arguments, not %d", d->name, d->min_args, d->max_args, given);
+    return -1;
+  }
+  return 0;
 }

@@ -17,6 +17,19 @@ typedef struct InitDef {
 const InitDef *init_find(const char *name); /* NULL if unknown */
 int init_names(const char *const **names);  /* sets *names to all names; returns their count */
 
+/* An initializer as a configuration writes it: NAME or NAME(ARG, ...), each argument a number, or
+ * for a ref_param initializer the name of another param. */
+typedef struct InitText {
+  char name[32];
+  double args[8];
+  int nargs;
+  char ref[64];   /* lru_gamma(NAME): NAME; "" otherwise */
+} InitText;
+
+/* Parses and checks an initializer's text (the one grammar of initializer text: task.cfg entries
+ * and their --set). 0, or -1 with why and the offending span [*off, *off + *len) of text. */
+int init_parse(const char *text, InitText *out, char *why, size_t n, int *off, int *len);
+
 /* Fill `out` with the initial values of a param.
  *   rank 0 (scalar), 1 ([d]) or 2 ([O, I]); shape: (rank) sizes; numel = their product.
  *   cplx: out holds 2*numel doubles, (re, im) interleaved per element, row-major; else numel.

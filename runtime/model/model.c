@@ -116,91 +116,21 @@ static void init_const(ModelTensor *t, float v) {
 
 /* ---- the configuration's cell-dependent entries ---- */
 
-/* An initializer as written in the configuration: NAME or NAME(ARG, ...). */
-typedef struct InitText {
-  const char *name;
-  double args[8];
-  int nargs;
-  const char *ref; /* lru_gamma(NAME) */
-} InitText;
-
-static int parse_init(Arena *a, const char *text, InitText *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  const char *p = text;
-  while (isspace((unsigned char)*p)) p++;
-  const char *s = p;
-  while (isalnum((unsigned char)*p) || *p == '_') p++;
-  out->name = arena_strndup(a, s, (size_t)(p - s));
-  const InitDef *def = init_find(out->name);
-  if (!def) {
-    const char *const *names;
-    int n = init_names(&names);
-    const char *near = diag_nearest(out->name, names, n);
-    snprintf(err, errlen, "unknown initializer '%s'%s%s%s", out->name, near ? "; did you mean '" : "", near ? near : "",
-             near ? "'?" : "");
-    return -1;
-  }
-  while (isspace((unsigned char)*p)) p++;
-  if (*p == '(') {
-    p++;
-    for (;;) {
-      while (isspace((unsigned char)*p)) p++;
-      if (*p == ')' && out->nargs == 0 && !out->ref) break;
-      if (def->ref_param) {
-        s = p;
-        while (isalnum((unsigned char)*p) || *p == '_') p++;
-        if (p == s || out->ref) return snprintf(err, errlen, "%s takes the name of a param", out->name), -1;
-        out->ref = arena_strndup(a, s, (size_t)(p - s));
-      } else {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || !isfinite(v)) return snprintf(err, errlen, "%s: expected a number at '%s'", out->name, p), -1;
-        if (out->nargs == 8) return snprintf(err, errlen, "%s: too many arguments", out->name), -1;
-        out->args[out->nargs++] = v;
-        p = end;
-      }
-      while (isspace((unsigned char)*p)) p++;
-      if (*p == ',') {
-        p++;
-        continue;
-      }
-      if (*p == ')') break;
-      return snprintf(err, errlen, "%s: expected ',' or ')' at '%s'", out->name, *p ? p : "the end"), -1;
-    }
-    p++;
-  }
-  while (isspace((unsigned char)*p)) p++;
-  if (*p) return snprintf(err, errlen, "unexpected '%s' after the initializer", p), -1;
-  int given = def->ref_param ? (out->ref != NULL) : out->nargs;
-  if (given < def->min_args || given > def->max_args) {
-    if (def->min_args == def->max_args)
-      snprintf(err, errlen, "%s takes %d argument%s, not %d", out->name, def->min_args, def->min_args == 1 ? "" : "s", given);
-    else snprintf(err, errlen, "%s takes %d to %d arguments, not %d", out->name, def->min_args, def->max_args, given);
-    return -1;
-  }
-  return 0;
-}
 
 /* The dims a cell declares (including the one its input introduces), for checking dims.NAME. */
-static void collect_dims(Stmt **body, int n, const char **names, int *count, const char **input_dim) {
-  for (int i = 0; i < n; i++) {
-    const Stmt *st = body[i];
-    if (st->kind == ST_DIM && *count < 64) names[(*count)++] = st->name;
-    if (st->kind == ST_INPUT && st->shape && st->shape->n == 1 && st->shape->dims[0]->kind == DX_NAME) {
-      *input_dim = st->shape->dims[0]->name;
-      if (*count < 64) names[(*count)++] = st->shape->dims[0]->name;
-    }
-    if (st->kind == ST_IF) {
-      collect_dims(st->then_body, st->nthen, names, count, input_dim);
-      collect_dims(st->else_body, st->nelse, names, count, input_dim);
-    }
-  }
-}
-
 static bool has_name(const char *const *names, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (!strcmp(names[i], name)) return true;
   return false;
+}
+
+/* A configuration entry naming what the cell lacks: the located error; -1. */
+static int no_such(const Cfg *cfg, const char *key, const char *cell, const char *what, const char *name,
+                   const char *const *cands, int nc) {
+  char owner[160], msg[512];
+  snprintf(owner, sizeof owner, "cell '%s'", cell);
+  cfg_error(cfg, key, false, "%s", no_such_text(msg, sizeof msg, owner, what, name, cands, nc));
+  return -1;
 }
 
 /* Checks every dotted [model] entry against the cell: options, dims, layers. Params are checked per
@@ -221,13 +151,7 @@ static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, 
         if (!strcmp(ast->options[k].name, e[i].name)) o = &ast->options[k];
         if (nn < 64) names[nn++] = ast->options[k].name;
       }
-      if (!o) {
-        const char *near = diag_nearest(e[i].name, names, nn);
-        if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no option '%s'; did you mean '%s'?", ast->name, e[i].name, near);
-        else if (!nn) cfg_error(cfg, e[i].key, false, "cell '%s' has no options", ast->name);
-        else cfg_error(cfg, e[i].key, false, "cell '%s' has no option '%s'", ast->name, e[i].name);
-        return -1;
-      }
+      if (!o) return no_such(cfg, e[i].key, ast->name, "option", e[i].name, names, nn);
       if (o->is_bool != e[i].is_bool) {
         cfg_error(cfg, e[i].key, true, "option '%s' of cell '%s' is %s, not %s", o->name, ast->name, o->is_bool ? "a bool (true or false)" : "a number",
                   e[i].is_bool ? "a bool" : "a number");
@@ -237,12 +161,8 @@ static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, 
         cfg_error(cfg, e[i].key, true, "option '%s' of cell '%s' is an int", o->name, ast->name);
         return -1;
       }
-    } else if (e[i].kind == CFG_ENTRY_DIM && !has_name(dims, ndims, e[i].name)) {
-      const char *near = diag_nearest(e[i].name, dims, ndims);
-      if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no dim '%s'; did you mean '%s'?", ast->name, e[i].name, near);
-      else cfg_error(cfg, e[i].key, false, "cell '%s' has no dim '%s'", ast->name, e[i].name);
-      return -1;
-    }
+    } else if (e[i].kind == CFG_ENTRY_DIM && !has_name(dims, ndims, e[i].name))
+      return no_such(cfg, e[i].key, ast->name, "dim", e[i].name, dims, ndims);
   }
   return 0;
 }
@@ -345,19 +265,13 @@ static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
       found = found || !strcmp(c->params[j].name, e[i].name);
       if (nn < 256) names[nn++] = c->params[j].name;
     }
-    if (!found) {
-      const char *near = diag_nearest(e[i].name, names, nn);
-      if (near) cfg_error(cfg, e[i].key, false, "cell '%s' has no param '%s'%s; did you mean '%s'?", c->name, e[i].name, e[i].layer < 0 ? "" : " in this layer", near);
-      else cfg_error(cfg, e[i].key, false, "cell '%s' has no param '%s'", c->name, e[i].name);
-      return -1;
-    }
+    if (!found) return no_such(cfg, e[i].key, c->name, "param", e[i].name, names, nn);
   }
   return 0;
 }
 
 static int draw_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
   Cell *c = L->cell[0];
-  int H = c->nstates && c->states[0].rank ? c->states[0].n[0] : 1;
   double **vals = xcalloc((size_t)c->nparams + 1, sizeof(double *));
   int status = 0;
   for (int i = 0; i < c->nparams && !status; i++) {
@@ -365,32 +279,18 @@ static int draw_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
     ModelTensor *t = &m->tensors[L->first + i];
     int parts = pi->cplx ? 2 : 1;
     vals[i] = xcalloc((size_t)(t->numel * parts + 1), sizeof(double));
-    const char *name = pi->init;
-    const double *args = pi->args;
-    int nargs = pi->ninit_args, ref = pi->ref;
     InitText it;
     const CfgEntry *ov = init_override(cfg, k, pi->name);
     char err[256];
-    if (ov) {
-      if (parse_init(&m->arena, ov->text, &it, err, sizeof err) < 0) {
-        cfg_error(cfg, ov->key, true, "%s", err);
-        status = 1;
-        break;
-      }
-      name = it.name, args = it.args, nargs = it.nargs, ref = -1;
-      if (it.ref) {
-        for (int j = 0; j < i; j++)
-          if (!strcmp(c->params[j].name, it.ref)) ref = j;
-        if (ref < 0) {
-          cfg_error(cfg, ov->key, true, "%s reads param '%s', which must be declared before '%s'", name, it.ref, pi->name);
-          status = 1;
-          break;
-        }
-      }
+    int off, len;
+    if (ov && init_parse(ov->text, &it, err, sizeof err, &off, &len) < 0) {
+      cfg_error(cfg, ov->key, true, "%s", err);
+      status = 1;
+      break;
     }
     Rng rng;
     rng_seed(&rng, m->seed, rng_stream_of(t->name));
-    if (init_fill(name, args, nargs, ref >= 0 ? vals[ref] : NULL, pi->rank, pi->n, pi->cplx, H, &rng, vals[i], err, sizeof err) < 0) {
+    if (cell_draw_param(c, i, ov ? &it : NULL, (const double *const *)vals, &rng, vals[i], err, sizeof err) < 0) {
       if (ov) cfg_error(cfg, ov->key, true, "cannot initialize param '%s': %s", pi->name, err);
       else diag_error(pi->init_loc, "cannot initialize param '%s': %s", pi->name, err);
       status = 1;
@@ -424,7 +324,7 @@ static int init_states(Model *m, Layer *L, int k) {
     Rng rng;
     char err[256];
     rng_seed(&rng, m->seed, rng_stream_of(arena_printf(&m->arena, "layer.%d.h0.%s", k, si->name)));
-    if (init_fill(si->init, si->args, si->ninit_args, NULL, si->rank, si->n, si->cplx, size, &rng, v, err, sizeof err) < 0) {
+    if (cell_draw_state(c, s, &rng, v, err, sizeof err) < 0) {
       diag_error(si->init_loc, "cannot initialize state '%s': %s", si->name, err);
       free(v);
       return -1;
@@ -528,6 +428,153 @@ static int choose(const Cfg *cfg, const char *key, const char *const *names, int
   return 0;
 }
 
+/* The model's shape from the configuration: encoder, block, norm, mixer, dropout, readout. 0, or -1
+ * after a located error. */
+static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
+  static const char *const blocks[] = {"stack", "residual"};
+  static const char *const norms[] = {"none", "layer", "rms", "batch"}, *const mixers[] = {"none", "glu", "mlp"};
+  const char *enc = cfg_word(cfg, "model.encoder");
+  if (enc && !strcmp(enc, "auto")) enc = NULL;
+  m->embed = enc ? !strcmp(enc, "embed") : shape->token_input;
+  if (m->embed != shape->token_input) {
+    cfg_error(cfg, "model.encoder", true, "encoder '%s' needs %s inputs, but task '%s' gives %s", enc,
+              m->embed ? "token" : "real-valued", cfg_word(cfg, "task.name"), shape->token_input ? "tokens" : "real values");
+    return -1;
+  }
+  m->block = choose(cfg, "model.block", blocks, 2);
+  m->norm = (NormKind)choose(cfg, "model.norm", norms, 4);
+  m->mix = (MixKind)choose(cfg, "model.mixer", mixers, 3);
+  m->mix_hidden = m->mix == MIX_MLP ? 4 * m->width : m->width;
+  m->dropout = cfg_real(cfg, "model.dropout");
+  if (!m->block && (m->norm != NORM_NONE || m->mix != MIX_NONE)) {
+    cfg_error(cfg, m->norm != NORM_NONE ? "model.norm" : "model.mixer", true, "norms and mixers belong to residual blocks: set model.block = residual");
+    return -1;
+  }
+  NnReadout task_readout = shape->readout == TASK_READ_ALL ? NN_READOUT_ALL : shape->readout == TASK_READ_LAST ? NN_READOUT_LAST : NN_READOUT_MEAN;
+  m->readout = task_readout;
+  const char *ro = cfg_word(cfg, "model.readout");
+  if (ro && strcmp(ro, "auto")) {
+    nn_readout_from_name(ro, &m->readout);
+    if ((m->readout == NN_READOUT_ALL) != (task_readout == NN_READOUT_ALL)) {
+      cfg_error(cfg, "model.readout", true, "task '%s' has %s targets: readout %s", cfg_word(cfg, "task.name"),
+                task_readout == NN_READOUT_ALL ? "per-step" : "per-sequence", task_readout == NN_READOUT_ALL ? "must be 'all'" : "must be 'last' or 'mean'");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The cell's dims against the configuration: its input dim (*input_dim) and whether it has an H.
+ * 0, or -1 after a located error. */
+static int cell_dims(Model *m, const Cfg *cfg, const char *cell_file, const CellAst *ast, const char **input_dim, bool *has_h) {
+  const char *dims[64];
+  int ndims = 0;
+  DeclaredDim dd[64];
+  int ndd = check_declared_dims(ast, dd, 64);
+  *input_dim = NULL;
+  for (int d = 0; d < ndd; d++) {
+    dims[ndims++] = dd[d].name;
+    if (dd[d].is_input) *input_dim = dd[d].name;
+  }
+  if (!*input_dim) {
+    diag_plain("%s: cell '%s' must take its input as `input NAME[DIM]` with a named dim to be trained", cell_file, ast->name);
+    return -1;
+  }
+  if (check_entries(cfg, ast, dims, ndims, m->nlayers) < 0) return -1;
+  *has_h = has_name(dims, ndims, "H");
+  if (!strcmp(*input_dim, "H") && cfg_is_set(cfg, "model.hidden") && cfg_int(cfg, "model.hidden") != m->width) {
+    cfg_error(cfg, "model.hidden", true, "cell '%s' takes an input of size H: model.hidden must equal model.width (%d)", ast->name, m->width);
+    return -1;
+  }
+  return 0;
+}
+
+/* Encoder, layers (each cell checked and compiled), head: the tensors and their places. Returns the
+ * width the head reads, or -1 after an error. */
+static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *src, const CellAst *ast, const char *input_dim,
+                 bool has_h) {
+  int64_t s2[2];
+  if (m->embed) {
+    s2[0] = shape->vocab, s2[1] = m->width;
+    m->enc_w = add_tensor(m, "embed.weight", 2, s2, false, true);
+  } else {
+    s2[0] = m->width, s2[1] = shape->in_dim;
+    m->enc_w = add_tensor(m, "encoder.weight", 2, s2, false, true);
+    m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, true);
+  }
+  m->layers = xcalloc((size_t)m->nlayers, sizeof(Layer));
+  int C = m->width;
+  m->maxc = C;
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    L->norm_w = L->mix_w = L->bn_mean = L->bn_var = -1;
+    L->in = C;
+    if (build_cell(m, L, k, cfg, src, ast, input_dim, has_h) < 0) return -1;
+    if (m->block && L->out != m->width) {
+      diag_plain("residual blocks add the cell's output to its input: cell '%s' outputs %d values per step, model.width is %d",
+                 ast->name, L->out, m->width);
+      return -1;
+    }
+    if (init_cell_params(m, L, k, cfg) < 0) return -1;
+    if (m->block) add_block_tensors(m, L, k);
+    if (!m->block) C = L->out;
+    if (C > m->maxc) m->maxc = C;
+    if (L->out > m->maxc) m->maxc = L->out;
+  }
+  s2[0] = shape->out_dim, s2[1] = C;
+  m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
+  m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
+  model_place(m);
+  return C;
+}
+
+/* Every tensor's initial value from the seed; the layers wired to their buffers. 0 or -1. */
+static int draw_initial(Model *m, const Cfg *cfg, const TaskShape *shape, int C) {
+  if (m->embed) {
+    Rng r;
+    ModelTensor *t = &m->tensors[m->enc_w];
+    rng_seed(&r, m->seed, rng_stream_of(t->name));
+    for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = (float)rng_normal(&r);
+  } else {
+    init_uniform(&m->tensors[m->enc_w], m->seed, shape->in_dim);
+    init_uniform(&m->tensors[m->enc_b], m->seed, shape->in_dim);
+  }
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    if (draw_cell_params(m, L, k, cfg) < 0 || init_states(m, L, k) < 0) return -1;
+    wire_layer(m, L, k);
+    if (m->block) init_block_tensors(m, L);
+  }
+  init_uniform(&m->tensors[m->head_w], m->seed, C);
+  init_uniform(&m->tensors[m->head_b], m->seed, C);
+  return 0;
+}
+
+/* The activations, their gradients and the scratch of one batch. */
+static void alloc_activations(Model *m, const TaskShape *shape, int C) {
+  size_t rows = (size_t)m->rows;
+  m->act = xcalloc((size_t)m->nlayers + 1, sizeof(float *));
+  m->act[0] = fbuf(rows * (size_t)m->width);
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    int Ck = m->block ? m->width : L->out;
+    m->act[k + 1] = fbuf(rows * (size_t)Ck);
+    if (m->dropout > 0) L->mask = fbuf(rows * (size_t)Ck), L->dropped = fbuf(rows * (size_t)Ck);
+  }
+  for (int i = 0; i < 2; i++) m->dact[i] = fbuf(rows * (size_t)m->maxc), m->dtmp[i] = fbuf(rows * (size_t)m->maxc);
+  size_t sc = m->mix == MIX_GLU ? nn_glu_scratch_size(m->rows, m->mix_hidden) : m->mix == MIX_MLP ? nn_mlp_scratch_size(m->rows, m->mix_hidden) : 0;
+  if (m->norm == NORM_BATCH && sc < 2 * (size_t)m->width) sc = 2 * (size_t)m->width;
+  m->scratch = fbuf(sc);
+  int R = nn_readout_rows(m->readout, m->T, m->B);
+  m->readout_out = fbuf((size_t)R * (size_t)C);
+  m->dreadout = fbuf((size_t)R * (size_t)C);
+  m->logits = fbuf((size_t)R * (size_t)shape->out_dim);
+  m->dlogits = fbuf((size_t)R * (size_t)shape->out_dim);
+  m->targets = xcalloc((size_t)R + 1, sizeof(int32_t));
+}
+
+/* model_new: the cell found -> the model's shape -> dims against the configuration -> tensors
+ * (cells compiled) -> initial values -> activations. */
 Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                  uint64_t seed) {
   Model *m = xcalloc(1, sizeof *m);
@@ -550,128 +597,13 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
   }
   m->cell_name = ast->name;
   m->source = xstrdup(src->text);
-
-  /* the model's shape */
-  static const char *const blocks[] = {"stack", "residual"};
-  static const char *const norms[] = {"none", "layer", "rms", "batch"}, *const mixers[] = {"none", "glu", "mlp"};
-  const char *enc = cfg_word(cfg, "model.encoder");
-  if (enc && !strcmp(enc, "auto")) enc = NULL;
-  m->embed = enc ? !strcmp(enc, "embed") : shape->token_input;
-  if (m->embed != shape->token_input) {
-    cfg_error(cfg, "model.encoder", true, "encoder '%s' needs %s inputs, but task '%s' gives %s", enc,
-              m->embed ? "token" : "real-valued", cfg_word(cfg, "task.name"), shape->token_input ? "tokens" : "real values");
+  const char *input_dim;
+  bool has_h;
+  int C = -1;
+  if (configure(m, cfg, shape) < 0 || cell_dims(m, cfg, cell_file, ast, &input_dim, &has_h) < 0 ||
+      (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0)
     return model_free(m), NULL;
-  }
-  m->block = choose(cfg, "model.block", blocks, 2);
-  m->norm = (NormKind)choose(cfg, "model.norm", norms, 4);
-  m->mix = (MixKind)choose(cfg, "model.mixer", mixers, 3);
-  m->mix_hidden = m->mix == MIX_MLP ? 4 * m->width : m->width;
-  m->dropout = cfg_real(cfg, "model.dropout");
-  if (!m->block && (m->norm != NORM_NONE || m->mix != MIX_NONE)) {
-    cfg_error(cfg, m->norm != NORM_NONE ? "model.norm" : "model.mixer", true, "norms and mixers belong to residual blocks: set model.block = residual");
-    return model_free(m), NULL;
-  }
-  NnReadout task_readout = shape->readout == TASK_READ_ALL ? NN_READOUT_ALL : shape->readout == TASK_READ_LAST ? NN_READOUT_LAST : NN_READOUT_MEAN;
-  m->readout = task_readout;
-  const char *ro = cfg_word(cfg, "model.readout");
-  if (ro && strcmp(ro, "auto")) {
-    nn_readout_from_name(ro, &m->readout);
-    if ((m->readout == NN_READOUT_ALL) != (task_readout == NN_READOUT_ALL)) {
-      cfg_error(cfg, "model.readout", true, "task '%s' has %s targets: readout %s", cfg_word(cfg, "task.name"),
-                task_readout == NN_READOUT_ALL ? "per-step" : "per-sequence", task_readout == NN_READOUT_ALL ? "must be 'all'" : "must be 'last' or 'mean'");
-      return model_free(m), NULL;
-    }
-  }
-
-  /* the cell's dims and the configuration's entries */
-  const char *dims[64], *input_dim = NULL;
-  int ndims = 0;
-  collect_dims(ast->body, ast->nbody, dims, &ndims, &input_dim);
-  if (!input_dim) {
-    diag_plain("%s: cell '%s' must take its input as `input NAME[DIM]` with a named dim to be trained", cell_file, ast->name);
-    return model_free(m), NULL;
-  }
-  if (check_entries(cfg, ast, dims, ndims, m->nlayers) < 0) return model_free(m), NULL;
-  bool has_h = has_name(dims, ndims, "H");
-  if (!strcmp(input_dim, "H") && cfg_is_set(cfg, "model.hidden") && cfg_int(cfg, "model.hidden") != m->width) {
-    cfg_error(cfg, "model.hidden", true, "cell '%s' takes an input of size H: model.hidden must equal model.width (%d)", ast->name, m->width);
-    return model_free(m), NULL;
-  }
-
-  /* encoder, layers, head */
-  int64_t s2[2];
-  if (m->embed) {
-    s2[0] = shape->vocab, s2[1] = m->width;
-    m->enc_w = add_tensor(m, "embed.weight", 2, s2, false, true);
-  } else {
-    s2[0] = m->width, s2[1] = shape->in_dim;
-    m->enc_w = add_tensor(m, "encoder.weight", 2, s2, false, true);
-    m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, true);
-  }
-  m->layers = xcalloc((size_t)m->nlayers, sizeof(Layer));
-  int C = m->width;
-  m->maxc = C;
-  for (int k = 0; k < m->nlayers; k++) {
-    Layer *L = &m->layers[k];
-    L->norm_w = L->mix_w = L->bn_mean = L->bn_var = -1;
-    L->in = C;
-    if (build_cell(m, L, k, cfg, src, ast, input_dim, has_h) < 0) return model_free(m), NULL;
-    if (m->block && L->out != m->width) {
-      diag_plain("residual blocks add the cell's output to its input: cell '%s' outputs %d values per step, model.width is %d",
-                 ast->name, L->out, m->width);
-      return model_free(m), NULL;
-    }
-    if (init_cell_params(m, L, k, cfg) < 0) return model_free(m), NULL;
-    if (m->block) add_block_tensors(m, L, k);
-    if (!m->block) C = L->out;
-    if (C > m->maxc) m->maxc = C;
-    if (L->out > m->maxc) m->maxc = L->out;
-  }
-  s2[0] = shape->out_dim, s2[1] = C;
-  m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
-  m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
-  model_place(m);
-
-  /* initial values */
-  if (m->embed) {
-    Rng r;
-    ModelTensor *t = &m->tensors[m->enc_w];
-    rng_seed(&r, seed, rng_stream_of(t->name));
-    for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = (float)rng_normal(&r);
-  } else {
-    init_uniform(&m->tensors[m->enc_w], seed, shape->in_dim);
-    init_uniform(&m->tensors[m->enc_b], seed, shape->in_dim);
-  }
-  for (int k = 0; k < m->nlayers; k++) {
-    Layer *L = &m->layers[k];
-    if (draw_cell_params(m, L, k, cfg) < 0 || init_states(m, L, k) < 0) return model_free(m), NULL;
-    wire_layer(m, L, k);
-    if (m->block) init_block_tensors(m, L);
-  }
-  init_uniform(&m->tensors[m->head_w], seed, C);
-  init_uniform(&m->tensors[m->head_b], seed, C);
-
-  /* activations */
-  size_t rows = (size_t)m->rows;
-  m->act = xcalloc((size_t)m->nlayers + 1, sizeof(float *));
-  m->act[0] = fbuf(rows * (size_t)m->width);
-  for (int k = 0; k < m->nlayers; k++) {
-    Layer *L = &m->layers[k];
-    int Ck = m->block ? m->width : L->out;
-    m->act[k + 1] = fbuf(rows * (size_t)Ck);
-    if (m->dropout > 0) L->mask = fbuf(rows * (size_t)Ck), L->dropped = fbuf(rows * (size_t)Ck);
-  }
-  for (int i = 0; i < 2; i++) m->dact[i] = fbuf(rows * (size_t)m->maxc), m->dtmp[i] = fbuf(rows * (size_t)m->maxc);
-  size_t sc = m->mix == MIX_GLU ? nn_glu_scratch_size(m->rows, m->mix_hidden) : m->mix == MIX_MLP ? nn_mlp_scratch_size(m->rows, m->mix_hidden) : 0;
-  if (m->norm == NORM_BATCH && sc < 2 * (size_t)m->width) sc = 2 * (size_t)m->width;
-  m->scratch = fbuf(sc);
-  int R = nn_readout_rows(m->readout, m->T, m->B);
-  m->readout_out = fbuf((size_t)R * (size_t)C);
-  m->dreadout = fbuf((size_t)R * (size_t)C);
-  m->logits = fbuf((size_t)R * (size_t)shape->out_dim);
-  m->dlogits = fbuf((size_t)R * (size_t)shape->out_dim);
-  m->targets = xcalloc((size_t)R + 1, sizeof(int32_t));
-
+  alloc_activations(m, shape, C);
   Cell *c0 = m->layers[0].cell[0];
   m->summary = arena_printf(&m->arena, "cell %s (%s), %d %s layer%s, width %d, %lld params", ast->name,
                             c0->mode == MODE_SCAN ? "scan" : "sequential", m->nlayers, m->block ? "residual" : "stacked",
@@ -754,8 +686,7 @@ static void learned_states(Model *m, Layer *L, bool backward) {
 static void norm_forward(Model *m, Layer *L, const float *x, bool training) {
   int C = m->width;
   const float *w = m->tensors[L->norm_w].val[0], *b = m->tensors[L->norm_w + 1].val[0];
-  if (m->norm == NORM_LAYER) nn_layernorm_forward(L->normed, L->nmean, L->nrstd, x, w, b, m->rows, C);
-  else if (m->norm == NORM_RMS) nn_rmsnorm_forward(L->normed, L->nrstd, x, w, b, m->rows, C);
+  if (m->norm != NORM_BATCH) nn_norm_forward(L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
   else
     nn_batchnorm_forward(L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].val[0], m->tensors[L->bn_var].val[0], x, w, b,
                          m->rows, C, training);
@@ -765,8 +696,7 @@ static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, cons
   int C = m->width;
   const float *w = m->tensors[L->norm_w].val[0];
   float *dw = m->tensors[L->norm_w].grad[0], *db = m->tensors[L->norm_w + 1].grad[0];
-  if (m->norm == NORM_LAYER) nn_layernorm_backward(dx, dw, db, dout, x, w, L->nmean, L->nrstd, m->rows, C);
-  else if (m->norm == NORM_RMS) nn_rmsnorm_backward(dx, dw, db, dout, x, w, L->nrstd, m->rows, C);
+  if (m->norm != NORM_BATCH) nn_norm_backward(dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
   else nn_batchnorm_backward(dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
 }
 

@@ -97,14 +97,16 @@ static void affine_row(float *y, const float *n, const float *w, const float *b,
 
 /* ---- layernorm ---- */
 
-void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                          int rows, int C) {
+void nn_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int rows,
+                     int C) {
   for (int r = 0; r < rows; r++) {
     const float *x = inp + (size_t)r * C;
     float *y = out + (size_t)r * C;
-    float s = 0.0f;
-    for (int c = 0; c < C; c++) s += x[c];
-    float mu = s / (float)C;
+    float mu = 0.0f;
+    if (mean) {
+      for (int c = 0; c < C; c++) mu += x[c];
+      mu /= (float)C;
+    }
     float v = 0.0f;
     for (int c = 0; c < C; c++) {
       float d = x[c] - mu;
@@ -113,19 +115,20 @@ void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     float rs = 1.0f / sqrtf(v / (float)C + NN_NORM_EPS);
     for (int c = 0; c < C; c++) y[c] = (x[c] - mu) * rs;
     affine_row(y, y, w, b, C);
-    mean[r] = mu;
+    if (mean) mean[r] = mu;
     rstd[r] = rs;
   }
 }
 
 /* With n = (x - mu) rstd and dn = dout (.) w:
- *   dx = rstd (dn - mean_c(dn) - n mean_c(dn (.) n)),  dw += dout (.) n,  db += dout. */
-void nn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, int rows, int C) {
+ *   layernorm: dx = rstd (dn - mean_c(dn) - n mean_c(dn (.) n));  rmsnorm (mu = 0): dx = rstd (dn - n mean_c(dn (.) n));
+ *   dw += dout (.) n,  db += dout. */
+void nn_norm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                      const float *mean, const float *rstd, int rows, int C) {
   for (int r = 0; r < rows; r++) {
     const float *x = inp + (size_t)r * C;
     const float *g = dout + (size_t)r * C;
-    float mu = mean[r], rs = rstd[r];
+    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
     if (dinp) {
       float *dx = dinp + (size_t)r * C;
       float sdn = 0.0f, sdnn = 0.0f;
@@ -135,57 +138,15 @@ void nn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
         sdn += dn;
         sdnn += dn * n;
       }
-      float mdn = sdn / (float)C, mdnn = sdnn / (float)C;
+      float mdn = mean ? sdn / (float)C : 0.0f, mdnn = sdnn / (float)C;
       for (int c = 0; c < C; c++) {
         float n = (x[c] - mu) * rs;
         float dn = w ? g[c] * w[c] : g[c];
-        dx[c] += rs * (dn - mdn - n * mdnn);
+        dx[c] += mean ? rs * (dn - mdn - n * mdnn) : rs * (dn - n * mdnn);
       }
     }
     if (dw)
       for (int c = 0; c < C; c++) dw[c] += g[c] * (x[c] - mu) * rs;
-    if (db)
-      for (int c = 0; c < C; c++) db[c] += g[c];
-  }
-}
-
-/* ---- rmsnorm ---- */
-
-void nn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, const float *b, int rows, int C) {
-  for (int r = 0; r < rows; r++) {
-    const float *x = inp + (size_t)r * C;
-    float *y = out + (size_t)r * C;
-    float s = 0.0f;
-    for (int c = 0; c < C; c++) s += x[c] * x[c];
-    float rs = 1.0f / sqrtf(s / (float)C + NN_NORM_EPS);
-    for (int c = 0; c < C; c++) y[c] = x[c] * rs;
-    affine_row(y, y, w, b, C);
-    rstd[r] = rs;
-  }
-}
-
-/* With n = x rstd and dn = dout (.) w:  dx = rstd (dn - n mean_c(dn (.) n)). */
-void nn_rmsnorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                         const float *rstd, int rows, int C) {
-  for (int r = 0; r < rows; r++) {
-    const float *x = inp + (size_t)r * C;
-    const float *g = dout + (size_t)r * C;
-    float rs = rstd[r];
-    if (dinp) {
-      float *dx = dinp + (size_t)r * C;
-      float sdnn = 0.0f;
-      for (int c = 0; c < C; c++) {
-        float dn = w ? g[c] * w[c] : g[c];
-        sdnn += dn * x[c] * rs;
-      }
-      float mdnn = sdnn / (float)C;
-      for (int c = 0; c < C; c++) {
-        float dn = w ? g[c] * w[c] : g[c];
-        dx[c] += rs * (dn - x[c] * rs * mdnn);
-      }
-    }
-    if (dw)
-      for (int c = 0; c < C; c++) dw[c] += g[c] * x[c] * rs;
     if (db)
       for (int c = 0; c < C; c++) db[c] += g[c];
   }

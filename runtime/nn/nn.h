@@ -47,42 +47,26 @@ void nn_linear_backward(float *dinp,       /* (rows, I) += dout W; or NULL */
                         const float *w,    /* (O, I) */
                         int rows, int nin, int nout);
 
-/* ---- layernorm over the channels of each row ----
- *   mu = mean_c x,  var = mean_c (x - mu)^2 (biased),  rstd = 1 / sqrt(var + eps)
+/* ---- layernorm and rmsnorm over the channels of each row ----
+ *   layernorm (mean given): mu = mean_c x,  var = mean_c (x - mu)^2 (biased),  rstd = 1 / sqrt(var + eps)
+ *   rmsnorm (mean NULL):    mu = 0,          rstd = 1 / sqrt(mean_c x^2 + eps)
  *   y = (x - mu) rstd (.) w + b          w, b NULL: no affine (w = 1, b = 0) */
-void nn_layernorm_forward(float *out,       /* (rows, C) */
-                          float *mean,      /* (rows) cache */
-                          float *rstd,      /* (rows) cache */
-                          const float *inp, /* (rows, C) */
-                          const float *w,   /* (C) or NULL */
-                          const float *b,   /* (C) or NULL */
-                          int rows, int C);
-void nn_layernorm_backward(float *dinp,       /* (rows, C) += */
-                           float *dw,         /* (C) += ; or NULL */
-                           float *db,         /* (C) += ; or NULL */
-                           const float *dout, /* (rows, C) */
-                           const float *inp,  /* (rows, C) */
-                           const float *w,    /* (C) or NULL */
-                           const float *mean, /* (rows) from forward */
-                           const float *rstd, /* (rows) from forward */
-                           int rows, int C);
-
-/* ---- rmsnorm over the channels of each row ----
- *   rstd = 1 / sqrt(mean_c x^2 + eps),  y = x rstd (.) w + b          w, b NULL: no affine */
-void nn_rmsnorm_forward(float *out,       /* (rows, C) */
-                        float *rstd,      /* (rows) cache */
-                        const float *inp, /* (rows, C) */
-                        const float *w,   /* (C) or NULL */
-                        const float *b,   /* (C) or NULL */
-                        int rows, int C);
-void nn_rmsnorm_backward(float *dinp,       /* (rows, C) += */
-                         float *dw,         /* (C) += ; or NULL */
-                         float *db,         /* (C) += ; or NULL */
-                         const float *dout, /* (rows, C) */
-                         const float *inp,  /* (rows, C) */
-                         const float *w,    /* (C) or NULL */
-                         const float *rstd, /* (rows) from forward */
-                         int rows, int C);
+void nn_norm_forward(float *out,       /* (rows, C) */
+                     float *mean,      /* (rows) cache; NULL: rmsnorm */
+                     float *rstd,      /* (rows) cache */
+                     const float *inp, /* (rows, C) */
+                     const float *w,   /* (C) or NULL */
+                     const float *b,   /* (C) or NULL */
+                     int rows, int C);
+void nn_norm_backward(float *dinp,       /* (rows, C) += */
+                      float *dw,         /* (C) += ; or NULL */
+                      float *db,         /* (C) += ; or NULL */
+                      const float *dout, /* (rows, C) */
+                      const float *inp,  /* (rows, C) */
+                      const float *w,    /* (C) or NULL */
+                      const float *mean, /* (rows) from forward; NULL: rmsnorm */
+                      const float *rstd, /* (rows) from forward */
+                      int rows, int C);
 
 /* ---- batchnorm over the rows (every t and b of the batch), per channel ----
  *   training: mu_c = mean_r x,  var_c = mean_r (x - mu_c)^2 (biased), normalized with these;

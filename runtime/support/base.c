@@ -163,3 +163,27 @@ int edit_distance(const char *a, const char *b) {
   }
   return prev[lb];
 }
+
+const char *edit_nearest(const char *name, const char *const *cands, int n) {
+  const char *best = NULL;
+  int bestd = 1 << 30;
+  for (int i = 0; i < n; i++) {
+    if (!cands[i] || !strcmp(cands[i], name)) continue;
+    int d = edit_distance(name, cands[i]);
+    int longer = (int)(strlen(name) > strlen(cands[i]) ? strlen(name) : strlen(cands[i]));
+    if (d >= longer) continue; /* nothing in common: 'K' is not a near miss of 'D' */
+    if (d < bestd) bestd = d, best = cands[i];
+  }
+  int len = (int)strlen(name);
+  int limit = len <= 2 ? 1 : len <= 5 ? 2 : 3;
+  return bestd <= limit ? best : NULL;
+}
+
+char *no_such_text(char *buf, size_t n, const char *owner, const char *what, const char *name, const char *const *cands,
+                   int nc) {
+  const char *near = edit_nearest(name, cands, nc);
+  if (!nc) snprintf(buf, n, "%s has no %ss", owner, what);
+  else if (near) snprintf(buf, n, "%s has no %s '%s'; did you mean '%s'?", owner, what, name, near);
+  else snprintf(buf, n, "%s has no %s '%s'", owner, what, name);
+  return buf;
+}

@@ -62,5 +62,11 @@ int support_threads(void);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 int edit_distance(const char *a, const char *b);
+/* The candidate nearest to name, when it is near enough to be a likely misspelling; else NULL. */
+const char *edit_nearest(const char *name, const char *const *cands, int n);
+/* The message for a name not among `cands`: "<owner> has no <what> '<name>'", with "; did you mean
+ * '<near>'?" when one is near, or "<owner> has no <what>s" when there are none. Into buf. */
+char *no_such_text(char *buf, size_t n, const char *owner, const char *what, const char *name, const char *const *cands,
+                   int nc);
 
 #endif

@@ -254,12 +254,19 @@ Test(cfg, paths_keep_spaces) {
   cfg_free(c);
 }
 
-Test(cfg, init_calls_with_expressions) {
-  Cfg *c = parse(TASK "[model]\ninit.wz = uniform(-1/sqrt(H), 1/sqrt(H))\ninit.g = lru_gamma(nu)\ndims.N = 64\n");
+Test(cfg, init_calls_with_numbers_and_param_names) {
+  Cfg *c = parse(TASK "[model]\ninit.wz = uniform(-0.125, 1.25e-1)\ninit.g = lru_gamma(nu)\ndims.N = 64\n");
   cr_assert_not_null(c, "%s", captured());
-  cr_assert_str_eq(cfg_word(c, "model.init.wz"), "uniform(-1/sqrt(H), 1/sqrt(H))");
+  cr_assert_str_eq(cfg_word(c, "model.init.wz"), "uniform(-0.125, 1.25e-1)");
   cr_assert_eq(cfg_int(c, "model.dims.N"), 64);
   cfg_free(c);
+}
+
+/* The model reads an override's arguments as numbers (one grammar, init_parse): an expression is
+ * refused here, located, rather than accepted and failing when the model draws the values. */
+Test(cfg, init_arguments_are_numbers) {
+  expect_error(TASK "[model]\ninit.wz = uniform(-1/sqrt(H), 1)\n",
+               "t.cfg:4:19: error: model.init.wz = uniform(-1/sqrt(H), 1): uniform: expected a number");
 }
 
 Test(cfg, schema_tables) {

@@ -195,17 +195,17 @@ typedef struct {
 static double norm_loss(void *p) {
   NormCtx *c = p;
   if (c->rms)
-    nn_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->b, c->rows, c->C);
+    nn_norm_forward(c->out, NULL, c->rstd, c->inp, c->w, c->b, c->rows, c->C);
   else
-    nn_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->rows, c->C);
+    nn_norm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->rows, c->C);
   return dot(c->out, c->dy, (size_t)c->rows * c->C);
 }
 static void norm_back(void *p) {
   NormCtx *c = p;
   if (c->rms)
-    nn_rmsnorm_backward(c->dinp, c->dw, c->db, c->dy, c->inp, c->w, c->rstd, c->rows, c->C);
+    nn_norm_backward(c->dinp, c->dw, c->db, c->dy, c->inp, c->w, NULL, c->rstd, c->rows, c->C);
   else
-    nn_layernorm_backward(c->dinp, c->dw, c->db, c->dy, c->inp, c->w, c->mean, c->rstd, c->rows, c->C);
+    nn_norm_backward(c->dinp, c->dw, c->db, c->dy, c->inp, c->w, c->mean, c->rstd, c->rows, c->C);
 }
 
 static NormCtx norm_new(int rows, int C, bool rms, bool affine) {
@@ -252,7 +252,7 @@ Test(layernorm, mean_zero_variance_one_without_affine) {
 
 Test(layernorm, affine_applies_weight_and_bias) {
   float x[2] = {1, 3}, w[2] = {2, 3}, b[2] = {0.5f, -1}, y[2], mu, rs;
-  nn_layernorm_forward(y, &mu, &rs, x, w, b, 1, 2);
+  nn_norm_forward(y, &mu, &rs, x, w, b, 1, 2);
   float s = 1.0f / sqrtf(1.0f + NN_NORM_EPS); /* normalized: -s, +s */
   cr_assert_float_eq(mu, 2.0f, 1e-6);
   cr_assert_float_eq(y[0], -s * 2 + 0.5f, 1e-6);

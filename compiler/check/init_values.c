@@ -1,0 +1,34 @@
+/* init_values.c: a checked cell's initial values, drawn from its declared initializers (or a
+ * configuration's override): what `cellc run` and the trainer's model both draw. */
+#include <string.h>
+
+#include "check.h"
+
+/* The size `standard` scales by: the first state's (1 without a state or for a scalar one). */
+static int standard_size(const Cell *c) { return c->nstates && c->states[0].rank ? c->states[0].n[0] : 1; }
+
+int cell_draw_param(const Cell *c, int i, const InitText *over, const double *const *earlier, Rng *rng, double *out,
+                    char *err, size_t errlen) {
+  const ParamInfo *pi = &c->params[i];
+  const char *name = pi->init;
+  const double *args = pi->args;
+  int nargs = pi->ninit_args, ref = pi->ref;
+  if (over) {
+    name = over->name, args = over->args, nargs = over->nargs, ref = -1;
+    for (int j = 0; over->ref[0] && j < i; j++)
+      if (!strcmp(c->params[j].name, over->ref)) ref = j;
+    if (over->ref[0] && ref < 0) {
+      snprintf(err, errlen, "%s reads param '%s', which must be declared before '%s'", name, over->ref, pi->name);
+      return -1;
+    }
+  }
+  return init_fill(name, args, nargs, ref >= 0 ? earlier[ref] : NULL, pi->rank, pi->n, pi->cplx, standard_size(c), rng,
+                   out, err, errlen);
+}
+
+int cell_draw_state(const Cell *c, int s, Rng *rng, double *out, char *err, size_t errlen) {
+  const StateInfo *si = &c->states[s];
+  CHECK(si->init && si->param < 0);
+  return init_fill(si->init, si->args, si->ninit_args, NULL, si->rank, si->n, si->cplx, si->rank ? si->n[0] : 1, rng, out,
+                   err, errlen);
+}
