@@ -24,7 +24,7 @@
  * props: OPP_CPLX (takes complex values in the typed graph; lowering pairs them up, where an op
  *   without it is real only), OPP_COMM (commutative: operands are ordered for hash-consing).
  * meaning: a C expression over the arguments a and b in a small vocabulary (below), written once:
- *   ops.h instantiates it as static inline double and float functions (op_f64_<name>,
+ *   ops_scalar.h instantiates it as static inline double and float functions (op_f64_<name>,
  *   op_f32_<name>; op_eval_scalar and op_eval_scalar_f32 dispatch on the op), and op_c_expr prints
  *   it as C source text with the arguments substituted (for a CUDA C emitter).
  *
@@ -119,85 +119,21 @@ const char *op_meaning(Op op);
  * "((x[i]) >= 0 ? 1 / (1 + expf(-(x[i]))) : expf((x[i])) / (1 + expf((x[i]))))". xmalloc'ed. */
 char *op_c_expr(Op op, const char *a, const char *b, bool f32);
 
-/* ---- the scalar meanings, instantiated in double and in float ---- */
+/* ---- the scalar meanings, instantiated in double and in float (ops_scalar.h) ---- */
 
-#define OPS_SCALAR_FN(T, fn, meaning)                                                              \
-  static inline T fn(T a, T b) {                                                                   \
-    (void)a, (void)b;                                                                              \
-    return meaning;                                                                                \
-  }
+/* op_f64_<op>(a, b), and op_eval_scalar(op, a, b): an elementwise op at one element (b ignored by
+ * unary ops), for the interpreter and constant folding */
+#define OPS_T double
+#define OPS_SFX f64
+#define OPS_LIBM /* exp, log1p, ... */
+#define OPS_DISPATCH op_eval_scalar
+#include "ops_scalar.h"
 
-#define EXP exp
-#define LOG log
-#define LOG1P log1p
-#define TANH tanh
-#define ERF erf
-#define SQRT sqrt
-#define FABS fabs
-#define SIN sin
-#define COS cos
-#define K(lit) ((double)(lit))
-#define OPX(name, x) op_f64_##name(x, 0)
-#define E(name, arity, text, where, diff, props, meaning) OPS_SCALAR_FN(double, op_f64_##name, meaning)
-GRAPH_OPS(OPS_SKIP, E)
-#undef E
-#undef EXP
-#undef LOG
-#undef LOG1P
-#undef TANH
-#undef ERF
-#undef SQRT
-#undef FABS
-#undef SIN
-#undef COS
-#undef K
-#undef OPX
-
-#define EXP expf
-#define LOG logf
-#define LOG1P log1pf
-#define TANH tanhf
-#define ERF erff
-#define SQRT sqrtf
-#define FABS fabsf
-#define SIN sinf
-#define COS cosf
-#define K(lit) ((float)(lit))
-#define OPX(name, x) op_f32_##name(x, 0)
-#define E(name, arity, text, where, diff, props, meaning) OPS_SCALAR_FN(float, op_f32_##name, meaning)
-GRAPH_OPS(OPS_SKIP, E)
-#undef E
-#undef EXP
-#undef LOG
-#undef LOG1P
-#undef TANH
-#undef ERF
-#undef SQRT
-#undef FABS
-#undef SIN
-#undef COS
-#undef K
-#undef OPX
-#undef OPS_SCALAR_FN
-
-/* An elementwise op at one element (b ignored by unary ops): the interpreter and constant folding
- * (double), the CPU back end's portable evaluator (float). */
-static inline double op_eval_scalar(Op op, double a, double b) {
-  switch (op) {
-#define E(name, ...) case OP_##name: return op_f64_##name(a, b);
-    GRAPH_OPS(OPS_SKIP, E)
-#undef E
-  default: UNREACHABLE(op_name(op));
-  }
-}
-
-static inline float op_eval_scalar_f32(Op op, float a, float b) {
-  switch (op) {
-#define E(name, ...) case OP_##name: return op_f32_##name(a, b);
-    GRAPH_OPS(OPS_SKIP, E)
-#undef E
-  default: UNREACHABLE(op_name(op));
-  }
-}
+/* op_f32_<op>(a, b), and op_eval_scalar_f32(op, a, b), for the CPU back end's portable evaluator */
+#define OPS_T float
+#define OPS_SFX f32
+#define OPS_LIBM f /* expf, log1pf, ... */
+#define OPS_DISPATCH op_eval_scalar_f32
+#include "ops_scalar.h"
 
 #endif

@@ -393,13 +393,18 @@ static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
   free(sc.val);
 }
 
+/* The work bound to the buffers of a forward or backward call; its plan. */
+static Plan *bind_call(CpuCell *c, CpuWork *w, const SeqIO *s) {
+  CHECK(s->dtype == DT_F32);
+  work_bind(c, w, s);
+  return c->pl;
+}
+
 static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
   Program *p = c->base.p;
-  CHECK(s->dtype == DT_F32);
-  Plan *pl = c->pl;
-  work_bind(c, w, s);
+  Plan *pl = bind_call(c, w, s);
   run_static(c, w, pl->static_fwd);
   for (int i = 0; i < pl->narrays; i++) {
     if (pl->arrays[i].kind != ARR_STACK) continue;
@@ -427,10 +432,8 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
   Program *p = c->base.p;
-  CHECK(s->dtype == DT_F32);
-  Plan *pl = c->pl;
   CHECK(w->T == s->T && w->B == s->B);
-  work_bind(c, w, s);
+  Plan *pl = bind_call(c, w, s);
   for (int i = 0; i < pl->narrays; i++)
     if (pl->arrays[i].kind == ARR_ACC) memset(w->arr[i], 0, sizeof(float) * (size_t)pl->arrays[i].numel);
   for (int q = 0; q < p->nsparts; q++) {
