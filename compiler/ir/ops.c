@@ -5,12 +5,12 @@
 #include <string.h>
 
 static const struct {
-  const char *name, *text, *meaning;
+  const char *name, *text, *where, *meaning;
   int arity, props;
   bool elementwise;
 } op_table[OP_COUNT] = {
-#define X(name, arity, text, where, diff, props) [OP_##name] = {#name, text, NULL, arity, props, false},
-#define E(name, arity, text, where, diff, props, meaning) [OP_##name] = {#name, text, #meaning, arity, props, true},
+#define X(name, arity, text, where, diff, props) [OP_##name] = {#name, text, #where, NULL, arity, props, false},
+#define E(name, arity, text, where, diff, props, meaning) [OP_##name] = {#name, text, #where, #meaning, arity, props, true},
     GRAPH_OPS(X, E)
 #undef X
 #undef E
@@ -36,6 +36,10 @@ bool op_is_elementwise(Op op) {
 int op_props(Op op) {
   CHECK(op >= 0 && op < OP_COUNT);
   return op_table[op].props;
+}
+char op_where(Op op) {
+  CHECK(op >= 0 && op < OP_COUNT);
+  return op_table[op].where[0];
 }
 const char *op_meaning(Op op) {
   CHECK(op >= 0 && op < OP_COUNT);

@@ -110,6 +110,7 @@ int op_arity(Op op);
 bool op_is_leaf(Op op);
 bool op_is_elementwise(Op op);
 int op_props(Op op);         /* OPP_* */
+char op_where(Op op);        /* 'T' (typed graph only), 'R' (real graph only), 'B' (both) */
 /* The scalar meaning of an elementwise op as written in the table ("a >= 0 ? 1 / ..."), or NULL. */
 const char *op_meaning(Op op);
 /* The scalar meaning of an elementwise op as a C expression in float (f32) or double, with the
