@@ -2,8 +2,9 @@
  * The per-row backward maps (dy, dnew) to dprev, dx and the adjoints of the
  * static nodes the step reads (params, or values computed from params only);
  * those adjoints are summed over every row, then a static backward, run once,
- * maps them to the params' gradients. Rules reuse forward values where that is
- * cheaper (sigmoid' = s(1 - s), tanh' = 1 - t^2, exp' = exp). Every node goes
+ * maps them to the params' gradients. Each op's rule is keyed by the op table (its diff
+ * column); rules reuse forward values where that is cheaper (sigmoid' = s(1 - s),
+ * tanh' = 1 - t^2, exp' = exp). Every node goes
  * through the hash-consing builders, so the backward shares subexpressions
  * with the forward and with itself. */
 #include <math.h>
@@ -14,114 +15,167 @@
 typedef struct AD {
   Program *p;
   Graph *g;
-  int *adj; /* per node: its adjoint, or -1 (zero) */
+  int *adj; /* per node: its adjoint, or -1 (zero); grows with the graph */
+  int cap;
 } AD;
 
 static Node *nd(AD *d, int id) { return graph_node(d->g, id); }
 
+static int adj_of(AD *d, int id) { return id < d->cap ? d->adj[id] : -1; }
+
+static void set_adj(AD *d, int id, int v) {
+  if (id >= d->cap) {
+    int ncap = 2 * (id + 1) + 1024;
+    d->adj = xrealloc(d->adj, sizeof(int) * (size_t)ncap);
+    for (int i = d->cap; i < ncap; i++) d->adj[i] = -1;
+    d->cap = ncap;
+  }
+  d->adj[id] = v;
+}
+
 static void add_adj(AD *d, int id, int contrib) {
   if (contrib < 0 || g_is_const(d->g, contrib, 0)) return;
-  d->adj[id] = d->adj[id] < 0 ? contrib : g_binary(d->g, OP_ADD, d->adj[id], contrib);
+  set_adj(d, id, adj_of(d, id) < 0 ? contrib : g_binary(d->g, OP_ADD, adj_of(d, id), contrib));
 }
 
 static int k(AD *d, double v) { return g_const(d->g, v, 0, NULL); }
 static int mul(AD *d, int a, int b) { return g_binary(d->g, OP_MUL, a, b); }
 static int sub(AD *d, int a, int b) { return g_binary(d->g, OP_SUB, a, b); }
 static int addn(AD *d, int a, int b) { return g_binary(d->g, OP_ADD, a, b); }
+static int divn(AD *d, int a, int b) { return g_binary(d->g, OP_DIV, a, b); }
 static int un(AD *d, Op op, int a) { return g_unary(d->g, op, a); }
+static int arg(AD *d, int id, int i) { return nd(d, id)->a[i]; }
 
-/* Propagates the adjoint G of node id to its arguments. */
-static void rule(AD *d, int id, int G) {
-  Graph *g = d->g;
-  Node n = *nd(d, id);
-  int a = n.a[0], b = n.a[1];
-  switch (n.op) {
-  case OP_CONST: case OP_INPUT: case OP_PREV: case OP_PARAM: case OP_NOISE: case OP_DY: case OP_DNEW: case OP_ACC:
-  case OP_STEP: case OP_SIGN: case OP_LT:
-    return;
-  case OP_NEG: add_adj(d, a, un(d, OP_NEG, G)); return;
-  case OP_ADD: add_adj(d, a, G); add_adj(d, b, G); return;
-  case OP_SUB: add_adj(d, a, G); add_adj(d, b, un(d, OP_NEG, G)); return;
-  case OP_MUL: add_adj(d, a, mul(d, G, b)); add_adj(d, b, mul(d, G, a)); return;
-  case OP_DIV:
-    add_adj(d, a, g_binary(g, OP_DIV, G, b));
-    add_adj(d, b, un(d, OP_NEG, g_binary(g, OP_DIV, mul(d, G, id), b)));
-    return;
-  case OP_MIN: { /* min(a, b) = a when a <= b */
-    int b_lt_a = g_binary(g, OP_LT, b, a);
-    add_adj(d, a, mul(d, G, sub(d, k(d, 1), b_lt_a)));
-    add_adj(d, b, mul(d, G, b_lt_a));
-    return;
-  }
-  case OP_MAX: { /* max(a, b) = a when a >= b */
-    int a_lt_b = g_binary(g, OP_LT, a, b);
-    add_adj(d, a, mul(d, G, sub(d, k(d, 1), a_lt_b)));
-    add_adj(d, b, mul(d, G, a_lt_b));
-    return;
-  }
-  case OP_SIGMOID: add_adj(d, a, mul(d, G, mul(d, id, sub(d, k(d, 1), id)))); return;
-  case OP_TANH: add_adj(d, a, mul(d, G, sub(d, k(d, 1), mul(d, id, id)))); return;
-  case OP_RELU: add_adj(d, a, mul(d, G, un(d, OP_STEP, a))); return;
-  case OP_SILU: {
-    int s = un(d, OP_SIGMOID, a);
-    add_adj(d, a, mul(d, G, mul(d, s, addn(d, k(d, 1), mul(d, a, sub(d, k(d, 1), s))))));
-    return;
-  }
-  case OP_GELU: {
-    int cdf = mul(d, k(d, 0.5), addn(d, k(d, 1), un(d, OP_ERF, mul(d, a, k(d, M_SQRT1_2)))));
-    int pdf = mul(d, k(d, 0.5 * M_2_SQRTPI * M_SQRT1_2), un(d, OP_EXP, mul(d, k(d, -0.5), mul(d, a, a))));
-    add_adj(d, a, mul(d, G, addn(d, cdf, mul(d, a, pdf))));
-    return;
-  }
-  case OP_EXP: add_adj(d, a, mul(d, G, id)); return;
-  case OP_LOG: add_adj(d, a, g_binary(g, OP_DIV, G, a)); return;
-  case OP_SOFTPLUS: add_adj(d, a, mul(d, G, un(d, OP_SIGMOID, a))); return;
-  case OP_LOGSIGMOID: add_adj(d, a, mul(d, G, sub(d, k(d, 1), un(d, OP_SIGMOID, a)))); return;
-  case OP_SQRT: { /* at 0 the subgradient 0 (so |z| of a complex 0 has gradient 0) */
-    int pos = un(d, OP_STEP, id);
-    add_adj(d, a, g_binary(g, OP_DIV, mul(d, mul(d, G, k(d, 0.5)), pos), addn(d, id, sub(d, k(d, 1), pos))));
-    return;
-  }
-  case OP_ABS: add_adj(d, a, mul(d, G, un(d, OP_SIGN, a))); return;
-  case OP_SQUARE: add_adj(d, a, mul(d, G, mul(d, k(d, 2), a))); return;
-  case OP_SIN: add_adj(d, a, mul(d, G, un(d, OP_COS, a))); return;
-  case OP_COS: add_adj(d, a, un(d, OP_NEG, mul(d, G, un(d, OP_SIN, a)))); return;
-  case OP_ERF:
-    add_adj(d, a, mul(d, G, mul(d, k(d, M_2_SQRTPI), un(d, OP_EXP, un(d, OP_NEG, mul(d, a, a))))));
-    return;
-  case OP_BCAST: {
-    Node *x = nd(d, a);
-    add_adj(d, a, g_bcast(g, g_sum(g, G), x->rank, x->n));
-    return;
-  }
-  case OP_SUM: {
-    Node *x = nd(d, a);
-    add_adj(d, a, g_bcast(g, G, x->rank, x->n));
-    return;
-  }
-  case OP_CONCAT: {
-    int na = node_numel(nd(d, a)), nb = node_numel(nd(d, b));
-    add_adj(d, a, g_slice(g, G, 0, na));
-    add_adj(d, b, g_slice(g, G, na, nb));
-    return;
-  }
-  case OP_MATVEC:
-    add_adj(d, b, g_matvec_t(g, a, G));
-    add_adj(d, a, g_outer(g, G, b));
-    return;
-  default: UNREACHABLE(op_name(n.op)); /* SLICE, MATVEC_T, OUTER: backward only */
-  }
+/* ---- the derivative rules: d_<op>(d, id, G) propagates the adjoint G of node id to its arguments
+ * (the op table's diff column: RULE ops have one here; rules reuse forward values where that is
+ * cheaper) ---- */
+
+typedef void (*Rule)(AD *d, int id, int G);
+
+/* ZERO: nothing flows (leaves; step, sign and lt are piecewise constant) */
+static void d_zero(AD *d, int id, int G) { (void)d, (void)id, (void)G; }
+/* NONE: the typed graph's ops never reach autodiff */
+static void d_none(AD *d, int id, int G) {
+  (void)G;
+  UNREACHABLE(op_name(nd(d, id)->op));
 }
+
+static void d_NEG(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), un(d, OP_NEG, G)); }
+static void d_ADD(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), G), add_adj(d, arg(d, id, 1), G); }
+static void d_SUB(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), G), add_adj(d, arg(d, id, 1), un(d, OP_NEG, G)); }
+static void d_MUL(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  add_adj(d, a, mul(d, G, b));
+  add_adj(d, b, mul(d, G, a));
+}
+static void d_DIV(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  add_adj(d, a, divn(d, G, b));
+  add_adj(d, b, un(d, OP_NEG, divn(d, mul(d, G, id), b)));
+}
+/* min(a, b) = a when a <= b, max(a, b) = a when a >= b: the adjoint goes to a, or to b where
+ * b_wins (1 where b is strictly below a for min, above for max) */
+static void minmax(AD *d, int a, int b, int b_wins, int G) {
+  add_adj(d, a, mul(d, G, sub(d, k(d, 1), b_wins)));
+  add_adj(d, b, mul(d, G, b_wins));
+}
+static void d_MIN(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  minmax(d, a, b, g_binary(d->g, OP_LT, b, a), G);
+}
+static void d_MAX(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  minmax(d, a, b, g_binary(d->g, OP_LT, a, b), G);
+}
+static void d_SIGMOID(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, mul(d, id, sub(d, k(d, 1), id)))); }
+static void d_TANH(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, sub(d, k(d, 1), mul(d, id, id)))); }
+static void d_RELU(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, un(d, OP_STEP, arg(d, id, 0)))); }
+static void d_SILU(AD *d, int id, int G) {
+  int a = arg(d, id, 0), s = un(d, OP_SIGMOID, a);
+  add_adj(d, a, mul(d, G, mul(d, s, addn(d, k(d, 1), mul(d, a, sub(d, k(d, 1), s))))));
+}
+static void d_GELU(AD *d, int id, int G) {
+  int a = arg(d, id, 0);
+  int cdf = mul(d, k(d, 0.5), addn(d, k(d, 1), un(d, OP_ERF, mul(d, a, k(d, M_SQRT1_2)))));
+  int pdf = mul(d, k(d, 0.5 * M_2_SQRTPI * M_SQRT1_2), un(d, OP_EXP, mul(d, k(d, -0.5), mul(d, a, a))));
+  add_adj(d, a, mul(d, G, addn(d, cdf, mul(d, a, pdf))));
+}
+static void d_EXP(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, id)); }
+static void d_LOG(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), divn(d, G, arg(d, id, 0))); }
+static void d_SOFTPLUS(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, un(d, OP_SIGMOID, arg(d, id, 0)))); }
+static void d_LOGSIGMOID(AD *d, int id, int G) {
+  add_adj(d, arg(d, id, 0), mul(d, G, sub(d, k(d, 1), un(d, OP_SIGMOID, arg(d, id, 0)))));
+}
+/* at 0 the subgradient 0 (so |z| of a complex 0 has gradient 0) */
+static void d_SQRT(AD *d, int id, int G) {
+  int pos = un(d, OP_STEP, id);
+  add_adj(d, arg(d, id, 0), divn(d, mul(d, mul(d, G, k(d, 0.5)), pos), addn(d, id, sub(d, k(d, 1), pos))));
+}
+static void d_ABS(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, un(d, OP_SIGN, arg(d, id, 0)))); }
+static void d_SQUARE(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, mul(d, k(d, 2), arg(d, id, 0)))); }
+static void d_SIN(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, un(d, OP_COS, arg(d, id, 0)))); }
+static void d_COS(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), un(d, OP_NEG, mul(d, G, un(d, OP_SIN, arg(d, id, 0))))); }
+static void d_ERF(AD *d, int id, int G) {
+  int a = arg(d, id, 0);
+  add_adj(d, a, mul(d, G, mul(d, k(d, M_2_SQRTPI), un(d, OP_EXP, un(d, OP_NEG, mul(d, a, a))))));
+}
+static void d_BCAST(AD *d, int id, int G) {
+  Node *x = nd(d, arg(d, id, 0));
+  add_adj(d, arg(d, id, 0), g_bcast(d->g, g_sum(d->g, G), x->rank, x->n));
+}
+static void d_SUM(AD *d, int id, int G) {
+  Node *x = nd(d, arg(d, id, 0));
+  add_adj(d, arg(d, id, 0), g_bcast(d->g, G, x->rank, x->n));
+}
+static void d_CONCAT(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  int na = node_numel(nd(d, a)), nb = node_numel(nd(d, b));
+  add_adj(d, a, g_slice(d->g, G, 0, na));
+  add_adj(d, b, g_slice(d->g, G, na, nb));
+}
+/* a slice's adjoint: G in place, zeros around it */
+static void d_SLICE(AD *d, int id, int G) {
+  int a = arg(d, id, 0), off = nd(d, id)->idx, len = node_numel(nd(d, id)), rest = node_numel(nd(d, a)) - off - len;
+  int v = G;
+  if (off > 0) v = g_concat(d->g, g_const(d->g, 0, 1, &off), v);
+  if (rest > 0) v = g_concat(d->g, v, g_const(d->g, 0, 1, &rest));
+  add_adj(d, a, v);
+}
+/* y = M @ v: dv = M^T @ G, dM = G outer v */
+static void d_MATVEC(AD *d, int id, int G) {
+  int m = arg(d, id, 0), v = arg(d, id, 1);
+  add_adj(d, v, g_matvec_t(d->g, m, G));
+  add_adj(d, m, g_outer(d->g, G, v));
+}
+/* y = M^T @ v: dv = M @ G, dM = v outer G */
+static void d_MATVEC_T(AD *d, int id, int G) {
+  int m = arg(d, id, 0), v = arg(d, id, 1);
+  add_adj(d, v, g_matvec(d->g, m, G));
+  add_adj(d, m, g_outer(d->g, v, G));
+}
+/* Y = u outer v: du = G @ v, dv = G^T @ u */
+static void d_OUTER(AD *d, int id, int G) {
+  int u = arg(d, id, 0), v = arg(d, id, 1);
+  add_adj(d, u, g_matvec(d->g, G, v));
+  add_adj(d, v, g_matvec_t(d->g, G, u));
+}
+
+#define DIFF_RULE(name) d_##name
+#define DIFF_ZERO(name) d_zero
+#define DIFF_NONE(name) d_none
+static const Rule rules[OP_COUNT] = {
+#define X(name, arity, text, where, diff, ...) [OP_##name] = DIFF_##diff(name),
+    GRAPH_OPS(X, X)
+#undef X
+};
+
+static void rule(AD *d, int id, int G) { rules[nd(d, id)->op](d, id, G); }
 
 void ad_differentiate(Program *p) {
   CHECK(!p->differentiated);
   Graph *g = &p->g;
-  AD d = {p, g, NULL};
+  AD d = {p, g, NULL, 0};
   int nfwd = p->nforward;
-  /* adjoints live in a table sized for every node the backward may create */
-  int cap = nfwd * 16 + 1024;
-  d.adj = xmalloc(sizeof(int) * (size_t)cap);
-  for (int i = 0; i < cap; i++) d.adj[i] = -1;
 
   p->dy = g_leaf(g, OP_DY, 0, 1, &p->output_size);
   add_adj(&d, p->output, p->dy);
@@ -141,55 +195,36 @@ void ad_differentiate(Program *p) {
     for (int i = 0; i < p->nsparts; i++) {
       StatePart *s = &p->sparts[i];
       if (s->next != id) continue;
-      s->g = d.adj[id];
-      d.adj[id] = -1;
+      s->g = adj_of(&d, id);
+      set_adj(&d, id, -1);
       add_adj(&d, id, s->g);
       add_adj(&d, id, s->dnew);
-      s->dtotal = d.adj[id];
+      s->dtotal = adj_of(&d, id);
     }
-    if (d.adj[id] < 0 || !is_dyn[id]) continue;
-    CHECK(g->nnodes < cap - 64);
-    rule(&d, id, d.adj[id]);
-    if (g->nnodes >= cap - 64) {
-      int ncap = cap * 2 + g->nnodes;
-      d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
-      for (int i = cap; i < ncap; i++) d.adj[i] = -1;
-      cap = ncap;
-    }
+    if (adj_of(&d, id) < 0 || !is_dyn[id]) continue;
+    rule(&d, id, adj_of(&d, id));
   }
-  p->dx = d.adj[p->x];
-  for (int i = 0; i < p->nsparts; i++) p->sparts[i].dprev = d.adj[p->sparts[i].prev];
+  p->dx = adj_of(&d, p->x);
+  for (int i = 0; i < p->nsparts; i++) p->sparts[i].dprev = adj_of(&d, p->sparts[i].prev);
   /* static nodes the per-row backward reached: their adjoints are summed over rows */
   for (int id = 0; id < nfwd; id++) {
-    if (is_dyn[id] || d.adj[id] < 0) continue;
+    if (is_dyn[id] || adj_of(&d, id) < 0) continue;
     Node *x = graph_node(g, id);
     if (x->op == OP_CONST) continue;
-    Boundary bd = {id, d.adj[id], -1};
+    Boundary bd = {id, adj_of(&d, id), -1};
     int rank = x->rank, n[2] = {x->n[0], x->n[1]};
     bd.acc = g_leaf(g, OP_ACC, p->nbounds, rank, n);
     p->bounds = xrealloc(p->bounds, sizeof(Boundary) * (size_t)(p->nbounds + 1));
     p->bounds[p->nbounds++] = bd;
   }
   /* static backward, once: from the summed adjoints to the params */
-  if (g->nnodes + 64 > cap) {
-    int ncap = g->nnodes * 4 + 1024;
-    d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
-    for (int i = cap; i < ncap; i++) d.adj[i] = -1;
-    cap = ncap;
-  }
-  for (int i = 0; i < nfwd; i++) d.adj[i] = -1;
-  for (int i = 0; i < p->nbounds; i++) d.adj[p->bounds[i].node] = p->bounds[i].acc;
+  for (int i = 0; i < nfwd; i++) set_adj(&d, i, -1);
+  for (int i = 0; i < p->nbounds; i++) set_adj(&d, p->bounds[i].node, p->bounds[i].acc);
   for (int id = nfwd - 1; id >= 0; id--) {
-    if (d.adj[id] < 0 || is_dyn[id]) continue;
-    rule(&d, id, d.adj[id]);
-    if (g->nnodes + 64 > cap) {
-      int ncap = cap * 2 + g->nnodes;
-      d.adj = xrealloc(d.adj, sizeof(int) * (size_t)ncap);
-      for (int i = cap; i < ncap; i++) d.adj[i] = -1;
-      cap = ncap;
-    }
+    if (adj_of(&d, id) < 0 || is_dyn[id]) continue;
+    rule(&d, id, adj_of(&d, id));
   }
-  for (int i = 0; i < p->npparts; i++) p->pparts[i].grad = d.adj[p->pparts[i].leaf];
+  for (int i = 0; i < p->npparts; i++) p->pparts[i].grad = adj_of(&d, p->pparts[i].leaf);
   free(is_dyn);
   free(d.adj);
   p->differentiated = true;
@@ -275,16 +310,10 @@ static void print_expr(Printer *P, int id, int prec) {
     return;
   }
   case OP_MATVEC:
-    if (prec > 4) fputc('(', f);
-    print_expr(P, n->a[0], 5);
-    fputs(" @ ", f);
-    print_expr(P, n->a[1], 5);
-    if (prec > 4) fputc(')', f);
-    return;
   case OP_MATVEC_T:
     if (prec > 4) fputc('(', f);
     print_expr(P, n->a[0], 5);
-    fputs("^T @ ", f);
+    fputs(n->op == OP_MATVEC ? " @ " : "^T @ ", f);
     print_expr(P, n->a[1], 5);
     if (prec > 4) fputc(')', f);
     return;

@@ -122,8 +122,6 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_SUB: return addsub(L, n->op, a, b);
   case OP_MUL: return cmul(L, a, b);
   case OP_DIV: return cdiv(L, a, b);
-  case OP_MIN:
-  case OP_MAX: return real(g_binary(g, n->op, a.re, b.re));
   case OP_EXP:
     if (a.im < 0) return real(g_unary(g, OP_EXP, a.re));
     else {
@@ -136,9 +134,6 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_SQUARE:
     if (a.im < 0) return real(g_unary(g, OP_SQUARE, a.re));
     return cmul(L, a, a);
-  case OP_SIGMOID: case OP_TANH: case OP_RELU: case OP_SILU: case OP_GELU: case OP_LOG:
-  case OP_SOFTPLUS: case OP_LOGSIGMOID: case OP_SQRT:
-    return real(g_unary(g, n->op, a.re));
   case OP_BCAST:
     return (Pair){g_bcast(g, a.re, rank, sz), a.im < 0 ? -1 : g_bcast(g, a.im, rank, sz)};
   case OP_SUM: return (Pair){sum_of(L, a.re), a.im < 0 ? -1 : sum_of(L, a.im)};
@@ -178,7 +173,10 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_IM: return real(im_of(L, a));
   case OP_CONJ: return a.im < 0 ? a : (Pair){a.re, g_unary(g, OP_NEG, a.im)};
   case OP_CIS: return (Pair){g_unary(g, OP_COS, a.re), g_unary(g, OP_SIN, a.re)};
-  default: UNREACHABLE(op_name(n->op));
+  default:
+    /* an elementwise op of real values only (the op table: no OPP_CPLX): as it is */
+    if (!op_is_elementwise(n->op) || (op_props(n->op) & OPP_CPLX)) UNREACHABLE(op_name(n->op));
+    return real(op_arity(n->op) == 1 ? g_unary(g, n->op, a.re) : g_binary(g, n->op, a.re, b.re));
   }
 }
 
@@ -192,14 +190,16 @@ static Pair lower(Lowerer *L, int id) {
 }
 
 void program_mark_dyn(Program *p) {
-  free(p->dyn);
+  free(p->dyn), free(p->needs_acc);
   p->dyn = xcalloc((size_t)p->g.nnodes + 1, sizeof(bool));
+  p->needs_acc = xcalloc((size_t)p->g.nnodes + 1, sizeof(bool));
   for (int id = 0; id < p->g.nnodes; id++) {
     Node *n = &p->g.nodes[id];
     bool d = n->op == OP_INPUT || n->op == OP_PREV || n->op == OP_NOISE || n->op == OP_DY || n->op == OP_DNEW;
-    for (int i = 0; i < op_arity(n->op); i++)
-      if (p->dyn[n->a[i]]) d = true;
+    bool acc = n->op == OP_ACC;
+    for (int i = 0; i < op_arity(n->op); i++) d = d || p->dyn[n->a[i]], acc = acc || p->needs_acc[n->a[i]];
     p->dyn[id] = d;
+    p->needs_acc[id] = acc;
   }
 }
 
@@ -218,15 +218,9 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
     ParamInfo *pi = &c->params[i];
     p->ppart_of[i] = p->npparts;
     for (int part = 0; part < (pi->cplx ? 2 : 1); part++) {
-      ParamPart pp = {0};
-      pp.param = i;
-      pp.part = part;
-      pp.rank = pi->rank;
-      pp.n[0] = pi->n[0];
-      pp.n[1] = pi->n[1];
+      ParamPart pp = {.param = i, .part = part, .rank = pi->rank, .n = {pi->n[0], pi->n[1]}, .grad = -1};
       pp.numel = pi->rank == 0 ? 1 : pi->rank == 1 ? pi->n[0] : pi->n[0] * pi->n[1];
       pp.leaf = g_leaf(g, OP_PARAM, p->npparts, pi->rank, pi->n);
-      pp.grad = -1;
       p->pparts = xrealloc(p->pparts, sizeof(ParamPart) * (size_t)(p->npparts + 1));
       p->pparts[p->npparts++] = pp;
     }
@@ -237,11 +231,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
     StateInfo *si = &c->states[i];
     p->spart_of[i] = p->nsparts;
     for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
-      StatePart sp = {0};
-      sp.state = i;
-      sp.part = part;
-      sp.cplx = si->cplx;
-      sp.size = si->rank ? si->n[0] : 1;
+      StatePart sp = {.state = i, .part = part, .cplx = si->cplx, .size = si->rank ? si->n[0] : 1};
       sp.prev = g_leaf(g, OP_PREV, p->nsparts, si->rank, si->n);
       sp.next = sp.a = sp.b = sp.dnew = sp.dprev = sp.g = sp.dtotal = -1;
       p->sparts = xrealloc(p->sparts, sizeof(StatePart) * (size_t)(p->nsparts + 1));
@@ -315,6 +305,7 @@ void program_free(Program *p) {
   free(p->noise_sizes);
   free(p->bounds);
   free(p->dyn);
+  free(p->needs_acc);
   free(p);
 }
 

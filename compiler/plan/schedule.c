@@ -224,7 +224,7 @@ static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
   pl->p = p, pl->scan = scan;
   *s = (Sched){.pl = pl, .p = p, .g = &p->g, .nn = nn, .gates = gates, .dyn = p->dyn};
   s->vis = xcalloc((size_t)nn, sizeof(bool));
-  s->needs_acc = xcalloc((size_t)nn, sizeof(bool));
+  s->needs_acc = p->needs_acc; /* computed once with the program (lower) */
   s->must_store = xcalloc((size_t)nn, sizeof(bool));
   s->region = int_array(nn, R_NONE), s->level = int_array(nn, -1);
   s->scan_next = int_array(nn, -1), s->scan_dtot = int_array(nn, -1);
@@ -233,16 +233,6 @@ static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
   for (int r = 0; r < R_COUNT; r++) phase_of(pl, r)->region = regions[r];
-}
-
-/* Static nodes that wait for the summed adjoints: the ACC leaves and what reads them. */
-static void mark_needs_acc(Sched *s) {
-  for (int id = 0; id < s->nn; id++) {
-    Node *n = N(s, id);
-    bool acc = n->op == OP_ACC;
-    for (int i = 0; i < op_arity(n->op); i++) acc = acc || s->needs_acc[n->a[i]];
-    s->needs_acc[id] = acc;
-  }
 }
 
 /* Scan mode: which nodes the scans produce (not a state whose coefficient a is 0). */
@@ -729,7 +719,7 @@ static void place_accs(Sched *s) {
 }
 
 static void sched_free(Sched *s) {
-  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
+  free(s->vis), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
   free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack);
 }
 
@@ -738,7 +728,6 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(!o->scan || p->scan_form);
   Sched s;
   sched_init(&s, p, o->scan, o->gates);
-  mark_needs_acc(&s);
   if (o->scan) mark_scanned(&s);
   visit_roots(&s);
   assign_regions(&s);

@@ -1,6 +1,6 @@
 /* harness.h: what the numerical unit tests share: a cell loaded and checked with its options and
  * dims ("H=4,D=3"), float64 buffers of random data shaped for a program (a SeqIO view of them),
- * and relative errors. Header-only: each test binary includes it once. */
+ * relative errors, and gradients against finite differences. Header-only: each test binary includes it once. */
 #ifndef CELLC_TEST_HARNESS_H
 #define CELLC_TEST_HARNESS_H
 
@@ -149,6 +149,63 @@ static inline double h_compare(const HBufs *ref, const HBufs *got, const Program
   for (int i = 0; i < ref->np; i++) H_WORSE(h_rel_err(ref->gparams[i], got->gparams[i], ref->pn[i]), "grad.param");
   for (int i = 0; i < ref->ng; i++) H_WORSE(h_rel_err(ref->gates[i], got->gates[i], ref->gn[i]), "gate");
 #undef H_WORSE
+  return worst;
+}
+
+/* L = sum(y * dy) + sum(final * dfinal) after a forward and backward of c on h's buffers (the
+ * gradients the backward leaves in h are L's). */
+static inline double h_loss(Compiled *c, HBufs *h) {
+  const Program *p = c->p;
+  pipeline_run_f64(c, &h->io);
+  size_t rows = (size_t)h->T * (size_t)h->B;
+  double L = 0;
+  for (size_t i = 0; i < rows * (size_t)p->output_size; i++) L += h->y[i] * h->dy[i];
+  for (int i = 0; i < h->ns; i++)
+    for (size_t j = 0; j < h->sn[i]; j++) L += h->final[i][j] * h->dfinal[i][j];
+  return L;
+}
+
+/* max |fd - analytic| / max |analytic| over the n values v[] of one input, fd the central difference
+ * of h_loss with step 1e-6 */
+static inline double h_fd_error(Compiled *c, HBufs *h, double *v, size_t n, const double *analytic) {
+  double eps = 1e-6, maxerr = 0, maxg = 1e-12;
+  for (size_t i = 0; i < n; i++) {
+    double keep = v[i];
+    v[i] = keep + eps;
+    double lp = h_loss(c, h);
+    v[i] = keep - eps;
+    double lm = h_loss(c, h);
+    v[i] = keep;
+    double fd = (lp - lm) / (2 * eps);
+    maxerr = fmax(maxerr, fabs(fd - analytic[i]));
+    maxg = fmax(maxg, fabs(analytic[i]));
+  }
+  return maxerr / maxg;
+}
+
+static inline double *h_dup(const double *v, size_t n) {
+  double *d = xmalloc(sizeof(double) * (n + 1));
+  memcpy(d, v, sizeof(double) * n);
+  return d;
+}
+
+/* The gradients of c (a float64 back end) on h's inputs against central finite differences: every
+ * param part, x and every h0 part. The worst relative error; `what` names it ("param part 2"). */
+static inline double h_fd_worst(Compiled *c, HBufs *h, char *what, size_t len) {
+  const Program *p = c->p;
+  size_t nx = (size_t)h->T * (size_t)h->B * (size_t)p->x_size;
+  h_loss(c, h);
+  double **gp = xcalloc((size_t)h->np + 1, sizeof(double *)), **gh = xcalloc((size_t)h->ns + 1, sizeof(double *));
+  for (int i = 0; i < h->np; i++) gp[i] = h_dup(h->gparams[i], h->pn[i]);
+  for (int i = 0; i < h->ns; i++) gh[i] = h_dup(h->gh0[i], h->sn[i]);
+  double *gx = h_dup(h->gx, nx), worst = h_fd_error(c, h, h->x, nx, gx), e;
+  snprintf(what, len, "x");
+  for (int i = 0; i < h->np; i++)
+    if ((e = h_fd_error(c, h, h->params[i], h->pn[i], gp[i])) > worst || isnan(e)) worst = e, snprintf(what, len, "param part %d", i);
+  for (int i = 0; i < h->ns; i++)
+    if ((e = h_fd_error(c, h, h->h0[i], h->sn[i], gh[i])) > worst || isnan(e)) worst = e, snprintf(what, len, "h0 part %d", i);
+  h_parts_free(gp, h->np), h_parts_free(gh, h->ns);
+  free(gx);
   return worst;
 }
 

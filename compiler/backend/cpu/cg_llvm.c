@@ -195,39 +195,53 @@ static LLVMValueRef b2f(Cg *cg, LLVMValueRef cond, LLVMTypeRef ty) {
   return SEL(cond, kf(cg, ty, 1), kf(cg, ty, 0));
 }
 
-/* One elementwise op on scalars or 8-wide vectors. */
-static LLVMValueRef emit_op(Cg *cg, Op op, LLVMValueRef a, LLVMValueRef b) {
-  LLVMTypeRef ty = LLVMTypeOf(a);
-  switch (op) {
-  case OP_NEG: return LLVMBuildFNeg(cg->b, a, "");
-  case OP_ADD: return FADD(a, b);
-  case OP_SUB: return FSUB(a, b);
-  case OP_MUL: return FMUL(a, b);
-  case OP_DIV: return FDIV(a, b);
-  case OP_MIN: return fmin_(cg, a, b);
-  case OP_MAX: return fmax_(cg, a, b);
-  case OP_SIGMOID: return v_sigmoid(cg, a);
-  case OP_TANH: return v_tanh(cg, a);
-  case OP_RELU: return SEL(FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), a, kf(cg, ty, 0));
-  case OP_SILU: return FMUL(a, v_sigmoid(cg, a));
-  case OP_GELU:
-    return FMUL(FMUL(a, kf(cg, ty, 0.5)), FADD(kf(cg, ty, 1), v_erf(cg, FMUL(a, kf(cg, ty, M_SQRT1_2)))));
-  case OP_EXP: return v_exp(cg, a);
-  case OP_LOG: return v_log(cg, a);
-  case OP_SOFTPLUS: return v_softplus(cg, a);
-  case OP_LOGSIGMOID: return LLVMBuildFNeg(cg->b, v_softplus(cg, LLVMBuildFNeg(cg->b, a, "")), "");
-  case OP_SQRT: return un_intr(cg, "llvm.sqrt", a);
-  case OP_ABS: return un_intr(cg, "llvm.fabs", a);
-  case OP_SQUARE: return FMUL(a, a);
-  case OP_SIN: return v_libm(cg, "sinf", a);
-  case OP_COS: return v_libm(cg, "cosf", a);
-  case OP_ERF: return v_erf(cg, a);
-  case OP_STEP: return b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty);
-  case OP_SIGN:
-    return FSUB(b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty), b2f(cg, FCMP(LLVMRealOLT, a, kf(cg, ty, 0)), ty));
-  case OP_LT: return b2f(cg, FCMP(LLVMRealOLT, a, b), ty);
-  default: UNREACHABLE(op_name(op));
+/* ---- each elementwise op on scalars or 8-wide vectors: emit_<op>, keyed by the op table ---- */
+
+typedef LLVMValueRef (*EmitFn)(Cg *cg, LLVMValueRef a, LLVMValueRef b);
+
+#define EMIT(name, expr)                                                                 \
+  static LLVMValueRef emit_##name(Cg *cg, LLVMValueRef a, LLVMValueRef b) {             \
+    LLVMTypeRef ty = LLVMTypeOf(a);                                                      \
+    (void)b, (void)ty;                                                                   \
+    return expr;                                                                         \
   }
+EMIT(NEG, LLVMBuildFNeg(cg->b, a, ""))
+EMIT(ADD, FADD(a, b))
+EMIT(SUB, FSUB(a, b))
+EMIT(MUL, FMUL(a, b))
+EMIT(DIV, FDIV(a, b))
+EMIT(MIN, fmin_(cg, a, b))
+EMIT(MAX, fmax_(cg, a, b))
+EMIT(SIGMOID, v_sigmoid(cg, a))
+EMIT(TANH, v_tanh(cg, a))
+EMIT(RELU, SEL(FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), a, kf(cg, ty, 0)))
+EMIT(SILU, FMUL(a, v_sigmoid(cg, a)))
+EMIT(GELU, FMUL(FMUL(a, kf(cg, ty, 0.5)), FADD(kf(cg, ty, 1), v_erf(cg, FMUL(a, kf(cg, ty, M_SQRT1_2))))))
+EMIT(EXP, v_exp(cg, a))
+EMIT(LOG, v_log(cg, a))
+EMIT(SOFTPLUS, v_softplus(cg, a))
+EMIT(LOGSIGMOID, LLVMBuildFNeg(cg->b, v_softplus(cg, LLVMBuildFNeg(cg->b, a, "")), ""))
+EMIT(SQRT, un_intr(cg, "llvm.sqrt", a))
+EMIT(ABS, un_intr(cg, "llvm.fabs", a))
+EMIT(SQUARE, FMUL(a, a))
+EMIT(SIN, v_libm(cg, "sinf", a))
+EMIT(COS, v_libm(cg, "cosf", a))
+EMIT(ERF, v_erf(cg, a))
+EMIT(STEP, b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty))
+EMIT(SIGN, FSUB(b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty), b2f(cg, FCMP(LLVMRealOLT, a, kf(cg, ty, 0)), ty)))
+EMIT(LT, b2f(cg, FCMP(LLVMRealOLT, a, b), ty))
+#undef EMIT
+
+/* every elementwise op of the table has its emit_<op> (a missing one fails the build) */
+static const EmitFn emit_elementwise[OP_COUNT] = {
+#define E(name, ...) [OP_##name] = emit_##name,
+    GRAPH_OPS(OPS_SKIP, E)
+#undef E
+};
+
+static LLVMValueRef emit_op(Cg *cg, Op op, LLVMValueRef a, LLVMValueRef b) {
+  if (!op_is_elementwise(op)) UNREACHABLE(op_name(op));
+  return emit_elementwise[op](cg, a, b);
 }
 
 /* ---- loads and stores ---- */
@@ -398,12 +412,9 @@ static void emit_node(Cg *cg, int id) {
     for_elements(cg, id, e, body_copy, &c);
     return;
   }
-  case OP_CONST:
-  case OP_MATVEC:
-  case OP_MATVEC_T:
-  case OP_OUTER: UNREACHABLE(op_name(n->op));
   default:
-    CHECK(!op_is_leaf(n->op));
+    /* elementwise; a matrix product, an outer product or a leaf never reaches a kernel */
+    if (!op_is_elementwise(n->op)) UNREACHABLE(op_name(n->op));
     for_elements(cg, id, e, body_elementwise, NULL);
   }
 }
