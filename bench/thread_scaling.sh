@@ -67,7 +67,7 @@ train = [r for r in rows if r["kind"] == "cellc_train"]
 layer = [r for r in rows if r["kind"] == "cellc_layer"]
 cell = train[0]["cell"]
 print(f"Thread scaling ({cell}, T=512, B=64, H = D = width; this machine: {ncpu} cores): `cellc train` tokens/s "
-      f"({train[0]['steps']} timed steps) and one layer's forward + backward (build/bench_cell), "
+      f"({train[0]['steps']} timed steps per run) and one layer's forward + backward (build/bench_cell), "
       f"best of {max(r['round'] for r in train)} rounds; speedup over 1 thread. Issue 17's target: 2 threads >= 1.7x.\n")
 print("| H | threads | train tokens/s | train speedup | layer fwd+bwd s | layer speedup | target |")
 print("|---|---|---|---|---|---|---|")

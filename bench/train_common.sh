@@ -4,7 +4,8 @@
 #   (TRAIN_BENCH_STEPS, rounded up to a multiple of the log interval; 10 with CELLC_BENCH_QUICK).
 
 py=/usr/bin/python3
-ncpu=$(nproc)
+# the cores this process may run on (nproc alone honours OMP_NUM_THREADS, which bench/run.sh sets)
+ncpu=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 lines=$tmp/lines.jsonl
