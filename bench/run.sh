@@ -1,9 +1,16 @@
 #!/bin/sh
 # make bench: cellc's CPU back end against PyTorch on this machine, in one run,
 # with the same thread count for both (CELLC_BENCH_THREADS, default 1), and the
-# machine's measured limits (sgemm rate, copy bandwidth). Writes the table to
-# bench/results/latest.md and prints it.
-#   CELLC_BENCH_QUICK=1  only B=64, T=512, H=D=128
+# machine's measured limits (sgemm rate, copy bandwidth); then the training
+# throughput (bench/train_throughput.sh: cellc on all cores, PyTorch at its best
+# thread count) and cellc's thread-scaling curve (bench/thread_scaling.sh).
+# Writes the tables to bench/results/latest.md and prints them; the JSON lines
+# go to bench/results/latest.jsonl, train.jsonl and scaling.jsonl.
+#   CELLC_BENCH_QUICK=1  only B=64, T=512, H=D=128 in the table; the training
+#                        throughput only for gru at H=128 (PyTorch probed at 1 and
+#                        nproc threads), the scaling only at H=128 on 1 and nproc
+#                        threads; 10 training steps per run
+#   The scripts' own knobs (TRAIN_BENCH_*, SCALING_*) pass through.
 set -e
 cd "$(dirname "$0")/.."
 th=${CELLC_BENCH_THREADS:-1}
@@ -40,7 +47,16 @@ for cfg in $configs; do
 done
 ./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
 /usr/bin/python3 bench/table.py $raw > $out/latest.md
-# training throughput, cellc train against the same model in PyTorch (summary lines appended)
-{ echo; echo "Training throughput (GRU, B=64, T=512, H=128, tokens/s):"; echo; } >> $out/latest.md
-sh bench/train_throughput.sh $out/train.jsonl 2>/dev/null | sed 's/^/    /' >> $out/latest.md
+# training throughput, cellc train against the same model in PyTorch, and the thread-scaling
+# curve (the scripts set their own thread counts; their progress and errors go to stderr)
+: > $out/train.jsonl
+: > $out/scaling.jsonl
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+{ echo; echo "Training throughput against PyTorch:"; echo; } >> $out/latest.md
+sh bench/train_throughput.sh $out/train.jsonl > $tmp
+cat $tmp >> $out/latest.md
+{ echo; echo "Thread scaling of cellc:"; echo; } >> $out/latest.md
+sh bench/thread_scaling.sh $out/scaling.jsonl > $tmp
+cat $tmp >> $out/latest.md
 cat $out/latest.md

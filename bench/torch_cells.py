@@ -1,8 +1,10 @@
 """PyTorch peers for `make bench`: nn.GRU / nn.LSTM, and the stdlib cells
 written in PyTorch the way a researcher writes a cell: one step as a
-function, a Python loop over time. Two loop styles: `unbind` (x.unbind(0):
-the efficient idiom) and `index` (x[t]: common, but each step's backward then
-materializes a full-size gradient of x, so it is quadratic in T).
+function, a Python loop over time (gru and lstm too: loop peers for
+bench/train_throughput.sh, whose nn peers are nn.GRU / nn.LSTM). Two loop
+styles: `unbind` (x.unbind(0): the efficient idiom) and `index` (x[t]:
+common, but each step's backward then materializes a full-size gradient of x,
+so it is quadratic in T).
 
 usage: torch_cells.py CELL H D T B STYLE REPS   (STYLE: nn | unbind | index)
 Prints one JSON line: forward+backward seconds per batch (best of REPS)."""
@@ -22,7 +24,8 @@ def vec(n, scale=0.0):
 
 
 def make(cell, H, D):
-    """params and a step function (x_t, states) -> (y_t, states)."""
+    """params (a dict of leaf tensors), a step function (x_t, states) -> (y_t, states) and the
+    initial states for a batch size. Also used by torch_train.py for its loop peers."""
     if cell == "mgu" or cell == "mgu_see_h":
         p = dict(Wzx=lin(H, D), bz=vec(H), Wix=lin(H, D), bh=vec(H))
         see_h = cell == "mgu_see_h"
@@ -74,6 +77,29 @@ def make(cell, H, D):
             o = torch.nn.functional.layer_norm(g * torch.cat([h.real, h.imag], -1), (2 * H,))
             return o @ p["Wo"].T + p["bo"], (h,)
         return p, step, lambda B: (torch.zeros(B, H, dtype=torch.complex64),)
+    if cell == "gru":
+        # stdlib/gru.cell: the reset gate before the recurrent product; the three gates stacked
+        p = dict(Wx=lin(3 * H, D), Wzr=lin(2 * H, H), Wn=lin(H, H), b=vec(3 * H))
+
+        def step(x, s):
+            h = s[0]
+            ax = x @ p["Wx"].T + p["b"]
+            z, r = torch.sigmoid(ax[:, :2 * H] + h @ p["Wzr"].T).chunk(2, -1)
+            n = torch.tanh(ax[:, 2 * H:] + (r * h) @ p["Wn"].T)
+            h = z * h + (1 - z) * n
+            return h, (h,)
+        return p, step, lambda B: (torch.zeros(B, H),)
+    if cell == "lstm":
+        # stdlib/lstm.cell (no peepholes): two nonlinear states; the four gates stacked
+        p = dict(Wx=lin(4 * H, D), Wh=lin(4 * H, H), b=vec(4 * H))
+
+        def step(x, s):
+            c, h = s
+            i, f, o, g = (x @ p["Wx"].T + h @ p["Wh"].T + p["b"]).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            return h, (c, h)
+        return p, step, lambda B: (torch.zeros(B, H), torch.zeros(B, H))
     raise SystemExit("unknown cell " + cell)
 
 

@@ -1,10 +1,14 @@
-"""PyTorch peer of `cellc train stdlib/gru.cell bench/train_gru.cfg` (bench/train_throughput.sh).
+"""PyTorch peer of `cellc train stdlib/CELL.cell bench/train_gru.cfg` (bench/train_throughput.sh).
 
 The same model and task as runtime/model/model.h builds for that configuration:
-  embedding [vocab, width] (N(0,1), nn.Embedding's default too) -> `layers` stacked GRUs (nn.GRU,
-  sequence-first [T, B, width]) -> readout all (every step) -> linear head [vocab, hidden] ->
+  embedding [vocab, width] (N(0,1), nn.Embedding's default too) -> `layers` stacked cells
+  (sequence-first [T, B, width]) -> readout all (every step) -> linear head [vocab, hidden] ->
   cross-entropy averaged over the counted steps (the copying task's last M marker steps; the head
   runs on all T*B rows in both, as cellc's readout `all` does), AdamW, global-norm clip, batch B.
+The cells (--peer):
+  nn    nn.GRU / nn.LSTM (--cell gru | lstm): PyTorch's fused layers.
+  loop  the cell as a step function and a Python loop over x.unbind(0), the step functions of
+        bench/torch_cells.py (make(CELL, H, D)): gru, lstm, mgu, mgu_see_h, mingru, lru, hgru.
 Our stdlib GRU applies the reset gate before the recurrent product (n = tanh(Wxh x + Whh (r*h) + bh));
 nn.GRU applies it after (n = tanh(W_in x + b_in + r * (W_hn h + b_hn))). The FLOP count is the same;
 nn.GRU has two extra bias vectors (b_hr, b_hz, b_hn), which do not change the cost.
@@ -14,8 +18,10 @@ Data: copying batches generated on the fly with the same shape as runtime/tasks/
 generation is timed separately and not counted in tokens_per_s (cellc's tokens_per_s counts its
 task_batch, which is a few microseconds per batch at this size).
 
-usage: torch_train.py [--layers 1] [--width 128] [--T 512] [--B 64] [--tokens 10] [--memorize 10]
-                      [--threads 1] [--warmup 3] [--steps 30] [--flush-denormal]
+usage: torch_train.py [--cell gru] [--peer nn|loop] [--layers 1] [--width 128] [--T 512] [--B 64]
+                      [--tokens 10] [--memorize 10] [--threads 1] [--warmup 3] [--steps 30]
+                      [--flush-denormal]
+(--width is also the hidden size, as in bench/train_throughput.sh.)
 Prints one JSON line {"kind": "torch_train", "tokens_per_s": ..., ...}: tokens (B*T per step) over
 the summed time of the timed steps (forward, backward, clip, optimizer step)."""
 import argparse
@@ -27,15 +33,48 @@ import torch
 
 
 class Model(torch.nn.Module):
-    def __init__(self, vocab, width, layers):
+    def __init__(self, vocab, width, layers, cell="gru"):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, width)
-        self.rnn = torch.nn.GRU(width, width, num_layers=layers)
+        if cell not in NN:
+            raise SystemExit(f"torch_train.py: no nn peer for {cell} (nn: {', '.join(NN)}; use --peer loop)")
+        self.rnn = NN[cell](width, width, num_layers=layers)
         self.head = torch.nn.Linear(width, vocab)
 
     def forward(self, tokens):            # tokens [T, B]
         a, _ = self.rnn(self.embed(tokens))  # [T, B, width], zero initial state
         return self.head(a)               # [T, B, vocab]
+
+
+NN = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
+
+
+class LoopModel(torch.nn.Module):
+    """The same model with each layer a step function of bench/torch_cells.py run in a Python loop
+    over x.unbind(0) (its `unbind` style), zero initial states."""
+
+    def __init__(self, vocab, width, layers, cell):
+        super().__init__()
+        import torch_cells
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.cells = []
+        for k in range(layers):
+            p, step, init = torch_cells.make(cell, width, width)
+            for name, v in p.items():  # the step functions read their dict: register those tensors
+                p[name] = torch.nn.Parameter(v.detach())
+                self.register_parameter(f"l{k}_{name}", p[name])
+            self.cells.append((step, init))
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, tokens):            # tokens [T, B]
+        a = self.embed(tokens)
+        for step, init in self.cells:
+            s, ys = init(tokens.shape[1]), []
+            for x in a.unbind(0):
+                y, s = step(x, s)
+                ys.append(y)
+            a = torch.stack(ys)           # [T, B, width]
+        return self.head(a)
 
 
 def copying_batch(T, B, N, M, gen):
@@ -51,6 +90,8 @@ def copying_batch(T, B, N, M, gen):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--cell", default="gru")
+    ap.add_argument("--peer", default="nn", choices=("nn", "loop"))
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--T", type=int, default=512)
@@ -71,7 +112,7 @@ def main():
         raise SystemExit("torch_train.py: this CPU does not support flushing denormals")
     torch.manual_seed(1)
     gen = torch.Generator().manual_seed(1)
-    model = Model(a.tokens, a.width, a.layers)
+    model = Model(a.tokens, a.width, a.layers, a.cell) if a.peer == "nn" else LoopModel(a.tokens, a.width, a.layers, a.cell)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay)
     lossf = torch.nn.CrossEntropyLoss(ignore_index=-100)  # mean over the counted steps
 
@@ -94,7 +135,8 @@ def main():
             losses.append(lv)
     tokens = a.T * a.B
     print(json.dumps(dict(
-        kind="torch_train", cell="gru", peer="nn.GRU", layers=a.layers, width=a.width, T=a.T, B=a.B,
+        kind="torch_train", cell=a.cell, peer=f"nn.{NN[a.cell].__name__}" if a.peer == "nn" else "loop (unbind)",
+        layers=a.layers, width=a.width, T=a.T, B=a.B,
         threads=torch.get_num_threads(), torch=torch.__version__, flush_denormal=a.flush_denormal, warmup=a.warmup, steps=a.steps,
         tokens_per_s=tokens * len(step_s) / sum(step_s),
         step_s_median=statistics.median(step_s), step_s_min=min(step_s), step_s_max=max(step_s),
