@@ -96,4 +96,11 @@ struct Backend {
   int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
 };
 
+/* The entry points of a back end whose functions follow the naming <prefix>_supports,
+ * <prefix>_compile, <prefix>_free, <prefix>_work_new, ... (each back end's `const Backend`). */
+#define BACKEND_ENTRY_POINTS(prefix)                                                               \
+  .supports = prefix##_supports, .compile = prefix##_compile, .free = prefix##_free,               \
+  .work_new = prefix##_work_new, .work_free = prefix##_work_free, .forward = prefix##_forward,      \
+  .backward = prefix##_backward, .read_steps = prefix##_read_steps
+
 #endif

@@ -892,20 +892,25 @@ static bool is_complex(Checker *k, const Stmt *s, const char *what) {
   return true;
 }
 
+/* What a param and a state declare alike: the initializer as written. */
+typedef struct InitUse {
+  const char *name;
+  Loc loc;
+  const Expr **args;
+  int nargs;
+} InitUse;
+
+static InitUse init_use(const InitAst *in) { return (InitUse){in->name, in->loc, (const Expr **)in->args, in->nargs}; }
+
 static void stmt_param(Checker *k, Stmt *s) {
   Cell *c = k->c;
-  ParamInfo p = {0};
-  p.name = s->name;
-  p.loc = s->name_loc;
+  ParamInfo p = {.name = s->name, .loc = s->name_loc, .state = -1};
   shape_of(k, s->shape, &p.rank, p.dim, false);
   p.cplx = is_complex(k, s, "param");
-  p.init = s->init->name;
-  p.init_loc = s->init->loc;
-  p.init_args = (const Expr **)s->init->args;
-  p.ninit_args = s->init->nargs;
+  InitUse u = init_use(s->init);
+  p.init = u.name, p.init_loc = u.loc, p.init_args = u.args, p.ninit_args = u.nargs;
   p.tags = s->tags;
   p.ntags = s->ntags;
-  p.state = -1;
   check_init(k, s->init, false, &p.ref, &p);
   declare(k, s->name, s->name_loc, E_PARAM, c->nparams);
   VEC_PUSH(c->params, c->nparams, k->capparams, p);
@@ -913,9 +918,7 @@ static void stmt_param(Checker *k, Stmt *s) {
 
 static void stmt_state(Checker *k, Stmt *s) {
   Cell *c = k->c;
-  StateInfo st = {0};
-  st.name = s->name;
-  st.loc = s->name_loc;
+  StateInfo st = {.name = s->name, .loc = s->name_loc};
   shape_of(k, s->shape, &st.rank, st.dim, false);
   if (st.rank > 1) fail(k, s->shape->loc, "a state is a scalar or a vector, not a matrix");
   st.cplx = is_complex(k, s, "state");
@@ -926,10 +929,8 @@ static void stmt_state(Checker *k, Stmt *s) {
     int ref;
     ParamInfo fake = {0};
     check_init(k, s->init, true, &ref, &fake);
-    st.init = s->init->name;
-    st.init_loc = s->init->loc;
-    st.init_args = (const Expr **)s->init->args;
-    st.ninit_args = s->init->nargs;
+    InitUse u = init_use(s->init);
+    st.init = u.name, st.init_loc = u.loc, st.init_args = u.args, st.ninit_args = u.nargs;
     if (!strcmp(st.init, "learned")) {
       ParamInfo p = {0};
       p.name = arena_join(k->arena, s->name, ".", "init");

@@ -614,16 +614,4 @@ static void cpu_work_free(Work *ww) {
   free(w);
 }
 
-const Backend cpu_backend = {
-  .name = "cpu",
-  .dtype = DT_F32,
-  .scans = true,
-  .supports = cpu_supports,
-  .compile = cpu_compile,
-  .free = cpu_free,
-  .work_new = cpu_work_new,
-  .work_free = cpu_work_free,
-  .forward = cpu_forward,
-  .backward = cpu_backward,
-  .read_steps = cpu_read_steps,
-};
+const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, BACKEND_ENTRY_POINTS(cpu)};

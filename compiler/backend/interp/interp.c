@@ -263,16 +263,4 @@ static int interp_read_steps(Compiled *c, Work *w, StepArray what, int part, voi
   return 0;
 }
 
-const Backend interp_backend = {
-  .name = "interp",
-  .dtype = DT_F64,
-  .scans = false,
-  .supports = interp_supports,
-  .compile = interp_compile,
-  .free = interp_free,
-  .work_new = interp_work_new,
-  .work_free = interp_work_free,
-  .forward = interp_forward,
-  .backward = interp_backward,
-  .read_steps = interp_read_steps,
-};
+const Backend interp_backend = {.name = "interp", .dtype = DT_F64, .scans = false, BACKEND_ENTRY_POINTS(interp)};
