@@ -415,7 +415,6 @@ static int mk(Checker *k, Op op, Loc loc, const Expr *ast, int rank, const int *
   n.cplx = cplx;
   n.a[0] = a0;
   n.a[1] = a1;
-  n.a[2] = -1;
   n.loc = loc;
   n.ast = ast;
   int id = graph_add(&k->c->g, n);

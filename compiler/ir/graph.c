@@ -1,32 +1,10 @@
-/* graph.c: the step graph: the op table, node creation with hash-consing
- * (common-subexpression elimination) and local simplification, and printing. */
+/* graph.c: the step graph: node creation with hash-consing
+ * (common-subexpression elimination), local simplification and constant folding (through the
+ * ops' scalar meaning, ops.h), and printing. */
 #include "graph.h"
 
 #include <math.h>
 #include <string.h>
-
-static const struct {
-  const char *name, *text;
-  int arity;
-} op_table[OP_COUNT] = {
-#define X(name, arity, text, where) [OP_##name] = {#name, text, arity},
-    GRAPH_OPS(X)
-#undef X
-};
-
-const char *op_name(Op op) {
-  CHECK(op >= 0 && op < OP_COUNT);
-  return op_table[op].name;
-}
-const char *op_text(Op op) {
-  CHECK(op >= 0 && op < OP_COUNT);
-  return op_table[op].text;
-}
-int op_arity(Op op) {
-  CHECK(op >= 0 && op < OP_COUNT);
-  return op_table[op].arity;
-}
-bool op_is_leaf(Op op) { return op_arity(op) == 0; }
 
 void graph_init(Graph *g, bool cse) {
   memset(g, 0, sizeof *g);
@@ -89,7 +67,7 @@ static int append(Graph *g, Node n) {
 }
 
 int graph_add(Graph *g, Node n) {
-  for (int i = op_arity(n.op); i < 3; i++) n.a[i] = -1;
+  for (int i = op_arity(n.op); i < 2; i++) n.a[i] = -1;
   if (!g->cse) return append(g, n);
   if (2 * (g->nnodes + 1) > g->hcap) rehash(g);
   uint64_t h = node_hash(&n);
@@ -111,7 +89,7 @@ static Node shaped(Op op, int rank, const int *n) {
   x.op = op;
   x.rank = rank;
   for (int i = 0; i < rank; i++) x.n[i] = n[i];
-  x.a[0] = x.a[1] = x.a[2] = -1;
+  x.a[0] = x.a[1] = -1;
   return x;
 }
 
@@ -136,41 +114,6 @@ bool g_is_const(Graph *g, int id, double k) {
 static bool is_const(Graph *g, int id) { return graph_node(g, id)->op == OP_CONST; }
 static double kval(Graph *g, int id) { return graph_node(g, id)->k; }
 
-static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
-static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
-
-/* Scalar semantics of every elementwise op: the interpreter and folding share it. */
-double op_eval_scalar(Op op, double a, double b) {
-  switch (op) {
-  case OP_NEG: return -a;
-  case OP_ADD: return a + b;
-  case OP_SUB: return a - b;
-  case OP_MUL: return a * b;
-  case OP_DIV: return a / b;
-  case OP_MIN: return a <= b ? a : b;
-  case OP_MAX: return a >= b ? a : b;
-  case OP_SIGMOID: return sigmoid(a);
-  case OP_TANH: return tanh(a);
-  case OP_RELU: return a > 0 ? a : 0;
-  case OP_SILU: return a * sigmoid(a);
-  case OP_GELU: return 0.5 * a * (1 + erf(a * M_SQRT1_2));
-  case OP_EXP: return exp(a);
-  case OP_LOG: return log(a);
-  case OP_SOFTPLUS: return softplus(a);
-  case OP_LOGSIGMOID: return -softplus(-a);
-  case OP_SQRT: return sqrt(a);
-  case OP_ABS: return fabs(a);
-  case OP_SQUARE: return a * a;
-  case OP_SIN: return sin(a);
-  case OP_COS: return cos(a);
-  case OP_ERF: return erf(a);
-  case OP_STEP: return a > 0 ? 1 : 0;
-  case OP_SIGN: return a > 0 ? 1 : a < 0 ? -1 : 0;
-  case OP_LT: return a < b ? 1 : 0;
-  default: UNREACHABLE(op_name(op));
-  }
-}
-
 int g_unary(Graph *g, Op op, int a) {
   Node *x = graph_node(g, a);
   int rank = x->rank, n[2] = {x->n[0], x->n[1]};
@@ -191,8 +134,6 @@ int g_bcast(Graph *g, int a, int rank, const int *n) {
   y.a[0] = a;
   return graph_add(g, y);
 }
-
-static bool commutes(Op op) { return op == OP_ADD || op == OP_MUL || op == OP_MIN || op == OP_MAX; }
 
 int g_binary(Graph *g, Op op, int a, int b) {
   Node *x = graph_node(g, a), *y = graph_node(g, b);
@@ -235,7 +176,7 @@ int g_binary(Graph *g, Op op, int a, int b) {
     break;
   default: break;
   }
-  if (commutes(op) && a > b) {
+  if ((op_props(op) & OPP_COMM) && a > b) {
     int t = a;
     a = b;
     b = t;
@@ -286,27 +227,21 @@ int g_slice(Graph *g, int a, int off, int len) {
   return graph_add(g, z);
 }
 
-int g_matvec(Graph *g, int m, int v) {
+/* m @ v (op MATVEC), or m^T @ v (MATVEC_T). */
+static int matvec(Graph *g, Op op, int m, int v) {
   Node *M = graph_node(g, m), *V = graph_node(g, v);
-  CHECK(M->rank == 2 && node_numel(V) == M->n[1]);
-  int n = M->n[0];
+  int in = op == OP_MATVEC ? 1 : 0; /* the dim of m that v runs along */
+  CHECK(M->rank == 2 && node_numel(V) == M->n[in]);
+  int n = M->n[1 - in];
   if (g_is_const(g, m, 0) || g_is_const(g, v, 0)) return g_const(g, 0, 1, &n);
-  Node z = shaped(OP_MATVEC, 1, &n);
+  Node z = shaped(op, 1, &n);
   z.a[0] = m;
   z.a[1] = v;
   return graph_add(g, z);
 }
 
-int g_matvec_t(Graph *g, int m, int v) {
-  Node *M = graph_node(g, m), *V = graph_node(g, v);
-  CHECK(M->rank == 2 && node_numel(V) == M->n[0]);
-  int n = M->n[1];
-  if (g_is_const(g, m, 0) || g_is_const(g, v, 0)) return g_const(g, 0, 1, &n);
-  Node z = shaped(OP_MATVEC_T, 1, &n);
-  z.a[0] = m;
-  z.a[1] = v;
-  return graph_add(g, z);
-}
+int g_matvec(Graph *g, int m, int v) { return matvec(g, OP_MATVEC, m, v); }
+int g_matvec_t(Graph *g, int m, int v) { return matvec(g, OP_MATVEC_T, m, v); }
 
 int g_outer(Graph *g, int u, int v) {
   int n[2] = {node_numel(graph_node(g, u)), node_numel(graph_node(g, v))};

@@ -192,14 +192,16 @@ static Pair lower(Lowerer *L, int id) {
 }
 
 void program_mark_dyn(Program *p) {
-  free(p->dyn);
+  free(p->dyn), free(p->needs_acc);
   p->dyn = xcalloc((size_t)p->g.nnodes + 1, sizeof(bool));
+  p->needs_acc = xcalloc((size_t)p->g.nnodes + 1, sizeof(bool));
   for (int id = 0; id < p->g.nnodes; id++) {
     Node *n = &p->g.nodes[id];
     bool d = n->op == OP_INPUT || n->op == OP_PREV || n->op == OP_NOISE || n->op == OP_DY || n->op == OP_DNEW;
-    for (int i = 0; i < op_arity(n->op); i++)
-      if (p->dyn[n->a[i]]) d = true;
+    bool acc = n->op == OP_ACC;
+    for (int i = 0; i < op_arity(n->op); i++) d = d || p->dyn[n->a[i]], acc = acc || p->needs_acc[n->a[i]];
     p->dyn[id] = d;
+    p->needs_acc[id] = acc;
   }
 }
 
@@ -315,6 +317,7 @@ void program_free(Program *p) {
   free(p->noise_sizes);
   free(p->bounds);
   free(p->dyn);
+  free(p->needs_acc);
   free(p);
 }
 

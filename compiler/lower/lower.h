@@ -71,6 +71,8 @@ typedef struct Program {
   Boundary *bounds;
   int nbounds;
   bool *dyn;           /* per node: varies per row (input, states, noise, gradients) */
+  bool *needs_acc;     /* per node: depends on an ACC leaf (a static node of the static backward,
+                          which waits for the adjoints summed over rows) */
 } Program;
 
 /* Lowers a bound cell. training: gumbel_sigmoid draws noise. scan_form: every
@@ -78,7 +80,7 @@ typedef struct Program {
  * coefficients (the form scan mode runs); otherwise as the body wrote it. */
 Program *lower_cell(Cell *c, bool training, bool scan_form);
 void program_free(Program *p);
-/* Recomputes p->dyn for every node. */
+/* Recomputes p->dyn and p->needs_acc for every node. */
 void program_mark_dyn(Program *p);
 /* Everything compiled code depends on, as numbers (nodes, parts, bounds, gates, noise): two
  * programs with equal signatures compile to the same code. xmalloc'ed; *len numbers. */

@@ -174,7 +174,7 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
   Sched *s = &S;
   s->pl = pl, s->p = p, s->g = g, s->nn = nn, s->dyn = p->dyn;
   s->vis = xcalloc((size_t)nn, sizeof(bool));
-  s->needs_acc = xcalloc((size_t)nn, sizeof(bool));
+  s->needs_acc = p->needs_acc;
   s->region = xmalloc(sizeof(int) * (size_t)nn);
   s->level = xmalloc(sizeof(int) * (size_t)nn);
   s->scan_next = xmalloc(sizeof(int) * (size_t)nn);
@@ -189,12 +189,6 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
   for (int i = 0; i < nn; i++) pl->home[i] = -1, pl->kernel_of[i] = -1;
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
-  for (int id = 0; id < nn; id++) {
-    Node *n = &g->nodes[id];
-    bool acc = n->op == OP_ACC;
-    for (int i = 0; i < op_arity(n->op); i++) acc = acc || s->needs_acc[n->a[i]];
-    s->needs_acc[id] = acc;
-  }
   /* scan mode: which nodes the scans produce (not a state whose coefficient a is 0) */
   if (scan)
     for (int st = 0; st < p->nstates; st++) {
@@ -608,7 +602,7 @@ Plan *plan_new(Program *p, bool scan, bool gates) {
     }
   }
   free(depP), free(depD), free(ancN), free(ancD);
-  free(s->vis), free(s->needs_acc), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot), free(s->must_store), free(s->sum_root), free(s->nusers);
+  free(s->vis), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot), free(s->must_store), free(s->sum_root), free(s->nusers);
   return pl;
 }
 

@@ -34,93 +34,7 @@ typedef struct CpuWork {
 
 #define F32(v) ((const float *)(v))
 
-/* ---- the portable evaluator: one node, numel elements (kernels without JIT, static values) ---- */
-
-static float sigmoidf_(float x) { return x >= 0 ? 1 / (1 + expf(-x)) : expf(x) / (1 + expf(x)); }
-static float softplusf_(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
-
-static float scalar_f32(Op op, float a, float b) {
-  switch (op) {
-  case OP_NEG: return -a;
-  case OP_ADD: return a + b;
-  case OP_SUB: return a - b;
-  case OP_MUL: return a * b;
-  case OP_DIV: return a / b;
-  case OP_MIN: return a <= b ? a : b;
-  case OP_MAX: return a >= b ? a : b;
-  case OP_SIGMOID: return sigmoidf_(a);
-  case OP_TANH: return tanhf(a);
-  case OP_RELU: return a > 0 ? a : 0;
-  case OP_SILU: return a * sigmoidf_(a);
-  case OP_GELU: return 0.5f * a * (1 + erff(a * (float)M_SQRT1_2));
-  case OP_EXP: return expf(a);
-  case OP_LOG: return logf(a);
-  case OP_SOFTPLUS: return softplusf_(a);
-  case OP_LOGSIGMOID: return -softplusf_(-a);
-  case OP_SQRT: return sqrtf(a);
-  case OP_ABS: return fabsf(a);
-  case OP_SQUARE: return a * a;
-  case OP_SIN: return sinf(a);
-  case OP_COS: return cosf(a);
-  case OP_ERF: return erff(a);
-  case OP_STEP: return a > 0 ? 1 : 0;
-  case OP_SIGN: return a > 0 ? 1 : a < 0 ? -1 : 0;
-  case OP_LT: return a < b ? 1 : 0;
-  default: UNREACHABLE(op_name(op));
-  }
-}
-
-/* out = node(a, b); a and b point at the arguments' values (constants expanded). */
-static void eval_f32(Graph *g, int id, float *out, const float *a, const float *b) {
-  Node *n = graph_node(g, id);
-  int e = node_numel(n);
-  switch (n->op) {
-  case OP_CONST: for (int i = 0; i < e; i++) out[i] = (float)n->k; return;
-  case OP_BCAST: for (int i = 0; i < e; i++) out[i] = a[0]; return;
-  case OP_SUM: {
-    int na = node_numel(graph_node(g, n->a[0]));
-    float s = 0;
-    for (int i = 0; i < na; i++) s += a[i];
-    out[0] = s;
-    return;
-  }
-  case OP_CONCAT: {
-    int na = node_numel(graph_node(g, n->a[0]));
-    memcpy(out, a, sizeof(float) * (size_t)na);
-    memcpy(out + na, b, sizeof(float) * (size_t)(e - na));
-    return;
-  }
-  case OP_SLICE: memcpy(out, a + n->idx, sizeof(float) * (size_t)e); return;
-  case OP_MATVEC: {
-    Node *m = graph_node(g, n->a[0]);
-    for (int i = 0; i < m->n[0]; i++) {
-      float s = 0;
-      for (int j = 0; j < m->n[1]; j++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[j];
-      out[i] = s;
-    }
-    return;
-  }
-  case OP_MATVEC_T: {
-    Node *m = graph_node(g, n->a[0]);
-    for (int j = 0; j < m->n[1]; j++) {
-      float s = 0;
-      for (int i = 0; i < m->n[0]; i++) s += a[(size_t)i * (size_t)m->n[1] + (size_t)j] * b[i];
-      out[j] = s;
-    }
-    return;
-  }
-  case OP_OUTER:
-    for (int i = 0; i < n->n[0]; i++)
-      for (int j = 0; j < n->n[1]; j++) out[(size_t)i * (size_t)n->n[1] + (size_t)j] = a[i] * b[j];
-    return;
-  default:
-    CHECK(!op_is_leaf(n->op));
-    if (op_arity(n->op) == 1)
-      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], 0);
-    else
-      for (int i = 0; i < e; i++) out[i] = scalar_f32(n->op, a[i], b[i]);
-  }
-}
+/* ---- the portable evaluator (kernels without JIT, static values): node_eval_f32 of the IR ---- */
 
 typedef struct Scratch {
   float **val;   /* per node: a row's values (kernel temporaries, expanded constants) */
@@ -140,7 +54,7 @@ static const float *value_at(CpuCell *c, CpuWork *w, Scratch *sc, int id, int64_
   Node *n = graph_node(g, id);
   if (!sc->val[id]) {
     sc->val[id] = xcalloc((size_t)node_numel(n), sizeof(float));
-    if (n->op == OP_CONST) eval_f32(g, id, sc->val[id], NULL, NULL);
+    if (n->op == OP_CONST) node_eval_f32(g, id, sc->val[id], NULL, NULL);
   }
   return sc->val[id];
 }
@@ -156,7 +70,7 @@ static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t 
       const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], r) : NULL;
       const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], r) : NULL;
       float *out = (float *)value_at(c, w, &sc, id, r);
-      eval_f32(g, id, out, a, b);
+      node_eval_f32(g, id, out, a, b);
     }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
   free(sc.val);
@@ -562,7 +476,7 @@ static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
     if (n->op == OP_PARAM || n->op == OP_ACC || n->op == OP_CONST) continue;
     const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], 0) : NULL;
     const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], 0) : NULL;
-    eval_f32(g, id, (float *)value_at(c, w, &sc, id, 0), a, b);
+    node_eval_f32(g, id, (float *)value_at(c, w, &sc, id, 0), a, b);
   }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
   free(sc.val);

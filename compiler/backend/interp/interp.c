@@ -21,7 +21,6 @@ typedef struct Interp {
   double **acc;      /* per boundary: the adjoint summed over rows */
   double **dnew;     /* per state part: [B, size] */
   double **cur;      /* per state part: the current state [B, size] */
-  bool *needs_acc;   /* static node that depends on an ACC leaf */
   bool *fwd, *bwd, *post; /* the nodes each phase evaluates */
 } Interp;
 
@@ -47,7 +46,6 @@ static void eval(Interp *I, int id) {
   const double *a = n->a[0] >= 0 ? slot(I, n->a[0]) : NULL;
   const double *b = n->a[1] >= 0 ? slot(I, n->a[1]) : NULL;
   switch (n->op) {
-  case OP_CONST: for (int i = 0; i < e; i++) out[i] = rnd(I, n->k); return;
   case OP_INPUT: for (int i = 0; i < e; i++) out[i] = rnd(I, F64(d->x)[row * (size_t)e + (size_t)i]); return;
   case OP_PREV: return; /* filled by the step loop */
   case OP_PARAM: for (int i = 0; i < e; i++) out[i] = rnd(I, F64(d->params[n->idx])[i]); return;
@@ -55,51 +53,9 @@ static void eval(Interp *I, int id) {
   case OP_DY: for (int i = 0; i < e; i++) out[i] = rnd(I, F64(d->dy)[row * (size_t)e + (size_t)i]); return;
   case OP_DNEW: memcpy(out, I->dnew[n->idx] + (size_t)I->b * (size_t)e, sizeof(double) * (size_t)e); return;
   case OP_ACC: memcpy(out, I->acc[n->idx], sizeof(double) * (size_t)e); return;
-  case OP_BCAST: for (int i = 0; i < e; i++) out[i] = a[0]; return;
-  case OP_SUM: {
-    double s = 0;
-    for (int i = 0; i < I->numel[n->a[0]]; i++) s += a[i];
-    out[0] = rnd(I, s);
-    return;
-  }
-  case OP_CONCAT: {
-    int na = I->numel[n->a[0]];
-    memcpy(out, a, sizeof(double) * (size_t)na);
-    memcpy(out + na, b, sizeof(double) * (size_t)(e - na));
-    return;
-  }
-  case OP_SLICE: memcpy(out, a + n->idx, sizeof(double) * (size_t)e); return;
-  case OP_MATVEC: {
-    Node *m = graph_node(&p->g, n->a[0]);
-    int rows = m->n[0], cols = m->n[1];
-    for (int i = 0; i < rows; i++) {
-      double s = 0;
-      for (int j = 0; j < cols; j++) s += a[(size_t)i * (size_t)cols + (size_t)j] * b[j];
-      out[i] = rnd(I, s);
-    }
-    return;
-  }
-  case OP_MATVEC_T: {
-    Node *m = graph_node(&p->g, n->a[0]);
-    int rows = m->n[0], cols = m->n[1];
-    for (int j = 0; j < cols; j++) {
-      double s = 0;
-      for (int i = 0; i < rows; i++) s += a[(size_t)i * (size_t)cols + (size_t)j] * b[i];
-      out[j] = rnd(I, s);
-    }
-    return;
-  }
-  case OP_OUTER: {
-    int rows = n->n[0], cols = n->n[1];
-    for (int i = 0; i < rows; i++)
-      for (int j = 0; j < cols; j++) out[(size_t)i * (size_t)cols + (size_t)j] = rnd(I, a[i] * b[j]);
-    return;
-  }
   default:
-    if (op_arity(n->op) == 1)
-      for (int i = 0; i < e; i++) out[i] = rnd(I, op_eval_scalar(n->op, a[i], 0));
-    else
-      for (int i = 0; i < e; i++) out[i] = rnd(I, op_eval_scalar(n->op, a[i], b[i]));
+    node_eval_f64(&p->g, id, out, a, b);
+    for (int i = 0; i < e && I->f32; i++) out[i] = rnd(I, out[i]);
     return;
   }
 }
@@ -142,7 +98,7 @@ static void release(Interp *I) {
   for (int i = 0; i < p->nbounds; i++) free(I->acc[i]);
   for (int i = 0; i < p->nsparts; i++) free(I->dnew[i]), free(I->cur[i]);
   free(I->acc), free(I->dnew), free(I->cur), free(I->numel), free(I->stat), free(I->store), free(I->tmp);
-  free(I->needs_acc), free(I->fwd), free(I->bwd), free(I->post);
+  free(I->fwd), free(I->bwd), free(I->post);
   I->numel = NULL;
   I->T = I->B = 0;
 }
@@ -156,15 +112,11 @@ static void prepare(Interp *I, Program *p, int T, int B) {
   I->stat = xcalloc((size_t)nn, sizeof(double *));
   I->store = xcalloc((size_t)nn, sizeof(double *));
   I->tmp = xcalloc((size_t)nn, sizeof(double *));
-  I->needs_acc = xcalloc((size_t)nn, sizeof(bool));
   size_t rows = (size_t)T * (size_t)B;
   for (int id = 0; id < nn; id++) {
     Node *n = graph_node(&p->g, id);
     I->numel[id] = node_numel(n);
     size_t e = (size_t)I->numel[id];
-    bool acc = n->op == OP_ACC;
-    for (int i = 0; i < op_arity(n->op); i++) acc = acc || I->needs_acc[n->a[i]];
-    I->needs_acc[id] = acc;
     if (!p->dyn[id]) I->stat[id] = xcalloc(e, sizeof(double));
     else if (id < p->nforward) I->store[id] = xcalloc(rows * e, sizeof(double));
     else I->tmp[id] = xcalloc(e, sizeof(double));
@@ -237,7 +189,7 @@ static void interp_forward(Compiled *c, Work *w, const SeqIO *d) {
   }
   /* static values, once (those that do not wait for the summed adjoints) */
   for (int id = 0; id < p->g.nnodes; id++)
-    if (!p->dyn[id] && !I->needs_acc[id]) eval(I, id);
+    if (!p->dyn[id] && !p->needs_acc[id]) eval(I, id);
   for (int t = 0; t < d->T; t++)
     for (int b = 0; b < d->B; b++) forward_row(I, t, b);
   for (int i = 0; i < p->nsparts; i++)
@@ -290,7 +242,7 @@ static void interp_backward(Compiled *c, Work *w, const SeqIO *d) {
     memcpy(d->grad_h0[i], I->dnew[i], sizeof(double) * (size_t)d->B * (size_t)p->sparts[i].size);
   /* static backward, once */
   for (int id = 0; id < p->g.nnodes; id++)
-    if (!p->dyn[id] && I->needs_acc[id] && I->post[id]) eval(I, id);
+    if (!p->dyn[id] && p->needs_acc[id] && I->post[id]) eval(I, id);
   for (int i = 0; i < p->npparts; i++) {
     int e = p->pparts[i].numel;
     if (p->pparts[i].grad >= 0) memcpy(d->grad_params[i], I->stat[p->pparts[i].grad], sizeof(double) * (size_t)e);

@@ -1,0 +1,203 @@
+/* ops.h: the op table. One row per op of the step graph drives the enum, the names, the arity,
+ * the properties, the scalar meaning of the elementwise ops (as double and float functions, and as
+ * C source text for code generators), the derivative rules (lower/autodiff.c), the evaluators and
+ * the LLVM emitter (backend/cpu/cg_llvm.c). Adding an op is a row here plus what its row names
+ * (see docs/architecture.md, "A new op"). */
+#ifndef CELLC_OPS_H
+#define CELLC_OPS_H
+
+#include <assert.h>
+#include <math.h>
+#include <stdbool.h>
+
+#include "support.h"
+
+/* Two kinds of rows:
+ *   X(name, arity, text, where, diff, props)           leaves, shapes, typed-graph ops
+ *   E(name, arity, text, where, diff, props, meaning)  elementwise ops, with their scalar meaning
+ * arity: arguments (0: a leaf). text: the source spelling (or how `derive` prints it).
+ * where: T (typed graph only: lowering expands it), R (real graph only), B (both).
+ * diff: how autodiff propagates an adjoint through it:
+ *   RULE  a rule d_<name> in lower/autodiff.c
+ *   ZERO  nothing flows to the arguments (leaves; piecewise constant: step, sign, lt)
+ *   NONE  never differentiated (typed graph only)
+ * props: OPP_CPLX (takes complex values in the typed graph; lowering pairs them up, where an op
+ *   without it is real only), OPP_COMM (commutative: operands are ordered for hash-consing).
+ * meaning: a C expression over the arguments a and b in a small vocabulary (below), written once:
+ *   ops.h instantiates it as static inline double and float functions (op_f64_<name>,
+ *   op_f32_<name>; op_eval_scalar and op_eval_scalar_f32 dispatch on the op), and op_c_expr prints
+ *   it as C source text with the arguments substituted (for a CUDA C emitter).
+ *
+ * Why expressions over a vocabulary (and not hand-written functions, or templates of text): the
+ * compiler checks the meaning as C in both types, the text is the very tokens it checked (#meaning),
+ * and the numerically stable forms (sigmoid and softplus branch on the sign) are kept as written.
+ * Vocabulary: EXP LOG LOG1P TANH ERF SQRT FABS SIN COS (libm, in the instance's type), K(lit) (a
+ * literal in the instance's type: K(0.5) is 0.5 or 0.5f), OPX(NAME, x) (the meaning of op NAME,
+ * unary, at x: an op defined above). Integer literals (0, 1, -1) need no K. */
+#define GRAPH_OPS(X, E)                                                                            \
+  /* leaves */                                                                                     \
+  X(CONST, 0, "const", B, ZERO, 0)          /* k, broadcast to the node's shape */                 \
+  X(INPUT, 0, "x", B, ZERO, 0)              /* the step's input vector */                          \
+  X(PREV, 0, "prev", B, ZERO, OPP_CPLX)     /* idx: state (part); its value before the update */   \
+  X(PARAM, 0, "param", B, ZERO, OPP_CPLX)   /* idx: param (part) */                                \
+  X(NOISE, 0, "noise", R, ZERO, 0)          /* idx: noise stream; U(0,1) per element per step */   \
+  X(DY, 0, "dy", R, ZERO, 0)                /* gradient of the step's output */                    \
+  X(DNEW, 0, "dnew", R, ZERO, 0)            /* idx: gradient of a state part's new value */        \
+  X(ACC, 0, "acc", R, ZERO, 0)              /* idx: a static node's adjoint summed over rows */    \
+  /* elementwise */                                                                                \
+  E(NEG, 1, "-", B, RULE, OPP_CPLX, -a)                                                            \
+  E(ADD, 2, "+", B, RULE, OPP_CPLX | OPP_COMM, a + b)                                              \
+  E(SUB, 2, "-", B, RULE, OPP_CPLX, a - b)                                                         \
+  E(MUL, 2, "*", B, RULE, OPP_CPLX | OPP_COMM, a * b)                                              \
+  E(DIV, 2, "/", B, RULE, OPP_CPLX, a / b)                                                         \
+  E(MIN, 2, "min", B, RULE, OPP_COMM, a <= b ? a : b)                                              \
+  E(MAX, 2, "max", B, RULE, OPP_COMM, a >= b ? a : b)                                              \
+  E(SIGMOID, 1, "sigmoid", B, RULE, 0, a >= 0 ? 1 / (1 + EXP(-a)) : EXP(a) / (1 + EXP(a)))         \
+  E(TANH, 1, "tanh", B, RULE, 0, TANH(a))                                                          \
+  E(RELU, 1, "relu", B, RULE, 0, a > 0 ? a : 0)                                                    \
+  E(SILU, 1, "silu", B, RULE, 0, a * OPX(SIGMOID, a))                                              \
+  E(GELU, 1, "gelu", B, RULE, 0, K(0.5) * a * (1 + ERF(a * K(0.70710678118654752440))))            \
+  E(EXP, 1, "exp", B, RULE, OPP_CPLX, EXP(a))                                                      \
+  E(LOG, 1, "log", B, RULE, 0, LOG(a))                                                             \
+  E(SOFTPLUS, 1, "softplus", B, RULE, 0, a > 0 ? a + LOG1P(EXP(-a)) : LOG1P(EXP(a)))               \
+  E(LOGSIGMOID, 1, "logsigmoid", B, RULE, 0, -OPX(SOFTPLUS, -a))                                   \
+  E(SQRT, 1, "sqrt", B, RULE, 0, SQRT(a))                                                          \
+  E(ABS, 1, "abs", B, RULE, OPP_CPLX, FABS(a))                                                     \
+  E(SQUARE, 1, "square", B, RULE, OPP_CPLX, a * a)                                                 \
+  E(SIN, 1, "sin", R, RULE, 0, SIN(a))                                                             \
+  E(COS, 1, "cos", R, RULE, 0, COS(a))                                                             \
+  E(ERF, 1, "erf", R, RULE, 0, ERF(a))                                                             \
+  E(STEP, 1, "step", R, ZERO, 0, a > 0 ? 1 : 0)                                                    \
+  E(SIGN, 1, "sign", R, ZERO, 0, a > 0 ? 1 : a < 0 ? -1 : 0)                                       \
+  E(LT, 2, "lt", R, ZERO, 0, a < b ? 1 : 0)                                                        \
+  /* shapes */                                                                                     \
+  X(BCAST, 1, "bcast", B, RULE, OPP_CPLX)   /* a size-1 value to the node's shape */               \
+  X(SUM, 1, "sum", B, RULE, OPP_CPLX)       /* a vector's (or matrix's) elements summed */         \
+  X(CONCAT, 2, "concat", B, RULE, OPP_CPLX)                                                        \
+  X(SLICE, 1, "slice", R, RULE, 0)          /* idx: offset; the node's size elements */            \
+  X(MATVEC, 2, "@", B, RULE, OPP_CPLX)      /* [O, I] @ [I] -> [O] */                              \
+  X(MATVEC_T, 2, "@T", R, RULE, 0)          /* [O, I]^T @ [O] -> [I] */                            \
+  X(OUTER, 2, "outer", R, RULE, 0)          /* [O] x [I] -> [O, I] */                              \
+  /* typed graph only: lowering expands these */                                                   \
+  X(NEWVAL, 1, "new", T, NONE, OPP_CPLX)    /* idx: state; marks its updated value */              \
+  X(MEAN, 1, "mean", T, NONE, OPP_CPLX)                                                            \
+  X(LAYERNORM, 1, "layernorm", T, NONE, 0)                                                         \
+  X(RMSNORM, 1, "rmsnorm", T, NONE, 0)                                                             \
+  X(GUMBEL, 2, "gumbel_sigmoid", T, NONE, 0)                                                       \
+  X(CPLX, 2, "complex", T, NONE, 0)         /* real arguments, a complex value */                  \
+  X(RE, 1, "re", T, NONE, OPP_CPLX)                                                                \
+  X(IM, 1, "im", T, NONE, OPP_CPLX)                                                                \
+  X(CONJ, 1, "conj", T, NONE, OPP_CPLX)                                                            \
+  X(CIS, 1, "cis", T, NONE, 0)
+
+/* Expands a row of either kind to nothing (for a list of one kind only). */
+#define OPS_SKIP(...)
+
+enum { OPP_CPLX = 1, OPP_COMM = 2 };
+
+typedef enum {
+#define X(name, ...) OP_##name,
+  GRAPH_OPS(X, X)
+#undef X
+  OP_COUNT
+} Op;
+
+static_assert(OP_COUNT == 50, "update the op table's users when adding ops");
+
+const char *op_name(Op op);  /* "ADD" */
+const char *op_text(Op op);  /* "+" */
+int op_arity(Op op);
+bool op_is_leaf(Op op);
+bool op_is_elementwise(Op op);
+int op_props(Op op);         /* OPP_* */
+/* The scalar meaning of an elementwise op as written in the table ("a >= 0 ? 1 / ..."), or NULL. */
+const char *op_meaning(Op op);
+/* The scalar meaning of an elementwise op as a C expression in float (f32) or double, with the
+ * arguments' expressions substituted for a and b (b unused by unary ops; each goes in
+ * parentheses) and the vocabulary spelled as libm/CUDA functions (expf, log1pf, ...; exp, log1p in
+ * double), literals in the type (0.5f): op_c_expr(OP_SIGMOID, "x[i]", NULL, true) is
+ * "((x[i]) >= 0 ? 1 / (1 + expf(-(x[i]))) : expf((x[i])) / (1 + expf((x[i]))))". xmalloc'ed. */
+char *op_c_expr(Op op, const char *a, const char *b, bool f32);
+
+/* ---- the scalar meanings, instantiated in double and in float ---- */
+
+#define OPS_SCALAR_FN(T, fn, meaning)                                                              \
+  static inline T fn(T a, T b) {                                                                   \
+    (void)a, (void)b;                                                                              \
+    return meaning;                                                                                \
+  }
+
+#define EXP exp
+#define LOG log
+#define LOG1P log1p
+#define TANH tanh
+#define ERF erf
+#define SQRT sqrt
+#define FABS fabs
+#define SIN sin
+#define COS cos
+#define K(lit) ((double)(lit))
+#define OPX(name, x) op_f64_##name(x, 0)
+#define E(name, arity, text, where, diff, props, meaning) OPS_SCALAR_FN(double, op_f64_##name, meaning)
+GRAPH_OPS(OPS_SKIP, E)
+#undef E
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef TANH
+#undef ERF
+#undef SQRT
+#undef FABS
+#undef SIN
+#undef COS
+#undef K
+#undef OPX
+
+#define EXP expf
+#define LOG logf
+#define LOG1P log1pf
+#define TANH tanhf
+#define ERF erff
+#define SQRT sqrtf
+#define FABS fabsf
+#define SIN sinf
+#define COS cosf
+#define K(lit) ((float)(lit))
+#define OPX(name, x) op_f32_##name(x, 0)
+#define E(name, arity, text, where, diff, props, meaning) OPS_SCALAR_FN(float, op_f32_##name, meaning)
+GRAPH_OPS(OPS_SKIP, E)
+#undef E
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef TANH
+#undef ERF
+#undef SQRT
+#undef FABS
+#undef SIN
+#undef COS
+#undef K
+#undef OPX
+#undef OPS_SCALAR_FN
+
+/* An elementwise op at one element (b ignored by unary ops): the interpreter and constant folding
+ * (double), the CPU back end's portable evaluator (float). */
+static inline double op_eval_scalar(Op op, double a, double b) {
+  switch (op) {
+#define E(name, ...) case OP_##name: return op_f64_##name(a, b);
+    GRAPH_OPS(OPS_SKIP, E)
+#undef E
+  default: UNREACHABLE(op_name(op));
+  }
+}
+
+static inline float op_eval_scalar_f32(Op op, float a, float b) {
+  switch (op) {
+#define E(name, ...) case OP_##name: return op_f32_##name(a, b);
+    GRAPH_OPS(OPS_SKIP, E)
+#undef E
+  default: UNREACHABLE(op_name(op));
+  }
+}
+
+#endif
