@@ -53,7 +53,8 @@ USES_compiler/backend/cpu    := runtime/support compiler/ir compiler/lower compi
 USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
-                            compiler/backend compiler/backend/interp compiler/backend/cpu
+                            compiler/backend compiler/backend/interp compiler/backend/cpu \
+                            compiler/backend/cuda
 USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
                             compiler/pipeline compiler/backend
 USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
