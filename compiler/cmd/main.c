@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "  derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...]\n"
           "      print the derived backward step as math\n"
           "  run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]...\n"
-          "      [--T 16] [--B 3] [--seed 7] [--inputs IN.safetensors] [--backend interp|cpu]\n"
+          "      [--T 16] [--B 3] [--seed 7] [--inputs IN.safetensors] [--backend interp|cpu|cuda|cuda-emu]\n"
           "      [--mode auto|scan|sequential] [--precision f32|f64] [--train]\n"
           "      run one cell on data, forward and backward, and write every tensor\n"
           "  train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume]\n"

@@ -154,8 +154,8 @@ static void print_at(Emit *e, int id, const char *ix) {
   int h = e->pl->home[id];
   if (h >= 0) {
     int width = e->pl->arrays[e->pl->slots[h].array].width;
-    if (width) fprintf(e->f, "s%d[r * %d + (%s)]", h, width, ix);
-    else fprintf(e->f, "s%d[%s]", h, ix);
+    if (width) fprintf(e->f, "bases[%d][r * %d + (%s)]", h, width, ix);
+    else fprintf(e->f, "bases[%d][%s]", h, ix);
   } else if (n->op == OP_CONST) print_const(e->f, n->k);
   else {
     CHECK(e->tmp_off[id] >= 0);
@@ -165,7 +165,7 @@ static void print_at(Emit *e, int id, const char *ix) {
 
 /* for (j = lane; j < count; j += 32) */
 static void print_lane_loop(Emit *e, const char *var, int count) {
-  fprintf(e->f, "    for (int %s = lane; %s < %d; %s += 32) ", var, var, count, var);
+  fprintf(e->f, "    CELLC_NO_UNROLL for (int %s = lane; %s < %d; %s += 32) ", var, var, count, var);
 }
 
 static int emit_node(Emit *e, int id) {
@@ -280,14 +280,8 @@ static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *
   const Plan *pl = e->pl;
   FILE *f = e->f;
   int nn = g->nnodes;
-  bool *uses = xcalloc((size_t)nn, sizeof(bool));
   int tmp = 0;
   for (int i = 0; i < nn; i++) e->tmp_off[i] = -1;
-  for (int i = 0; i < n; i++) {
-    Node *nd = graph_node(g, nodes[i]);
-    uses[nodes[i]] = true;
-    for (int k = 0; k < op_arity(nd->op); k++) uses[nd->a[k]] = true;
-  }
   for (int i = 0; i < n; i++) {
     int id = nodes[i];
     if (pl->home[id] < 0 && graph_node(g, id)->op != OP_CONST && e->tmp_off[id] < 0) {
@@ -300,7 +294,6 @@ static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *
     snprintf(e->err, e->errlen,
              "kernel %s: its rows need %d floats of temporaries, more than the %d of a block's shared memory", name,
              tmp, CG_CUDA_MAX_TMP_FLOATS);
-    free(uses);
     return -1;
   }
   fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(long long r0, long long r1, float *const *bases) {\n",
@@ -310,20 +303,11 @@ static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *
     fprintf(f, "  CELLC_DYNAMIC_SHARED(float, cellc_shared);\n");
     fprintf(f, "  float *const t = cellc_shared + (threadIdx.x >> 5) * %d;\n", tmp);
   }
-  bool *slot_done = xcalloc((size_t)pl->nslots, sizeof(bool));
-  for (int id = 0; id < nn; id++) {
-    int h = pl->home[id];
-    if (!uses[id] || h < 0 || slot_done[h]) continue;
-    slot_done[h] = true;
-    fprintf(f, "  float *const s%d = bases[%d];\n", h, h);
-  }
-  free(slot_done);
   fprintf(f, "  for (long long r = r0 + (long long)blockIdx.x * warps + (threadIdx.x >> 5); r < r1;\n");
   fprintf(f, "       r += (long long)gridDim.x * warps) {\n");
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) rc = emit_node(e, nodes[i]);
   fprintf(f, "  }\n}\n\n");
-  free(uses);
   return rc;
 }
 
@@ -339,8 +323,9 @@ char *cg_cuda_source(const Plan *pl, CgCudaInfo *info, char *err, size_t errlen)
   CHECK(f);
   Emit e = {pl, g, f, xmalloc(sizeof(int) * (size_t)g->nnodes), err, errlen};
   fprintf(f, "#include \"cellc_prelude.h\"\n\n");
-  fprintf(f, "/* Elementwise kernels: a warp a row, lanes over a node's elements. s<i>: slot i's row 0;\n"
-             " * t: the warp's temporaries. */\n\n");
+  fprintf(f, "/* Elementwise kernels: a warp a row, lanes over a node's elements. bases[i]: slot i's row 0\n"
+             " * (read where used: held in registers across the kernel they would spill); t: the warp's\n"
+             " * temporaries. */\n\n");
   int rc = 0;
   for (int k = 0; k < pl->nkernels && rc == 0; k++) {
     char name[32];
