@@ -73,7 +73,7 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install layers
+.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu
 ifeq ($(SAN),1)
 all: $(BUILD)/cellc
 else
@@ -154,8 +154,18 @@ demo: deps all
 $(BUILD)/bench_cell: bench/bench_cell.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
+$(BUILD)/gpu_estimate: bench/gpu_estimate.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+
 bench: deps all $(BUILD)/bench_cell
 	@sh bench/run.sh
+
+# The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
+test-gpu: all $(BUILD)/tests/test_cuda
+	@sh tests/gpu.sh
+
+bench-gpu: all $(BUILD)/bench_cell
+	@sh bench/gpu.sh
 
 install: all
 	install -d $(PREFIX)/bin $(PREFIX)/share/cellc/stdlib

@@ -3,7 +3,8 @@
  * gates and every gradient, with nonzero initial states, in auto mode and (for scan cells)
  * sequential mode, at T = 9 and at T that cross several scan chunks (130, 1000); scan and sequential
  * against each other; every generated kernel through the real NVRTC and ptxas -v for sm_80 and sm_90
- * with no spills; `--backend cuda` without a driver. */
+ * with no spills; `--backend cuda` without a driver. CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs
+ * the same tests on the GPU, and larger ones against the CPU back end. */
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,14 +29,24 @@ static void use_test_cache(void) {
 
 TestSuite(cuda, .init = use_test_cache);
 
-/* The interpreter and cuda-emu on the same inputs; the worst relative error. */
-static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
+/* The back end under test: cuda-emu, or $CELLC_TEST_CUDA_BACKEND. */
+static const Backend *under_test(void) {
+  const char *e = getenv("CELLC_TEST_CUDA_BACKEND");
+  const Backend *be = backend_find(e && *e ? e : "cuda-emu");
+  cr_assert(be && be->device_memory, "CELLC_TEST_CUDA_BACKEND=%s: not a CUDA back end", e);
+  return be;
+}
+
+/* The reference (interp, or cpu for the GPU's larger sizes) and the back end under test on the same
+ * inputs; the worst relative error below tol. */
+static void compare_with(const char *refname, double tol, const char *file, const char *set, const char *dims, int T,
+                         int B, const char *mode) {
   Arena arena = {0};
   Cell *c = h_cell(&arena, file, set, dims, false, mode);
   char err[2048];
   PipelineOptions ro = {0}, co = {0};
-  ro.backend = backend_find("interp"), ro.gates = true;
-  co.backend = backend_find("cuda-emu"), co.gates = true;
+  ro.backend = backend_find(refname), ro.gates = true;
+  co.backend = under_test(), co.gates = true;
   Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
   cr_assert(ref, "compile: %s", err);
   Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
@@ -46,11 +57,15 @@ static void compare(const char *file, const char *set, const char *dims, int T, 
   pipeline_run_f64(cu, &S->io);
   const char *what;
   double e = h_compare(R, S, ref->p, &what);
-  cr_expect(e < 1e-4, "%s %s T=%d: %s relative error %g", file, cu->opt.scan ? "scan" : "sequential", T, what, e);
+  cr_expect(e < tol, "%s %s T=%d: %s relative error %g", file, cu->opt.scan ? "scan" : "sequential", T, what, e);
   h_bufs_free(R), h_bufs_free(S);
   pipeline_release(ref), pipeline_release(cu);
   cell_free(c);
   arena_free(&arena);
+}
+
+static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
+  compare_with("interp", 1e-4, file, set, dims, T, B, mode);
 }
 
 /* cuda-emu in scan mode against cuda-emu in sequential mode. */
@@ -61,7 +76,7 @@ static void scan_vs_sequential(const char *file, const char *set, const char *di
   cr_assert(cs->mode == MODE_SCAN, "%s runs as a scan", file);
   char err[2048];
   PipelineOptions o = {0};
-  o.backend = &cuda_emu_backend, o.gates = true;
+  o.backend = under_test(), o.gates = true;
   Compiled *a = pipeline_compile(cs, &o, err, sizeof err);
   cr_assert(a, "compile: %s", err);
   Compiled *b = pipeline_compile(cq, &o, err, sizeof err);
@@ -118,7 +133,7 @@ Test(cuda, read_steps_states) {
   Cell *c = h_cell(&arena, "stdlib/gru.cell", NULL, "H=5,D=3", false, NULL);
   char err[2048];
   PipelineOptions ro = {0}, co = {0};
-  ro.backend = &interp_backend, co.backend = &cuda_emu_backend;
+  ro.backend = &interp_backend, co.backend = under_test();
   Compiled *ref = pipeline_compile(c, &ro, err, sizeof err), *cu = pipeline_compile(c, &co, err, sizeof err);
   cr_assert(ref && cu, "%s", err);
   int T = 4, B = 2, size = ref->p->sparts[0].size;
@@ -170,6 +185,20 @@ Test(cuda, read_steps_states) {
   cell_free(c);
   arena_free(&arena);
 }
+
+/* On a GPU (make test-gpu): the benchmark's sizes against the CPU back end (both float32). */
+#define GPU_TEST(name, file, set, dims, mode)                                                    \
+  Test(cuda, name##_gpu_large) {                                                                 \
+    if (under_test() != &cuda_backend) cr_skip_test("needs CELLC_TEST_CUDA_BACKEND=cuda");       \
+    compare_with("cpu", 1e-3, file, set, dims, 512, 64, mode);                                   \
+  }
+
+GPU_TEST(gru, "stdlib/gru.cell", NULL, "H=128,D=128", NULL)
+GPU_TEST(lstm, "stdlib/lstm.cell", NULL, "H=256,D=128", NULL)
+GPU_TEST(mgu, "stdlib/mgu.cell", NULL, "H=128,D=128", NULL)
+GPU_TEST(mgu_sequential, "stdlib/mgu.cell", NULL, "H=128,D=128", "sequential")
+GPU_TEST(lru, "stdlib/lru.cell", NULL, "H=256,D=128", NULL)
+GPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=128", NULL)
 
 Test(cuda, backends_by_name) {
   cr_expect(backend_find("cuda") == &cuda_backend);
