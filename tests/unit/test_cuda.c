@@ -1,8 +1,8 @@
 /* test_cuda.c: the CUDA back end on cuda-emu (float32, the generated CUDA C and the host code on the
  * CPU emulator) against the interpreter (float64) for every stdlib cell: outputs, final states,
  * gates and every gradient, with nonzero initial states, in auto mode and (for scan cells)
- * sequential mode, at T = 9 and at T that cross several scan chunks (130, 1000); scan and sequential
- * against each other; every generated kernel through the real NVRTC and ptxas -v for sm_80 and sm_90
+ * sequential mode (persistent step kernels, and a launch per step), at T = 9 and at T that cross
+ * several scan chunks (130, 1000); scan and sequential against each other; every generated kernel through the real NVRTC and ptxas -v for sm_80 and sm_90
  * with no spills; `--backend cuda` without a driver. CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs
  * the same tests on the GPU, and larger ones against the CPU back end. */
 #include <dlfcn.h>
@@ -95,10 +95,15 @@ static void scan_vs_sequential(const char *file, const char *set, const char *di
   arena_free(&arena);
 }
 
-/* T = 9 and T = 130 (9 scan chunks of 16 steps at these sizes), both modes. */
+/* T = 9 and T = 130 (9 scan chunks of 16 steps at these sizes), both modes; sequential mode with
+ * the persistent step kernels (the default) and with a launch per step. */
 #define CUDA_TEST(name, file, set, dims)                                                         \
   Test(cuda, name##_auto) { compare(file, set, dims, 9, 2, NULL); }                              \
   Test(cuda, name##_sequential) { compare(file, set, dims, 9, 2, "sequential"); }               \
+  Test(cuda, name##_sequential_launches) {                                                       \
+    setenv("CELLC_CUDA_PERSISTENT", "0", 1);                                                     \
+    compare(file, set, dims, 9, 2, "sequential");                                                \
+  }                                                                                              \
   Test(cuda, name##_auto_t130) { compare(file, set, dims, 130, 2, NULL); }                      \
   Test(cuda, name##_sequential_t130) { compare(file, set, dims, 130, 2, "sequential"); }
 
@@ -229,7 +234,7 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    int expect = pl->nkernels + info.has_static[0] + info.has_static[1] + 6;
+    int expect = pl->nkernels + info.has_static[0] + info.has_static[1] + info.has_step[0] + info.has_step[1] + 6;
     cr_expect_eq(nres, expect, "%s %s: ptxas reports %d kernels, the source has %d", file, arch[a], nres, expect);
     for (int k = 0; k < nres; k++)
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0,

@@ -275,27 +275,33 @@ static int emit_node(Emit *e, int id) {
 
 /* One kernel over rows [r0, r1) computing nodes[0..n) in order. *tmp_floats: the temporaries a
  * row needs. */
-static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *tmp_floats) {
+/* The temporaries of nodes[0..n): offsets into the warp's slice; their floats, or -1 with a
+ * message when they do not fit in shared memory. */
+static int place_temporaries(Emit *e, const char *name, const int *nodes, int n) {
   Graph *g = e->g;
-  const Plan *pl = e->pl;
-  FILE *f = e->f;
-  int nn = g->nnodes;
   int tmp = 0;
-  for (int i = 0; i < nn; i++) e->tmp_off[i] = -1;
+  for (int i = 0; i < g->nnodes; i++) e->tmp_off[i] = -1;
   for (int i = 0; i < n; i++) {
     int id = nodes[i];
-    if (pl->home[id] < 0 && graph_node(g, id)->op != OP_CONST && e->tmp_off[id] < 0) {
+    if (e->pl->home[id] < 0 && graph_node(g, id)->op != OP_CONST && e->tmp_off[id] < 0) {
       e->tmp_off[id] = tmp;
       tmp += node_numel(graph_node(g, id));
     }
   }
-  *tmp_floats = tmp;
   if (tmp > CG_CUDA_MAX_TMP_FLOATS) {
     snprintf(e->err, e->errlen,
              "kernel %s: its rows need %d floats of temporaries, more than the %d of a block's shared memory", name,
              tmp, CG_CUDA_MAX_TMP_FLOATS);
     return -1;
   }
+  return tmp;
+}
+
+static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *tmp_floats) {
+  FILE *f = e->f;
+  int tmp = place_temporaries(e, name, nodes, n);
+  if (tmp < 0) return -1;
+  *tmp_floats = tmp;
   fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(long long r0, long long r1, float *const *bases) {\n",
           32 * CG_CUDA_WARPS, name);
   fprintf(f, "  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;\n");
@@ -309,6 +315,125 @@ static int emit_kernel(Emit *e, const char *name, const int *nodes, int n, int *
   for (int i = 0; i < n && rc == 0; i++) rc = emit_node(e, nodes[i]);
   fprintf(f, "  }\n}\n\n");
   return rc;
+}
+
+/* ---- the persistent step kernels (sequential mode) ---- */
+
+/* Whether every step of a per-step phase can run inside the persistent kernel. */
+static bool step_phase_ok(const Phase *ph) {
+  for (int i = 0; i < ph->n; i++) {
+    PStepKind k = ph->steps[i].kind;
+    if (k != PS_ELEM && k != PS_GEMM && k != PS_GEMM_T && k != PS_COPY && k != PS_ZERO) return false;
+  }
+  return ph->n > 0;
+}
+
+/* The element ix of slot h at row r, as C source into buf. */
+static void slot_at(const Plan *pl, char *buf, size_t n, int h, const char *ix) {
+  int width = pl->arrays[pl->slots[h].array].width;
+  if (width) snprintf(buf, n, "bases[%d][r * %d + (%s)]", h, width, ix);
+  else snprintf(buf, n, "bases[%d][%s]", h, ix);
+}
+
+/* One plan step of a per-step phase for the block's row r, by the whole block, then a barrier.
+ * GEMM: a warp an output, lanes over the inner dimension (coalesced rows of M), a shuffle sum;
+ * GEMM_T: a thread an output, the loop over M's rows (coalesced across threads); the elementwise
+ * kernel: warp 0, as in k<i>. */
+static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
+  const Plan *pl = e->pl;
+  Graph *g = e->g;
+  FILE *f = e->f;
+  char y[160], v[160], m[160];
+  switch (st->kind) {
+  case PS_GEMM:
+  case PS_GEMM_T: {
+    Node *n = graph_node(g, st->node), *mm = graph_node(g, n->a[0]);
+    int hy = pl->home[st->out], hv = pl->home[n->a[1]], hm = st->mat >= 0 ? st->mat : pl->home[n->a[0]];
+    CHECK(hy >= 0 && hv >= 0 && hm >= 0);
+    int nO = st->mat >= 0 ? st->ncols : mm->n[0], nI = mm->n[1];
+    const char *acc = st->accumulate ? " + " : "";
+    if (st->kind == PS_GEMM) {
+      fprintf(f, "    /* %%%d: gemm [%d x %d] */\n", st->node, nO, nI);
+      slot_at(pl, v, sizeof v, hv, "i");
+      slot_at(pl, y, sizeof y, hy, "o");
+      snprintf(m, sizeof m, "bases[%d][o * %d + i]", hm, nI);
+      fprintf(f, "    CELLC_NO_UNROLL for (int o = threadIdx.x >> 5; o < %d; o += blockDim.x >> 5) {\n", nO);
+      fprintf(f, "      float acc = 0.0f;\n");
+      fprintf(f, "      CELLC_NO_UNROLL for (int i = lane; i < %d; i += 32) acc += %s * %s;\n", nI, m, v);
+      fprintf(f, "      for (int k = 16; k > 0; k >>= 1) acc += __shfl_xor_sync(CELLC_FULL_MASK, acc, k);\n");
+      fprintf(f, "      if (lane == 0) %s = %s%sacc;\n", y, st->accumulate ? y : "", acc);
+      fprintf(f, "    }\n");
+    } else {
+      fprintf(f, "    /* %%%d: gemm_t [%d x %d]^T */\n", st->node, nO, nI);
+      slot_at(pl, v, sizeof v, hv, "o");
+      slot_at(pl, y, sizeof y, hy, "i");
+      snprintf(m, sizeof m, "bases[%d][o * %d + i]", hm, nI);
+      fprintf(f, "    CELLC_NO_UNROLL for (int i = threadIdx.x; i < %d; i += blockDim.x) {\n", nI);
+      fprintf(f, "      float acc = 0.0f;\n");
+      fprintf(f, "      CELLC_NO_UNROLL for (int o = 0; o < %d; o++) acc += %s * %s;\n", nO, m, v);
+      fprintf(f, "      %s = %s%sacc;\n", y, st->accumulate ? y : "", acc);
+      fprintf(f, "    }\n");
+    }
+    break;
+  }
+  case PS_COPY: {
+    Node *n = graph_node(g, st->node);
+    int h = pl->home[st->node];
+    slot_at(pl, y, sizeof y, st->dst, "j");
+    fprintf(f, "    /* copy %%%d */\n", st->node);
+    fprintf(f, "    for (int j = threadIdx.x; j < %d; j += blockDim.x) %s = ", node_numel(n), y);
+    if (h < 0) {
+      CHECK(n->op == OP_CONST);
+      print_const(f, n->k);
+    } else {
+      slot_at(pl, v, sizeof v, h, "j");
+      fputs(v, f);
+    }
+    fprintf(f, ";\n");
+    break;
+  }
+  case PS_ZERO:
+    slot_at(pl, y, sizeof y, st->dst, "j");
+    fprintf(f, "    for (int j = threadIdx.x; j < %d; j += blockDim.x) %s = 0.0f;\n",
+            pl->arrays[pl->slots[st->dst].array].width, y);
+    break;
+  case PS_ELEM: {
+    const Kernel *K = &pl->kernels[st->kernel];
+    char name[32];
+    snprintf(name, sizeof name, "k%d", st->kernel);
+    int tmp = place_temporaries(e, name, K->nodes, K->n);
+    if (tmp < 0) return -1;
+    if (tmp > *tmp_max) *tmp_max = tmp;
+    fprintf(f, "    /* k%d */\n    if (threadIdx.x < 32) {\n", st->kernel);
+    for (int i = 0; i < K->n; i++)
+      if (emit_node(e, K->nodes[i])) return -1;
+    fprintf(f, "    }\n");
+    break;
+  }
+  default: UNREACHABLE("persistent step");
+  }
+  fprintf(f, "    __syncthreads();\n");
+  return 0;
+}
+
+/* A per-step phase over all T steps in one launch: a block a batch row (the rows of different
+ * batch rows never meet inside a step), steps in order (reverse for the backward), the phase's
+ * steps in order inside each with a barrier between them. */
+static int emit_step_kernel(Emit *e, const char *name, const Phase *ph, bool reverse, int *tmp_floats) {
+  FILE *f = e->f;
+  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(long long T, int B, float *const *bases) {\n",
+          32 * CG_CUDA_WARPS, name);
+  fprintf(f, "  const int lane = threadIdx.x & 31;\n");
+  fprintf(f, "  CELLC_DYNAMIC_SHARED(float, cellc_shared);\n");
+  fprintf(f, "  float *const t = cellc_shared;\n");
+  fprintf(f, "  (void)t;\n");
+  fprintf(f, "  for (long long s = 0; s < T; s++) {\n");
+  fprintf(f, "    const long long r = (%s) * B + blockIdx.x;\n", reverse ? "T - 1 - s" : "s");
+  *tmp_floats = 0;
+  for (int i = 0; i < ph->n; i++)
+    if (emit_step(e, &ph->steps[i], tmp_floats)) return -1;
+  fprintf(f, "  }\n}\n\n");
+  return 0;
 }
 
 char *cg_cuda_source(const Plan *pl, CgCudaInfo *info, char *err, size_t errlen) {
@@ -346,6 +471,13 @@ char *cg_cuda_source(const Plan *pl, CgCudaInfo *info, char *err, size_t errlen)
     rc = emit_kernel(&e, which ? "kstatic_bwd" : "kstatic_fwd", nodes, n, &info->static_tmp[which]);
   }
   free(nodes);
+  /* sequential mode: each per-step phase as one persistent kernel */
+  const Phase *steps[2] = {&pl->fwd_step, &pl->bwd_step};
+  for (int which = 0; which < 2 && rc == 0; which++) {
+    if (!step_phase_ok(steps[which])) continue;
+    info->has_step[which] = true;
+    rc = emit_step_kernel(&e, which ? "kstep_bwd" : "kstep_fwd", steps[which], which == 1, &info->step_tmp[which]);
+  }
   fputs(HELPERS, f);
   fclose(f);
   free(e.tmp_off);

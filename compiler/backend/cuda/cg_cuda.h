@@ -20,6 +20,8 @@
  *   k<i>         plan kernel i:  (long long r0, long long r1, float *const *bases), rows [r0, r1)
  *   kstatic_fwd  the static values before the forward, same form, one row
  *   kstatic_bwd  the static values after the backward's sums, same form, one row
+ *   kstep_fwd    sequential mode: the forward's per-step phase over all T steps in one launch,
+ *                (long long T, int B, float *const *bases), a block a batch row (and kstep_bwd)
  *   cellc_scan_chunks / cellc_scan_carry / cellc_scan_apply  (CellcScan): the chunked scan
  *   cellc_copy, cellc_fill, cellc_add_const: the plan's COPY, ZERO and constant COLSUM */
 typedef struct CgCudaInfo {
@@ -27,6 +29,8 @@ typedef struct CgCudaInfo {
   int *tmp_floats;     /* per plan kernel: the floats of temporaries one row needs (per warp) */
   bool has_static[2];  /* kstatic_fwd, kstatic_bwd exist */
   int static_tmp[2];
+  bool has_step[2];    /* kstep_fwd, kstep_bwd exist */
+  int step_tmp[2];     /* their temporaries (warp 0's, floats) */
 } CgCudaInfo;
 
 /* The plan's kernels and the fixed helpers as CUDA C source (xmalloc'ed), or NULL with a message

@@ -83,6 +83,7 @@ typedef struct CudaCell {
   CUmodule mod;
   CUfunction *kfn;         /* per plan kernel */
   CUfunction kstatic[2];   /* static forward, backward (or NULL) */
+  CUfunction kstep[2];     /* the persistent per-step kernels, forward and backward (or NULL) */
   CUfunction scan_chunks, scan_carry, scan_apply, copy, fill, add_const;
   int (*coef_off)[3];      /* per state part: a, b, g's row in the constant coefficients, or -1 */
   int nconst;              /* floats of constant coefficient rows */
@@ -457,6 +458,30 @@ static void run_phase(CudaCell *c, CudaWork *w, const Phase *ph, int t) {
   }
 }
 
+/* A per-step phase over all T steps: the persistent kernel (a block a batch row), or, with
+ * CELLC_CUDA_PERSISTENT=0, the plan's steps launched step by step. */
+static void run_steps(CudaCell *c, CudaWork *w, int which) {
+  const Phase *ph = which ? &c->pl->bwd_step : &c->pl->fwd_step;
+  const char *pe = getenv("CELLC_CUDA_PERSISTENT");
+  if (!ph->n) return;
+  if (c->kstep[which] && !(pe && !strcmp(pe, "0"))) {
+    long long T = w->T;
+    int B = w->B;
+    void *args[] = {&T, &B, &w->dbases};
+    double t0 = w->base.profiling ? now_s() : 0;
+    launch(c, c->kstep[which], (unsigned)B, 1, 32 * CG_CUDA_WARPS, (unsigned)FBYTES(c->info.step_tmp[which]), args);
+    if (w->base.profiling) {
+      CU(c, cuCtxSynchronize);
+      w->base.prof.elem_s += now_s() - t0;
+    }
+    return;
+  }
+  if (!which)
+    for (int t = 0; t < w->T; t++) run_phase(c, w, ph, t);
+  else
+    for (int t = w->T - 1; t >= 0; t--) run_phase(c, w, ph, t);
+}
+
 static void run_static(CudaCell *c, CudaWork *w, int which) {
   if (c->info.has_static[which]) launch_elem(c, w, c->kstatic[which], c->info.static_tmp[which], 0, 1);
 }
@@ -490,7 +515,7 @@ static void cuda_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   for (int q = 0; q < p->nsparts; q++)
     dtod(c, w->arr[pl->state_array[q]], DEV(s->h0[q]), FBYTES((size_t)s->B * (size_t)p->sparts[q].size));
   run_phase(c, w, &pl->fwd_pre, 0);
-  for (int t = 0; t < w->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t);
+  run_steps(c, w, 0);
   run_phase(c, w, &pl->fwd_post, 0);
   for (int q = 0; q < p->nsparts; q++) {
     size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
@@ -515,7 +540,7 @@ static void cuda_backward(Compiled *cc, Work *ww, const SeqIO *s) {
     dtod(c, w->arr[pl->dstate_array[q]] + FBYTES((size_t)s->T * sz), DEV(s->dfinal[q]), FBYTES(sz));
   }
   run_phase(c, w, &pl->bwd_pre, 0);
-  for (int t = w->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t);
+  run_steps(c, w, 1);
   run_phase(c, w, &pl->bwd_post, 0);
   run_phase(c, w, &pl->bwd_first, 0);
   run_static(c, w, 1);
@@ -647,6 +672,8 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
   }
   for (int i = 0; i < 2 && rc == 0; i++)
     if (c->info.has_static[i]) rc = get_function(c, &c->kstatic[i], i ? "kstatic_bwd" : "kstatic_fwd", why, sizeof why);
+  for (int i = 0; i < 2 && rc == 0; i++)
+    if (c->info.has_step[i]) rc = get_function(c, &c->kstep[i], i ? "kstep_bwd" : "kstep_fwd", why, sizeof why);
   if (rc == 0) rc = get_function(c, &c->scan_chunks, "cellc_scan_chunks", why, sizeof why);
   if (rc == 0) rc = get_function(c, &c->scan_carry, "cellc_scan_carry", why, sizeof why);
   if (rc == 0) rc = get_function(c, &c->scan_apply, "cellc_scan_apply", why, sizeof why);
