@@ -53,7 +53,8 @@ USES_compiler/backend/cpu    := runtime/support compiler/ir compiler/lower compi
 USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
-                            compiler/backend compiler/backend/interp compiler/backend/cpu
+                            compiler/backend compiler/backend/interp compiler/backend/cpu \
+                            compiler/backend/cuda
 USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
                             compiler/pipeline compiler/backend
 USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
@@ -72,7 +73,7 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install layers
+.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu
 ifeq ($(SAN),1)
 all: $(BUILD)/cellc
 else
@@ -158,8 +159,18 @@ $(BUILD)/peak: bench/peak.c $(BUILD)/libcellc.a
 $(BUILD)/bench_cell: bench/bench_cell.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
+$(BUILD)/gpu_estimate: bench/gpu_estimate.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+
 bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
+
+# The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
+test-gpu: all $(BUILD)/tests/test_cuda
+	@sh tests/gpu.sh
+
+bench-gpu: all $(BUILD)/bench_cell
+	@sh bench/gpu.sh
 
 install: all
 	install -d $(PREFIX)/bin $(PREFIX)/share/cellc/stdlib

@@ -1,13 +1,15 @@
-/* bench_cell.c: times cellc's CPU back end on one cell, forward + backward per
+/* bench_cell.c: times cellc's CPU back end (or --backend cuda) on one cell, forward + backward per
  * batch, and reports the machine's limits measured in the same run: the
- * sgemm rate and the copy bandwidth, with each phase's share.
- *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N]
+ * sgemm rate and the copy bandwidth (--machine-gpu: the GPU's device-to-device copy), with each
+ * phase's share.
+ *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--backend NAME]
  * Prints one JSON object per line. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
 
+#include "cuda_api.h"
 #include "pipeline.h"
 #include "support.h"
 
@@ -75,6 +77,47 @@ static double gemm_rate(int M, int N, int K) {
   return 2.0 * M * N * K / best;
 }
 
+/* The GPU's copy bandwidth: the best of 5 device-to-device copies of 256 MiB, bytes read + written
+ * per second (0 with a message when there is no GPU). */
+static double gpu_copy_bandwidth(void) {
+  CudaApi api;
+  char err[1024];
+  CUdevice dev;
+  CUcontext ctx;
+  if (cuda_api_open_real(&api, err, sizeof err) != 0 || cuda_open_device(&api, 0, &dev, err, sizeof err) != 0 ||
+      CUDA_CU(&api, err, sizeof err, cuDevicePrimaryCtxRetain, &ctx, dev) != 0 ||
+      CUDA_CU(&api, err, sizeof err, cuCtxSetCurrent, ctx) != 0) {
+    fprintf(stderr, "bench_cell: %s\n", err);
+    return 0;
+  }
+  size_t bytes = (size_t)256 << 20;
+  CUdeviceptr a, b;
+  if (CUDA_CU(&api, err, sizeof err, cuMemAlloc, &a, bytes) != 0 || CUDA_CU(&api, err, sizeof err, cuMemAlloc, &b, bytes) != 0) {
+    fprintf(stderr, "bench_cell: %s\n", err);
+    return 0;
+  }
+  api.cuMemsetD32(a, 0, bytes / 4);
+  double best = 1e30;
+  for (int rep = 0; rep < 6; rep++) {
+    api.cuCtxSynchronize();
+    double t0 = now();
+    api.cuMemcpyDtoD(b, a, bytes);
+    api.cuCtxSynchronize();
+    double t = now() - t0;
+    if (rep && t < best) best = t; /* the first warms up */
+  }
+  api.cuMemFree(a), api.cuMemFree(b);
+  return 2.0 * (double)bytes / best;
+}
+
+/* A host buffer on a device-memory back end (freed with the process). */
+static void *on_device(Compiled *c, const void *host, size_t bytes) {
+  if (!c->be->device_memory) return (void *)host;
+  void *d = c->be->mem_alloc(c, bytes);
+  c->be->mem_upload(c, d, host, bytes);
+  return d;
+}
+
 int main(int argc, char **argv) {
   cpu_blas_setup(); /* as cellc does: kernels from the CPU's features */
   if (argc < 6) {
@@ -85,7 +128,8 @@ int main(int argc, char **argv) {
   int H = atoi(argv[2]), D = atoi(argv[3]), T = atoi(argv[4]), B = atoi(argv[5]), reps = 5;
   Binding sets[4];
   int nsets = 0;
-  bool force_seq = false, machine = false;
+  bool force_seq = false, machine = false, machine_gpu = false;
+  const char *backend = "cpu";
   for (int i = 6; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       char *kv = argv[++i], *eq = strchr(kv, '=');
@@ -94,6 +138,12 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) force_seq = !strcmp(argv[++i], "sequential");
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--machine")) machine = true;
+    else if (!strcmp(argv[i], "--machine-gpu")) machine_gpu = true;
+    else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+  }
+  if (machine_gpu) {
+    printf("{\"gpu_copy_bytes_per_s\": %.4g}\n", gpu_copy_bandwidth());
+    return 0;
   }
   if (machine) {
     printf("{\"copy_bytes_per_s\": %.4g, \"stream_copy_bytes_per_s\": %.4g, \"sgemm_flops\": %.4g}\n", copy_bandwidth(),
@@ -117,7 +167,11 @@ int main(int argc, char **argv) {
   bool scan = c->mode == MODE_SCAN;
   char err[256];
   PipelineOptions po = {0};
-  po.backend = backend_find("cpu");
+  po.backend = backend_find(backend);
+  if (!po.backend) {
+    fprintf(stderr, "bench_cell: no back end '%s'\n", backend);
+    return 2;
+  }
   double t0 = now();
   Compiled *cc = pipeline_compile(c, &po, err, sizeof err);
   double tcompile = now() - t0;
@@ -150,6 +204,20 @@ int main(int argc, char **argv) {
   s.grad_params = gp;
   s.y = xmalloc(sizeof(float) * rows * p->output_size);
   s.grad_x = xmalloc(sizeof(float) * rows * p->x_size);
+  if (be->device_memory) {
+    for (int i = 0; i < p->npparts; i++) {
+      size_t e = sizeof(float) * (size_t)p->pparts[i].numel;
+      params[i] = on_device(cc, params[i], e), gp[i] = on_device(cc, gp[i], e);
+    }
+    for (int i = 0; i < p->nsparts; i++) {
+      size_t n = sizeof(float) * (size_t)B * p->sparts[i].size;
+      h0[i] = on_device(cc, h0[i], n), df[i] = on_device(cc, df[i], n), fin[i] = on_device(cc, fin[i], n);
+      gh[i] = on_device(cc, gh[i], n);
+    }
+    s.x = on_device(cc, s.x, sizeof(float) * rows * p->x_size), s.dy = on_device(cc, s.dy, sizeof(float) * rows * p->output_size);
+    s.y = on_device(cc, s.y, sizeof(float) * rows * p->output_size);
+    s.grad_x = on_device(cc, s.grad_x, sizeof(float) * rows * p->x_size);
+  }
   Work *w = be->work_new(cc);
   be->forward(cc, w, &s); /* warm up: allocations, page faults */
   be->backward(cc, w, &s);
@@ -176,10 +244,10 @@ int main(int argc, char **argv) {
     scan_bytes += 3 * e;  /* a, b read; new written (prev is the row just written: in cache) */
     rscan_bytes += 3 * e; /* g, a read; dtotal written */
   }
-  printf("{\"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, "
+  printf("{\"backend\": \"%s\", \"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, "
          "\"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f, \"elem_s\": %.6f, \"gemm_s\": %.6f, "
          "\"scan_s\": %.6f, \"scan_bytes\": %.0f, \"rscan_s\": %.6f, \"rscan_bytes\": %.0f, \"elem_bytes\": %.0f, \"profiled_s\": %.6f}\n",
-         c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt->elem_s,
+         be->name, c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt->elem_s,
          pt->gemm_s, pt->scan_s, scan ? scan_bytes : 0, pt->rscan_s, scan ? rscan_bytes : 0, pt->elem_bytes, prof_total);
   be->work_free(w);
   pipeline_release(cc);

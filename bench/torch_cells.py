@@ -7,7 +7,9 @@ common, but each step's backward then materializes a full-size gradient of x,
 so it is quadratic in T).
 
 usage: torch_cells.py CELL H D T B STYLE REPS   (STYLE: nn | unbind | index)
-Prints one JSON line: forward+backward seconds per batch (best of REPS)."""
+Prints one JSON line: forward+backward seconds per batch (best of REPS).
+CELLC_TORCH_DEVICE=cuda runs it on the GPU (`make bench-gpu`: nn.GRU/nn.LSTM through cuDNN)."""
+import os
 import json
 import sys
 import time
@@ -131,14 +133,26 @@ def run_nn(cell, H, D, T, B):
 
 def main():
     cell, H, D, T, B, style, reps = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
+    device = os.environ.get("CELLC_TORCH_DEVICE", "cpu")
+    if device != "cpu":
+        if hasattr(torch, "set_default_device"):
+            torch.set_default_device(device)
+        else:
+            torch.set_default_tensor_type("torch.cuda.FloatTensor")
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     torch.manual_seed(0)
     once = run_nn(cell, H, D, T, B) if style == "nn" else run_loop(cell, H, D, T, B, style)
+    if device != "cpu":
+        once()  # warm up: cuDNN plans, the caching allocator
     best = float("inf")
     for _ in range(reps):
+        sync()
         t0 = time.perf_counter()
         once()
+        sync()
         best = min(best, time.perf_counter() - t0)
-    print(json.dumps(dict(cell=cell, H=H, D=D, T=T, B=B, style=style, threads=torch.get_num_threads(), total_s=best)))
+    print(json.dumps(dict(cell=cell, H=H, D=D, T=T, B=B, style=style, device=device, threads=torch.get_num_threads(),
+                          total_s=best)))
 
 
 if __name__ == "__main__":

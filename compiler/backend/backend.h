@@ -1,6 +1,6 @@
-/* backend.h: the interface every back end implements (interp, cpu; cuda and cuda-emu next), and
- * the one sequence-I/O struct they all take. A back end compiles a differentiated Program into a
- * Compiled program, allocates work for it, runs the forward and the backward over whole sequences,
+/* backend.h: the interface every back end implements (interp, cpu, cuda, cuda-emu), and the one
+ * sequence-I/O struct they all take. A back end compiles a differentiated Program into a Compiled
+ * program, allocates work for it, runs the forward and the backward over whole sequences,
  * reads per-step arrays back for diagnostics, and (where it can) writes its code to files. The
  * pipeline (compiler/pipeline) finds back ends by name; nothing outside a back end's folder reads
  * its internals. */
@@ -8,6 +8,8 @@
 #define CELLC_BACKEND_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "lower.h"
 
@@ -16,7 +18,8 @@ typedef enum { DT_F32, DT_F64 } Dtype;
 
 /* Whole-sequence buffers of one call, row-major (row r = t B + b), channels innermost; per-part
  * arrays follow the Program's param parts and state parts (a complex value as two real planes).
- * Every pointer is to `dtype` elements. The caller allocates everything. */
+ * Every pointer is to `dtype` elements, in host memory (device memory for a back end with
+ * device_memory). The caller allocates everything. */
 typedef struct SeqIO {
   int T, B;
   Dtype dtype;
@@ -81,6 +84,8 @@ struct Backend {
   const char *name;
   Dtype dtype;             /* its SeqIO element type */
   bool scans;              /* it runs scan mode (else every program is lowered in plain form) */
+  bool device_memory;      /* SeqIO pointers are device memory (cuda): the caller allocates and copies
+                              them with the four entries below; NULL entries for a host back end */
   /* NULL when it can run p with these options, else why not. */
   const char *(*supports)(const Program *p, const BackendOptions *o);
   /* NULL with a message in err on failure. */
@@ -94,10 +99,30 @@ struct Backend {
   /* Copies a per-step array the last forward left in w into out (dtype elements); 0, or -1 when
    * this back end does not keep it. */
   int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
+  /* device_memory back ends: device buffers for SeqIO, and copies host -> device (upload) and
+   * device -> host (download); read_steps' out is host memory. */
+  void *(*mem_alloc)(Compiled *c, size_t bytes);
+  void (*mem_free)(Compiled *c, void *p);
+  void (*mem_upload)(Compiled *c, void *dst, const void *src, size_t bytes);
+  void (*mem_download)(Compiled *c, void *dst, const void *src, size_t bytes);
 };
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,
  * <prefix>_compile, <prefix>_free, <prefix>_work_new, ... (each back end's `const Backend`). */
+/* A back end's work_new: the base of its Work, profiling when CELLC_PROFILE is set. */
+static inline void work_init(Work *w, const Compiled *c) {
+  w->be = c->be;
+  w->profiling = getenv("CELLC_PROFILE") != NULL;
+}
+
+/* A back end's work_free: the profile to stderr when CELLC_PROFILE is set. */
+static inline void work_profile_report(const Work *w) {
+  if (!getenv("CELLC_PROFILE")) return;
+  const Profile *pr = &w->prof;
+  fprintf(stderr, "profile: elem %.4f s, gemm %.4f s, scan %.4f s, rscan %.4f s, other %.4f s\n", pr->elem_s, pr->gemm_s,
+          pr->scan_s, pr->rscan_s, pr->other_s);
+}
+
 #define BACKEND_ENTRY_POINTS(prefix)                                                               \
   .supports = prefix##_supports, .compile = prefix##_compile, .free = prefix##_free,               \
   .work_new = prefix##_work_new, .work_free = prefix##_work_free, .forward = prefix##_forward,      \

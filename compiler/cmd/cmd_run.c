@@ -146,9 +146,9 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
     else if (!strcmp(f, "--out")) a->out = argv[++i];
     else if (!strcmp(f, "--backend")) {
       a->backend = argv[++i];
-      if (!backend_find(a->backend) && strcmp(a->backend, "cuda") && strcmp(a->backend, "cuda-emu")) {
+      if (!backend_find(a->backend)) {
         char msg[160];
-        snprintf(msg, sizeof msg, "--backend is one of %s, cuda or cuda-emu, not '%%s'", backend_names());
+        snprintf(msg, sizeof msg, "--backend is one of %s, not '%%s'", backend_names());
         return cli_usage_error(msg, a->backend);
       }
     } else if (!strcmp(f, "--precision")) {
@@ -565,13 +565,10 @@ static void run_data_free(RunData *r) {
   free(r->noise), free(r->known);
 }
 
-/* The back end by name, and a precision it runs. 0 or the exit status. */
+/* The back end by name, and a precision it runs. 0 or the usage error's status. */
 static int choose_backend(const RunArgs *a, const Backend **be) {
   *be = backend_find(a->backend);
-  if (!*be) {
-    diag_plain("the %s back end is not built yet; use --backend cpu or interp", a->backend);
-    return 3;
-  }
+  CHECK(*be); /* parse_run_args took only a known name */
   if ((*be)->dtype == DT_F32 && !strcmp(a->precision, "f64"))
     return cli_usage_error("--precision f64 needs --backend interp (the %s back end runs float32)", a->backend);
   return 0;

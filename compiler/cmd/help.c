@@ -30,7 +30,7 @@ static const CmdHelp commands[] = {
      "  70  internal error (a bug)\n"},
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
-     "[--seed 7] [--inputs IN.safetensors] [--backend interp|cpu|cuda] [--mode auto|scan|sequential] "
+     "[--seed 7] [--inputs IN.safetensors] [--backend interp|cpu|cuda|cuda-emu] [--mode auto|scan|sequential] "
      "[--precision f32|f64] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
@@ -41,7 +41,8 @@ static const CmdHelp commands[] = {
      "  --T N, --B N            sequence length and batch for generated data (16, 3)\n"
      "  --seed N                seed of every generated tensor (0)\n"
      "  --inputs FILE           take params and data from this safetensors file\n"
-     "  --backend interp|cpu|cuda   (cpu; cuda is not built yet)\n"
+     "  --backend interp|cpu|cuda|cuda-emu   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
+     "               the same CUDA code on the CPU: slow, for tests)\n"
      "  --mode auto|scan|sequential\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"

@@ -5,10 +5,11 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cuda.h"
 #include "interp.h"
 #include "lower.h"
 
-static const Backend *const backends[] = {&interp_backend, &cpu_backend};
+static const Backend *const backends[] = {&interp_backend, &cpu_backend, &cuda_backend, &cuda_emu_backend};
 #define NBACKENDS (int)(sizeof backends / sizeof backends[0])
 
 const Backend *backend_find(const char *name) {
@@ -17,7 +18,7 @@ const Backend *backend_find(const char *name) {
   return NULL;
 }
 
-const char *backend_names(void) { return "interp, cpu"; }
+const char *backend_names(void) { return "interp, cpu, cuda, cuda-emu"; }
 
 /* ---- the cache ---- */
 
@@ -125,6 +126,63 @@ static void parts_free(void **v, int n) {
   free(v);
 }
 
+/* ---- device memory: a SeqIO of float32 host buffers mirrored on the device ---- */
+
+/* The element counts of every buffer of a SeqIO of program p, T and B. */
+typedef struct IoSizes {
+  size_t x, y, *pn, *sn, *gn, *zn;
+} IoSizes;
+
+static void *dev_copy(Compiled *c, const void *src, size_t floats) {
+  void *d = c->be->mem_alloc(c, sizeof(float) * floats);
+  if (src) c->be->mem_upload(c, d, src, sizeof(float) * floats);
+  return d;
+}
+
+static void **dev_parts(Compiled *c, const void **src, int n, const size_t *numel) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = dev_copy(c, src ? src[i] : NULL, numel[i]);
+  return v;
+}
+
+static void dev_parts_down(Compiled *c, void **host, void **dev, int n, const size_t *numel, bool free_only) {
+  for (int i = 0; i < n; i++) {
+    if (!free_only) c->be->mem_download(c, host[i], dev[i], sizeof(float) * numel[i]);
+    c->be->mem_free(c, dev[i]);
+  }
+  free(dev);
+}
+
+/* Forward and backward of a device-memory back end on float32 host buffers: every buffer uploaded
+ * (inputs) or allocated (outputs) on the device, the outputs downloaded. */
+static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z) {
+  const Program *p = c->p;
+  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  SeqIO d = *h;
+  d.x = dev_copy(c, h->x, z->x), d.dy = dev_copy(c, h->dy, z->y);
+  d.y = dev_copy(c, NULL, z->y), d.grad_x = dev_copy(c, NULL, z->x);
+  d.params = (const void **)dev_parts(c, h->params, np, z->pn);
+  d.h0 = (const void **)dev_parts(c, h->h0, ns, z->sn);
+  d.dfinal = (const void **)dev_parts(c, h->dfinal, ns, z->sn);
+  d.noise = (const void **)dev_parts(c, h->noise, nz, z->zn);
+  d.final = dev_parts(c, NULL, ns, z->sn), d.grad_h0 = dev_parts(c, NULL, ns, z->sn);
+  d.grad_params = dev_parts(c, NULL, np, z->pn), d.gates = dev_parts(c, NULL, ng, z->gn);
+  c->be->forward(c, w, &d);
+  c->be->backward(c, w, &d);
+  c->be->mem_download(c, h->y, d.y, sizeof(float) * z->y);
+  c->be->mem_download(c, h->grad_x, d.grad_x, sizeof(float) * z->x);
+  dev_parts_down(c, h->final, d.final, ns, z->sn, false);
+  dev_parts_down(c, h->grad_h0, d.grad_h0, ns, z->sn, false);
+  dev_parts_down(c, h->grad_params, d.grad_params, np, z->pn, false);
+  dev_parts_down(c, h->gates, d.gates, ng, z->gn, false);
+  dev_parts_down(c, NULL, (void **)d.params, np, z->pn, true);
+  dev_parts_down(c, NULL, (void **)d.h0, ns, z->sn, true);
+  dev_parts_down(c, NULL, (void **)d.dfinal, ns, z->sn, true);
+  dev_parts_down(c, NULL, (void **)d.noise, nz, z->zn, true);
+  c->be->mem_free(c, (void *)d.x), c->be->mem_free(c, (void *)d.dy);
+  c->be->mem_free(c, d.y), c->be->mem_free(c, d.grad_x);
+}
+
 void pipeline_run_f64(Compiled *c, const SeqIO *d) {
   CHECK(d->dtype == DT_F64);
   const Backend *be = c->be;
@@ -156,8 +214,13 @@ void pipeline_run_f64(Compiled *c, const SeqIO *d) {
   s.grad_params = f32_parts(NULL, np, pn, false), s.gates = f32_parts(NULL, ng, gn, false);
   s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
   s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
-  be->forward(c, w, &s);
-  be->backward(c, w, &s);
+  if (be->device_memory) {
+    IoSizes z = {rows * (size_t)p->x_size, rows * (size_t)p->output_size, pn, sn, gn, zn};
+    run_on_device(c, w, &s, &z);
+  } else {
+    be->forward(c, w, &s);
+    be->backward(c, w, &s);
+  }
   be->work_free(w);
   f64_from(d->y, s.y, rows * (size_t)p->output_size);
   f64_from(d->grad_x, s.grad_x, rows * (size_t)p->x_size);

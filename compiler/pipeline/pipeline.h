@@ -11,9 +11,9 @@
 #include "backend.h"
 #include "check.h"
 
-/* The back ends, by name: "interp", "cpu". NULL when there is none of that name. */
+/* The back ends, by name: "interp", "cpu", "cuda", "cuda-emu". NULL when there is none of that name. */
 const Backend *backend_find(const char *name);
-/* Their names, for messages: "interp, cpu". */
+/* Their names, for messages: "interp, cpu, cuda, cuda-emu". */
 const char *backend_names(void);
 
 typedef struct PipelineOptions {
@@ -34,7 +34,8 @@ void pipeline_release(Compiled *c);
 int pipeline_cache_hits(void);
 
 /* Forward then backward of a whole sequence on c's back end, from and into float64 buffers
- * (d->dtype DT_F64), converted to float32 and back for a float32 back end. */
+ * (d->dtype DT_F64), converted to float32 and back for a float32 back end (and copied to and from
+ * the device for a device-memory one). */
 void pipeline_run_f64(Compiled *c, const SeqIO *d);
 
 /* Lowers and differentiates a cell with no back end (the form `cellc derive` prints). */

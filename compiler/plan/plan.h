@@ -110,6 +110,8 @@ typedef struct PlanOptions {
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);
+/* The floats an array the back end owns holds for T steps of B rows (0 for the caller's arrays). */
+size_t plan_array_floats(const PlanArray *a, int T, int B);
 void plan_free(Plan *pl);
 /* The plan, for --debug output. */
 void plan_dump(const Plan *pl, FILE *f);

@@ -749,6 +749,16 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   return s.pl;
 }
 
+size_t plan_array_floats(const PlanArray *a, int T, int B) {
+  size_t rows = (size_t)T * (size_t)B;
+  switch (a->kind) {
+  case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
+  case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
+  default: return 0;
+  }
+}
+
 void plan_free(Plan *pl) {
   if (!pl) return;
   Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};

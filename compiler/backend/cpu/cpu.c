@@ -78,16 +78,6 @@ static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t 
 
 /* ---- arrays ---- */
 
-static size_t array_floats(const PlanArray *a, int T, int B) {
-  size_t rows = (size_t)T * (size_t)B;
-  switch (a->kind) {
-  case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
-  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
-  case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
-  default: return 0;
-  }
-}
-
 static void work_bind(CpuCell *c, CpuWork *w, const SeqIO *s) {
   Plan *pl = c->pl;
   if (!w->arr) {
@@ -119,7 +109,7 @@ static void work_bind(CpuCell *c, CpuWork *w, const SeqIO *s) {
       w->arr[i] = ext;
       continue;
     }
-    size_t need = array_floats(a, s->T, s->B);
+    size_t need = plan_array_floats(a, s->T, s->B);
     if (!w->owned[i] || w->size[i] < need) {
       if (w->owned[i]) free(w->arr[i]);
       w->arr[i] = xmalloc(sizeof(float) * (need ? need : 1));
@@ -592,19 +582,14 @@ static void cpu_free(Compiled *cc) {
 
 static Work *cpu_work_new(Compiled *c) {
   CpuWork *w = xcalloc(1, sizeof(CpuWork));
-  w->base.be = c->be;
-  w->base.profiling = getenv("CELLC_PROFILE") != NULL;
+  work_init(&w->base, c);
   return &w->base;
 }
 
 static void cpu_work_free(Work *ww) {
   CpuWork *w = (CpuWork *)ww;
   if (!w) return;
-  if (getenv("CELLC_PROFILE")) {
-    const Profile *pr = &w->base.prof;
-    fprintf(stderr, "profile: elem %.4f s, gemm %.4f s, scan %.4f s, rscan %.4f s, other %.4f s\n", pr->elem_s, pr->gemm_s,
-            pr->scan_s, pr->rscan_s, pr->other_s);
-  }
+  work_profile_report(&w->base);
   for (int i = 0; i < w->narr; i++)
     if (w->owned[i]) free(w->arr[i]);
   free(w->arr);

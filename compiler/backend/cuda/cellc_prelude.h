@@ -27,4 +27,12 @@ typedef unsigned long long uint64_t;
 
 #define CELLC_FULL_MASK 0xffffffffu
 
+/* Before a loop: keep it rolled (a generated kernel's loops over a node's elements, where unrolling
+ * every node of a long kernel would spill registers). The host compiler decides for itself. */
+#ifdef CELLC_EMU
+#define CELLC_NO_UNROLL
+#else
+#define CELLC_NO_UNROLL _Pragma("unroll 1")
+#endif
+
 #endif

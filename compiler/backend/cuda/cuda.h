@@ -1,0 +1,24 @@
+/* cuda.h: the CUDA back ends: `cuda` (NVRTC, the driver API and cuBLAS, opened with dlopen) and
+ * `cuda-emu` (the same generated source and host code on the CPU emulator). Their SeqIO buffers
+ * are device memory (Backend.device_memory).
+ *
+ * This header's name is the toolkit's too: in this folder (and wherever the toolkit's include
+ * directory is on the path after this folder's) an `#include <cuda.h>` finds this file first, so
+ * it passes on to the toolkit's when there is one. */
+#ifndef CELLC_CUDA_BACKEND_H
+#define CELLC_CUDA_BACKEND_H
+
+#include "backend.h"
+
+extern const Backend cuda_backend, cuda_emu_backend;
+
+/* The CUDA C source a compiled program runs (for tests and `--debug`), or NULL for another back end. */
+const char *cuda_compiled_source(const Compiled *c);
+
+#endif
+
+#if defined(__has_include_next)
+#if __has_include_next(<cuda.h>)
+#include_next <cuda.h>
+#endif
+#endif

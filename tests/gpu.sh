@@ -1,0 +1,58 @@
+#!/bin/sh
+# make test-gpu: the CUDA back end on this machine's GPU. test_cuda again with the real driver
+# (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
+# against sequential, and the benchmark's sizes against the CPU back end), and `cellc run --backend
+# cuda` against `--backend cpu` on one cell. Skips with one line where there is no GPU. Ends with
+# "N passed, M failed".
+cd "$(dirname "$0")/.." || exit 1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+probe=$(bin/cellc run stdlib/gru.cell --dims H=4,D=3 --T 2 --B 1 --backend cuda --out "$tmp/probe.safetensors" 2>&1)
+rc=$?
+if [ $rc -eq 3 ]; then
+  echo "test-gpu: skipped, no GPU here: $(echo "$probe" | head -n 1 | sed 's/^cellc: error: //')"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+pass=0; fail=0
+if [ $rc -ne 0 ]; then echo "test-gpu: cellc run --backend cuda exited $rc: $probe"; fail=$((fail + 1)); fi
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_cuda --jobs 1 2>&1); rc=$?
+echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion' | head -60
+syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
+if [ -z "$syn" ]; then
+  echo "test_cuda: no synthesis (exit $rc)"; fail=$((fail + 1))
+else
+  tested=$(echo "$syn" | sed -E 's/.*Tested: ([0-9]+).*/\1/')
+  passing=$(echo "$syn" | sed -E 's/.*Passing: ([0-9]+).*/\1/')
+  pass=$((pass + passing)); fail=$((fail + tested - passing))
+fi
+# the command line: the same inputs on cuda and cpu, every tensor within float32 rounding
+for cell in gru lru; do
+  bin/cellc run stdlib/$cell.cell --dims H=64,D=32 --T 300 --B 8 --seed 5 --backend cuda --out "$tmp/cuda.safetensors" &&
+    bin/cellc run stdlib/$cell.cell --dims H=64,D=32 --T 300 --B 8 --seed 5 --backend cpu --out "$tmp/cpu.safetensors" &&
+    python3 - "$tmp/cuda.safetensors" "$tmp/cpu.safetensors" <<'PY'
+import json, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - s) // 4), data[s:e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+worst = 0.0
+for k in b:
+    ref = max(1e-30, max(abs(v) for v in b[k]) if b[k] else 1e-30)
+    d = max((abs(x - y) for x, y in zip(a[k], b[k])), default=0.0)
+    worst = max(worst, d / ref)
+sys.exit(0 if worst < 1e-3 else print("relative error", worst) or 1)
+PY
+  if [ $? -eq 0 ]; then pass=$((pass + 1)); else echo "test-gpu: cellc run $cell: cuda and cpu differ"; fail=$((fail + 1)); fi
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

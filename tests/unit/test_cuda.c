@@ -1,0 +1,320 @@
+/* test_cuda.c: the CUDA back end on cuda-emu (float32, the generated CUDA C and the host code on the
+ * CPU emulator) against the interpreter (float64) for every stdlib cell: outputs, final states,
+ * gates and every gradient, with nonzero initial states, in auto mode and (for scan cells)
+ * sequential mode (persistent step kernels, and a launch per step), at T = 9 and at T that cross
+ * several scan chunks (130, 1000); scan and sequential against each other; every generated kernel through the real NVRTC and ptxas -v for sm_80 and sm_90
+ * with no spills; `--backend cuda` without a driver. CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs
+ * the same tests on the GPU, and larger ones against the CPU back end. */
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cg_cuda.h"
+#include "cuda.h"
+#include "cuda_api.h"
+#include "harness.h"
+#include "interp.h"
+#include "plan.h"
+
+/* Kernels compile once per cache directory (the emulator's shared objects, NVRTC's PTX): the tests
+ * share one under $TMPDIR. */
+static void use_test_cache(void) {
+  const char *tmp = getenv("TMPDIR");
+  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
+  mkdir(dir, 0755);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  free(dir);
+}
+
+TestSuite(cuda, .init = use_test_cache);
+
+/* The back end under test: cuda-emu, or $CELLC_TEST_CUDA_BACKEND. */
+static const Backend *under_test(void) {
+  const char *e = getenv("CELLC_TEST_CUDA_BACKEND");
+  const Backend *be = backend_find(e && *e ? e : "cuda-emu");
+  cr_assert(be && be->device_memory, "CELLC_TEST_CUDA_BACKEND=%s: not a CUDA back end", e);
+  return be;
+}
+
+/* The reference (interp, or cpu for the GPU's larger sizes) and the back end under test on the same
+ * inputs; the worst relative error below tol. */
+static void compare_with(const char *refname, double tol, const char *file, const char *set, const char *dims, int T,
+                         int B, const char *mode) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, file, set, dims, false, mode);
+  char err[2048];
+  PipelineOptions ro = {0}, co = {0};
+  ro.backend = backend_find(refname), ro.gates = true;
+  co.backend = under_test(), co.gates = true;
+  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
+  cr_assert(ref, "compile: %s", err);
+  Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
+  cr_assert(cu, "compile: %s", err);
+  HBufs *R = h_bufs_new(ref->p, T, B, 7, 0.4, 0.5), *S = h_bufs_new(cu->p, T, B, 7, 0.4, 0.5);
+  h_bufs_copy_inputs(S, R, ref->p);
+  pipeline_run_f64(ref, &R->io);
+  pipeline_run_f64(cu, &S->io);
+  const char *what;
+  double e = h_compare(R, S, ref->p, &what);
+  cr_expect(e < tol, "%s %s T=%d: %s relative error %g", file, cu->opt.scan ? "scan" : "sequential", T, what, e);
+  h_bufs_free(R), h_bufs_free(S);
+  pipeline_release(ref), pipeline_release(cu);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
+  compare_with("interp", 1e-4, file, set, dims, T, B, mode);
+}
+
+/* cuda-emu in scan mode against cuda-emu in sequential mode. */
+static void scan_vs_sequential(const char *file, const char *set, const char *dims, int T, int B) {
+  Arena arena = {0};
+  Cell *cs = h_cell(&arena, file, set, dims, false, NULL);
+  Cell *cq = h_cell(&arena, file, set, dims, false, "sequential");
+  cr_assert(cs->mode == MODE_SCAN, "%s runs as a scan", file);
+  char err[2048];
+  PipelineOptions o = {0};
+  o.backend = under_test(), o.gates = true;
+  Compiled *a = pipeline_compile(cs, &o, err, sizeof err);
+  cr_assert(a, "compile: %s", err);
+  Compiled *b = pipeline_compile(cq, &o, err, sizeof err);
+  cr_assert(b, "compile: %s", err);
+  cr_assert(a->opt.scan && !b->opt.scan);
+  HBufs *A = h_bufs_new(a->p, T, B, 11, 0.4, 0.5), *Bq = h_bufs_new(b->p, T, B, 11, 0.4, 0.5);
+  h_bufs_copy_inputs(Bq, A, a->p);
+  pipeline_run_f64(a, &A->io);
+  pipeline_run_f64(b, &Bq->io);
+  const char *what;
+  double e = h_compare(A, Bq, a->p, &what);
+  cr_expect(e < 1e-4, "%s T=%d scan vs sequential: %s relative error %g", file, T, what, e);
+  h_bufs_free(A), h_bufs_free(Bq);
+  pipeline_release(a), pipeline_release(b);
+  cell_free(cs), cell_free(cq);
+  arena_free(&arena);
+}
+
+/* T = 9 and T = 130 (9 scan chunks of 16 steps at these sizes), both modes; sequential mode with
+ * the persistent step kernels (the default) and with a launch per step. */
+#define CUDA_TEST(name, file, set, dims)                                                         \
+  Test(cuda, name##_auto) { compare(file, set, dims, 9, 2, NULL); }                              \
+  Test(cuda, name##_sequential) { compare(file, set, dims, 9, 2, "sequential"); }               \
+  Test(cuda, name##_sequential_launches) {                                                       \
+    setenv("CELLC_CUDA_PERSISTENT", "0", 1);                                                     \
+    compare(file, set, dims, 9, 2, "sequential");                                                \
+  }                                                                                              \
+  Test(cuda, name##_auto_t130) { compare(file, set, dims, 130, 2, NULL); }                      \
+  Test(cuda, name##_sequential_t130) { compare(file, set, dims, 130, 2, "sequential"); }
+
+CUDA_TEST(elman, "stdlib/elman.cell", NULL, "H=19,D=5")
+CUDA_TEST(gru, "stdlib/gru.cell", NULL, "H=19,D=5")
+CUDA_TEST(lstm, "stdlib/lstm.cell", NULL, "H=19,D=5")
+CUDA_TEST(mgu, "stdlib/mgu.cell", NULL, "H=19,D=5")
+CUDA_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=19,D=5")
+CUDA_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=19,D=5")
+CUDA_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=19,D=5")
+CUDA_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=19,D=5")
+CUDA_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
+CUDA_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
+CUDA_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
+CUDA_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+
+/* Long sequences: 63 chunks of 16 steps. */
+Test(cuda, mgu_auto_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, NULL); }
+Test(cuda, mgu_sequential_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
+Test(cuda, lru_auto_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, NULL); }
+Test(cuda, lru_sequential_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
+
+/* Scan and sequential on cuda-emu agree, every scan cell, across chunks. */
+Test(cuda, scan_vs_sequential_mgu) { scan_vs_sequential("stdlib/mgu.cell", NULL, "H=19,D=5", 130, 2); }
+Test(cuda, scan_vs_sequential_lru) { scan_vs_sequential("stdlib/lru.cell", NULL, "H=19,D=5", 130, 2); }
+Test(cuda, scan_vs_sequential_hgru) { scan_vs_sequential("stdlib/hgru.cell", "lb=0.25", "D=13", 130, 2); }
+Test(cuda, scan_vs_sequential_mingru) { scan_vs_sequential("stdlib/mingru.cell", NULL, "H=19,D=5", 130, 2); }
+
+/* read_steps: h_0 .. h_T in host memory, equal to the interpreter's. */
+Test(cuda, read_steps_states) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/gru.cell", NULL, "H=5,D=3", false, NULL);
+  char err[2048];
+  PipelineOptions ro = {0}, co = {0};
+  ro.backend = &interp_backend, co.backend = under_test();
+  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err), *cu = pipeline_compile(c, &co, err, sizeof err);
+  cr_assert(ref && cu, "%s", err);
+  int T = 4, B = 2, size = ref->p->sparts[0].size;
+  HBufs *h = h_bufs_new(ref->p, T, B, 3, 0.4, 0.5);
+  Work *wr = ref->be->work_new(ref);
+  ref->be->forward(ref, wr, &h->io);
+  size_t n = (size_t)(T + 1) * (size_t)B * (size_t)size;
+  double *sr = xmalloc(sizeof(double) * n);
+  cr_assert_eq(ref->be->read_steps(ref, wr, STEPS_STATE, 0, sr), 0);
+  /* the SeqIO in device memory */
+  const Backend *be = cu->be;
+  size_t nx = (size_t)T * B * 3, ny = (size_t)T * B * size, nh = (size_t)B * size;
+  float *xf = xmalloc(sizeof(float) * nx), *h0f = xmalloc(sizeof(float) * nh);
+  for (size_t i = 0; i < nx; i++) xf[i] = (float)h->x[i];
+  for (size_t j = 0; j < nh; j++) h0f[j] = (float)h->h0[0][j];
+  void *dp[16];
+  for (int i = 0; i < h->np; i++) {
+    float *pf = xmalloc(sizeof(float) * h->pn[i]);
+    for (size_t j = 0; j < h->pn[i]; j++) pf[j] = (float)h->params[i][j];
+    dp[i] = be->mem_alloc(cu, sizeof(float) * h->pn[i]);
+    be->mem_upload(cu, dp[i], pf, sizeof(float) * h->pn[i]);
+    free(pf);
+  }
+  void *dx = be->mem_alloc(cu, sizeof(float) * nx), *dy = be->mem_alloc(cu, sizeof(float) * ny);
+  void *dh0 = be->mem_alloc(cu, sizeof(float) * nh), *dfin = be->mem_alloc(cu, sizeof(float) * nh);
+  be->mem_upload(cu, dx, xf, sizeof(float) * nx);
+  be->mem_upload(cu, dh0, h0f, sizeof(float) * nh);
+  SeqIO s = {0};
+  s.T = T, s.B = B, s.dtype = DT_F32, s.x = dx, s.params = (const void **)dp, s.y = dy;
+  const void *h0s[1] = {dh0};
+  void *fins[1] = {dfin};
+  s.h0 = h0s, s.final = fins;
+  Work *wc = be->work_new(cu);
+  be->forward(cu, wc, &s);
+  float *sc = xmalloc(sizeof(float) * n), *finf = xmalloc(sizeof(float) * nh);
+  cr_assert_eq(be->read_steps(cu, wc, STEPS_STATE, 0, sc), 0);
+  be->mem_download(cu, finf, dfin, sizeof(float) * nh);
+  for (size_t i = 0; i < n; i++) cr_expect(fabs(sr[i] - sc[i]) < 1e-4, "state element %zu: %g vs %g", i, sr[i], sc[i]);
+  for (size_t j = 0; j < nh; j++) {
+    cr_expect(sc[j] == h0f[j], "h_0 is h0");
+    cr_expect(sc[(size_t)T * nh + j] == finf[j], "h_T is final");
+  }
+  ref->be->work_free(wr), be->work_free(wc);
+  for (int i = 0; i < h->np; i++) be->mem_free(cu, dp[i]);
+  be->mem_free(cu, dx), be->mem_free(cu, dy), be->mem_free(cu, dh0), be->mem_free(cu, dfin);
+  free(sr), free(sc), free(xf), free(h0f), free(finf);
+  h_bufs_free(h);
+  pipeline_release(ref), pipeline_release(cu);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* On a GPU (make test-gpu): the benchmark's sizes against the CPU back end (both float32). */
+#define GPU_TEST(name, file, set, dims, mode)                                                    \
+  Test(cuda, name##_gpu_large) {                                                                 \
+    if (under_test() != &cuda_backend) cr_skip_test("needs CELLC_TEST_CUDA_BACKEND=cuda");       \
+    compare_with("cpu", 1e-3, file, set, dims, 512, 64, mode);                                   \
+  }
+
+GPU_TEST(gru, "stdlib/gru.cell", NULL, "H=128,D=128", NULL)
+GPU_TEST(lstm, "stdlib/lstm.cell", NULL, "H=256,D=128", NULL)
+GPU_TEST(mgu, "stdlib/mgu.cell", NULL, "H=128,D=128", NULL)
+GPU_TEST(mgu_sequential, "stdlib/mgu.cell", NULL, "H=128,D=128", "sequential")
+GPU_TEST(lru, "stdlib/lru.cell", NULL, "H=256,D=128", NULL)
+GPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=128", NULL)
+
+Test(cuda, backends_by_name) {
+  cr_expect(backend_find("cuda") == &cuda_backend);
+  cr_expect(backend_find("cuda-emu") == &cuda_emu_backend);
+  cr_expect(cuda_backend.device_memory && cuda_emu_backend.device_memory);
+}
+
+/* ---- every generated kernel through the real NVRTC and ptxas: no spills ---- */
+
+static void ptxas_cell(const char *file, const char *set, const char *dims, const char *mode) {
+  CudaApi api;
+  char err[8192];
+  if (cuda_api_open_nvrtc(&api, err, sizeof err) != 0) cr_skip_test("no NVRTC: %s", err);
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, file, set, dims, false, mode);
+  bool scan = c->mode == MODE_SCAN;
+  Program *p = lower_cell(c, false, scan);
+  ad_differentiate(p);
+  Plan *pl = plan_new(p, &(PlanOptions){.scan = scan, .gates = true});
+  CgCudaInfo info;
+  char *src = cg_cuda_source(pl, &info, err, sizeof err);
+  cr_assert(src, "%s", err);
+  const char *arch[2] = {"sm_80", "sm_90"};
+  for (int a = 0; a < 2; a++) {
+    CudaImage img;
+    cr_assert_eq(cuda_compile(&api, src, arch[a], CUDA_IMAGE_PTX, NULL, 0, &img, err, sizeof err), 0, "%s %s: %s", file,
+                 arch[a], err);
+    CudaKernelResources *res = NULL;
+    int nres = 0;
+    cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
+    int expect = pl->nkernels + info.has_static[0] + info.has_static[1] + info.has_step[0] + info.has_step[1] + 6;
+    cr_expect_eq(nres, expect, "%s %s: ptxas reports %d kernels, the source has %d", file, arch[a], nres, expect);
+    for (int k = 0; k < nres; k++)
+      cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0,
+                "%s %s %s: %d bytes spill stores, %d spill loads", file, arch[a], res[k].name, res[k].spill_store_bytes,
+                res[k].spill_load_bytes);
+    if (getenv("CELLC_PTXAS_REPORT"))
+      for (int k = 0; k < nres; k++)
+        printf("ptxas %s %s %s %s: %d registers, %d B shared, %d B stack, spills %d/%d\n", file, mode ? mode : "auto",
+               arch[a], res[k].name, res[k].registers, res[k].shared_bytes, res[k].stack_bytes, res[k].spill_store_bytes,
+               res[k].spill_load_bytes);
+    free(res);
+    cuda_image_free(&img);
+  }
+  free(src);
+  cg_cuda_info_free(&info);
+  plan_free(pl);
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+  cuda_api_close(&api);
+}
+
+#define PTXAS_TEST(name, file, set, dims)                                                        \
+  Test(cuda, name##_ptxas) { ptxas_cell(file, set, dims, NULL); }                               \
+  Test(cuda, name##_ptxas_sequential) { ptxas_cell(file, set, dims, "sequential"); }
+
+PTXAS_TEST(elman, "stdlib/elman.cell", NULL, "H=128,D=64")
+PTXAS_TEST(gru, "stdlib/gru.cell", NULL, "H=128,D=64")
+PTXAS_TEST(lstm, "stdlib/lstm.cell", NULL, "H=128,D=64")
+PTXAS_TEST(mgu, "stdlib/mgu.cell", NULL, "H=128,D=64")
+PTXAS_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=128,D=64")
+PTXAS_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=128,D=64")
+PTXAS_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=128,D=64")
+PTXAS_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=128,D=64")
+PTXAS_TEST(lru, "stdlib/lru.cell", NULL, "H=128,D=64")
+PTXAS_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=128")
+PTXAS_TEST(mingru, "stdlib/mingru.cell", NULL, "H=128,D=64")
+PTXAS_TEST(ops, "tests/cells/ops.cell", NULL, "H=128,D=64")
+
+/* ---- no driver ---- */
+
+static bool have_driver(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  return h != NULL; /* stays loaded, as the back end would leave it */
+}
+
+/* Without libcuda, compiling for `cuda` fails naming the library. */
+Test(cuda, no_driver_message) {
+  if (have_driver()) cr_skip_test("this machine has the NVIDIA driver");
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/gru.cell", NULL, "H=4,D=3", false, NULL);
+  char err[2048] = "";
+  PipelineOptions o = {0};
+  o.backend = &cuda_backend;
+  Compiled *cu = pipeline_compile(c, &o, err, sizeof err);
+  cr_expect_null(cu);
+  cr_expect(strstr(err, "libcuda.so.1") != NULL, "the message names the driver: %s", err);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* `cellc run --backend cuda` without libcuda: exit 3, a message naming libcuda.so.1. */
+Test(cuda, no_driver_exit_3) {
+  if (have_driver()) cr_skip_test("this machine has the NVIDIA driver");
+#ifdef __SANITIZE_ADDRESS__
+  const char *bin = "build/asan/cellc";
+#else
+  const char *bin = "bin/cellc";
+#endif
+  if (access(bin, X_OK) != 0) cr_skip_test("%s is not built", bin);
+  const char *tmp = getenv("TMPDIR");
+  char *cmd = xasprintf("ASAN_OPTIONS=detect_leaks=0 %s run stdlib/gru.cell --dims H=4,D=3 --backend cuda --out %s/cellc-nodriver.safetensors 2>&1",
+                        bin, tmp && *tmp ? tmp : "/tmp");
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  char out[4096] = "";
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  int st = pclose(f);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit status %d: %s", WEXITSTATUS(st), out);
+  cr_expect(strstr(out, "libcuda.so.1") != NULL, "the message names the driver: %s", out);
+  free(cmd);
+}
