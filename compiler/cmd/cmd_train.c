@@ -200,7 +200,7 @@ static int setup(Run *r) {
   if (!r->cfg) return 1;
   Cfg *c = r->cfg;
   if (!strcmp(cfg_word(c, "train.device"), "cuda")) {
-    diag_plain("train.device = cuda: the CUDA back end is not built yet; use train.device = cpu");
+    diag_plain("train.device = cuda: training on the GPU is not built yet (the cuda back end runs single cells: cellc run --backend cuda); use train.device = cpu");
     return 3;
   }
   r->steps = cfg_int(c, "train.steps");

@@ -50,7 +50,7 @@ static const CmdHelp commands[] = {
      "  0   success\n"
      "  1   bad input: an error in the .cell file, a bad --inputs file, a bad --set, --dims or --cell\n"
      "  2   bad usage: unknown flag, a flag without its value, a value out of range, no --out\n"
-     "  3   the run failed: the output cannot be written, the back end is not built, out of memory\n"
+     "  3   the run failed: the output cannot be written, a device or library the back end needs is missing, out of memory\n"
      "  70  internal error (a bug)\n"},
     {"train", "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--dry-run]",
      "train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR",
