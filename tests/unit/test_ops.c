@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "cuda.h"
 #include "harness.h"
 #include "interp.h"
 
@@ -182,20 +183,24 @@ static void check_case(Op op, const OpCase *oc, const char *out, bool typed) {
   Arena arena = {0};
   Cell *cell = case_cell(&arena, out, oc->training);
   Program *pr = case_program(cell, oc), *pc = case_program(cell, oc), *pp = case_program(cell, oc);
+  Program *pg = case_program(cell, oc);
   cr_assert(graph_has(typed ? &cell->g : &pr->g, op), "%s: `%s` has no %s node in its %s graph", op_name(op), out,
             op_name(op), typed ? "typed" : "real");
   Compiled *ref = compile_on(&interp_backend, pr, false);
-  Compiled *cpu[2] = {compile_on(&cpu_backend, pc, false), compile_on(&cpu_backend, pp, true)};
+  /* the back ends against the interpreter: cpu with generated code, cpu portable, cuda-emu */
+  Compiled *be[3] = {compile_on(&cpu_backend, pc, false), compile_on(&cpu_backend, pp, true),
+                     compile_on(&cuda_emu_backend, pg, false)};
   int T = 4, B = 2;
   HBufs *R = h_bufs_new(pr, T, B, 5 + (uint64_t)op, 0.5, 0.5);
   pipeline_run_f64(ref, &R->io);
-  for (int k = 0; k < 2; k++) {
+  static const char *const names[3] = {"cpu", "cpu (portable)", "cuda-emu"};
+  for (int k = 0; k < 3; k++) {
     HBufs *S = h_bufs_new(pr, T, B, 1, 0.5, 0.5);
     h_bufs_copy_inputs(S, R, pr);
-    pipeline_run_f64(cpu[k], &S->io);
+    pipeline_run_f64(be[k], &S->io);
     const char *what;
     double e = h_compare(R, S, pr, &what);
-    cr_expect(e < 1e-4, "%s (`%s`) on cpu%s: %s relative error %g", op_name(op), out, k ? " (portable)" : "", what, e);
+    cr_expect(e < 1e-4, "%s (`%s`) on %s: %s relative error %g", op_name(op), out, names[k], what, e);
     h_bufs_free(S);
   }
   char what[64];
@@ -203,8 +208,9 @@ static void check_case(Op op, const OpCase *oc, const char *out, bool typed) {
   cr_expect(e < 1e-6, "%s (`%s`): the derivative against finite differences: %s relative error %g", op_name(op), out,
             what, e);
   h_bufs_free(R);
-  interp_backend.free(ref), cpu_backend.free(cpu[0]), cpu_backend.free(cpu[1]);
-  program_free(pr), program_free(pc), program_free(pp);
+  interp_backend.free(ref);
+  for (int k = 0; k < 3; k++) be[k]->be->free(be[k]);
+  program_free(pr), program_free(pc), program_free(pp), program_free(pg);
   cell_free(cell);
   arena_free(&arena);
 }
