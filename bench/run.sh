@@ -22,6 +22,15 @@ raw=$out/latest.jsonl
 B=64
 configs="512:128"
 [ -n "$CELLC_BENCH_QUICK" ] || configs="512:128 512:256 2048:128 2048:256"
+# the machine's peak (FMA at its widest vector width, 1 core and all), the BLAS kernels chosen from
+# its CPUID features and the ones that ran, sgemm at the GRU layer's shapes as a fraction of the
+# peak (build/peak, bench/peak.c); an OPENBLAS_CORETYPE in the environment is kept, so a second
+# run shows the CPUID choice without it
+{ echo "Machine limits and BLAS kernels (build/peak):"; echo; OPENBLAS_NUM_THREADS=1 ./build/peak | sed 's/^/    /'
+  if [ -n "$OPENBLAS_CORETYPE" ]; then
+    echo; echo "Without OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (the CPUID choice):"; echo
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 ./build/peak | sed 's/^/    /'
+  fi; } > $out/peak.md
 # limits first and last (the best of the two counts): this machine is shared and noisy
 ./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
 cells="gru lstm mgu mgu_see_h lru hgru mingru"
@@ -47,6 +56,7 @@ for cfg in $configs; do
 done
 ./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
 /usr/bin/python3 bench/table.py $raw > $out/latest.md
+{ echo; cat $out/peak.md; } >> $out/latest.md
 # training throughput, cellc train against the same model in PyTorch, and the thread-scaling
 # curve (the scripts set their own thread counts; their progress and errors go to stderr)
 : > $out/train.jsonl
