@@ -110,6 +110,15 @@ typedef struct PlanOptions {
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);
+/* The operands of a PS_GEMM or PS_GEMM_T step: the slots of the product (y), of the per-row vector
+ * (v) and of the matrix (m: the step's stacked matrix, or the node's), and the matrix's [nO, nI]
+ * (nO: the stack's width for a stacked product). */
+typedef struct GemmOperands {
+  int y, v, m;
+  int nO, nI;
+} GemmOperands;
+GemmOperands plan_gemm_operands(const Plan *pl, const PStep *st);
+
 /* The floats an array the back end owns holds for T steps of B rows (0 for the caller's arrays). */
 size_t plan_array_floats(const PlanArray *a, int T, int B);
 void plan_free(Plan *pl);

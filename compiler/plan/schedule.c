@@ -749,6 +749,15 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   return s.pl;
 }
 
+GemmOperands plan_gemm_operands(const Plan *pl, const PStep *st) {
+  Graph *g = &pl->p->g;
+  Node *n = graph_node(g, st->node), *m = graph_node(g, n->a[0]);
+  GemmOperands o = {pl->home[st->out], pl->home[n->a[1]], st->mat >= 0 ? st->mat : pl->home[n->a[0]],
+                    st->mat >= 0 ? st->ncols : m->n[0], m->n[1]};
+  CHECK(o.y >= 0 && o.v >= 0 && o.m >= 0);
+  return o;
+}
+
 size_t plan_array_floats(const PlanArray *a, int T, int B) {
   size_t rows = (size_t)T * (size_t)B;
   switch (a->kind) {

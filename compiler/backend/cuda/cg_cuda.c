@@ -347,10 +347,8 @@ static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
   switch (st->kind) {
   case PS_GEMM:
   case PS_GEMM_T: {
-    Node *n = graph_node(g, st->node), *mm = graph_node(g, n->a[0]);
-    int hy = pl->home[st->out], hv = pl->home[n->a[1]], hm = st->mat >= 0 ? st->mat : pl->home[n->a[0]];
-    CHECK(hy >= 0 && hv >= 0 && hm >= 0);
-    int nO = st->mat >= 0 ? st->ncols : mm->n[0], nI = mm->n[1];
+    GemmOperands op = plan_gemm_operands(pl, st);
+    int hy = op.y, hv = op.v, hm = op.m, nO = op.nO, nI = op.nI;
     const char *acc = st->accumulate ? " + " : "";
     if (st->kind == PS_GEMM) {
       fprintf(f, "    /* %%%d: gemm [%d x %d] */\n", st->node, nO, nI);

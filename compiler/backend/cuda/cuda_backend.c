@@ -294,12 +294,8 @@ static CUdeviceptr row_ptr(CudaCell *c, CudaWork *w, int slot, long long r) {
 /* PS_GEMM: Y[rows, nO] = V[rows, nI] M^T; PS_GEMM_T: Y[rows, nI] = G[rows, nO] M (M row-major
  * [nO, nI]). Row-major [rows, width] with row stride ld is column-major (width x rows), ld. */
 static void run_gemm(CudaCell *c, CudaWork *w, const PStep *st, long long r0, long long r1) {
-  Graph *g = &c->base.p->g;
-  Node *n = graph_node(g, st->node);
-  Node *m = graph_node(g, n->a[0]);
-  int hy = c->pl->home[st->out], hv = c->pl->home[n->a[1]], hm = st->mat >= 0 ? st->mat : c->pl->home[n->a[0]];
-  CHECK(hy >= 0 && hv >= 0 && hm >= 0);
-  int rows = (int)(r1 - r0), nO = st->mat >= 0 ? st->ncols : m->n[0], nI = m->n[1];
+  GemmOperands op = plan_gemm_operands(c->pl, st);
+  int hy = op.y, hv = op.v, hm = op.m, rows = (int)(r1 - r0), nO = op.nO, nI = op.nI;
   float one = 1.0f, beta = st->accumulate ? 1.0f : 0.0f;
   const float *M = (const float *)(uintptr_t)w->bases[hm], *V = (const float *)(uintptr_t)row_ptr(c, w, hv, r0);
   float *Y = (float *)(uintptr_t)row_ptr(c, w, hy, r0);
