@@ -19,11 +19,15 @@
 #define T256 __attribute__((target("avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
 
+/* CPUID once per process (it traps to the hypervisor in a VM); any thread may be first. */
 GemmIsa gemm_isa_host(void) {
+  static _Atomic int cached = -1;
+  int isa = cached;
+  if (isa >= 0) return (GemmIsa)isa;
   CpuFeatures f = cpu_features_host();
-  if (f.avx512f && f.os_zmm) return GEMM_AVX512;
-  if (f.avx2 && f.fma && f.os_ymm) return GEMM_AVX2;
-  return GEMM_BLAS;
+  isa = f.avx512f && f.os_zmm ? GEMM_AVX512 : f.avx2 && f.fma && f.os_ymm ? GEMM_AVX2 : GEMM_BLAS;
+  cached = isa;
+  return (GemmIsa)isa;
 }
 
 bool gemm_isa_runs(GemmIsa isa) { return isa <= gemm_isa_host(); }
