@@ -6,13 +6,16 @@
  *   make -f runtime/support/cpufeat.mk peak        # builds build/peak
  *   OPENBLAS_NUM_THREADS=1 ./build/peak            # the default: the core cellc picks
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --no-apply # the library's own choice
- *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto    # plus a hand-written AVX-512 small GEMM
+ *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto    # plus the hand-written AVX-512 prototype
+ * The NT and NN products also run on cellc's own kernels (compiler/backend/cpu/gemm.c, the one
+ * CPUID features choose; CELLC_GEMM=avx2 forces the AVX2 one, CELLC_GEMM=blas none).
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis     # plus BLIS (libblis4-*, opened with dlopen)
  *   OPENBLAS_CORETYPE=Haswell ./build/peak --override  # unset the pin, then switch: measures
  *                                                  # the re-initialization path itself
  * An OPENBLAS_CORETYPE in the environment is respected (the kernels line says so); unset it
  * (env -u OPENBLAS_CORETYPE) to see the choice from CPUID. Prints one line of JSON last. */
 #include "support.h"
+#include "gemm.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -204,6 +207,13 @@ __attribute__((target("avx512f"))) static void proto_gemm(const Packed *p, int M
   }
 }
 
+/* cellc's own sgemm (compiler/backend/cpu/gemm.c) with the weights packed before the timing, as
+ * the CPU back end packs them once per forward or backward */
+static void gemm_cellc(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
+  (void)B;
+  gemm_run((const GemmPacked *)ctx, s->M, A, s->K, C, s->N, false);
+}
+
 static void gemm_proto(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
   (void)B;
   proto_gemm((const Packed *)ctx, s->M, A, C);
@@ -335,7 +345,7 @@ int main(int argc, char **argv) {
   printf("sgemm, %d BLAS thread(s); fraction of the %d-bit FMA peak of %d core(s) (%.1f GFLOP/s)\n", blas_threads,
          width, blas_threads, peak_at / 1e9);
   printf("  %-34s %-24s %9s %7s\n", "product", "shape (M x N x K)", "GFLOP/s", "of peak");
-  char json[4096];
+  char json[8192];
   int jn = snprintf(json, sizeof json,
                     "{\"core\": \"%s\", \"width\": %d, \"fma_peak_1\": %.4g, \"fma_peak_all\": %.4g, \"copy_1\": %.4g, "
                     "\"copy_all\": %.4g, \"blas_threads\": %d, \"gemm\": [",
@@ -367,6 +377,18 @@ int main(int argc, char **argv) {
         double rb = gemm_rate(s, gemm_blis, (void *)bli, A, Bm, C2);
         printf("  %-34s %-24s %9.1f %6.0f%%  (BLIS %s; max |diff| %.1e)\n", "", "", rb / 1e9, 100 * rb / peak_at,
                blis_arch, max_abs_diff(C, C2, nc));
+      }
+      GemmIsa isa = gemm_isa_default();
+      if (isa != GEMM_BLAS && s->ta == CblasNoTrans) {
+        GemmPacked pk = {0};
+        gemm_pack(&pk, isa, Bm, s->tb == CblasTrans ? s->K : s->N, s->N, s->K, s->tb == CblasTrans);
+        double rc = gemm_rate(s, gemm_cellc, &pk, A, Bm, C2);
+        printf("  %-34s %-24s %9.1f %6.0f%%  (cellc %s, packed weights; max |diff| %.1e)\n", "", "", rc / 1e9,
+               100 * rc / peak_at, gemm_isa_name(isa), max_abs_diff(C, C2, nc));
+        jn += snprintf(json + jn, sizeof json - (size_t)jn,
+                       ", {\"H\": %d, \"what\": \"%s (cellc %s)\", \"M\": %d, \"N\": %d, \"K\": %d, \"flops\": %.4g}",
+                       H, s->what, gemm_isa_name(isa), s->M, s->N, s->K, rc);
+        gemm_packed_free(&pk);
       }
       if (proto && width == 512 && s->ta == CblasNoTrans && s->M % 8 == 0 && s->N % 32 == 0) {
         Packed p = pack_panels(Bm, s->N, s->K, s->tb == CblasTrans);

@@ -1,0 +1,231 @@
+/* gemm.c: cellc's own sgemm for C (+)= A op(W) with W packed once into column panels
+ * (see gemm.h). Loop order, as the bench/peak.c prototype measured best: rows of A in blocks
+ * (64 for AVX-512, 48 for AVX2) that stay in L1/L2, then each panel of W (from L2), then the
+ * micro-tiles of the block: mr x nr accumulators in registers over the whole K, A broadcast
+ * from memory, W's panel row loaded as two vectors. Row tails take a micro-kernel of fewer
+ * rows (mr is a constant in each specialization), column tails masked loads and stores
+ * (the packed panel is zero-padded, so the extra lanes compute zeros that are never stored). */
+#include "gemm.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+#define T512 __attribute__((target("avx512f")))
+#define T256 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* CPUID once per process (it traps to the hypervisor in a VM); any thread may be first. */
+GemmIsa gemm_isa_host(void) {
+  static _Atomic int cached = -1;
+  int isa = cached;
+  if (isa >= 0) return (GemmIsa)isa;
+  CpuFeatures f = cpu_features_host();
+  isa = f.avx512f && f.os_zmm ? GEMM_AVX512 : f.avx2 && f.fma && f.os_ymm ? GEMM_AVX2 : GEMM_BLAS;
+  cached = isa;
+  return (GemmIsa)isa;
+}
+
+bool gemm_isa_runs(GemmIsa isa) { return isa <= gemm_isa_host(); }
+
+GemmIsa gemm_isa_default(void) {
+  GemmIsa host = gemm_isa_host();
+  const char *e = getenv("CELLC_GEMM");
+  if (e && !strcmp(e, "blas")) return GEMM_BLAS;
+  if (e && !strcmp(e, "avx2") && host >= GEMM_AVX2) return GEMM_AVX2;
+  return host;
+}
+
+const char *gemm_isa_name(GemmIsa isa) {
+  switch (isa) {
+  case GEMM_AVX512: return "avx512 8x32";
+  case GEMM_AVX2: return "avx2 6x16";
+  default: return "blas";
+  }
+}
+
+/* ---- packing ---- */
+
+void gemm_pack(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N, int K, bool trans) {
+  CHECK(N >= 0 && K >= 0 && gemm_isa_runs(isa));
+  pk->isa = isa, pk->trans = trans, pk->N = N, pk->K = K, pk->w = W, pk->ldw = ldw;
+  if (isa == GEMM_BLAS) {
+    pk->nr = 0;
+    return;
+  }
+  int nr = isa == GEMM_AVX512 ? 32 : 16, np = (N + nr - 1) / nr;
+  pk->nr = nr;
+  size_t need = (size_t)np * (size_t)K * (size_t)nr;
+  if (need < 16) need = 16;
+  if (pk->cap < need) {
+    free(pk->p);
+    pk->p = aligned_alloc(64, need * sizeof(float)); /* need * 4 is a multiple of 64 */
+    CHECK(pk->p);
+    pk->cap = need;
+  }
+  for (int jp = 0; jp < np; jp++) {
+    float *dst = pk->p + (size_t)jp * (size_t)K * (size_t)nr;
+    for (int j = 0; j < nr; j++) {
+      int n = jp * nr + j;
+      if (n >= N) {
+        for (int k = 0; k < K; k++) dst[(size_t)k * nr + j] = 0.0f;
+      } else if (trans) {
+        const float *row = W + (size_t)n * (size_t)ldw;
+        for (int k = 0; k < K; k++) dst[(size_t)k * nr + j] = row[k];
+      } else {
+        for (int k = 0; k < K; k++) dst[(size_t)k * nr + j] = W[(size_t)k * (size_t)ldw + n];
+      }
+    }
+  }
+}
+
+void gemm_packed_free(GemmPacked *pk) {
+  free(pk->p);
+  memset(pk, 0, sizeof *pk);
+}
+
+/* ---- AVX-512: 8 x 32 micro-tile, 16 zmm accumulators ---- */
+
+INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t lda, const float *restrict b, float *restrict c,
+                         size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
+  __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k++) {
+    __m512 b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+      if (r < mr) {
+        __m512 x = _mm512_set1_ps(a[(size_t)r * lda + (size_t)k]);
+        c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+        c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+      }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++)
+    if (r < mr) {
+      float *cr = c + (size_t)r * ldc;
+      __m512 y0 = c0[r], y1 = c1[r];
+      if (acc) {
+        y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
+        y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
+      }
+      _mm512_mask_storeu_ps(cr, m0, y0);
+      _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    }
+}
+
+T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __mmask16 m0,
+                          __mmask16 m1, bool acc) {
+  switch (mr) {
+  case 8: tile512(8, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 7: tile512(7, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 6: tile512(6, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 5: tile512(5, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 4: tile512(4, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 3: tile512(3, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 2: tile512(2, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  default: tile512(1, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  }
+}
+
+static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+T512 static void run512(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
+  enum { MR = 8, NR = 32, MB = 64 };
+  int N = pk->N, K = pk->K, np = (N + NR - 1) / NR;
+  for (int ib = 0; ib < M; ib += MB) {
+    int ie = ib + MB < M ? ib + MB : M;
+    for (int jp = 0; jp < np; jp++) {
+      const float *b = pk->p + (size_t)jp * (size_t)K * NR;
+      int nv = N - jp * NR;
+      __mmask16 m0 = lanes16(nv), m1 = lanes16(nv - 16);
+      for (int i0 = ib; i0 < ie; i0 += MR)
+        tiles512(ie - i0 < MR ? ie - i0 : MR, K, A + (size_t)i0 * lda, lda, b, C + (size_t)i0 * ldc + (size_t)jp * NR,
+                 ldc, m0, m1, acc);
+    }
+  }
+}
+
+/* ---- AVX2 + FMA: 6 x 16 micro-tile, 12 ymm accumulators ---- */
+
+INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t lda, const float *restrict b, float *restrict c,
+                         size_t ldc, __m256i m0, __m256i m1, bool acc) {
+  __m256 c0[6], c1[6];
+#pragma GCC unroll 6
+  for (int r = 0; r < 6; r++) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int k = 0; k < K; k++) {
+    __m256 b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++)
+      if (r < mr) {
+        __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + (size_t)k);
+        c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
+        c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+      }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < 6; r++)
+    if (r < mr) {
+      float *cr = c + (size_t)r * ldc;
+      __m256 y0 = c0[r], y1 = c1[r];
+      if (acc) {
+        y0 = _mm256_add_ps(y0, _mm256_maskload_ps(cr, m0));
+        y1 = _mm256_add_ps(y1, _mm256_maskload_ps(cr + 8, m1));
+      }
+      _mm256_maskstore_ps(cr, m0, y0);
+      _mm256_maskstore_ps(cr + 8, m1, y1);
+    }
+}
+
+T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __m256i m0,
+                          __m256i m1, bool acc) {
+  switch (mr) {
+  case 6: tile256(6, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 5: tile256(5, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 4: tile256(4, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 3: tile256(3, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  case 2: tile256(2, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  default: tile256(1, K, a, lda, b, c, ldc, m0, m1, acc); break;
+  }
+}
+
+T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
+  enum { MR = 6, NR = 16, MB = 48 };
+  int N = pk->N, K = pk->K, np = (N + NR - 1) / NR;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int ib = 0; ib < M; ib += MB) {
+    int ie = ib + MB < M ? ib + MB : M;
+    for (int jp = 0; jp < np; jp++) {
+      const float *b = pk->p + (size_t)jp * (size_t)K * NR;
+      int nv = N - jp * NR;
+      __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), lane), m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - 8), lane);
+      for (int i0 = ib; i0 < ie; i0 += MR)
+        tiles256(ie - i0 < MR ? ie - i0 : MR, K, A + (size_t)i0 * lda, lda, b, C + (size_t)i0 * ldc + (size_t)jp * NR,
+                 ldc, m0, m1, acc);
+    }
+  }
+}
+
+/* ---- the entry ---- */
+
+void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate) {
+  int N = pk->N, K = pk->K;
+  if (M <= 0 || N <= 0) return;
+  switch (pk->isa) {
+  case GEMM_AVX512: run512(pk, M, A, (size_t)lda, C, (size_t)ldc, accumulate); return;
+  case GEMM_AVX2: run256(pk, M, A, (size_t)lda, C, (size_t)ldc, accumulate); return;
+  default: break;
+  }
+  if (K == 0) { /* BLAS wants lda >= 1 and K >= 1: nothing to add */
+    if (!accumulate)
+      for (int i = 0; i < M; i++) memset(C + (size_t)i * (size_t)ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, pk->trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, pk->w, pk->ldw,
+              accumulate ? 1.0f : 0.0f, C, ldc);
+}

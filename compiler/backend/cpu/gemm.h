@@ -1,0 +1,44 @@
+/* gemm.h: cellc's own single-precision GEMM for the CPU back end's two products with a
+ * weight matrix W that stays constant over a forward or a backward (private to the back end):
+ *   trans:  C[M, N] (+)= A[M, K] W^T,  W row-major [N, K] (PS_GEMM)
+ *   !trans: C[M, N] (+)= A[M, K] W,    W row-major [K, N] (PS_GEMM_T)
+ * W is packed once (gemm_pack) into column panels of the micro-kernel's width; gemm_run then
+ * takes any M rows of A (row stride lda) into C (row stride ldc), single-threaded (the caller
+ * splits the rows between its threads). The micro-kernel comes from CPUID features: 8 x 32
+ * with AVX-512 F, 6 x 16 with AVX2 + FMA; on a CPU with neither, cblas_sgemm. */
+#ifndef CELLC_CPU_GEMM_H
+#define CELLC_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum GemmIsa { GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } GemmIsa;
+
+/* The widest kernel this CPU (and its OS's register state) runs. */
+GemmIsa gemm_isa_host(void);
+/* gemm_isa_host(), lowered by CELLC_GEMM=blas|avx2|avx512 in the environment (never raised
+ * above what the host runs): the comparison switch of the benchmarks. */
+GemmIsa gemm_isa_default(void);
+/* Whether this CPU can run kernels of `isa`. */
+bool gemm_isa_runs(GemmIsa isa);
+const char *gemm_isa_name(GemmIsa isa);
+
+/* A packed weight matrix: for the kernels, panels of nr columns ([N / nr rounded up][K][nr],
+ * the last padded with zeros); for GEMM_BLAS, W itself. */
+typedef struct GemmPacked {
+  GemmIsa isa;
+  bool trans;
+  int N, K, nr;
+  const float *w; /* GEMM_BLAS: W as given */
+  int ldw;
+  float *p;       /* the panels (64-byte aligned), owned */
+  size_t cap;     /* floats p holds */
+} GemmPacked;
+
+/* Packs W (row stride ldw) for products with `isa` (a kernel the CPU runs); reuses pk's buffer. */
+void gemm_pack(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N, int K, bool trans);
+/* C[M, N] = A[M, K] op(W), or C += that when `accumulate`. */
+void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate);
+void gemm_packed_free(GemmPacked *pk);
+
+#endif

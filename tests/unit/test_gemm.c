@@ -1,0 +1,135 @@
+/* test_gemm.c: the CPU back end's own sgemm (compiler/backend/cpu/gemm.c) against a float64
+ * reference, on every kernel this CPU runs (AVX-512 8x32, AVX2 6x16, cblas), forced through
+ * gemm_pack's isa: both products (A W^T and A W), M from 1 to 70, N and K off the tiles,
+ * row strides wider than the rows, beta 0 and 1; the cells around C are never written. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "support.h"
+
+static void fill(float *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+}
+
+#define SENTINEL 12345.0f
+
+/* One product on one kernel: C (M x N, ldc = N + padc) starts from random values (beta 1) or
+ * sentinels (beta 0); returns the largest error relative to sum |a||w| + |c0|. */
+static double check(GemmIsa isa, bool trans, int M, int N, int K, int pada, int padw, int padc, bool acc) {
+  int lda = K + pada, ldc = N + padc, ldw = (trans ? K : N) + padw, wrows = trans ? N : K;
+  float *A = malloc(sizeof(float) * ((size_t)M * lda + 1)), *W = malloc(sizeof(float) * ((size_t)wrows * ldw + 1));
+  float *C = malloc(sizeof(float) * ((size_t)M * ldc + 1)), *C0 = malloc(sizeof(float) * ((size_t)M * ldc + 1));
+  fill(A, (size_t)M * lda, 1 + (unsigned)M), fill(W, (size_t)wrows * ldw, 2 + (unsigned)N);
+  fill(C0, (size_t)M * ldc, 3 + (unsigned)K);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++)
+      if (j >= N || !acc) C0[(size_t)i * ldc + j] = SENTINEL;
+  memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+  GemmPacked pk = {0};
+  gemm_pack(&pk, isa, W, ldw, N, K, trans);
+  gemm_run(&pk, M, A, lda, C, ldc, acc);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
+      if (j >= N) {
+        cr_assert(got == SENTINEL, "%s: wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
+        continue;
+      }
+      double ref = acc ? c0 : 0, mag = acc ? fabs(c0) : 0;
+      for (int k = 0; k < K; k++) {
+        double a = A[(size_t)i * lda + k], w = trans ? W[(size_t)j * ldw + k] : W[(size_t)k * ldw + j];
+        ref += a * w, mag += fabs(a * w);
+      }
+      double e = fabs(got - ref) / (mag + 1e-30);
+      if (mag == 0) e = fabs(got - ref);
+      if (e > worst) worst = e;
+    }
+  gemm_packed_free(&pk);
+  free(A), free(W), free(C), free(C0);
+  return worst;
+}
+
+static const GemmIsa isas[] = {GEMM_AVX512, GEMM_AVX2, GEMM_BLAS};
+
+static void sweep(GemmIsa isa) {
+  if (!gemm_isa_runs(isa)) {
+    cr_skip_test("this CPU does not run %s", gemm_isa_name(isa));
+    return;
+  }
+  static const int Ns[] = {1, 5, 16, 17, 31, 32, 33, 47, 48, 64, 70, 100};
+  static const int Ks[] = {0, 1, 3, 8, 17, 33, 64, 129};
+  int n = 0;
+  for (int M = 1; M <= 70; M += (M < 17 ? 1 : 7))
+    for (size_t in = 0; in < sizeof Ns / sizeof Ns[0]; in++)
+      for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++) {
+        int N = Ns[in], K = Ks[ik];
+        bool trans = (M + N + K) % 2, acc = (M * 3 + N + K) % 3 == 0;
+        int pad = (M + N) % 4 == 0 ? 0 : (M + K) % 5 + 1;
+        double e = check(isa, trans, M, N, K, pad, pad / 2, pad, acc);
+        cr_assert(e < 1e-5, "%s %s M %d N %d K %d pad %d beta %d: relative error %g", gemm_isa_name(isa),
+                  trans ? "A W^T" : "A W", M, N, K, pad, acc, e);
+        n++;
+      }
+  cr_assert(n > 500);
+}
+
+Test(gemm, avx512_shapes) { sweep(GEMM_AVX512); }
+Test(gemm, avx2_shapes) { sweep(GEMM_AVX2); }
+Test(gemm, blas_shapes) { sweep(GEMM_BLAS); }
+
+/* Both products, both betas, on every kernel at the GRU layer's per-step shapes (B = 64). */
+Test(gemm, gru_step_shapes) {
+  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    if (!gemm_isa_runs(isas[i])) continue;
+    for (int H = 128; H <= 256; H *= 2)
+      for (int acc = 0; acc < 2; acc++) {
+        cr_assert(check(isas[i], true, 64, 3 * H, H, 0, 0, 0, acc) < 1e-5, "%s h U^T H %d", gemm_isa_name(isas[i]), H);
+        cr_assert(check(isas[i], false, 64, H, 3 * H, 0, 0, 0, acc) < 1e-5, "%s dG U H %d", gemm_isa_name(isas[i]), H);
+        cr_assert(check(isas[i], false, 32, H, 3 * H, 3, 5, 7, acc) < 1e-5, "%s dG U H %d, strided", gemm_isa_name(isas[i]), H);
+      }
+  }
+}
+
+/* A packed buffer is reused for a larger and a smaller matrix. */
+Test(gemm, repack) {
+  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    if (!gemm_isa_runs(isas[i])) continue;
+    GemmPacked pk = {0};
+    float W[40 * 40], A[9 * 40], C[9 * 40];
+    fill(W, 1600, 5), fill(A, 360, 6);
+    for (int n = 5; n <= 40; n += 35)
+      for (int rep = 0; rep < 2; rep++) {
+        gemm_pack(&pk, isas[i], W, 40, n, n, rep);
+        gemm_run(&pk, 9, A, 40, C, 40, false);
+        for (int r = 0; r < 9; r++)
+          for (int j = 0; j < n; j++) {
+            double ref = 0;
+            for (int k = 0; k < n; k++) ref += (double)A[r * 40 + k] * (rep ? W[j * 40 + k] : W[k * 40 + j]);
+            cr_assert(fabs(C[r * 40 + j] - ref) < 1e-5, "%s n %d", gemm_isa_name(isas[i]), n);
+          }
+      }
+    gemm_packed_free(&pk);
+  }
+}
+
+/* The kernel follows CPUID features; CELLC_GEMM only lowers it. */
+Test(gemm, isa_from_features) {
+  CpuFeatures f = cpu_features_host();
+  GemmIsa h = gemm_isa_host();
+  if (f.avx512f && f.os_zmm) cr_assert_eq(h, GEMM_AVX512);
+  else if (f.avx2 && f.fma && f.os_ymm) cr_assert_eq(h, GEMM_AVX2);
+  else cr_assert_eq(h, GEMM_BLAS);
+  setenv("CELLC_GEMM", "blas", 1);
+  cr_assert_eq(gemm_isa_default(), GEMM_BLAS);
+  setenv("CELLC_GEMM", "avx2", 1);
+  cr_assert_eq(gemm_isa_default(), h >= GEMM_AVX2 ? GEMM_AVX2 : h);
+  unsetenv("CELLC_GEMM");
+  cr_assert_eq(gemm_isa_default(), h);
+}
