@@ -143,13 +143,8 @@ typedef struct GemmArgs {
 } GemmArgs;
 
 static GemmArgs gemm_args(CpuCell *c, CpuWork *w, const PStep *st) {
-  Node *n = graph_node(&c->base.p->g, st->node);
-  Node *m = graph_node(&c->base.p->g, n->a[0]);
-  GemmArgs a = {c->pl->home[st->out], c->pl->home[n->a[1]], NULL, st->mat >= 0 ? st->ncols : m->n[0], m->n[1]};
-  int hm = st->mat >= 0 ? st->mat : c->pl->home[n->a[0]];
-  CHECK(a.hy >= 0 && a.hv >= 0 && hm >= 0);
-  a.M = w->bases[hm];
-  return a;
+  GemmOperands op = plan_gemm_operands(c->pl, st);
+  return (GemmArgs){op.y, op.v, w->bases[op.m], op.nO, op.nI};
 }
 
 /* Below this inner dimension cblas_sgemm is as fast as the kernels (both store-bound): measured at
