@@ -17,34 +17,15 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import Result, check, finish  # noqa: E402
+
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 60
-passed = failed = 0
 tmp = tempfile.mkdtemp(prefix="cellc-misuse-")
 FINAL = re.compile(r"^final: step=(\d+) loss=(\S+) accuracy=(\S+)$")
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("PASS", name)
-    else:
-        failed += 1
-        print("FAIL", name, detail)
-    sys.stdout.flush()
-
-
-class Result:
-    def __init__(self, rc, out, err):
-        self.rc, self.out, self.err = rc, out, err
-
-    def last(self):
-        lines = self.out.strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def why(self):
-        return f"rc={self.rc} stdout={self.out.strip()[-400:]!r} stderr={self.err.strip()[-400:]!r}"
 
 
 def cellc(*args, limit_as=None, stdin=None):
@@ -524,5 +505,4 @@ check("run interrupted by SIGINT and SIGTERM: status 130, no partial or temporar
       f"rc={p.returncode} {os.listdir(d)}")
 
 shutil.rmtree(tmp, ignore_errors=True)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

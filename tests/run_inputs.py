@@ -12,8 +12,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "torch"))
 import numpy as np  # noqa: E402
 import sft  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import check, finish  # noqa: E402
+
 CELLC = os.environ.get("CELLC", "bin/cellc")
-passed = failed = 0
 
 
 def run(args):
@@ -21,14 +23,6 @@ def run(args):
     return p.returncode, p.stderr
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("PASS", name)
-    else:
-        failed += 1
-        print("FAIL", name, detail)
 
 
 def write_raw(path, header, data=b""):
@@ -109,5 +103,4 @@ check("replay_out_file", ok, err)
 # an unwritable output: exit 3, nothing left behind
 rc, err = run(cell + ["--out", "/nonexistent-dir/out.st"])
 check("unwritable_out", rc == 3 and "nonexistent-dir" in err, f"rc={rc} {err.strip()[:200]}")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -15,36 +15,17 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import Result, check, finish  # noqa: E402
+
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 60
-passed = failed = 0
 tmp = tempfile.mkdtemp(prefix="cellc-train-")
 
 FINAL = re.compile(r"^final: step=(\d+) loss=(\S+) accuracy=(\S+)$")
 METRIC_KEYS = {"step", "split", "loss", "accuracy", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("PASS", name)
-    else:
-        failed += 1
-        print("FAIL", name, detail)
-    sys.stdout.flush()
-
-
-class Result:
-    def __init__(self, rc, out, err):
-        self.rc, self.out, self.err = rc, out, err
-
-    def last(self):
-        lines = self.out.strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def why(self):
-        return f"rc={self.rc} stdout={self.out.strip()[-400:]!r} stderr={self.err.strip()[-400:]!r}"
 
 
 def cellc(*args):
@@ -519,5 +500,4 @@ if step is not None:
 check("Ctrl-C: no temporary file is left", os.path.isdir(d) and not no_temporaries(d), str(os.listdir(d) if os.path.isdir(d) else d))
 
 shutil.rmtree(tmp, ignore_errors=True)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -1,0 +1,29 @@
+"""clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py):
+one PASS/FAIL line per check, a command's result, and the closing "N passed, M failed" line with
+exit 1 on any failure."""
+import sys
+
+counts = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    counts["passed" if ok else "failed"] += 1
+    print("PASS" if ok else "FAIL", name, *([] if ok else [detail]))
+    sys.stdout.flush()
+
+
+def finish():
+    print(f"{counts['passed']} passed, {counts['failed']} failed")
+    sys.exit(1 if counts["failed"] else 0)
+
+
+class Result:
+    def __init__(self, rc, out, err):
+        self.rc, self.out, self.err = rc, out, err
+
+    def last(self):
+        lines = self.out.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def why(self):
+        return f"rc={self.rc} stdout={self.out.strip()[-400:]!r} stderr={self.err.strip()[-400:]!r}"
