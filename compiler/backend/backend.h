@@ -50,6 +50,17 @@ typedef struct BackendOptions {
   bool portable;           /* cpu: run every kernel in the portable evaluator (no generated code) */
 } BackendOptions;
 
+/* What `cellc emit` asks of a back end (spec/emit.md): the program's whole-sequence forward and
+ * backward as standalone files named after `name`, written into `dir` (a fresh directory that the
+ * command renames into place once every file is complete). */
+typedef struct EmitOptions {
+  const char *name;        /* the prefix P of every file and symbol */
+  const char *dir;         /* where the files go */
+  const char *cpu;         /* target cpu: generic | x86-64-v3 | x86-64-v4 | native */
+  const char *arch;        /* target cuda: sm_80, sm_90, ... */
+  bool train_noise;        /* stochastic built-ins draw noise: P_forward takes a trailing seed */
+} EmitOptions;
+
 typedef struct Backend Backend;
 
 /* A compiled program: each back end's own struct starts with this. */
@@ -105,6 +116,10 @@ struct Backend {
   void (*mem_free)(Compiled *c, void *p);
   void (*mem_upload)(Compiled *c, void *dst, const void *src, size_t bytes);
   void (*mem_download)(Compiled *c, void *dst, const void *src, size_t bytes);
+  /* Writes p's forward and backward as the target's standalone code files (cpu: P.o and libP.so;
+   * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with
+   * a message in err. NULL for a back end that cannot emit. */
+  int (*emit)(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen);
 };
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,
