@@ -214,6 +214,12 @@ static void gemm_cellc(const Shape *s, const float *A, const float *B, float *C,
   gemm_run((const GemmPacked *)ctx, s->M, A, s->K, C, s->N, false);
 }
 
+/* cellc's weight gradient (gemm_tn_acc: C += A^T B), from C = 0 as the others. */
+static void gemm_cellc_tn(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
+  memset(C, 0, sizeof(float) * (size_t)s->M * s->N);
+  gemm_tn_acc(*(const GemmIsa *)ctx, s->M, s->N, s->K, A, s->M, B, s->N, C, s->N);
+}
+
 static void gemm_proto(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
   (void)B;
   proto_gemm((const Packed *)ctx, s->M, A, C);
@@ -389,6 +395,13 @@ int main(int argc, char **argv) {
                        ", {\"H\": %d, \"what\": \"%s (cellc %s)\", \"M\": %d, \"N\": %d, \"K\": %d, \"flops\": %.4g}",
                        H, s->what, gemm_isa_name(isa), s->M, s->N, s->K, rc);
         gemm_packed_free(&pk);
+      } else if (isa != GEMM_BLAS && s->ta == CblasTrans && s->tb == CblasNoTrans) {
+        double rc = gemm_rate(s, gemm_cellc_tn, &isa, A, Bm, C2);
+        printf("  %-34s %-24s %9.1f %6.0f%%  (cellc %s, A^T B, A in row blocks; max |diff| %.1e)\n", "", "", rc / 1e9,
+               100 * rc / peak_at, gemm_isa_name(isa), max_abs_diff(C, C2, nc));
+        jn += snprintf(json + jn, sizeof json - (size_t)jn,
+                       ", {\"H\": %d, \"what\": \"%s (cellc %s)\", \"M\": %d, \"N\": %d, \"K\": %d, \"flops\": %.4g}",
+                       H, s->what, gemm_isa_name(isa), s->M, s->N, s->K, rc);
       }
       if (proto && width == 512 && s->ta == CblasNoTrans && s->M % 8 == 0 && s->N % 32 == 0) {
         Packed p = pack_panels(Bm, s->N, s->K, s->tb == CblasTrans);

@@ -133,3 +133,54 @@ Test(gemm, isa_from_features) {
   unsetenv("CELLC_GEMM");
   cr_assert_eq(gemm_isa_default(), h);
 }
+
+/* The weight gradient C += A^T B (A [K, M], B [K, N]) against float64, on every kernel: M and N
+ * off the tiles, K across the row blocks, strides wider than the rows; C's padding untouched. */
+static double check_tn(GemmIsa isa, int M, int N, int K, int pad) {
+  int lda = M + pad, ldb = N + pad, ldc = N + pad;
+  float *A = malloc(sizeof(float) * ((size_t)K * lda + 1)), *B = malloc(sizeof(float) * ((size_t)K * ldb + 1));
+  float *C = malloc(sizeof(float) * ((size_t)M * ldc + 1)), *C0 = malloc(sizeof(float) * ((size_t)M * ldc + 1));
+  fill(A, (size_t)K * lda, 7 + (unsigned)M), fill(B, (size_t)K * ldb, 8 + (unsigned)N), fill(C0, (size_t)M * ldc, 9);
+  for (int i = 0; i < M; i++)
+    for (int j = N; j < ldc; j++) C0[(size_t)i * ldc + j] = SENTINEL;
+  memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+  gemm_tn_acc(isa, M, N, K, A, lda, B, ldb, C, ldc);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
+      if (j >= N) {
+        cr_assert(got == SENTINEL, "%s: A^T B wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
+        continue;
+      }
+      double ref = c0, mag = fabs(c0);
+      for (int k = 0; k < K; k++) {
+        double p = (double)A[(size_t)k * lda + i] * B[(size_t)k * ldb + j];
+        ref += p, mag += fabs(p);
+      }
+      double e = fabs(got - ref) / (mag + 1e-30);
+      if (e > worst) worst = e;
+    }
+  free(A), free(B), free(C), free(C0);
+  return worst;
+}
+
+Test(gemm, weight_gradient_shapes) {
+  static const int Ms[] = {1, 5, 8, 9, 13, 40, 70}, Ns[] = {1, 7, 16, 17, 33, 48, 64, 70}, Ks[] = {0, 1, 5, 128, 129, 300};
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    int n = 0;
+    for (size_t im = 0; im < sizeof Ms / sizeof Ms[0]; im++)
+      for (size_t in = 0; in < sizeof Ns / sizeof Ns[0]; in++)
+        for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++) {
+          int M = Ms[im], N = Ns[in], K = Ks[ik], pad = (M + N + K) % 3 * 2;
+          double e = check_tn(isas[s], M, N, K, pad);
+          cr_assert(e < 1e-5, "%s A^T B M %d N %d K %d pad %d: relative error %g", gemm_isa_name(isas[s]), M, N, K, pad, e);
+          n++;
+        }
+    cr_assert(n == 336);
+  }
+  /* the GRU layer's weight gradient at H = 128: [T B = 2048 rows] dG^T X, 3H x H */
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++)
+    if (gemm_isa_runs(isas[s])) cr_assert(check_tn(isas[s], 384, 128, 2048, 0) < 1e-5, "%s GRU shape", gemm_isa_name(isas[s]));
+}

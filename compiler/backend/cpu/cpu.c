@@ -1,10 +1,10 @@
 /* cpu.c: the CPU back end: compiles a Program into a plan (compiler/plan) and LLVM-generated
  * elementwise kernels (cg_llvm.c), and runs the plan's phases in order over whole sequences in
- * float32: GEMMs through gemm.c (the weights packed once per forward or backward; cblas_sgemm for
- * the weight gradients' outer products), scans, the fused kernels. */
+ * float32: GEMMs through gemm.c (the weights packed once per forward or backward; the weight
+ * gradients' outer products unpacked, gemm_tn_acc), scans, the fused kernels. */
 #include "cpu.h"
 
-#include <cblas.h>
+#include <cblas.h> /* openblas_set_num_threads */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -353,8 +353,8 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   int64_t i0, i1;
   share_of(0, o->n[0], sh, &i0, &i1);
   if (i1 > i0)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(i1 - i0), o->n[1], (int)rows, 1.0f, w->bases[hG] + i0,
-                width_of(c, hG), w->bases[hV], width_of(c, hV), 1.0f, w->bases[hacc] + i0 * o->n[1], o->n[1]);
+    gemm_tn_acc(gemm_isa_default(), (int)(i1 - i0), o->n[1], (int)rows, w->bases[hG] + i0, width_of(c, hG), w->bases[hV],
+                width_of(c, hV), w->bases[hacc] + i0 * o->n[1], o->n[1]);
 }
 
 /* acc[bound] += the sum over all rows of the node, on this thread's share of the columns. */

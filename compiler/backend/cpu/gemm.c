@@ -90,17 +90,24 @@ void gemm_packed_free(GemmPacked *pk) {
 
 /* ---- AVX-512: 8 x 32 micro-tile, 16 zmm accumulators ---- */
 
-INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t lda, const float *restrict b, float *restrict c,
-                         size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
+/* a's element (r, k) is a[r * ars + k * aks]; b's row k is the packed panel's (ldb 0: aligned, 32
+ * wide) or B's own row b + k * ldb, read with the column masks (a weight gradient's operand). */
+INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
+                         size_t ldb, float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
   __m512 c0[8], c1[8];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
   for (int k = 0; k < K; k++) {
-    __m512 b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
+    __m512 b0, b1;
+    if (ldb) {
+      b0 = _mm512_maskz_loadu_ps(m0, b + (size_t)k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + (size_t)k * ldb + 16);
+    } else {
+      b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
       if (r < mr) {
-        __m512 x = _mm512_set1_ps(a[(size_t)r * lda + (size_t)k]);
+        __m512 x = _mm512_set1_ps(a[(size_t)r * ars + (size_t)k * aks]);
         c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
         c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
       }
@@ -119,18 +126,27 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t lda, con
     }
 }
 
+/* The micro-kernels of every row count: A row-major (a's rows lda apart) against a packed panel
+ * (tiles512), and A^T (a's rows are A's columns, A's rows lda apart) against B's rows (tiles512_tn).
+ * The strides are constants where they are fixed, so each is its own specialization. */
+#define TILES512(mr, ...)                                                                                            \
+  switch (mr) {                                                                                                      \
+  case 8: tile512(8, __VA_ARGS__); break;                                                                            \
+  case 7: tile512(7, __VA_ARGS__); break;                                                                            \
+  case 6: tile512(6, __VA_ARGS__); break;                                                                            \
+  case 5: tile512(5, __VA_ARGS__); break;                                                                            \
+  case 4: tile512(4, __VA_ARGS__); break;                                                                            \
+  case 3: tile512(3, __VA_ARGS__); break;                                                                            \
+  case 2: tile512(2, __VA_ARGS__); break;                                                                            \
+  default: tile512(1, __VA_ARGS__); break;                                                                           \
+  }
 T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __mmask16 m0,
                           __mmask16 m1, bool acc) {
-  switch (mr) {
-  case 8: tile512(8, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 7: tile512(7, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 6: tile512(6, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 5: tile512(5, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 4: tile512(4, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 3: tile512(3, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 2: tile512(2, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  default: tile512(1, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  }
+  TILES512(mr, K, a, lda, 1, b, 0, c, ldc, m0, m1, acc)
+}
+T512 static void tiles512_tn(int mr, int K, const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                             __mmask16 m0, __mmask16 m1) {
+  TILES512(mr, K, a, 1, lda, b, ldb, c, ldc, m0, m1, true)
 }
 
 static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -153,17 +169,23 @@ T512 static void run512(const GemmPacked *pk, int M, const float *A, size_t lda,
 
 /* ---- AVX2 + FMA: 6 x 16 micro-tile, 12 ymm accumulators ---- */
 
-INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t lda, const float *restrict b, float *restrict c,
-                         size_t ldc, __m256i m0, __m256i m1, bool acc) {
+/* As tile512, 6 x 16. */
+INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
+                         size_t ldb, float *restrict c, size_t ldc, __m256i m0, __m256i m1, bool acc) {
   __m256 c0[6], c1[6];
 #pragma GCC unroll 6
   for (int r = 0; r < 6; r++) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int k = 0; k < K; k++) {
-    __m256 b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
+    __m256 b0, b1;
+    if (ldb) {
+      b0 = _mm256_maskload_ps(b + (size_t)k * ldb, m0), b1 = _mm256_maskload_ps(b + (size_t)k * ldb + 8, m1);
+    } else {
+      b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++)
       if (r < mr) {
-        __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + (size_t)k);
+        __m256 x = _mm256_broadcast_ss(a + (size_t)r * ars + (size_t)k * aks);
         c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
         c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
       }
@@ -182,16 +204,22 @@ INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t lda, con
     }
 }
 
+#define TILES256(mr, ...)                                                                                            \
+  switch (mr) {                                                                                                      \
+  case 6: tile256(6, __VA_ARGS__); break;                                                                            \
+  case 5: tile256(5, __VA_ARGS__); break;                                                                            \
+  case 4: tile256(4, __VA_ARGS__); break;                                                                            \
+  case 3: tile256(3, __VA_ARGS__); break;                                                                            \
+  case 2: tile256(2, __VA_ARGS__); break;                                                                            \
+  default: tile256(1, __VA_ARGS__); break;                                                                           \
+  }
 T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __m256i m0,
                           __m256i m1, bool acc) {
-  switch (mr) {
-  case 6: tile256(6, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 5: tile256(5, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 4: tile256(4, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 3: tile256(3, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  case 2: tile256(2, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  default: tile256(1, K, a, lda, b, c, ldc, m0, m1, acc); break;
-  }
+  TILES256(mr, K, a, lda, 1, b, 0, c, ldc, m0, m1, acc)
+}
+T256 static void tiles256_tn(int mr, int K, const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
+                             __m256i m0, __m256i m1) {
+  TILES256(mr, K, a, 1, lda, b, ldb, c, ldc, m0, m1, true)
 }
 
 T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
@@ -228,4 +256,79 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, pk->trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, pk->w, pk->ldw,
               accumulate ? 1.0f : 0.0f, C, ldc);
+}
+
+/* ---- the weight gradient: C[M, N] += A^T B over K rows ----
+ * K (all T * B rows) is far too long for one pass of the accumulators to keep its operands in
+ * cache, so it runs in blocks of KC rows. Each block of A is copied into panels of mr columns
+ * ([M / mr][KC][mr]: a tile's operand becomes one sequential stream instead of one strided
+ * cache line per row); then for each panel of B's columns (KC rows x nr, read in place with the
+ * column masks, from L1), the micro-tiles over M. C takes each block's sum (K / KC
+ * read-modify-writes of C, small against the KC M N multiply-adds of a block). */
+enum { TN_KC = 128 };
+
+/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r]. */
+static void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p) {
+  for (int i0 = 0; i0 < M; i0 += mr, p += (size_t)kc * mr) {
+    int w = M - i0 < mr ? M - i0 : mr;
+    for (int k = 0; k < kc; k++) {
+      memcpy(p + (size_t)k * mr, A + (size_t)k * lda + i0, sizeof(float) * (size_t)w);
+      for (int r = w; r < mr; r++) p[(size_t)k * mr + r] = 0.0f;
+    }
+  }
+}
+
+static float *tn_buffer(int M, int mr) {
+  size_t n = (size_t)((M + mr - 1) / mr) * mr * TN_KC;
+  float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+  CHECK(p);
+  return p;
+}
+
+T512 static void tn512(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
+  enum { MR = 8, NR = 32 };
+  float *at = tn_buffer(M, MR);
+  for (int k0 = 0; k0 < K; k0 += TN_KC) {
+    int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
+    const float *b = B + (size_t)k0 * ldb;
+    pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
+    for (int j0 = 0; j0 < N; j0 += NR) {
+      __mmask16 m0 = lanes16(N - j0), m1 = lanes16(N - j0 - 16);
+      for (int i0 = 0; i0 < M; i0 += MR)
+        tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, MR, b + j0, ldb, C + (size_t)i0 * ldc + j0, ldc,
+                    m0, m1);
+    }
+  }
+  free(at);
+}
+
+T256 static void tn256(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
+  enum { MR = 6, NR = 16 };
+  float *at = tn_buffer(M, MR);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int k0 = 0; k0 < K; k0 += TN_KC) {
+    int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
+    const float *b = B + (size_t)k0 * ldb;
+    pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
+    for (int j0 = 0; j0 < N; j0 += NR) {
+      __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0), lane),
+              m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0 - 8), lane);
+      for (int i0 = 0; i0 < M; i0 += MR)
+        tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, MR, b + j0, ldb, C + (size_t)i0 * ldc + j0, ldc,
+                    m0, m1);
+    }
+  }
+  free(at);
+}
+
+void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+  CHECK(gemm_isa_runs(isa));
+  if (M <= 0 || N <= 0 || K <= 0) return;
+  switch (isa) {
+  case GEMM_AVX512: tn512(M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc); return;
+  case GEMM_AVX2: tn256(M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc); return;
+  default:
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+    return;
+  }
 }

@@ -2,6 +2,7 @@
  * weight matrix W that stays constant over a forward or a backward (private to the back end):
  *   trans:  C[M, N] (+)= A[M, K] W^T,  W row-major [N, K] (PS_GEMM)
  *   !trans: C[M, N] (+)= A[M, K] W,    W row-major [K, N] (PS_GEMM_T)
+ * and the weight gradient C += A^T B over all rows (PS_OUTER_ACC, gemm_tn_acc).
  * W is packed once (gemm_pack) into column panels of the micro-kernel's width; gemm_run then
  * takes any M rows of A (row stride lda) into C (row stride ldc), single-threaded (the caller
  * splits the rows between its threads). The micro-kernel comes from CPUID features: 8 x 32
@@ -40,5 +41,9 @@ void gemm_pack(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N, int 
 /* C[M, N] = A[M, K] op(W), or C += that when `accumulate`. */
 void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate);
 void gemm_packed_free(GemmPacked *pk);
+
+/* The weight gradient: C[M, N] += A^T B, A [K, M] (row stride lda), B [K, N] (row stride ldb),
+ * C row stride ldc; single-threaded (the caller splits M between its threads). */
+void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 
 #endif
