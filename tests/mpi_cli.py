@@ -8,6 +8,7 @@ left), a batch that does not divide. One PASS/FAIL line per check; the last line
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import struct
@@ -144,6 +145,29 @@ d, r = train(3, "nodiv", MGU, COPYING)
 check("-np 3 with train.batch = 64: exit 1 naming both numbers",
       r.rc == 1 and "train.batch = 64" in r.err and "3 processes" in r.err and not os.path.exists(d), r.why())
 
+
+# ---- NaN after a good checkpoint: every rank exits 3, the good checkpoint stays ----
+def eval_line(d):
+    r = subprocess.run([CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(d, "checkpoint.safetensors"),
+                        "--set", "eval.batches=1"], capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+    return r.returncode, r.stdout.strip().splitlines()[-1:] or [""]
+
+
+d, r1 = train(2, "nan", MGU, COPYING, "--set", "train.steps=4", "--set", "eval.every=2")
+good = eval_line(d)
+d, r2 = train(2, "nan", MGU, COPYING, "--resume", "--set", "train.steps=12", "--set", "train.lr=1e30",
+              "--set", "train.optimizer=sgd", "--set", "eval.every=1")
+check("NaN on -np 2: every rank stops, exit 3 naming the step",
+      r1.rc == 0 and r2.rc == 3 and re.search(r"step \d+: .*(NaN|infinite)", r2.out + r2.err) is not None, r2.why())
+check("NaN on -np 2: the checkpoint left is the last good one (step 4)",
+      good[0] == 0 and good[1][0].startswith("final: step=4 ") and eval_line(d) == good, f"{good} {eval_line(d)}")
+
+# ---- a file rank 0 cannot write: its status reaches every rank ----
+d = os.path.join(tmp, "unwritable")
+os.makedirs(os.path.join(d, "checkpoint.safetensors"))
+d, r = train(2, "unwritable", MGU, COPYING, "--force")
+check("-np 2 --force over a directory named checkpoint.safetensors: every rank exits 3, nothing trained",
+      r.rc == 3 and "not a regular file" in r.err and "final:" not in r.out, r.why())
 
 # ---- stopping: Ctrl-C on one rank, SIGKILL of one rank ----
 def start_long(name):
