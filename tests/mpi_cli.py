@@ -127,6 +127,11 @@ if c2[1].rc == 0:
     files = sorted(os.listdir(c2[0]))
     check("-np 2 writes one set of run files (rank 0 alone writes)",
           files == ["checkpoint.safetensors", "config.cfg", "metrics.jsonl"], str(files))
+    ev = [subprocess.run(pre + [CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(c1[0], "checkpoint.safetensors")],
+                         capture_output=True, text=True, timeout=TIMEOUT, env=ENV) for pre in ([], MPIRUN + ["-np", "2"])]
+    check("cellc eval under mpirun -np 2 (test batches split, sums reduced) prints the one-process final line",
+          ev[0].returncode == 0 and ev[1].returncode == 0 and ev[0].stdout.startswith("final: ")
+          and ev[0].stdout == ev[1].stdout, f"{ev[0].stdout!r} {ev[1].stdout!r} {ev[1].stderr[-300:]!r}")
 
 # ---- resume with another N: -np 2 for 25 steps, then -np 1 --resume to 50 ----
 d, r = train(2, "resume", MGU, COPYING, "--set", "train.steps=25")
