@@ -13,6 +13,9 @@ LLVM_CONFIG ?= $(shell command -v llvm-config-14 || command -v llvm-config || ec
 LLVM_INC := $(shell $(LLVM_CONFIG) --includedir 2>/dev/null)
 LLVM_LIBS := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) $(shell $(LLVM_CONFIG) --libs 2>/dev/null)
 CUDA     ?= /usr/local/cuda
+# Open MPI (runtime/dist): its include directories and link flags, as its compiler wrapper gives them
+MPI_INCS := $(foreach d,$(shell mpicc --showme:incdirs 2>/dev/null),-isystem $(d))
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 
 OPT      := -O2
 ifeq ($(SAN),1)
@@ -22,7 +25,7 @@ endif
 
 CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
             
-LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread -ldl
+LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) $(MPI_LIBS) -lm -lpthread -ldl
 
 # ---- folders and the layering the build enforces ----
 # Each folder is one stage with one public header named after it (runtime/support/support.h,
@@ -31,7 +34,7 @@ LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) -lm -lpthread -ldl
 # include of a folder not listed or of another folder's private header. docs/architecture.md
 # draws the same graph.
 FOLDERS := runtime/support lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
-           runtime/nn runtime/optim compiler/ir compiler/check compiler/lower compiler/plan \
+           runtime/nn runtime/optim runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
            compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
            compiler/backend/cuda/emu compiler/pipeline \
            runtime/model compiler/cmd
@@ -43,6 +46,7 @@ USES_runtime/safetensors := runtime/support
 USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks
 USES_runtime/nn          := runtime/support
 USES_runtime/optim       := runtime/support
+USES_runtime/dist        := runtime/support
 USES_compiler/ir         := runtime/support lang
 USES_compiler/check      := runtime/support lang compiler/ir runtime/init
 USES_compiler/lower      := runtime/support lang compiler/ir compiler/check
@@ -64,6 +68,8 @@ incs = $(foreach d,$(call closure,$(1)),-I$(d)) $(FLAGS_$(1))
 # only the CPU back end sees LLVM's headers, only the CUDA back end the toolkit's
 FLAGS_compiler/backend/cpu := -isystem $(LLVM_INC)
 FLAGS_compiler/backend/cuda := -isystem $(CUDA)/include
+# only runtime/dist sees MPI's
+FLAGS_runtime/dist := $(MPI_INCS)
 FLAGS_compiler/backend/cuda/emu := -isystem $(CUDA)/include
 ALL_INCS := $(foreach d,$(FOLDERS),-I$(d)) -I$(BUILD)/gen -isystem $(LLVM_INC) -isystem $(CUDA)/include
 

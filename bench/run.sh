@@ -3,9 +3,10 @@
 # with the same thread count for both (CELLC_BENCH_THREADS, default 1), and the
 # machine's measured limits (sgemm rate, copy bandwidth); then the training
 # throughput (bench/train_throughput.sh: cellc on all cores, PyTorch at its best
-# thread count) and cellc's thread-scaling curve (bench/thread_scaling.sh).
+# thread count), cellc's thread-scaling curve (bench/thread_scaling.sh) and the data-parallel
+# speedup of two MPI ranks (bench/mpi_scaling.sh).
 # Writes the tables to bench/results/latest.md and prints them; the JSON lines
-# go to bench/results/latest.jsonl, train.jsonl and scaling.jsonl.
+# go to bench/results/latest.jsonl, train.jsonl, scaling.jsonl and mpi.jsonl.
 #   CELLC_BENCH_QUICK=1  only B=64, T=512, H=D=128 in the table; the training
 #                        throughput only for gru at H=128 (PyTorch probed at 1 and
 #                        nproc threads), the scaling only at H=128 on 1 and nproc
@@ -68,5 +69,10 @@ sh bench/train_throughput.sh $out/train.jsonl > $tmp
 cat $tmp >> $out/latest.md
 { echo; echo "Thread scaling of cellc:"; echo; } >> $out/latest.md
 sh bench/thread_scaling.sh $out/scaling.jsonl > $tmp
+cat $tmp >> $out/latest.md
+# data-parallel: mpirun -np 2 with one thread per rank against one process with one thread
+: > $out/mpi.jsonl
+{ echo; echo "Data-parallel training, mpirun -np 2 (bench/mpi_scaling.sh):"; echo; } >> $out/latest.md
+sh bench/mpi_scaling.sh $out/mpi.jsonl > $tmp
 cat $tmp >> $out/latest.md
 cat $out/latest.md

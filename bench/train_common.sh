@@ -40,13 +40,14 @@ cell_sets() {
 
 # cellc_train CELL WIDTH LAYERS THREADS ROUND [JSON extras]: one `cellc train` run on
 # bench/train_gru.cfg (T=512, B=64, width = hidden = WIDTH) with CELLC_THREADS, OPENBLAS_NUM_THREADS
-# and OMP_NUM_THREADS = THREADS; appends a "cellc_train" JSON line to $lines. A failed run prints
-# its log and exits 3.
+# and OMP_NUM_THREADS = THREADS (per process), started through $CELLC_LAUNCH when set (bench/
+# mpi_scaling.sh: "mpirun -np 2 ..."); appends a "cellc_train" JSON line to $lines. A failed run
+# prints its log and exits 3.
 cellc_train() {
   _dir=$tmp/cellc-$1-$2-$3-$4-$5
   rm -rf $_dir
   if ! env CELLC_THREADS=$4 OPENBLAS_NUM_THREADS=$4 OMP_NUM_THREADS=$4 \
-       ./bin/cellc train $(cell_file $1) bench/train_gru.cfg --out $_dir $(cell_sets $1) \
+       ${CELLC_LAUNCH:-} ./bin/cellc train $(cell_file $1) bench/train_gru.cfg --out $_dir $(cell_sets $1) \
        --set model.layers=$3 --set model.width=$2 --set model.hidden=$2 \
        --set train.steps=$((steps + every)) --set log.every=$every \
        --set eval.every=$((steps + every)) > $tmp/cellc.log 2>&1; then

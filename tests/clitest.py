@@ -1,6 +1,8 @@
 """clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py):
 one PASS/FAIL line per check, a command's result, and the closing "N passed, M failed" line with
 exit 1 on any failure."""
+import json
+import struct
 import sys
 
 counts = {"passed": 0, "failed": 0}
@@ -27,3 +29,11 @@ class Result:
 
     def why(self):
         return f"rc={self.rc} stdout={self.out.strip()[-400:]!r} stderr={self.err.strip()[-400:]!r}"
+
+
+def read_header(path):
+    """A safetensors file: its JSON header and the bytes of its tensors."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + n]), data[8 + n:]

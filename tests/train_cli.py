@@ -16,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Result, check, finish  # noqa: E402
+from clitest import Result, check, finish, read_header  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 60
@@ -50,13 +50,6 @@ def outdir(name):
 def read_metrics(d):
     with open(os.path.join(d, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def read_header(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    return json.loads(data[8:8 + n]), data[8 + n:]
 
 
 def no_temporaries(d):

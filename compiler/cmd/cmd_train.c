@@ -16,6 +16,7 @@
 
 #include "cfg.h"
 #include "cli.h"
+#include "dist.h"
 #include "support.h"
 #include "model.h"
 #include "optim.h"
@@ -42,7 +43,11 @@ typedef struct Run {
   size_t *moff;     /* per tensor: where its moments start (part 0; part 1 follows), or SIZE_MAX */
   OptSchedule sched;
   int64_t steps, step;
-  int B;
+  int B;            /* train.batch: the global batch */
+  int world, rank;  /* data-parallel: ranks (1 without mpirun) and this one's rank */
+  int Bl;           /* this rank's share of every batch, B / world: rows [rank * Bl, rank * Bl + Bl) */
+  float *gbuf;      /* world > 1: the one buffer of a step's allreduce (gradients, then the loss sums) */
+  size_t ngrad;     /* learned floats in gbuf */
   uint64_t seed;
   char *dir;
   FILE *metrics;
@@ -206,6 +211,14 @@ static int setup(Run *r) {
   r->steps = cfg_int(c, "train.steps");
   r->B = (int)cfg_int(c, "train.batch");
   r->seed = (uint64_t)cfg_int(c, "train.seed");
+  r->world = dist_size(), r->rank = dist_rank();
+  if (r->B % r->world) {
+    if (r->rank == 0)
+      diag_plain("%s: train.batch = %d does not divide by the %d processes of this run (mpirun -np %d): each process "
+                 "takes train.batch / N sequences of every batch", r->a.cfg, r->B, r->world, r->world);
+    return 1;
+  }
+  r->Bl = r->B / r->world;
   const TaskDef *def = cfg_task(c);
   double *num = xcalloc((size_t)def->nkeys + 1, sizeof(double));
   const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
@@ -225,9 +238,12 @@ static int setup(Run *r) {
            "the model and its work arrays (model.layers = %lld, model.width = %lld, model.hidden = %lld, train.batch = "
            "%d, sequence length %d)", (long long)cfg_int(c, "model.layers"), (long long)cfg_int(c, "model.width"),
            (long long)cfg_int(c, "model.hidden"), r->B, r->shape.length);
-  r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->B, r->seed);
+  r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->Bl, r->seed);
   if (!r->model) return 1;
-  return build_optimizer(r);
+  model_set_part(r->model, r->rank * r->Bl, r->B);
+  rc = build_optimizer(r);
+  r->ngrad = r->opt->nparams;
+  return rc;
 }
 
 static void teardown(Run *r) {
@@ -238,6 +254,7 @@ static void teardown(Run *r) {
   cfg_free(r->cfg);
   free(r->moff);
   free(r->dir);
+  free(r->gbuf);
 }
 
 /* ---- checkpoints ---- */
@@ -453,25 +470,86 @@ typedef struct EvalResult {
 } EvalResult;
 
 /* The mean loss and accuracy over a split: `batches` batches of a generated task, or the whole
- * of a fixed split (its last batch counting only the sequences the split holds). */
+ * of a fixed split (its last batch counting only the sequences the split holds). Each rank of a
+ * data-parallel run evaluates its share of every batch; the sums are added across the ranks. */
 static EvalResult evaluate(Run *r, TaskSplit split, int64_t batches) {
   int64_t size = r->shape.split_size[split], n = batches;
   if (size > 0) n = (size + r->B - 1) / r->B;
-  double loss = 0;
-  int64_t counted = 0, correct = 0;
-  bool classify = false;
+  double sum[3] = {0, 0, 0}; /* loss * counted, counted, correct */
+  int first = r->rank * r->Bl;
   for (int64_t i = 0; i < n; i++) {
-    TaskBatch b = {0};
-    task_batch(r->task, split, i, r->B, &b);
     int rows = size > 0 && (i + 1) * r->B > size ? (int)(size - i * r->B) : r->B;
-    ModelLoss l = model_batch(r->model, &b, false, 0, rows);
+    int mine = rows - first < r->Bl ? rows - first : r->Bl; /* this rank's rows that count */
+    if (mine <= 0) continue;
+    TaskBatch b = {0};
+    task_batch_part(r->task, split, i, r->B, first, r->Bl, &b);
+    ModelLoss l = model_batch(r->model, &b, false, 0, mine);
     task_batch_free(&b);
-    loss += l.loss * (double)l.counted;
-    counted += l.counted, correct += l.correct;
-    classify = l.classify;
+    if (l.counted) sum[0] += l.loss * (double)l.counted;
+    sum[1] += (double)l.counted, sum[2] += (double)l.correct;
   }
-  EvalResult e = {counted ? loss / (double)counted : NAN, classify && counted ? (double)correct / (double)counted : NAN};
+  dist_allreduce_sum(sum, 3, DIST_F64);
+  bool classify = r->shape.loss == TASK_LOSS_CE;
+  EvalResult e = {sum[1] > 0 ? sum[0] / sum[1] : NAN, classify && sum[1] > 0 ? sum[2] / sum[1] : NAN};
   return e;
+}
+
+/* ---- the ranks of a data-parallel run (one rank without mpirun: each of these is a no-op) ---- */
+
+/* Rank 0 alone writes the run's files; what came of it, on every rank. */
+static int rank0_status(int rc) {
+  dist_bcast(&rc, sizeof rc, 0);
+  return rc;
+}
+
+static int checkpoint(Run *r, const char *path) {
+  return rank0_status(r->rank == 0 ? write_checkpoint(r, path) : 0);
+}
+
+/* After rank 0 read the checkpoint of --resume: its params, buffers, optimizer state and step on
+ * every rank (on a cluster, only rank 0 needs the run directory). */
+static void share_state(Run *r) {
+  if (r->world == 1) return;
+  for (int i = 0; i < model_ntensors(r->model); i++) {
+    ModelTensor *t = model_tensor(r->model, i);
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) dist_bcast(t->val[part], sizeof(float) * (size_t)t->numel, 0);
+  }
+  dist_bcast(r->opt->state, sizeof(float) * opt_state_size(r->opt), 0);
+  dist_bcast(&r->step, sizeof r->step, 0);
+  dist_bcast(&r->opt->step, sizeof r->opt->step, 0);
+  dist_bcast(&r->elapsed0, sizeof r->elapsed0, 0);
+}
+
+/* Every learned float, in the optimizer's order: to (gbuf from the gradients, times w) or from
+ * (the gradients from gbuf, times w). */
+static void gather_grads(Run *r, bool to, float w) {
+  size_t k = 0;
+  for (int g = 0; g < r->opt->ngroups; g++)
+    for (int i = 0; i < r->opt->groups[g].ntensors; i++) {
+      OptTensor *t = &r->opt->groups[g].tensors[i];
+      for (size_t j = 0; j < t->n; j++, k++) {
+        if (to) r->gbuf[k] = t->grad[j] * w;
+        else t->grad[j] = r->gbuf[k] * w;
+      }
+    }
+}
+
+/* The step's one allreduce: every rank's gradient of its mean loss weighted by the positions it
+ * counted (the loss is the mean over the global batch, and masks make the counts differ), its
+ * loss sums and its Ctrl-C flag, in one buffer; the global means come back into the gradients and
+ * *l. Returns true when any rank was interrupted. */
+static bool average_gradients(Run *r, ModelLoss *l) {
+  size_t n = r->ngrad;
+  if (!r->gbuf) r->gbuf = xmalloc(sizeof(float) * (n + 4));
+  gather_grads(r, true, (float)l->counted);
+  r->gbuf[n] = l->counted ? (float)(l->loss * (double)l->counted) : 0.0f;
+  r->gbuf[n + 1] = (float)l->counted, r->gbuf[n + 2] = (float)l->correct, r->gbuf[n + 3] = interrupted ? 1.0f : 0.0f;
+  dist_allreduce_sum(r->gbuf, n + 4, DIST_F32);
+  double counted = r->gbuf[n + 1];
+  gather_grads(r, false, counted > 0 ? (float)(1.0 / counted) : 0.0f);
+  l->loss = counted > 0 ? r->gbuf[n] / counted : NAN;
+  l->counted = (int64_t)counted, l->correct = (int64_t)r->gbuf[n + 2];
+  return r->gbuf[n + 3] > 0;
 }
 
 static void print_final(Run *r, EvalResult e) {
@@ -527,6 +605,13 @@ static char *default_dir(Run *r) {
   return dir;
 }
 
+/* Ctrl-C (SIGINT, SIGTERM): the checkpoint of the step reached, then status 130 (3 when it
+ * cannot be written). */
+static int stop_interrupted(Run *r, const char *ckpt) {
+  say(r, "interrupted at step %lld: writing %s\n", (long long)r->step, ckpt);
+  return checkpoint(r, ckpt) < 0 ? 3 : 130;
+}
+
 static int train_loop(Run *r) {
   char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
   int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
@@ -537,16 +622,20 @@ static int train_loop(Run *r) {
   bool classify = r->shape.loss == TASK_LOSS_CE, have_ckpt = r->a.resume;
   int status = 0;
   while (r->step < r->steps) {
-    if (interrupted) {
-      say(r, "interrupted at step %lld: writing %s\n", (long long)r->step, ckpt);
-      status = write_checkpoint(r, ckpt) < 0 ? 3 : 130;
+    if (r->world == 1 && interrupted) {
+      status = stop_interrupted(r, ckpt);
       break;
     }
     double t = now();
     TaskBatch b = {0};
-    task_batch(r->task, TASK_TRAIN, r->step, r->B, &b);
-    ModelLoss l = model_batch(r->model, &b, true, r->step, r->B);
+    task_batch_part(r->task, TASK_TRAIN, r->step, r->B, r->rank * r->Bl, r->Bl, &b);
+    ModelLoss l = model_batch(r->model, &b, true, r->step, r->Bl);
     task_batch_free(&b);
+    /* several ranks: Ctrl-C on any of them stops all at the same step, before its update */
+    if (r->world > 1 && average_gradients(r, &l)) {
+      status = stop_interrupted(r, ckpt);
+      break;
+    }
     double gnorm = opt_clip(r->opt, cfg_real(r->cfg, "train.clip"));
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
       say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
@@ -592,7 +681,7 @@ static int train_loop(Run *r) {
       }
       if (classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
       else say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
-      if (write_checkpoint(r, ckpt) < 0) {
+      if (checkpoint(r, ckpt) < 0) {
         status = 3;
         break;
       }
@@ -619,6 +708,13 @@ static int run_start(Run *r, int argc, char **argv, bool eval) {
   flush_denormals();
   int rc = parse_args(argc, argv, &r->a, eval);
   if (rc) return rc;
+  char err[512];
+  if (dist_init(err, sizeof err) < 0) {
+    diag_plain("%s", err);
+    return 3;
+  }
+  /* under mpirun, rank 0 alone prints the progress and the final line */
+  if (dist_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 3;
   if (!eval) { /* from here a signal only raises the flag: the loop writes the checkpoint and exits 130 */
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -785,12 +881,14 @@ int cmd_train(int argc, char **argv) {
   if (!rc && r.a.dry_run) {
     print_model(&r);
     teardown(&r);
+    dist_finalize();
     return 0;
   }
   if (!rc) {
     pin_config(&r);
     r.dir = r.a.out ? xstrdup(r.a.out) : default_dir(&r);
-    rc = take_dir(&r);
+    rc = rank0_status(r.rank == 0 ? take_dir(&r) : 0);
+    if (!rc && r.a.resume) share_state(&r);
   }
   bool complete = false;
   if (!rc && r.a.resume && r.step > r.steps) {
@@ -803,7 +901,7 @@ int cmd_train(int argc, char **argv) {
     print_final(&r, evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches")));
     complete = true;
   }
-  if (!rc && !complete) {
+  if (!rc && !complete && r.rank == 0) {
     char *cfgpath = xasprintf("%s/config.cfg", r.dir), *text = cfg_write_string(r.cfg);
     if (write_text_atomic(cfgpath, text) < 0) rc = 3;
     free(cfgpath), free(text);
@@ -816,6 +914,7 @@ int cmd_train(int argc, char **argv) {
     }
     free(mpath);
   }
+  if (!complete) rc = rank0_status(rc);
   if (!rc && !complete) {
     r.tty = isatty(STDOUT_FILENO);
     r.t0 = now();
@@ -833,6 +932,7 @@ int cmd_train(int argc, char **argv) {
   /* the handler stays: a signal arriving while the process ends must not turn status 130 (or 0)
    * into death by signal */
   teardown(&r);
+  dist_finalize();
   return rc;
 }
 
@@ -845,5 +945,6 @@ int cmd_eval(int argc, char **argv) {
     print_final(&r, evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches")));
   }
   teardown(&r);
+  dist_finalize();
   return rc;
 }

@@ -61,7 +61,9 @@ static const CmdHelp commands[] = {
      "  --dry-run               print the model (each tensor, its shape and size, the parameter\n"
      "                          count, each layer's mode) and stop; nothing is written\n"
      "  -h, --help              this help\n"
-     "SIGINT or SIGTERM (any number of them) finishes the step, writes the checkpoint, exits 130.\n",
+     "SIGINT or SIGTERM (any number of them) finishes the step, writes the checkpoint, exits 130.\n"
+     "mpirun -np N cellc train ... trains on N processes (data-parallel; train.batch must divide by N;\n"
+     "rank 0 writes the run's files; docs/distributed.md).\n",
      "  0   success (or, with --resume, a run that is already complete: nothing written)\n"
      "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
      "      or --force), a checkpoint that is missing, for another model or not finite\n"

@@ -49,6 +49,7 @@ struct Model {
   int ntensors, cap;
   float *store;                   /* values and gradients of every tensor */
   int T, B, rows;
+  int part_first, part_B;         /* this batch is rows [part_first, part_first + B) of part_B (model_set_part) */
   int width, nlayers;
   TaskShape task;
   bool embed;                     /* encoder */
@@ -581,6 +582,7 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
   m->seed = seed;
   m->task = *shape;
   m->T = shape->length, m->B = batch, m->rows = m->T * m->B;
+  m->part_first = 0, m->part_B = batch;
   m->width = (int)cfg_int(cfg, "model.width");
   m->nlayers = (int)cfg_int(cfg, "model.layers");
   m->enc_w = m->enc_b = -1;
@@ -654,13 +656,32 @@ int64_t model_nparams(const Model *m) {
 
 /* ---- one batch ---- */
 
+void model_set_part(Model *m, int first, int global_batch) {
+  CHECK(first >= 0 && first + m->B <= global_batch);
+  m->part_first = first, m->part_B = global_batch;
+}
+
+/* A per-step draw of `per_row` values per row, [T, B, per_row]: the draws of the whole global
+ * batch in order, this model's rows kept, so that a data-parallel rank gets its slice of the
+ * one-process run's values. dropout_p < 0: noise in (0, 1); else the dropout mask of rate p. */
+static void draw_rows(const Model *m, Rng *r, float *out, size_t per_row, float dropout_p) {
+  int lo = m->part_first, hi = m->part_first + m->B;
+  for (int t = 0; t < m->T; t++)
+    for (int b = 0; b < m->part_B; b++) {
+      float *row = b >= lo && b < hi ? out + ((size_t)t * (size_t)m->B + (size_t)(b - lo)) * per_row : NULL;
+      for (size_t j = 0; j < per_row; j++) {
+        float v = dropout_p < 0 ? (float)rng_uniform_open(r) : nn_dropout_keep(rng_uniform(r), dropout_p);
+        if (row) row[j] = v;
+      }
+    }
+}
+
 static void per_batch_draws(Model *m, Layer *L, int k, int64_t step) {
   Program *p = L->exe[0]->p;
   for (int i = 0; i < p->nnoise; i++) {
     Rng r;
     rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
-    size_t n = (size_t)m->rows * (size_t)p->noise_sizes[i];
-    for (size_t j = 0; j < n; j++) L->noise[i][j] = (float)rng_uniform_open(&r);
+    draw_rows(m, &r, L->noise[i], (size_t)p->noise_sizes[i], -1.0f);
   }
 }
 
@@ -730,7 +751,10 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   if (drop) {
     Rng r;
     rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("dropout") + (uint64_t)k);
-    nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, training);
+    if (training) {
+      draw_rows(m, &r, L->mask, (size_t)C, (float)m->dropout);
+      nn_dropout_apply(L->dropped, L->mask, branch, n);
+    } else nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, false);
     branch = L->dropped;
   }
   if (m->block) nn_add_forward(m->act[k + 1], x, branch, n);

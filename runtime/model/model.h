@@ -47,6 +47,10 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
                  int batch, uint64_t seed);
 void model_free(Model *m);
 
+/* Data-parallel training: the batches this model sees are rows [first, first + batch) of global
+ * batches of `global_batch` sequences; its per-step draws (dropout, gumbel noise) are then exactly
+ * those rows of the draws of a model of batch `global_batch`. */
+void model_set_part(Model *m, int first, int global_batch);
 int model_ntensors(const Model *m);
 ModelTensor *model_tensor(Model *m, int i);
 const char *model_cell_name(const Model *m);

@@ -363,8 +363,13 @@ void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, flo
     if (out != inp) memcpy(out, inp, sizeof(float) * n);
     return;
   }
-  float scale = 1.0f / (1.0f - p);
-  for (size_t i = 0; i < n; i++) mask[i] = rng_uniform(rng) >= (double)p ? scale : 0.0f;
+  for (size_t i = 0; i < n; i++) mask[i] = nn_dropout_keep(rng_uniform(rng), p);
+  nn_dropout_apply(out, mask, inp, n);
+}
+
+float nn_dropout_keep(double u, float p) { return u >= (double)p ? 1.0f / (1.0f - p) : 0.0f; }
+
+void nn_dropout_apply(float *out, const float *mask, const float *inp, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
 }
 

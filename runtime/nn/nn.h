@@ -178,6 +178,10 @@ void nn_dropout_forward(float *out,       /* (n) */
                         float *mask,      /* (n) cache: 0 or 1 / (1 - p) */
                         const float *inp, /* (n) */
                         size_t n, float p, Rng *rng, bool training);
+/* The mask value of one element from its draw u in [0, 1): 0 (dropped, u < p) or 1 / (1 - p). */
+float nn_dropout_keep(double u, float p);
+/* out = inp (.) mask, with the mask already drawn (a data-parallel rank's slice of the global one). */
+void nn_dropout_apply(float *out, const float *mask, const float *inp, size_t n);
 void nn_dropout_backward(float *dinp,       /* (n) += dout (.) mask */
                          const float *dout, /* (n) */
                          const float *mask, /* (n) from forward */

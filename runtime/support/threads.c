@@ -8,5 +8,8 @@ int support_threads(void) {
   const char *env = getenv("CELLC_THREADS");
   if (env && atoi(env) > 0) return atoi(env);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  /* the ranks of a data-parallel run (mpirun) on this machine share its cores */
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local && atoi(local) > 1) ncpu /= atoi(local);
   return ncpu > 0 ? (int)ncpu : 1;
 }

@@ -208,6 +208,39 @@ void task_batch(Task *t, TaskSplit split, int64_t index, int B, TaskBatch *out) 
   t->batch(t, split, index, out);
 }
 
+/* Rows [first, first + n) of each [outer, B, inner] array of g, as a new [outer, n, inner] array
+ * (NULL stays NULL). */
+static void *slice_rows(const void *g, size_t outer, int B, size_t inner, size_t elem, int first, int n) {
+  if (!g)
+    return NULL;
+  char *out = xcalloc(outer * (size_t)n * inner, elem);
+  size_t row = inner * elem;
+  for (size_t o = 0; o < outer; o++)
+    memcpy(out + o * (size_t)n * row, (const char *)g + (o * (size_t)B + (size_t)first) * row, (size_t)n * row);
+  return out;
+}
+
+void task_batch_part(Task *t, TaskSplit split, int64_t index, int B, int first, int n, TaskBatch *out) {
+  CHECK(first >= 0 && n > 0 && first + n <= B);
+  TaskBatch g;
+  task_batch(t, split, index, B, &g);
+  if (first == 0 && n == B) {
+    *out = g;
+    return;
+  }
+  const TaskShape *s = &t->shape;
+  size_t T = (size_t)s->length, per = s->readout == TASK_READ_ALL ? T : 1;
+  memset(out, 0, sizeof *out);
+  out->T = g.T;
+  out->B = n;
+  out->tokens = slice_rows(g.tokens, T, B, 1, sizeof *g.tokens, first, n);
+  out->x = slice_rows(g.x, T, B, (size_t)s->in_dim, sizeof *g.x, first, n);
+  out->cls = slice_rows(g.cls, per, B, 1, sizeof *g.cls, first, n);
+  out->y = slice_rows(g.y, per, B, (size_t)s->out_dim, sizeof *g.y, first, n);
+  out->mask = slice_rows(g.mask, T, B, 1, sizeof *g.mask, first, n);
+  task_batch_free(&g);
+}
+
 void task_batch_free(TaskBatch *b) {
   if (!b)
     return;

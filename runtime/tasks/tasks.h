@@ -81,6 +81,9 @@ typedef struct TaskBatch {
  * (epoch = position / size), valid and test in file order. Not thread-safe on one Task (the train
  * split caches its epoch order). */
 void task_batch(Task *t, TaskSplit split, int64_t index, int B, TaskBatch *out);
+/* Sequences [first, first + n) of batch `index` of B sequences (a rank's share of the global batch
+ * in data-parallel training): exactly those rows of what task_batch(t, split, index, B) fills. */
+void task_batch_part(Task *t, TaskSplit split, int64_t index, int B, int first, int n, TaskBatch *out);
 void task_batch_free(TaskBatch *b);
 
 #endif

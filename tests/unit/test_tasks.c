@@ -1305,3 +1305,41 @@ Test(tokens, too_short_file_is_an_error) {
   expect_error("tokens", KV("path", p, "vocab", "1000"), "is shorter than context + 1 = 1025 tokens");
   unlink(p);
 }
+
+/* ---- a rank's share of a batch (data-parallel training) ---- */
+
+/* Row j of part equals row first + j of whole in each [outer, B, inner] array. */
+static void expect_rows(const void *part, const void *whole, size_t outer, int n, int B, size_t inner, size_t elem,
+                        int first, const char *what) {
+  cr_assert_eq(part == NULL, whole == NULL, "%s", what);
+  if (!part) return;
+  for (size_t o = 0; o < outer; o++)
+    cr_assert(!memcmp((const char *)part + (o * (size_t)n) * inner * elem,
+                      (const char *)whole + (o * (size_t)B + (size_t)first) * inner * elem, (size_t)n * inner * elem),
+              "%s: outer %zu", what, o);
+}
+
+Test(tasks, batch_part_is_the_rows_of_the_global_batch) {
+  static const char *const with_fixed[] = {"copying", "selective_copying", "adding", "temporal_xor", "ar2",
+                                           "delay_sum", "moving_average", "sinmix", "mnist1d"};
+  for (size_t i = 0; i < sizeof with_fixed / sizeof with_fixed[0]; i++) {
+    Task *t = make(with_fixed[i], NULL, 5);
+    TaskShape s = task_shape(t);
+    size_t T = (size_t)s.length, per = s.readout == TASK_READ_ALL ? T : 1;
+    for (int first = 0; first <= 6; first += 3) {
+      TaskBatch whole, part;
+      task_batch(t, TASK_TRAIN, 3, 9, &whole);
+      task_batch_part(t, TASK_TRAIN, 3, 9, first, 3, &part);
+      cr_assert_eq(part.B, 3);
+      cr_assert_eq(part.T, whole.T);
+      expect_rows(part.tokens, whole.tokens, T, 3, 9, 1, sizeof(int32_t), first, with_fixed[i]);
+      expect_rows(part.x, whole.x, T, 3, 9, (size_t)s.in_dim, sizeof(float), first, with_fixed[i]);
+      expect_rows(part.cls, whole.cls, per, 3, 9, 1, sizeof(int32_t), first, with_fixed[i]);
+      expect_rows(part.y, whole.y, per, 3, 9, (size_t)s.out_dim, sizeof(float), first, with_fixed[i]);
+      expect_rows(part.mask, whole.mask, T, 3, 9, 1, sizeof(float), first, with_fixed[i]);
+      task_batch_free(&whole);
+      task_batch_free(&part);
+    }
+    task_free(t);
+  }
+}

@@ -1,0 +1,265 @@
+"""Data-parallel training (spec/cli.md "Data-parallel training on several processes",
+docs/distributed.md): `mpirun -np 2 cellc train` against the one-process run with the same
+global batch on small copying and adding configurations (loss curves, evaluations and final
+params within 1e-5), dropout drawn as the one-process run draws it, a -np 1 resume of a -np 2
+checkpoint, Ctrl-C on one rank, SIGKILL of either rank (no hang, the last complete checkpoint
+left), a batch that does not divide. One PASS/FAIL line per check; the last line is
+"N passed, M failed"; exit 1 on any failure."""
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import Result, check, finish, read_header  # noqa: E402
+
+CELLC = os.environ.get("CELLC", "bin/cellc")
+TIMEOUT = 120
+tmp = tempfile.mkdtemp(prefix="cellc-mpi-")
+# root in a container; two cores, so two ranks oversubscribe nothing but mpirun counts slots
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CELLC_THREADS="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none")
+MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+MGU, MULTI = "stdlib/mgu.cell", "stdlib/multi_gate.cell"
+COPYING, ADDING = "examples/small/copying.cfg", "examples/small/adding.cfg"
+SHORT = ["--set", "train.steps=50", "--set", "log.every=1", "--set", "eval.every=25", "--set", "eval.batches=2",
+         "--set", "train.schedule=constant"]
+
+
+def train(np_, name, cell, cfg, *extra):
+    out = os.path.join(tmp, name)
+    cmd = ([] if np_ == 0 else MPIRUN + ["-np", str(np_)]) + [CELLC, "train", cell, cfg, "--out", out] + SHORT + list(extra)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+        return out, Result(p.returncode, p.stdout, p.stderr)
+    except subprocess.TimeoutExpired:
+        return out, Result(-1, "", "timed out")
+
+
+def metrics(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def params(d):
+    """The checkpoint's float32 tensors by name."""
+    header, data = read_header(os.path.join(d, "checkpoint.safetensors"))
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = struct.unpack(f"<{(b - a) // 4}f", data[a:b])
+    return out
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(a), abs(b), 1e-30)
+
+
+def curve_diff(da, db, first=0):
+    """The largest relative difference of loss (and accuracy) over the lines of step > first,
+    train, valid and test; inf when the lines differ in number or in kind."""
+    ma = [m for m in metrics(da) if m["step"] > first]
+    mb = [m for m in metrics(db) if m["step"] > first]
+    if len(ma) != len(mb) or not ma:
+        return math.inf, f"{len(ma)} against {len(mb)} lines"
+    worst, where = 0.0, ""
+    for x, y in zip(ma, mb):
+        if (x["step"], x["split"]) != (y["step"], y["split"]):
+            return math.inf, f"line {x} against {y}"
+        for k in ("loss", "accuracy"):
+            if x[k] is None and y[k] is None:
+                continue
+            if x[k] is None or y[k] is None:
+                return math.inf, f"{k} at step {x['step']}: {x[k]} against {y[k]}"
+            d = rel(x[k], y[k])
+            if d > worst:
+                worst, where = d, f"{x['split']} {k} at step {x['step']}: {x[k]} against {y[k]}"
+    return worst, where
+
+
+def param_diff(da, db):
+    pa, pb = params(da), params(db)
+    if set(pa) != set(pb):
+        return math.inf, "different tensors"
+    worst, where = 0.0, ""
+    for name in pa:
+        scale = max(1.0, max(abs(v) for v in pa[name]))
+        d = max(abs(x - y) for x, y in zip(pa[name], pb[name])) / scale
+        if d > worst:
+            worst, where = d, name
+    return worst, where
+
+
+def same_run(name, one, two, tol=1e-5):
+    ok = one[1].rc == 0 and two[1].rc == 0
+    check(f"{name}: -np 1 and -np 2 both finish", ok, one[1].why() + " / " + two[1].why())
+    if not ok:
+        return
+    d, where = curve_diff(one[0], two[0])
+    check(f"{name}: the loss curve of -np 2 is the one-process curve within {tol:g} (50 steps, evals)",
+          d <= tol, f"{d:.3g}: {where}")
+    d, where = param_diff(one[0], two[0])
+    check(f"{name}: the final params of -np 2 are the one-process params within {tol:g}", d <= tol, f"{d:.3g} in {where}")
+    check(f"{name}: -np 2 prints the final line once (rank 0 alone prints)",
+          two[1].out.count("final: step=50") == 1, two[1].why())
+
+
+# ---- the curves: copying (cross-entropy over the masked marker steps), adding (MSE) ----
+c1 = train(0, "copy1", MGU, COPYING)
+c2 = train(2, "copy2", MGU, COPYING)
+same_run("copying, mgu", c1, c2)
+a1 = train(0, "add1", MULTI, ADDING)
+a2 = train(2, "add2", MULTI, ADDING)
+same_run("adding, multi_gate", a1, a2)
+drop = ["--set", "model.dropout=0.2"]
+same_run("copying with dropout 0.2 (each rank draws its slice of the global masks)",
+         train(0, "drop1", MGU, COPYING, *drop), train(2, "drop2", MGU, COPYING, *drop))
+if c2[1].rc == 0:
+    files = sorted(os.listdir(c2[0]))
+    check("-np 2 writes one set of run files (rank 0 alone writes)",
+          files == ["checkpoint.safetensors", "config.cfg", "metrics.jsonl"], str(files))
+    ev = [subprocess.run(pre + [CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(c1[0], "checkpoint.safetensors")],
+                         capture_output=True, text=True, timeout=TIMEOUT, env=ENV) for pre in ([], MPIRUN + ["-np", "2"])]
+    check("cellc eval under mpirun -np 2 (test batches split, sums reduced) prints the one-process final line",
+          ev[0].returncode == 0 and ev[1].returncode == 0 and ev[0].stdout.startswith("final: ")
+          and ev[0].stdout == ev[1].stdout, f"{ev[0].stdout!r} {ev[1].stdout!r} {ev[1].stderr[-300:]!r}")
+
+# ---- resume with another N: -np 2 for 25 steps, then -np 1 --resume to 50 ----
+d, r = train(2, "resume", MGU, COPYING, "--set", "train.steps=25")
+check("resume: -np 2 trains 25 steps", r.rc == 0, r.why())
+d, r = train(0, "resume", MGU, COPYING, "--resume")
+check("resume: -np 1 --resume continues the -np 2 checkpoint", r.rc == 0 and "resuming at step 25" in r.out, r.why())
+if r.rc == 0 and c1[1].rc == 0:
+    diff, where = curve_diff(c1[0], d, first=25)
+    check("resume: steps 26..50 after a -np 2 -> -np 1 resume follow the one-process curve within 1e-5",
+          diff <= 1e-5, f"{diff:.3g}: {where}")
+    diff, where = param_diff(c1[0], d)
+    check("resume: its final params are the one-process params within 1e-5", diff <= 1e-5, f"{diff:.3g} in {where}")
+
+# ---- a batch that does not divide ----
+d, r = train(3, "nodiv", MGU, COPYING)
+check("-np 3 with train.batch = 64: exit 1 naming both numbers",
+      r.rc == 1 and "train.batch = 64" in r.err and "3 processes" in r.err and not os.path.exists(d), r.why())
+
+
+# ---- NaN after a good checkpoint: every rank exits 3, the good checkpoint stays ----
+def eval_line(d):
+    r = subprocess.run([CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(d, "checkpoint.safetensors"),
+                        "--set", "eval.batches=1"], capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+    return r.returncode, r.stdout.strip().splitlines()[-1:] or [""]
+
+
+d, r1 = train(2, "nan", MGU, COPYING, "--set", "train.steps=4", "--set", "eval.every=2")
+good = eval_line(d)
+d, r2 = train(2, "nan", MGU, COPYING, "--resume", "--set", "train.steps=12", "--set", "train.lr=1e30",
+              "--set", "train.optimizer=sgd", "--set", "eval.every=1")
+check("NaN on -np 2: every rank stops, exit 3 naming the step",
+      r1.rc == 0 and r2.rc == 3 and re.search(r"step \d+: .*(NaN|infinite)", r2.out + r2.err) is not None, r2.why())
+check("NaN on -np 2: the checkpoint left is the last good one (step 4)",
+      good[0] == 0 and good[1][0].startswith("final: step=4 ") and eval_line(d) == good, f"{good} {eval_line(d)}")
+
+# ---- a file rank 0 cannot write: its status reaches every rank ----
+d = os.path.join(tmp, "unwritable")
+os.makedirs(os.path.join(d, "checkpoint.safetensors"))
+d, r = train(2, "unwritable", MGU, COPYING, "--force")
+check("-np 2 --force over a directory named checkpoint.safetensors: every rank exits 3, nothing trained",
+      r.rc == 3 and "not a regular file" in r.err and "final:" not in r.out, r.why())
+
+# ---- stopping: Ctrl-C on one rank, SIGKILL of one rank ----
+def start_long(name):
+    out = os.path.join(tmp, name)
+    cmd = MPIRUN + ["-np", "2", CELLC, "train", MGU, COPYING, "--out", out, "--set", "train.steps=1000000",
+                    "--set", "eval.every=10", "--set", "eval.batches=1"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    return out, p
+
+
+def ranks(p):
+    """The pids of the ranks mpirun started, in rank order (each has OMPI_COMM_WORLD_RANK)."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != p.pid:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+    return [found[k] for k in sorted(found)]
+
+
+def wait_checkpoint(d, p, after=0.0):
+    """Until the run has written a checkpoint (then `after` more seconds)."""
+    ck = os.path.join(d, "checkpoint.safetensors")
+    t0 = time.time()
+    while not os.path.exists(ck) and p.poll() is None and time.time() - t0 < 60:
+        time.sleep(0.05)
+    time.sleep(after)
+    return os.path.exists(ck)
+
+
+def checkpoint_usable(d):
+    r = subprocess.run([CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(d, "checkpoint.safetensors"),
+                        "--set", "eval.batches=1"], capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+    step = int(json.loads(read_header(os.path.join(d, "checkpoint.safetensors"))[0]["__metadata__"]["step"]))
+    return r.returncode == 0 and r.stdout.startswith(f"final: step={step} "), step, r
+
+
+def stopped(name, p, seconds):
+    t0 = time.time()
+    try:
+        out, err = p.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        return None, time.time() - t0, Result(-1, out, err)
+    return p.returncode, time.time() - t0, Result(p.returncode, out, err)
+
+
+d, p = start_long("sigterm")
+wait_checkpoint(d, p, 0.5)
+pids = ranks(p)
+if len(pids) == 2:
+    os.kill(pids[1], signal.SIGTERM)
+rc, took, r = stopped("sigterm", p, 30)
+check("SIGTERM (Ctrl-C) to rank 1 only: every rank stops, status 130", rc == 130 and len(pids) == 2,
+      f"pids {pids} took {took:.1f}s {r.why()}")
+if rc == 130:
+    ok, step, e = checkpoint_usable(d)
+    check("SIGTERM: rank 0 wrote the checkpoint of the step reached (not a multiple of eval.every: the interrupt's)",
+          ok and f"interrupted at step {step}:" in r.out, f"step {step} {r.why()} {e.stdout} {e.stderr}")
+
+for victim in (0, 1):
+    d, p = start_long(f"kill{victim}")
+    had = wait_checkpoint(d, p, 0.7)
+    pids = ranks(p)
+    if len(pids) == 2:
+        os.kill(pids[victim], signal.SIGKILL)
+    rc, took, r = stopped(f"kill{victim}", p, 30)
+    check(f"SIGKILL of rank {victim}: mpirun and the other rank exit non-zero within 10 s (no hang)",
+          had and len(pids) == 2 and rc not in (None, 0) and took < 10,
+          f"checkpoint {had} pids {pids} rc {rc} took {took:.1f}s {r.why()}")
+    left = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    check(f"SIGKILL of rank {victim}: no rank is left running", not left, str(left))
+    if had:
+        ok, step, e = checkpoint_usable(d)
+        check(f"SIGKILL of rank {victim}: the checkpoint on disk is the last complete one (loads, a step of eval.every)",
+              ok and step % 10 == 0 and step > 0, f"step {step} {e.stdout} {e.stderr}")
+
+shutil.rmtree(tmp, ignore_errors=True)
+finish()
