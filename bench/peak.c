@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
         gemm_packed_free(&pk);
       } else if (isa != GEMM_BLAS && s->ta == CblasTrans && s->tb == CblasNoTrans) {
         double rc = gemm_rate(s, gemm_cellc_tn, &isa, A, Bm, C2);
-        printf("  %-34s %-24s %9.1f %6.0f%%  (cellc %s, A^T B, A in row blocks; max |diff| %.1e)\n", "", "", rc / 1e9,
+        printf("  %-34s %-24s %9.1f %6.0f%%  (cellc %s, A^T B, K in packed blocks; max |diff| %.1e)\n", "", "", rc / 1e9,
                100 * rc / peak_at, gemm_isa_name(isa), max_abs_diff(C, C2, nc));
         jn += snprintf(json + jn, sizeof json - (size_t)jn,
                        ", {\"H\": %d, \"what\": \"%s (cellc %s)\", \"M\": %d, \"N\": %d, \"K\": %d, \"flops\": %.4g}",

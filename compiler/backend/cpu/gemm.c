@@ -90,20 +90,15 @@ void gemm_packed_free(GemmPacked *pk) {
 
 /* ---- AVX-512: 8 x 32 micro-tile, 16 zmm accumulators ---- */
 
-/* a's element (r, k) is a[r * ars + k * aks]; b's row k is the packed panel's (ldb 0: aligned, 32
- * wide) or B's own row b + k * ldb, read with the column masks (a weight gradient's operand). */
+/* a's element (r, k) is a[r * ars + k * aks] (a row-major A, or a packed panel of A^T); b is a
+ * packed panel, 32 wide. */
 INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
-                         size_t ldb, float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
+                         float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
   __m512 c0[8], c1[8];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
   for (int k = 0; k < K; k++) {
-    __m512 b0, b1;
-    if (ldb) {
-      b0 = _mm512_maskz_loadu_ps(m0, b + (size_t)k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + (size_t)k * ldb + 16);
-    } else {
-      b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
-    }
+    __m512 b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
       if (r < mr) {
@@ -127,7 +122,7 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
 }
 
 /* The micro-kernels of every row count: A row-major (a's rows lda apart) against a packed panel
- * (tiles512), and A^T (a's rows are A's columns, A's rows lda apart) against B's rows (tiles512_tn).
+ * (tiles512), and a packed panel of A^T against one of B (tiles512_tn).
  * The strides are constants where they are fixed, so each is its own specialization. */
 #define TILES512(mr, ...)                                                                                            \
   switch (mr) {                                                                                                      \
@@ -142,11 +137,11 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
   }
 T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __mmask16 m0,
                           __mmask16 m1, bool acc) {
-  TILES512(mr, K, a, lda, 1, b, 0, c, ldc, m0, m1, acc)
+  TILES512(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
 }
-T512 static void tiles512_tn(int mr, int K, const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
-                             __mmask16 m0, __mmask16 m1) {
-  TILES512(mr, K, a, 1, lda, b, ldb, c, ldc, m0, m1, true)
+T512 static void tiles512_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __mmask16 m0,
+                             __mmask16 m1) {
+  TILES512(mr, K, a, 1, 8, b, c, ldc, m0, m1, true)
 }
 
 static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -171,17 +166,12 @@ T512 static void run512(const GemmPacked *pk, int M, const float *A, size_t lda,
 
 /* As tile512, 6 x 16. */
 INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
-                         size_t ldb, float *restrict c, size_t ldc, __m256i m0, __m256i m1, bool acc) {
+                         float *restrict c, size_t ldc, __m256i m0, __m256i m1, bool acc) {
   __m256 c0[6], c1[6];
 #pragma GCC unroll 6
   for (int r = 0; r < 6; r++) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int k = 0; k < K; k++) {
-    __m256 b0, b1;
-    if (ldb) {
-      b0 = _mm256_maskload_ps(b + (size_t)k * ldb, m0), b1 = _mm256_maskload_ps(b + (size_t)k * ldb + 8, m1);
-    } else {
-      b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
-    }
+    __m256 b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++)
       if (r < mr) {
@@ -215,11 +205,11 @@ INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, siz
   }
 T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __m256i m0,
                           __m256i m1, bool acc) {
-  TILES256(mr, K, a, lda, 1, b, 0, c, ldc, m0, m1, acc)
+  TILES256(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
 }
-T256 static void tiles256_tn(int mr, int K, const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc,
-                             __m256i m0, __m256i m1) {
-  TILES256(mr, K, a, 1, lda, b, ldb, c, ldc, m0, m1, true)
+T256 static void tiles256_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __m256i m0,
+                             __m256i m1) {
+  TILES256(mr, K, a, 1, 6, b, c, ldc, m0, m1, true)
 }
 
 T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
@@ -261,64 +251,90 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
 /* ---- the weight gradient: C[M, N] += A^T B over K rows ----
  * K (all T * B rows) is far too long for one pass of the accumulators to keep its operands in
  * cache, so it runs in blocks of KC rows. Each block of A is copied into panels of mr columns
- * ([M / mr][KC][mr]: a tile's operand becomes one sequential stream instead of one strided
- * cache line per row); then for each panel of B's columns (KC rows x nr, read in place with the
- * column masks, from L1), the micro-tiles over M. C takes each block's sum (K / KC
- * read-modify-writes of C, small against the KC M N multiply-adds of a block). */
-enum { TN_KC = 128 };
+ * ([M / mr][KC][mr]) and each block of B into panels of nr columns ([N / nr][KC][nr]), both
+ * zero-padded: read in place, a tile's operands would be one cache line per row at a stride of
+ * a power of two floats, which maps them onto a few L1 sets and thrashes them. Then, as in
+ * gemm_run, rows of A^T in blocks that stay in L1, each panel of B (from L2), the micro-tiles of
+ * the block. C takes each block's sum (K / KC read-modify-writes of C, small against the KC M N
+ * multiply-adds of a block). Measured at a GRU layer's shapes: 67-85% of the FMA peak, against
+ * 37-44% for OpenBLAS's Haswell kernels (docs/performance.md). */
+enum { TN_KC = 256 };
 
-/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r]. */
-static void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p) {
+/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r].
+ * Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
+INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p) {
   for (int i0 = 0; i0 < M; i0 += mr, p += (size_t)kc * mr) {
     int w = M - i0 < mr ? M - i0 : mr;
-    for (int k = 0; k < kc; k++) {
-      memcpy(p + (size_t)k * mr, A + (size_t)k * lda + i0, sizeof(float) * (size_t)w);
-      for (int r = w; r < mr; r++) p[(size_t)k * mr + r] = 0.0f;
+    if (w == mr) {
+      for (int k = 0; k < kc; k++) memcpy(p + (size_t)k * mr, A + (size_t)k * lda + i0, sizeof(float) * (size_t)mr);
+      continue;
+    }
+    for (int k = 0; k < kc; k++)
+      for (int r = 0; r < mr; r++) p[(size_t)k * mr + r] = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
+  }
+}
+
+/* B's rows [0, kc) as panels of nr columns, zero-padded: p[(j0 / nr) kc nr + k nr + j] = B[k, j0 + j]. */
+INLINE void pack_b(const float *B, size_t ldb, int N, int kc, int nr, float *p) {
+  size_t panel = (size_t)kc * nr;
+  for (int k = 0; k < kc; k++) {
+    const float *row = B + (size_t)k * ldb;
+    for (int j0 = 0; j0 < N; j0 += nr) {
+      float *dst = p + (size_t)(j0 / nr) * panel + (size_t)k * nr;
+      int w = N - j0 < nr ? N - j0 : nr;
+      if (w == nr) {
+        memcpy(dst, row + j0, sizeof(float) * (size_t)nr);
+        continue;
+      }
+      for (int j = 0; j < nr; j++) dst[j] = j < w ? row[j0 + j] : 0.0f;
     }
   }
 }
 
-static float *tn_buffer(int M, int mr) {
-  size_t n = (size_t)((M + mr - 1) / mr) * mr * TN_KC;
-  float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+/* A panel buffer for `n` rows or columns of one block, in tiles of `r`. */
+static float *tn_buffer(int n, int r) {
+  size_t len = (size_t)((n + r - 1) / r) * r * TN_KC;
+  float *p = aligned_alloc(64, (len * sizeof(float) + 63) / 64 * 64);
   CHECK(p);
   return p;
 }
 
 T512 static void tn512(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
-  enum { MR = 8, NR = 32 };
-  float *at = tn_buffer(M, MR);
+  enum { MR = 8, NR = 32, MB = 64 };
+  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR);
   for (int k0 = 0; k0 < K; k0 += TN_KC) {
     int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
-    const float *b = B + (size_t)k0 * ldb;
     pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
-    for (int j0 = 0; j0 < N; j0 += NR) {
-      __mmask16 m0 = lanes16(N - j0), m1 = lanes16(N - j0 - 16);
-      for (int i0 = 0; i0 < M; i0 += MR)
-        tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, MR, b + j0, ldb, C + (size_t)i0 * ldc + j0, ldc,
-                    m0, m1);
-    }
+    pack_b(B + (size_t)k0 * ldb, ldb, N, kc, NR, bt);
+    for (int ib = 0; ib < M; ib += MB)
+      for (int j0 = 0; j0 < N; j0 += NR) {
+        __mmask16 m0 = lanes16(N - j0), m1 = lanes16(N - j0 - 16);
+        for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
+          tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, C + (size_t)i0 * ldc + j0,
+                      ldc, m0, m1);
+      }
   }
-  free(at);
+  free(at), free(bt);
 }
 
 T256 static void tn256(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
-  enum { MR = 6, NR = 16 };
-  float *at = tn_buffer(M, MR);
+  enum { MR = 6, NR = 16, MB = 48 };
+  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int k0 = 0; k0 < K; k0 += TN_KC) {
     int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
-    const float *b = B + (size_t)k0 * ldb;
     pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
-    for (int j0 = 0; j0 < N; j0 += NR) {
-      __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0), lane),
-              m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0 - 8), lane);
-      for (int i0 = 0; i0 < M; i0 += MR)
-        tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, MR, b + j0, ldb, C + (size_t)i0 * ldc + j0, ldc,
-                    m0, m1);
-    }
+    pack_b(B + (size_t)k0 * ldb, ldb, N, kc, NR, bt);
+    for (int ib = 0; ib < M; ib += MB)
+      for (int j0 = 0; j0 < N; j0 += NR) {
+        __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0), lane),
+                m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0 - 8), lane);
+        for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
+          tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, C + (size_t)i0 * ldc + j0,
+                      ldc, m0, m1);
+      }
   }
-  free(at);
+  free(at), free(bt);
 }
 
 void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
