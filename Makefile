@@ -102,9 +102,11 @@ $(LAYERS_OK): mk/layers.sh $(foreach d,$(FOLDERS),$(wildcard $(d)/*.[ch])) lang/
 layers:
 	@FOLDERS="$(FOLDERS)" sh mk/layers.sh && echo "layers: every include follows the folder graph"
 
-# cuda_headers.c embeds these two headers with .incbin: its dependency file does not see them
+# cuda_headers.c embeds these headers with .incbin: its dependency file does not see them
 $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelude.h \
-                                               compiler/backend/cuda/emu/cellc_emu_kernel.h
+                                               compiler/backend/cuda/emu/cellc_emu_kernel.h \
+                                               compiler/backend/cuda/cellc_emit_kernels.h \
+                                               compiler/backend/cuda/cellc_emit_host.h
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend.h"
 #include "plan.h"
 
 /* Threads of an elementwise kernel's block: a warp a row, CG_CUDA_WARPS warps a block (fewer when
@@ -48,5 +49,8 @@ typedef struct CgCudaScan {
   long long T;
   int B, size, L, nchunks, cplx, reverse;
 } CgCudaScan;
+
+/* `cellc emit --target cuda` (cuda_emit.c): the Backend.emit of both CUDA back ends. */
+int cuda_emit(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen);
 
 #endif

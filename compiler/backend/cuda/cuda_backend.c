@@ -724,7 +724,7 @@ static void cuda_work_free(Work *ww) {
     .compile = compile_fn, .free = cuda_free, .work_new = cuda_work_new, .work_free = cuda_work_free, \
     .forward = cuda_forward, .backward = cuda_backward, .read_steps = cuda_read_steps,               \
     .mem_alloc = cuda_mem_alloc, .mem_free = cuda_mem_free, .mem_upload = cuda_mem_upload,          \
-    .mem_download = cuda_mem_download                                                             \
+    .mem_download = cuda_mem_download, .emit = cuda_emit                                          \
   }
 
 const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real);
