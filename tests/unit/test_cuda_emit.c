@@ -414,3 +414,98 @@ Test(emit, lru_sequential_matches_backend, .timeout = 600) {
 Test(emit, mingru_sequential_matches_backend, .timeout = 600) {
   emitted_matches("stdlib/mingru.cell", NULL, "H=19,D=5", 9, 2, "sequential");
 }
+
+/* ---- the C API's NULL arguments and statuses ---- */
+
+static HBufs *inputs(const Shape *sh, const Program *p, int T, int B) {
+  (void)sh;
+  return h_bufs_new(p, T, B, 11, 0.4, 0.5);
+}
+
+/* max relative error of y and every param gradient between two runs. */
+static double y_and_grads(const HBufs *a, const HBufs *b, const Shape *sh) {
+  size_t rows = (size_t)a->T * (size_t)a->B;
+  double e = h_rel_err(a->y, b->y, rows * (size_t)sh->output_size);
+  for (int i = 0; i < a->np; i++) e = fmax(e, h_rel_err(a->gparams[i], b->gparams[i], a->pn[i]));
+  return e;
+}
+
+static void null_arguments(const char *file, const char *set, const char *dims, const char *mode) {
+  Subject s;
+  subject_open(&s, file, set, dims, mode);
+  int T = 9, B = 2;
+  Shape sh = shape_of(s.cu->p, s.cell);
+  HBufs *zero = inputs(&sh, s.cu->p, T, B), *null = inputs(&sh, s.cu->p, T, B), *full = inputs(&sh, s.cu->p, T, B);
+  HBufs *some = inputs(&sh, s.cu->p, T, B), *again = inputs(&sh, s.cu->p, T, B);
+  for (int i = 0; i < zero->ns; i++)
+    memset(zero->h0[i], 0, sizeof(double) * zero->sn[i]), memset(zero->dfinal[i], 0, sizeof(double) * zero->sn[i]);
+  char *dir = emit_to(&s, "P", "sm_80");
+  subject_close(&s);
+  Emu e;
+  emu_open(&e, dir);
+  /* h0 and dfinal NULL: zeros */
+  run_emitted(&e, &sh, zero, 0);
+  run_emitted(&e, &sh, null, NULL_H0 | NULL_DFINAL);
+  const char *what;
+  Program sizes = {0};
+  sizes.x_size = sh.x_size, sizes.output_size = sh.output_size;
+  double err = h_compare(zero, null, &sizes, &what);
+  cr_expect(err == 0, "%s: NULL h0 and dfinal differ from zeros: %s by %g", file, what, err);
+  /* final, dx, dh0 NULL: not written, the rest as with them */
+  run_emitted(&e, &sh, full, 0);
+  run_emitted(&e, &sh, some, NULL_FINAL | NULL_DX | NULL_DH0);
+  cr_expect(y_and_grads(full, some, &sh) == 0, "%s: NULL final, dx, dh0 change y or the gradients", file);
+  double gx = 0, f = 0;
+  for (size_t i = 0; i < (size_t)T * B * (size_t)sh.x_size; i++) gx = fmax(gx, fabs(full->gx[i]));
+  for (int i = 0; i < full->ns; i++)
+    for (size_t j = 0; j < full->sn[i]; j++) f = fmax(f, fabs(full->final[i][j]));
+  cr_expect(gx > 0 && f > 0, "%s: dx and final are written when given", file);
+  /* statuses: each bad call returns nonzero with a message, before touching memory */
+  float *dummy = (float *)(uintptr_t)256;
+  void *w[16], *st[16];
+  for (int i = 0; i < 16; i++) w[i] = dummy, st[i] = dummy;
+  struct {
+    int rc;
+    const char *what;
+  } bad[] = {
+      {e.fwd(w, 0, B, dummy, NULL, dummy, NULL, dummy, NULL), "T = 0"},
+      {e.fwd(w, T, 0, dummy, NULL, dummy, NULL, dummy, NULL), "B = 0"},
+      {e.fwd(w, T, B, NULL, NULL, dummy, NULL, dummy, NULL), "x NULL"},
+      {e.fwd(NULL, T, B, dummy, NULL, dummy, NULL, dummy, NULL), "w NULL"},
+      {e.fwd(w, T, B, dummy, NULL, NULL, NULL, dummy, NULL), "y NULL"},
+      {e.fwd(w, T, B, dummy, NULL, dummy, NULL, NULL, NULL), "work NULL"},
+      {e.fwd(w, 1 << 30, 1 << 30, dummy, NULL, dummy, NULL, dummy, NULL), "T B overflowing"},
+      {e.bwd(w, T, B, dummy, NULL, NULL, NULL, dummy, st, NULL, NULL, NULL), "dy NULL"},
+      {e.bwd(w, T, B, dummy, NULL, dummy, NULL, dummy, NULL, NULL, NULL, NULL), "grad NULL"},
+      {e.bwd(w, -1, B, dummy, NULL, dummy, NULL, dummy, st, NULL, NULL, NULL), "backward T = -1"},
+  };
+  w[0] = NULL;
+  int nullmember = e.fwd(w, T, B, dummy, NULL, dummy, NULL, dummy, NULL);
+  cr_expect(nullmember != 0 && strcmp(e.strerror(nullmember), "success"), "%s: a NULL param is an error", file);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_expect(bad[i].rc != 0, "%s: %s returns a nonzero status", file, bad[i].what);
+    const char *m = e.strerror(bad[i].rc);
+    cr_expect(m && *m && strcmp(m, "success") && strcmp(m, "unknown status"), "%s: %s: message '%s'", file, bad[i].what, m);
+  }
+  cr_expect(!strcmp(e.strerror(0), "success"));
+  cr_expect(e.ws(0, 1) == 0 && e.ws(1, 0) == 0 && e.ws(1 << 30, 1 << 30) == 0, "P_workspace_bytes of a bad size is 0");
+  cr_expect(e.ws(T, B) < e.ws(2 * T, B), "the workspace grows with T");
+  /* P_release, then a call creates a handle again */
+  cr_expect_eq(e.shim.creates, 1, "one cuBLAS handle for the thread");
+  e.release();
+  cr_expect_eq(e.shim.destroys, 1, "P_release destroys it");
+  run_emitted(&e, &sh, again, 0);
+  cr_expect_eq(e.shim.creates, 2, "a call after P_release creates a handle again");
+  cr_expect(y_and_grads(full, again, &sh) == 0, "%s: the same results after P_release", file);
+  emu_close(&e);
+  shape_free(&sh);
+  h_bufs_free(zero), h_bufs_free(null), h_bufs_free(full), h_bufs_free(some), h_bufs_free(again);
+  cuda_remove_dir(dir);
+  free(dir);
+}
+
+Test(emit, null_arguments_and_statuses_lru_scan, .timeout = 600) { null_arguments("stdlib/lru.cell", NULL, "H=7,D=3", NULL); }
+Test(emit, null_arguments_and_statuses_gru, .timeout = 600) { null_arguments("stdlib/gru.cell", NULL, "H=7,D=3", NULL); }
+Test(emit, null_arguments_and_statuses_lru_sequential, .timeout = 600) {
+  null_arguments("stdlib/lru.cell", NULL, "H=7,D=3", "sequential");
+}
