@@ -168,8 +168,13 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
+
+# test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
+$(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
 bench-gpu: all $(BUILD)/bench_cell
 	@sh bench/gpu.sh
