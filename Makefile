@@ -106,6 +106,7 @@ layers:
 $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelude.h \
                                                compiler/backend/cuda/emu/cellc_emu_kernel.h \
                                                compiler/backend/cuda/cellc_emit_kernels.h \
+                                               compiler/backend/cuda/cellc_launch.h \
                                                compiler/backend/cuda/cellc_emit_host.h
 
 $(BUILD)/gen/lexer.c: lang/lexer.re

@@ -1,7 +1,7 @@
 /* cellc_emit_host.h: the host side of every P.cu that `cellc emit --target cuda` writes (cuda_emit.c
  * embeds this text, then the cell's plan as constant tables of these types). It runs a plan as the
  * CUDA back end's executor (cuda_backend.c) does, step for step and with the same launch shapes,
- * through the CUDA runtime API and cuBLAS on the caller's stream, every array in the caller's
+ * (cellc_launch.h, pasted before this text) through the CUDA runtime API and cuBLAS on the caller's stream, every array in the caller's
  * workspace. Everything is static: several emitted cells link into one program.
  *
  * With CELLC_EMIT_HOST_ONLY defined this part compiles alone (as C++) and names each kernel by its
@@ -123,16 +123,6 @@ typedef struct CellcELayout {
   unsigned long long bases, consts, carry, ones, total;
 } CellcELayout;
 
-/* The scans' chunk length (cuda_backend.c scan_chunk without its override). */
-static int cellc_e_scan_chunk(int T, long long channels) {
-  long long want = 132LL * 2048 / (channels > 0 ? channels : 1);
-  if (want < 1) want = 1;
-  long long L = (T + want - 1) / want;
-  if (L < 16) L = 16;
-  if ((T + L - 1) / L > 65535) L = (T + 65534) / 65535;
-  return (int)L;
-}
-
 /* Reserve `floats` floats: their offset, or sets *bad on overflow. */
 static unsigned long long cellc_e_take(unsigned long long *total, unsigned long long floats, int *bad) {
   unsigned long long at = *total, bytes;
@@ -169,8 +159,7 @@ static int cellc_e_layout(const CellcEPlan *pl, int T, int B, CellcELayout *L) {
   unsigned long long carry = 1;
   for (int q = 0; pl->scan && q < pl->nparts; q++) {
     long long ch = (long long)B * pl->parts[q].size;
-    int Lc = cellc_e_scan_chunk(T, ch);
-    unsigned long long need = (unsigned long long)((T + Lc - 1) / Lc) * (unsigned long long)ch * 6;
+    unsigned long long need = cellc_scan_carry_floats(T, cellc_scan_chunk(T, ch), ch);
     if (need > carry) carry = need;
   }
   L->carry = cellc_e_take(&L->total, carry, &bad);
@@ -189,48 +178,40 @@ static void cellc_e_launch(CellcERun *r, const void *f, unsigned gx, unsigned gy
   if (cudaLaunchKernel(f, g, b, args, shared, r->s) != cudaSuccess) r->status = CELLC_E_CUDA;
 }
 
-static unsigned cellc_e_blocks(long long n, unsigned block) {
-  long long b = (n + block - 1) / block;
-  return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 static void cellc_e_copy_rows(CellcERun *r, long long rows, int e, unsigned long long src, long long lds,
                               unsigned long long dst, long long ldd) {
   if (rows <= 0 || e <= 0) return;
   void *args[] = {&rows, &e, &src, &lds, &dst, &ldd};
-  cellc_e_launch(r, r->pl->copy, cellc_e_blocks(rows * e, 256), 1, 256, 0, args);
+  cellc_e_launch(r, r->pl->copy, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
 }
 
 static void cellc_e_fill_rows(CellcERun *r, long long rows, int e, float k, unsigned long long dst, long long ldd) {
   if (rows <= 0 || e <= 0) return;
   void *args[] = {&rows, &e, &k, &dst, &ldd};
-  cellc_e_launch(r, r->pl->fill, cellc_e_blocks(rows * e, 256), 1, 256, 0, args);
+  cellc_e_launch(r, r->pl->fill, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
 }
 
 static void cellc_e_unpack(CellcERun *r, long long n, const float *src, int stride, unsigned long long re, unsigned long long im) {
   if (n <= 0) return;
   void *args[] = {&n, &src, &stride, &re, &im};
-  cellc_e_launch(r, r->pl->unpack, cellc_e_blocks(n, 256), 1, 256, 0, args);
+  cellc_e_launch(r, r->pl->unpack, cellc_blocks_for(n, 256), 1, 256, 0, args);
 }
 
 static void cellc_e_pack(CellcERun *r, long long n, unsigned long long re, float kre, unsigned long long im, float kim, int stride,
                          float *dst) {
   if (n <= 0 || !dst) return;
   void *args[] = {&n, &re, &kre, &im, &kim, &stride, &dst};
-  cellc_e_launch(r, r->pl->pack, cellc_e_blocks(n, 256), 1, 256, 0, args);
+  cellc_e_launch(r, r->pl->pack, cellc_blocks_for(n, 256), 1, 256, 0, args);
 }
 
-/* An elementwise kernel over rows [r0, r1): a warp a row (cuda_backend.c launch_elem). */
+/* An elementwise kernel over rows [r0, r1): a warp a row (cellc_launch.h). */
 static void cellc_e_elem(CellcERun *r, const void *f, int tmp_floats, long long r0, long long r1) {
   long long rows = r1 - r0;
   if (rows <= 0) return;
-  int warps = 8;
-  while (warps > 1 && (size_t)warps * 4 * (size_t)tmp_floats > 49152) warps--;
-  if (rows < warps) warps = (int)rows;
-  unsigned grid = (unsigned)((rows + warps - 1) / warps);
-  if (grid > 132 * 16) grid = 132 * 16;
+  unsigned grid, block, shared;
+  cellc_elem_shape(rows, tmp_floats, &grid, &block, &shared);
   void *args[] = {&r0, &r1, &r->dbases};
-  cellc_e_launch(r, f, grid, 1, (unsigned)(32 * warps), (size_t)warps * 4 * (size_t)tmp_floats, args);
+  cellc_e_launch(r, f, grid, 1, block, shared, args);
 }
 
 /* ---- steps ---- */
@@ -290,7 +271,7 @@ static void cellc_e_scan(CellcERun *r, int q, int cplx, int reverse) {
   memset(&s, 0, sizeof s);
   s.T = r->T, s.B = r->B, s.size = p->size, s.cplx = cplx, s.reverse = reverse;
   long long ch = (long long)s.B * s.size;
-  s.L = cellc_e_scan_chunk(r->T, ch);
+  s.L = cellc_scan_chunk(r->T, ch);
   s.nchunks = (int)((r->T + s.L - 1) / s.L);
   cellc_e_coef(r, q, 0, &s.a0, &s.lda0);
   cellc_e_coef(r, q, reverse ? 2 : 1, &s.b0, &s.ldb0);
@@ -301,8 +282,8 @@ static void cellc_e_scan(CellcERun *r, int q, int cplx, int reverse) {
   s.s0 = r->arr[reverse ? p->darray : p->array];
   s.s1 = cplx ? r->arr[reverse ? p[1].darray : p[1].array] : 0;
   s.carry = r->carry;
-  unsigned block = ch >= 256 ? 256 : (unsigned)((ch + 31) / 32 * 32);
-  unsigned gx = (unsigned)((ch + block - 1) / block);
+  unsigned block, gx;
+  cellc_scan_shape(ch, &gx, &block);
   void *args[] = {&s};
   cellc_e_launch(r, r->pl->scan_chunks, gx, (unsigned)s.nchunks, block, 0, args);
   cellc_e_launch(r, r->pl->scan_carry, gx, 1, block, 0, args);
@@ -328,7 +309,7 @@ static void cellc_e_step(CellcERun *r, const CellcEStep *st, long long r0, long 
       float k = st->k * (float)rows;
       unsigned long long acc = r->bases[i[1]];
       void *args[] = {&e, &k, &acc};
-      cellc_e_launch(r, r->pl->add_const, cellc_e_blocks(e, 256), 1, 256, 0, args);
+      cellc_e_launch(r, r->pl->add_const, cellc_blocks_for(e, 256), 1, 256, 0, args);
     } else
       cellc_e_sgemm(r, CUBLAS_OP_N, CUBLAS_OP_N, i[2], 1, (int)rows, r->bases[i[0]], cellc_e_width(r, i[0]), r->ones, (int)rows,
                     1.0f, r->bases[i[1]], i[2]);
@@ -362,7 +343,7 @@ static void cellc_e_steps(CellcERun *r, int bwd) {
     long long T = r->T;
     int B = r->B;
     void *args[] = {&T, &B, &r->dbases};
-    cellc_e_launch(r, r->pl->kstep[bwd], (unsigned)B, 1, 32 * 8, (size_t)4 * (size_t)r->pl->step_tmp[bwd], args);
+    cellc_e_launch(r, r->pl->kstep[bwd], (unsigned)B, 1, 32 * CELLC_WARPS, (size_t)4 * (size_t)r->pl->step_tmp[bwd], args);
     return;
   }
   for (int t = 0; t < r->T; t++) cellc_e_phase(r, which, bwd ? r->T - 1 - t : t);

@@ -8,13 +8,15 @@
 #include <stddef.h>
 
 #include "backend.h"
+#include "cellc_launch.h"
 #include "plan.h"
 
 /* Threads of an elementwise kernel's block: a warp a row, CG_CUDA_WARPS warps a block (fewer when
- * the rows' temporaries need more shared memory than a block may have). */
-#define CG_CUDA_WARPS 8
+ * the rows' temporaries need more shared memory than a block may have): the hosts' launch shapes
+ * (cellc_launch.h). */
+#define CG_CUDA_WARPS CELLC_WARPS
 /* Shared memory a block may use without an opt-in, and so the most temporaries one row may have. */
-#define CG_CUDA_SHARED_BYTES 49152
+#define CG_CUDA_SHARED_BYTES CELLC_SHARED_BYTES
 #define CG_CUDA_MAX_TMP_FLOATS (CG_CUDA_SHARED_BYTES / 4)
 
 /* What the host needs to launch the generated kernels. Names in the source:

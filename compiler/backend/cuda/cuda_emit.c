@@ -343,6 +343,7 @@ static char *cu_text(const char *P, const Program *p, const Plan *pl, const CgCu
   fputs("#ifndef CELLC_EMIT_HOST_ONLY\n", f);
   print_kernels(f, source);
   fputs("#endif\n\n", f);
+  fputs(cellc_launch_h, f);
   fputs(cellc_emit_host_h, f);
   fputc('\n', f);
   print_plan(f, P, pl, info);
