@@ -8,10 +8,10 @@
  * name instead of its address: the tests run it on cuda-emu through a small runtime-API shim. */
 #ifdef CELLC_EMIT_HOST_ONLY
 #include <cuda_runtime_api.h>
-#define CELLC_E_KFN(n) ((const void *)#n)
+#define CELLC_E_KFN(sym, name) ((const void *)#name)
 #else
 #include <cuda_runtime.h>
-#define CELLC_E_KFN(n) ((const void *)&n)
+#define CELLC_E_KFN(sym, name) ((const void *)&sym)
 #endif
 #include <cublas_v2.h>
 #include <limits.h>
@@ -102,7 +102,7 @@ typedef struct CellcEPlan {
   /* the kernels: plan kernel i, the static ones and the persistent step ones (NULL when absent) */
   const void *const *k;
   const void *kstatic[2], *kstep[2];
-  const void *scan_chunks, *scan_carry, *scan_apply, *copy, *fill, *add_const, *pack, *unpack;
+  const void *scan_chunks, *scan_carry, *scan_apply, *copy, *fill, *add_const, *unpack, *pack;
 } CellcEPlan;
 
 /* One call in flight: the plan, the caller's stream, the arrays' device addresses. */

@@ -19,7 +19,7 @@
 #define GLUE_END "/* ---- cellc glue kernels: end ---- */\n"
 
 /* The kernel names of the source (each gets the prefix P_ through a #define, so that several
- * emitted cells link into one program). */
+ * emitted cells link into one program), in the order of CellcEPlan's fields from kstatic on. */
 static const char *const FIXED_KERNELS[] = {"kstatic_fwd", "kstatic_bwd", "kstep_fwd", "kstep_bwd",
                                             "cellc_scan_chunks", "cellc_scan_carry", "cellc_scan_apply",
                                             "cellc_copy", "cellc_fill", "cellc_add_const",
@@ -223,7 +223,7 @@ static void print_plan(FILE *f, const char *P, const Plan *pl, const CgCudaInfo 
   int nconst = print_parts(f, P, pl);
   print_users(f, P, pl);
   fprintf(f, "static const void *const %s_kernels_[] = {", P);
-  for (int k = 0; k < pl->nkernels; k++) fprintf(f, "CELLC_E_KFN(k%d), ", k);
+  for (int k = 0; k < pl->nkernels; k++) fprintf(f, "CELLC_E_KFN(%s_k%d, k%d), ", P, k, k);
   fprintf(f, "NULL};\n");
   fprintf(f, "static const CellcEPlan %s_plan_ = {\n", P);
   fprintf(f, "  %d, %d, %d, %d, %d, %d, %d, %d,\n", pl->narrays, pl->nslots, nstacks, p->nsparts, p->cell->nparams, p->nstates,
@@ -232,12 +232,13 @@ static void print_plan(FILE *f, const char *P, const Plan *pl, const CgCudaInfo 
           P, P);
   fprintf(f, "  {%d, %d}, {%d, %d},\n", info->static_tmp[0], info->static_tmp[1], info->step_tmp[0], info->step_tmp[1]);
   fprintf(f, "  %s_kernels_,\n", P);
-  fprintf(f, "  {%s, %s}, {%s, %s},\n", info->has_static[0] ? "CELLC_E_KFN(kstatic_fwd)" : "NULL",
-          info->has_static[1] ? "CELLC_E_KFN(kstatic_bwd)" : "NULL", info->has_step[0] ? "CELLC_E_KFN(kstep_fwd)" : "NULL",
-          info->has_step[1] ? "CELLC_E_KFN(kstep_bwd)" : "NULL");
-  fprintf(f, "  CELLC_E_KFN(cellc_scan_chunks), CELLC_E_KFN(cellc_scan_carry), CELLC_E_KFN(cellc_scan_apply),\n"
-             "  CELLC_E_KFN(cellc_copy), CELLC_E_KFN(cellc_fill), CELLC_E_KFN(cellc_add_const),\n"
-             "  CELLC_E_KFN(cellc_emit_pack), CELLC_E_KFN(cellc_emit_unpack)};\n\n");
+  const bool has[4] = {info->has_static[0], info->has_static[1], info->has_step[0], info->has_step[1]};
+  fprintf(f, " ");
+  for (size_t i = 0; i < sizeof FIXED_KERNELS / sizeof FIXED_KERNELS[0]; i++) {
+    const char *open = i == 0 || i == 2 ? " {" : " ", *close = i == 1 || i == 3 ? "}," : ",";
+    if (i < 4 && !has[i]) fprintf(f, "%sNULL%s", open, close);
+    else fprintf(f, "%sCELLC_E_KFN(%s_%s, %s)%s", open, P, FIXED_KERNELS[i], FIXED_KERNELS[i], i + 1 < 12 ? close : "};\n\n");
+  }
 }
 
 /* ---- the C API ---- */
@@ -321,11 +322,14 @@ static void print_kernels(FILE *f, const char *source) {
   fputs(GLUE_END, f);
 }
 
+/* The kernels' renames (`#define k0 P_k0`), or with P NULL their #undefs: the renames hold over
+ * the kernels alone, so that a param named k0 stays k0 in the API's code. */
 static void print_renames(FILE *f, const char *P, int nkernels) {
-  fprintf(f, "/* every kernel's symbol starts with %s_ */\n", P);
-  for (int k = 0; k < nkernels; k++) fprintf(f, "#define k%d %s_k%d\n", k, P, k);
+  if (P) fprintf(f, "/* every kernel's symbol starts with %s_ */\n", P);
+  for (int k = 0; k < nkernels; k++)
+    P ? fprintf(f, "#define k%d %s_k%d\n", k, P, k) : fprintf(f, "#undef k%d\n", k);
   for (size_t i = 0; i < sizeof FIXED_KERNELS / sizeof FIXED_KERNELS[0]; i++)
-    fprintf(f, "#define %s %s_%s\n", FIXED_KERNELS[i], P, FIXED_KERNELS[i]);
+    P ? fprintf(f, "#define %s %s_%s\n", FIXED_KERNELS[i], P, FIXED_KERNELS[i]) : fprintf(f, "#undef %s\n", FIXED_KERNELS[i]);
   fputc('\n', f);
 }
 
@@ -342,7 +346,8 @@ static char *cu_text(const char *P, const Program *p, const Plan *pl, const CgCu
   print_renames(f, P, pl->nkernels);
   fputs("#ifndef CELLC_EMIT_HOST_ONLY\n", f);
   print_kernels(f, source);
-  fputs("#endif\n\n", f);
+  fputs("#endif\n", f);
+  print_renames(f, NULL, pl->nkernels);
   fputs(cellc_launch_h, f);
   fputs(cellc_emit_host_h, f);
   fputc('\n', f);
