@@ -108,9 +108,12 @@ $(LAYERS_OK): mk/layers.sh $(foreach d,$(FOLDERS),$(wildcard $(d)/*.[ch])) lang/
 layers:
 	@FOLDERS="$(FOLDERS)" sh mk/layers.sh && echo "layers: every include follows the folder graph"
 
-# cuda_headers.c embeds these two headers with .incbin: its dependency file does not see them
+# cuda_headers.c embeds these headers with .incbin: its dependency file does not see them
 $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelude.h \
-                                               compiler/backend/cuda/emu/cellc_emu_kernel.h
+                                               compiler/backend/cuda/emu/cellc_emu_kernel.h \
+                                               compiler/backend/cuda/cellc_emit_kernels.h \
+                                               compiler/backend/cuda/cellc_launch.h \
+                                               compiler/backend/cuda/cellc_emit_host.h
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
@@ -172,8 +175,13 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
+
+# test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
+$(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
 bench-gpu: all $(BUILD)/bench_cell
 	@sh bench/gpu.sh

@@ -1,7 +1,8 @@
 #!/bin/sh
 # make test-gpu: the CUDA back end on this machine's GPU. test_cuda again with the real driver
 # (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
-# against sequential, and the benchmark's sizes against the CPU back end), and `cellc run --backend
+# against sequential, and the benchmark's sizes against the CPU back end), the emitted P.cu of every
+# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), and `cellc run --backend
 # cuda` against `--backend cpu` on one cell. Skips with one line where there is no GPU. Ends with
 # "N passed, M failed".
 cd "$(dirname "$0")/.." || exit 1
@@ -16,16 +17,24 @@ if [ $rc -eq 3 ]; then
 fi
 pass=0; fail=0
 if [ $rc -ne 0 ]; then echo "test-gpu: cellc run --backend cuda exited $rc: $probe"; fail=$((fail + 1)); fi
+# a Criterion binary's counts into pass and fail: criterion NAME (output in $out, status in $rc)
+criterion() {
+  echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion' | head -60
+  syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
+  if [ -z "$syn" ]; then
+    echo "$1: no synthesis (exit $rc)"; fail=$((fail + 1))
+  else
+    tested=$(echo "$syn" | sed -E 's/.*Tested: ([0-9]+).*/\1/')
+    passing=$(echo "$syn" | sed -E 's/.*Passing: ([0-9]+).*/\1/')
+    pass=$((pass + passing)); fail=$((fail + tested - passing))
+  fi
+}
 out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_cuda --jobs 1 2>&1); rc=$?
-echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion' | head -60
-syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
-if [ -z "$syn" ]; then
-  echo "test_cuda: no synthesis (exit $rc)"; fail=$((fail + 1))
-else
-  tested=$(echo "$syn" | sed -E 's/.*Tested: ([0-9]+).*/\1/')
-  passing=$(echo "$syn" | sed -E 's/.*Passing: ([0-9]+).*/\1/')
-  pass=$((pass + passing)); fail=$((fail + tested - passing))
-fi
+criterion test_cuda
+# cellc emit --target cuda: every stdlib cell's P.cu built by nvcc (-shared, -lcublas) for this GPU's
+# arch and run through its C API against the CPU back end (test_cuda_emit.c with CELLC_EMIT_GPU)
+out=$(timeout 1800 build/tests/gpu_cuda_emit --jobs 1 2>&1); rc=$?
+criterion gpu_cuda_emit
 # the command line: the same inputs on cuda and cpu, every tensor within float32 rounding
 for cell in gru lru; do
   bin/cellc run stdlib/$cell.cell --dims H=64,D=32 --T 300 --B 8 --seed 5 --backend cuda --out "$tmp/cuda.safetensors" &&

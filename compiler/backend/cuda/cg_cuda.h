@@ -7,13 +7,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend.h"
+#include "cellc_launch.h"
 #include "plan.h"
 
 /* Threads of an elementwise kernel's block: a warp a row, CG_CUDA_WARPS warps a block (fewer when
- * the rows' temporaries need more shared memory than a block may have). */
-#define CG_CUDA_WARPS 8
+ * the rows' temporaries need more shared memory than a block may have): the hosts' launch shapes
+ * (cellc_launch.h). */
+#define CG_CUDA_WARPS CELLC_WARPS
 /* Shared memory a block may use without an opt-in, and so the most temporaries one row may have. */
-#define CG_CUDA_SHARED_BYTES 49152
+#define CG_CUDA_SHARED_BYTES CELLC_SHARED_BYTES
 #define CG_CUDA_MAX_TMP_FLOATS (CG_CUDA_SHARED_BYTES / 4)
 
 /* What the host needs to launch the generated kernels. Names in the source:
@@ -48,5 +51,8 @@ typedef struct CgCudaScan {
   long long T;
   int B, size, L, nchunks, cplx, reverse;
 } CgCudaScan;
+
+/* `cellc emit --target cuda` (cuda_emit.c): the Backend.emit of both CUDA back ends. */
+int cuda_emit(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cellc_launch.h"
 #include "cg_cuda.h"
 #include "cuda_api.h"
 #include "support.h"
@@ -149,50 +150,35 @@ static void launch(CudaCell *c, CUfunction f, unsigned gx, unsigned gy, unsigned
   CU(c, cuLaunchKernel, f, gx, gy, 1, block, 1, 1, shared, NULL, params, NULL);
 }
 
-static unsigned blocks_for(long long n, unsigned block) {
-  long long b = (n + block - 1) / block;
-  return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 static void copy_rows(CudaCell *c, long long rows, int e, CUdeviceptr src, long long lds, CUdeviceptr dst, long long ldd) {
   if (rows <= 0 || e <= 0) return;
   void *args[] = {&rows, &e, &src, &lds, &dst, &ldd};
-  launch(c, c->copy, blocks_for(rows * e, 256), 1, 256, 0, args);
+  launch(c, c->copy, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
 }
 
 static void fill_rows(CudaCell *c, long long rows, int e, float k, CUdeviceptr dst, long long ldd) {
   if (rows <= 0 || e <= 0) return;
   void *args[] = {&rows, &e, &k, &dst, &ldd};
-  launch(c, c->fill, blocks_for(rows * e, 256), 1, 256, 0, args);
+  launch(c, c->fill, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
 }
 
-/* An elementwise kernel (or a static one) over rows [r0, r1): a warp a row. */
+/* An elementwise kernel (or a static one) over rows [r0, r1): a warp a row (cellc_launch.h). */
 static void launch_elem(CudaCell *c, CudaWork *w, CUfunction f, int tmp_floats, long long r0, long long r1) {
   long long rows = r1 - r0;
   if (rows <= 0) return;
-  int warps = CG_CUDA_WARPS;
-  while (warps > 1 && (size_t)warps * FBYTES(tmp_floats) > CG_CUDA_SHARED_BYTES) warps--;
-  if (rows < warps) warps = (int)rows;
-  unsigned grid = (unsigned)((rows + warps - 1) / warps);
-  if (grid > 132 * 16) grid = 132 * 16;
+  unsigned grid, block, shared;
+  cellc_elem_shape(rows, tmp_floats, &grid, &block, &shared);
   void *args[] = {&r0, &r1, &w->dbases};
-  launch(c, f, grid, 1, (unsigned)(32 * warps), (unsigned)(warps * FBYTES(tmp_floats)), args);
+  launch(c, f, grid, 1, block, shared, args);
 }
 
 /* ---- arrays ---- */
 
-/* The scans' chunk length for T steps over `channels` channels: enough chunks that the scan fills a
- * large GPU (about 132 x 2048 threads), at least 16 steps a chunk; CELLC_CUDA_SCAN_CHUNK overrides. */
+/* The scans' chunk length (cellc_launch.h); CELLC_CUDA_SCAN_CHUNK overrides it. */
 static int scan_chunk(int T, long long channels) {
   const char *env = getenv("CELLC_CUDA_SCAN_CHUNK");
-  long long L;
-  if (env && atoi(env) > 0) L = atoi(env);
-  else {
-    long long want = 132LL * 2048 / (channels > 0 ? channels : 1);
-    if (want < 1) want = 1;
-    L = (T + want - 1) / want;
-    if (L < 16) L = 16;
-  }
+  if (!env || atoi(env) <= 0) return cellc_scan_chunk(T, channels);
+  long long L = atoi(env);
   if ((T + L - 1) / L > 65535) L = (T + 65534) / 65535; /* gridDim.y */
   return (int)L;
 }
@@ -266,8 +252,7 @@ static void work_bind(CudaCell *c, CudaWork *w, const SeqIO *s) {
   size_t rows = (size_t)s->T * (size_t)s->B, carry = 0;
   for (int q = 0; q < p->nsparts; q++) {
     long long ch = (long long)s->B * p->sparts[q].size;
-    int L = scan_chunk(s->T, ch);
-    size_t need = (size_t)((s->T + L - 1) / L) * (size_t)ch * 6;
+    size_t need = (size_t)cellc_scan_carry_floats(s->T, scan_chunk(s->T, ch), ch);
     if (need > carry) carry = need;
   }
   if (pl->scan && carry > w->carry_floats) {
@@ -330,7 +315,7 @@ static void run_colsum(CudaCell *c, CudaWork *w, const PStep *st, long long rows
     CHECK(n->op == OP_CONST);
     float k = (float)n->k * (float)rows;
     void *args[] = {&e, &k, &acc};
-    launch(c, c->add_const, blocks_for(e, 256), 1, 256, 0, args);
+    launch(c, c->add_const, cellc_blocks_for(e, 256), 1, 256, 0, args);
     return;
   }
   float one = 1.0f;
@@ -373,8 +358,8 @@ static void run_scan(CudaCell *c, CudaWork *w, int state, bool reverse) {
   s.s0 = w->arr[arr[q]];
   s.s1 = cplx ? w->arr[arr[q + 1]] : 0;
   s.carry = w->carry;
-  unsigned block = ch >= 256 ? 256 : (unsigned)((ch + 31) / 32 * 32);
-  unsigned gx = (unsigned)((ch + block - 1) / block);
+  unsigned block, gx;
+  cellc_scan_shape(ch, &gx, &block);
   void *args[] = {&s};
   launch(c, c->scan_chunks, gx, (unsigned)s.nchunks, block, 0, args);
   launch(c, c->scan_carry, gx, 1, block, 0, args);
@@ -455,7 +440,7 @@ static void run_steps(CudaCell *c, CudaWork *w, int which) {
     int B = w->B;
     void *args[] = {&T, &B, &w->dbases};
     double t0 = w->base.profiling ? now_s() : 0;
-    launch(c, c->kstep[which], (unsigned)B, 1, 32 * CG_CUDA_WARPS, (unsigned)FBYTES(c->info.step_tmp[which]), args);
+    launch(c, c->kstep[which], (unsigned)B, 1, 32 * CELLC_WARPS, (unsigned)FBYTES(c->info.step_tmp[which]), args);
     if (w->base.profiling) {
       CU(c, cuCtxSynchronize);
       w->base.prof.elem_s += now_s() - t0;
@@ -724,7 +709,7 @@ static void cuda_work_free(Work *ww) {
     .compile = compile_fn, .free = cuda_free, .work_new = cuda_work_new, .work_free = cuda_work_free, \
     .forward = cuda_forward, .backward = cuda_backward, .read_steps = cuda_read_steps,               \
     .mem_alloc = cuda_mem_alloc, .mem_free = cuda_mem_free, .mem_upload = cuda_mem_upload,          \
-    .mem_download = cuda_mem_download                                                             \
+    .mem_download = cuda_mem_download, .emit = cuda_emit                                          \
   }
 
 const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real);

@@ -36,5 +36,10 @@ int cuda_api_probe(const char *path, int part, char *err, size_t errlen);
 /* The kernel-side headers, embedded in the binary at build time (cuda_headers.c). */
 extern const char cellc_cuda_prelude_h[];
 extern const char cellc_emu_kernel_h[];
+/* The text cuda_emit.c writes into every P.cu: the glue kernels, the launch shapes and the host
+ * executor. */
+extern const char cellc_emit_kernels_h[];
+extern const char cellc_launch_h[];
+extern const char cellc_emit_host_h[];
 
 #endif
