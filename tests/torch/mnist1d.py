@@ -3,6 +3,7 @@
 # an independent NumPy construction of the reference dataset, so that the two can be compared.
 #
 #   mnist1d.py DUMP.safetensors|reference [--models logistic,mlp,cnn,gru,gru64] [--steps N]
+#              [--cosine] [--clip C]
 #
 # Prints one line per model: "<model> test_accuracy <percent> (<seconds> s)".
 #
@@ -136,16 +137,23 @@ MODELS = {
 }
 
 
-def train(model, x, y, xt, yt, steps, lr=1e-2, batch=100):
+def train(model, x, y, xt, yt, steps, lr=1e-2, batch=100, cosine=False, clip=0.0):
+    """The source's loop; cosine and clip as examples/mnist1d.cfg (lr to 0 by a cosine, the global
+    gradient norm clipped), for the gru64 comparison."""
     x, y, xt, yt = (torch.as_tensor(np.asarray(v)) for v in (x, y, xt, yt))
     x, xt, y, yt = x.float(), xt.float(), y.long(), yt.long()
     opt = torch.optim.Adam(model.parameters(), lr)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(steps):
+        if cosine:
+            for g in opt.param_groups:
+                g["lr"] = lr * (1 + np.cos(np.pi * step / steps)) / 2
         i = (step * batch) % len(x)
         loss = loss_fn(model(x[i:i + batch]), y[i:i + batch])
         opt.zero_grad()
         loss.backward()
+        if clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
     with torch.no_grad():
         return 100.0 * (model(xt).argmax(-1) == yt).float().mean().item()
@@ -157,13 +165,15 @@ def main():
     ap.add_argument("--models", default="logistic,mlp,cnn,gru")
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cosine", action="store_true", help="lr from 1e-2 to 0 by a cosine")
+    ap.add_argument("--clip", type=float, default=0.0, help="global gradient-norm clip (0: off)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     data = reference_dataset() if a.data == "reference" else dumped_dataset(a.data)
     for name in a.models.split(","):
         torch.manual_seed(a.seed)
         t0 = time.time()
-        acc = train(MODELS[name](), *data, a.steps)
+        acc = train(MODELS[name](), *data, a.steps, cosine=a.cosine, clip=a.clip)
         print(f"{name} test_accuracy {acc:.1f} ({time.time() - t0:.0f} s)", flush=True)
 
 
