@@ -79,11 +79,11 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu
+.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu task_dump
 ifeq ($(SAN),1)
-all: $(BUILD)/cellc
+all: $(BUILD)/cellc $(BUILD)/task_dump
 else
-all: bin/cellc
+all: bin/cellc $(BUILD)/task_dump
 endif
 
 bin/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
@@ -135,6 +135,12 @@ $(BUILD)/%.o: %.c | $(BUILD)/gen/parser.h
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+
+# A test tool: the splits of a fixed dataset as `cellc train` builds them, as safetensors
+# (tests/task_dump.c; tests/suite_mnist1d.sh uses it).
+$(BUILD)/task_dump: tests/task_dump.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+task_dump: $(BUILD)/task_dump
 
 deps:
 	@sh tests/deps.sh

@@ -1,6 +1,8 @@
 /* mnist1d.c: the MNIST-1D dataset (docs/training.md "Tasks"; shared/seeds.md section 3), generated
  * from its ten 12-point templates with the reference pipeline (pad, resample, scale, roll,
- * correlated and i.i.d. noise, shear, resample). */
+ * correlated and i.i.d. noise, shear, resample). tests/suite_mnist1d.sh checks the result against an
+ * independent construction of the reference dataset and trains the source's baselines on it
+ * (docs/experiments.md "MNIST-1D"). */
 #include <math.h>
 #include <string.h>
 
