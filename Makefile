@@ -55,7 +55,7 @@ USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
                             compiler/backend compiler/backend/interp compiler/backend/cpu \
                             compiler/backend/cuda
-USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
+USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn runtime/optim \
                             compiler/pipeline compiler/backend
 USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
 # the include flags of a folder: itself and what it uses, directly or through their headers

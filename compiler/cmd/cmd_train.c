@@ -19,6 +19,7 @@
 #include "support.h"
 #include "model.h"
 #include "optim.h"
+#include "pipeline.h"
 #include "safetensors.h"
 
 #define MAX_SETS 256
@@ -39,6 +40,8 @@ typedef struct Run {
   TaskShape shape;
   Model *model;
   Opt *opt;
+  DevOps *ops;      /* the device of train.device (model_ops) */
+  float *state;     /* the optimizer's moments where the ops work: opt->state on the host, else a device copy */
   size_t *moff;     /* per tensor: where its moments start (part 0; part 1 follows), or SIZE_MAX */
   OptSchedule sched;
   int64_t steps, step;
@@ -173,7 +176,7 @@ static int build_optimizer(Run *r) {
       for (int g = 0; g < ntags; g++)
         if (!strcmp(t->tags[j], tags[g])) gi = group[g], used[g] = true;
     r->moff[i] = r->opt->nparams;
-    for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->val[part], t->grad[part], (size_t)t->numel);
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->dval[part], t->dgrad[part], (size_t)t->numel);
   }
   int status = 0;
   for (int g = 0; g < ntags && !status; g++)
@@ -184,6 +187,7 @@ static int build_optimizer(Run *r) {
       status = 1;
     }
   free(group), free(used);
+  r->state = r->ops->device ? r->ops->alloc(r->ops, sizeof(float) * (opt_state_size(r->opt) + 1)) : r->opt->state;
   OptScheduleKind sk = OPT_CONSTANT;
   opt_schedule_from_name(cfg_word(c, "train.schedule"), &sk);
   r->sched.kind = sk;
@@ -194,15 +198,33 @@ static int build_optimizer(Run *r) {
   return status;
 }
 
+/* The device operations of train.device: the host's, or a device back end's (exit 3 when it cannot
+ * run here, naming what is missing). 0 or the exit status. */
+static int open_device(Run *r) {
+  const char *dev = cfg_word(r->cfg, "train.device");
+  if (!strcmp(dev, "cpu")) {
+    r->ops = model_host_ops();
+    return 0;
+  }
+  const Backend *be = backend_find(dev);
+  char err[1024];
+  CHECK(be);
+  if (!be->ops_new) snprintf(err, sizeof err, "training on this device is not built yet");
+  r->ops = be->ops_new ? be->ops_new(err, sizeof err) : NULL;
+  if (!r->ops) {
+    diag_plain("train.device = %s: %s", dev, err);
+    return 3;
+  }
+  return 0;
+}
+
 /* Loads the configuration, the task and the model; returns 0 or the exit status. */
 static int setup(Run *r) {
   r->cfg = cfg_load(r->a.cfg, r->a.sets, r->a.nsets);
   if (!r->cfg) return 1;
   Cfg *c = r->cfg;
-  if (!strcmp(cfg_word(c, "train.device"), "cuda")) {
-    diag_plain("train.device = cuda: training on the GPU is not built yet (the cuda back end runs single cells: cellc run --backend cuda); use train.device = cpu");
-    return 3;
-  }
+  int rc = open_device(r);
+  if (rc) return rc;
   r->steps = cfg_int(c, "train.steps");
   r->B = (int)cfg_int(c, "train.batch");
   r->seed = (uint64_t)cfg_int(c, "train.seed");
@@ -214,7 +236,7 @@ static int setup(Run *r) {
   static char purpose[512];
   snprintf(purpose, sizeof purpose, "the data of task '%s' (its [task] keys)", cfg_word(c, "task.name"));
   base_alloc_for(purpose);
-  int rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
+  rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
   free(num), free(str);
   if (rc < 0) {
     diag_plain("%s: [task] %s", r->a.cfg, err);
@@ -225,14 +247,16 @@ static int setup(Run *r) {
            "the model and its work arrays (model.layers = %lld, model.width = %lld, model.hidden = %lld, train.batch = "
            "%d, sequence length %d)", (long long)cfg_int(c, "model.layers"), (long long)cfg_int(c, "model.width"),
            (long long)cfg_int(c, "model.hidden"), r->B, r->shape.length);
-  r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->B, r->seed);
-  if (!r->model) return 1;
+  r->model = model_new_on(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->B, r->seed, r->ops, &rc);
+  if (!r->model) return rc;
   return build_optimizer(r);
 }
 
 static void teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
   model_free(r->model);
+  if (r->ops && r->ops->device && r->state) r->ops->free(r->ops, r->state);
+  if (r->ops) r->ops->close(r->ops);
   opt_free(r->opt);
   if (r->task) task_free(r->task);
   cfg_free(r->cfg);
@@ -257,7 +281,20 @@ static void moment_planes(const Run *r, int i, float *m_or_v, float **planes) {
   planes[1] = planes[0] + t->numel;
 }
 
+/* A device's params and moments copied to the host mirrors a checkpoint is written from, and back
+ * after one is read. */
+static void state_to_host(Run *r) {
+  model_to_host(r->model);
+  if (r->ops->device) r->ops->download(r->ops, r->opt->state, r->state, sizeof(float) * opt_state_size(r->opt));
+}
+
+static void state_to_device(Run *r) {
+  model_to_device(r->model);
+  if (r->ops->device) r->ops->upload(r->ops, r->state, r->opt->state, sizeof(float) * opt_state_size(r->opt));
+}
+
 static int write_checkpoint(Run *r, const char *path) {
+  state_to_host(r);
   SftWriter *w = sft_writer_new();
   float **bufs = xcalloc((size_t)(3 * model_ntensors(r->model) + 1), sizeof(float *));
   int nb = 0;
@@ -387,6 +424,7 @@ static int read_checkpoint(Run *r, const char *path, bool with_opt) {
     status = 1;
   }
   if (!status) {
+    state_to_device(r);
     r->step = (int64_t)sft_get(st, 0);
     if (with_opt) r->opt->step = r->step;
     const char *el = sft_meta(&f, "elapsed_s");
@@ -547,7 +585,8 @@ static int train_loop(Run *r) {
     task_batch(r->task, TASK_TRAIN, r->step, r->B, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->B);
     task_batch_free(&b);
-    double gnorm = opt_clip(r->opt, cfg_real(r->cfg, "train.clip"));
+    OptApply apply = model_opt_apply(r->model);
+    double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
       say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
           isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite",
@@ -556,7 +595,7 @@ static int train_loop(Run *r) {
       break;
     }
     double lr = opt_lr_at(&r->sched, r->step);
-    opt_step(r->opt, lr);
+    opt_step_on(r->opt, lr, r->state, &apply);
     r->step++;
     double dt = now() - t;
     int_time += dt, int_steps++;
