@@ -104,7 +104,8 @@ layers:
 
 # cuda_headers.c embeds these two headers with .incbin: its dependency file does not see them
 $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelude.h \
-                                               compiler/backend/cuda/emu/cellc_emu_kernel.h
+                                               compiler/backend/cuda/emu/cellc_emu_kernel.h \
+                                               compiler/backend/cuda/cellc_train.cu
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)

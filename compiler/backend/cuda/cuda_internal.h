@@ -36,5 +36,6 @@ int cuda_api_probe(const char *path, int part, char *err, size_t errlen);
 /* The kernel-side headers, embedded in the binary at build time (cuda_headers.c). */
 extern const char cellc_cuda_prelude_h[];
 extern const char cellc_emu_kernel_h[];
+extern const char cellc_train_cu[]; /* the training kernels (cuda_ops.c) */
 
 #endif
