@@ -105,6 +105,27 @@ struct DevOps {
   /* out[r, :] = v (rows copies of n floats);  acc += sum over rows of x[r, :] */
   void (*bcast_rows)(DevOps *o, float *out, const float *v, int rows, int n);
   void (*colsum_add)(DevOps *o, float *acc, const float *x, int rows, int n);
+  /* residual blocks: out = a + b;  y += x */
+  void (*add)(DevOps *o, float *out, const float *a, const float *b, size_t n);
+  void (*acc)(DevOps *o, float *y, const float *x, size_t n);
+  /* nn_norm_forward / nn_norm_backward (layernorm; rmsnorm with mean NULL) */
+  void (*norm_fwd)(DevOps *o, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int rows,
+                   int C);
+  void (*norm_bwd)(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                   const float *mean, const float *rstd, int rows, int C);
+  /* nn_batchnorm_forward / nn_batchnorm_backward */
+  void (*batchnorm_fwd)(DevOps *o, float *out, float *mean, float *rstd, float *running_mean, float *running_var,
+                        const float *inp, const float *w, const float *b, int rows, int C, bool training);
+  void (*batchnorm_bwd)(DevOps *o, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int rows, int C, bool training);
+  /* nn_glu_forward / _backward and nn_mlp_forward / _backward: p, d are NnGlu's (w1 b1 w2 b2 w3 b3)
+   * or NnMlp's (w1 b1 w2 b2) pointers in order, cache and scratch as nn.h lays them out */
+  void (*glu_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
+  void (*glu_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
+                  float *cache, float *const *p, int rows, int C, int H);
+  void (*mlp_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
+  void (*mlp_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
+                  float *cache, float *const *p, int rows, int C, int H);
   /* nn_crossentropy with the targets already masked (-1) and `counted` targets >= 0; dlogits NULL
    * in evaluation. Writes the loss sum and the arg-max hits to the host. */
   void (*crossentropy)(DevOps *o, float *dlogits, const float *logits, const int32_t *targets, int N, int V,

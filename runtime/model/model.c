@@ -30,8 +30,7 @@ typedef struct Layer {
   float **noise;    /* per noise stream of the training program [T, B, size] */
   /* residual blocks */
   int norm_w, mix_w, bn_mean, bn_var; /* tensor indices, -1 when absent */
-  NnGlu glu, dglu;
-  NnMlp mlp, dmlp;
+  float *mixp[6], *dmixp[6];       /* the mixer's params and gradients: NnGlu's or NnMlp's fields in order */
   float *normed, *nmean, *nrstd; /* norm output [rows, C] and caches */
   float *mixed;                   /* mixer output [rows, C] */
   float *mixcache;
@@ -423,16 +422,8 @@ static void init_block_tensors(Model *m, Layer *L) {
     /* weights and biases alternate: w1 b1 (w2 b2) w3 b3; fan-in C for the first ones, Hm for the last */
     int n = m->mix == MIX_GLU ? 6 : 4;
     for (int i = 0; i < n; i++) init_uniform(&m->tensors[w + i], m->seed, i < n - 2 ? C : Hm);
-    ModelTensor *t = m->tensors;
-    if (m->mix == MIX_GLU) {
-      L->glu = (NnGlu){t[w].dval[0], t[w + 1].dval[0], t[w + 2].dval[0], t[w + 3].dval[0], t[w + 4].dval[0], t[w + 5].dval[0]};
-      L->dglu = (NnGlu){t[w].dgrad[0], t[w + 1].dgrad[0], t[w + 2].dgrad[0], t[w + 3].dgrad[0], t[w + 4].dgrad[0], t[w + 5].dgrad[0]};
-      L->mixcache = dbuf(m, nn_glu_cache_size(m->rows, Hm));
-    } else {
-      L->mlp = (NnMlp){t[w].dval[0], t[w + 1].dval[0], t[w + 2].dval[0], t[w + 3].dval[0]};
-      L->dmlp = (NnMlp){t[w].dgrad[0], t[w + 1].dgrad[0], t[w + 2].dgrad[0], t[w + 3].dgrad[0]};
-      L->mixcache = dbuf(m, nn_mlp_cache_size(m->rows, Hm));
-    }
+    for (int i = 0; i < n; i++) L->mixp[i] = m->tensors[w + i].dval[0], L->dmixp[i] = m->tensors[w + i].dgrad[0];
+    L->mixcache = dbuf(m, m->mix == MIX_GLU ? nn_glu_cache_size(m->rows, Hm) : nn_mlp_cache_size(m->rows, Hm));
     L->mixed = dbuf(m, rows * (size_t)C);
   }
 }
@@ -607,8 +598,7 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
 /* What the device operations do not run yet: NULL, or the part to name. */
 static const char *not_on_device(const Model *m) {
   if (!m->ops->device) return NULL;
-  if (m->block) return "model.block = residual";
-  if (m->dropout > 0 && m->nlayers > 1) return "model.dropout > 0";
+  if (m->dropout > 0 && (m->block || m->nlayers > 1)) return "model.dropout > 0";
   return NULL;
 }
 
@@ -737,19 +727,21 @@ static void learned_states(Model *m, Layer *L, bool backward) {
 
 static void norm_forward(Model *m, Layer *L, const float *x, bool training) {
   int C = m->width;
+  DevOps *o = m->ops;
   const float *w = m->tensors[L->norm_w].dval[0], *b = m->tensors[L->norm_w + 1].dval[0];
-  if (m->norm != NORM_BATCH) nn_norm_forward(L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
+  if (m->norm != NORM_BATCH) o->norm_fwd(o, L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
   else
-    nn_batchnorm_forward(L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].dval[0], m->tensors[L->bn_var].dval[0], x, w, b,
-                         m->rows, C, training);
+    o->batchnorm_fwd(o, L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].dval[0], m->tensors[L->bn_var].dval[0], x, w, b,
+                     m->rows, C, training);
 }
 
 static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, const float *x) {
   int C = m->width;
   const float *w = m->tensors[L->norm_w].dval[0];
   float *dw = m->tensors[L->norm_w].dgrad[0], *db = m->tensors[L->norm_w + 1].dgrad[0];
-  if (m->norm != NORM_BATCH) nn_norm_backward(dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
-  else nn_batchnorm_backward(dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
+  DevOps *o = m->ops;
+  if (m->norm != NORM_BATCH) o->norm_bwd(o, dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
+  else o->batchnorm_bwd(o, dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
 }
 
 static void layer_forward(Model *m, int k, bool training, int64_t step) {
@@ -767,15 +759,9 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   m->backend->forward(L->exe[v], L->work[v], s);
   const float *branch = L->y;
   if (L->mix_w >= 0) {
-    if (m->mix == MIX_GLU) {
-      NnGluCache gc;
-      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
-      nn_glu_forward(L->mixed, &gc, L->y, &L->glu, m->rows, m->width, m->mix_hidden);
-    } else {
-      NnMlpCache mc;
-      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
-      nn_mlp_forward(L->mixed, &mc, L->y, &L->mlp, m->rows, m->width, m->mix_hidden);
-    }
+    DevOps *o = m->ops;
+    if (m->mix == MIX_GLU) o->glu_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
+    else o->mlp_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
     branch = L->mixed;
   }
   bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
@@ -785,7 +771,7 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
     nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, training);
     branch = L->dropped;
   }
-  if (m->block) nn_add_forward(m->act[k + 1], x, branch, n);
+  if (m->block) m->ops->add(m->ops, m->act[k + 1], x, branch, n);
   else m->ops->copy(m->ops, m->act[k + 1], branch, sizeof(float) * n);
 }
 
@@ -805,15 +791,9 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   if (L->mix_w >= 0) {
     float *dy = m->dtmp[1];
     m->ops->zero(m->ops, dy, sizeof(float) * n);
-    if (m->mix == MIX_GLU) {
-      NnGluCache gc;
-      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
-      nn_glu_backward(dy, &L->dglu, m->scratch, d, L->y, &gc, &L->glu, m->rows, m->width, m->mix_hidden);
-    } else {
-      NnMlpCache mc;
-      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
-      nn_mlp_backward(dy, &L->dmlp, m->scratch, d, L->y, &mc, &L->mlp, m->rows, m->width, m->mix_hidden);
-    }
+    DevOps *o = m->ops;
+    if (m->mix == MIX_GLU) o->glu_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
+    else o->mlp_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
     d = dy;
   }
   s->dy = d;
@@ -829,7 +809,7 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   } else {
     s->grad_x = din;
     m->backend->backward(L->exe[0], L->work[0], s);
-    nn_add_backward(din, NULL, dout, n);
+    m->ops->acc(m->ops, din, dout, n);
   }
   learned_states(m, L, true);
 }

@@ -66,6 +66,66 @@ static void h_colsum_add(DevOps *o, float *acc, const float *x, int rows, int n)
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < n; j++) acc[j] += x[(size_t)r * n + j];
 }
+static void h_add(DevOps *o, float *out, const float *a, const float *b, size_t n) {
+  (void)o;
+  nn_add_forward(out, a, b, n);
+}
+static void h_acc(DevOps *o, float *y, const float *x, size_t n) {
+  (void)o;
+  nn_add_backward(y, NULL, x, n);
+}
+static void h_norm_fwd(DevOps *o, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                       int rows, int C) {
+  (void)o;
+  nn_norm_forward(out, mean, rstd, inp, w, b, rows, C);
+}
+static void h_norm_bwd(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int rows, int C) {
+  (void)o;
+  nn_norm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+}
+static void h_bn_fwd(DevOps *o, float *out, float *mean, float *rstd, float *rmean, float *rvar, const float *inp,
+                     const float *w, const float *b, int rows, int C, bool training) {
+  (void)o;
+  nn_batchnorm_forward(out, mean, rstd, rmean, rvar, inp, w, b, rows, C, training);
+}
+static void h_bn_bwd(DevOps *o, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                     const float *w, const float *mean, const float *rstd, int rows, int C, bool training) {
+  (void)o;
+  nn_batchnorm_backward(dinp, dw, db, scratch, dout, inp, w, mean, rstd, rows, C, training);
+}
+static NnGlu glu_of(float *const *p) { return p ? (NnGlu){p[0], p[1], p[2], p[3], p[4], p[5]} : (NnGlu){0}; }
+static NnMlp mlp_of(float *const *p) { return p ? (NnMlp){p[0], p[1], p[2], p[3]} : (NnMlp){0}; }
+static void h_glu_fwd(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+  (void)o;
+  NnGluCache c;
+  nn_glu_cache_views(&c, cache, rows, H);
+  NnGlu g = glu_of(p);
+  nn_glu_forward(out, &c, inp, &g, rows, C, H);
+}
+static void h_glu_bwd(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+                      float *const *p, int rows, int C, int H) {
+  (void)o;
+  NnGluCache c;
+  nn_glu_cache_views(&c, cache, rows, H);
+  NnGlu g = glu_of(p), dg = glu_of(d);
+  nn_glu_backward(dinp, &dg, scratch, dout, inp, &c, &g, rows, C, H);
+}
+static void h_mlp_fwd(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+  (void)o;
+  NnMlpCache c;
+  nn_mlp_cache_views(&c, cache, rows, H);
+  NnMlp m = mlp_of(p);
+  nn_mlp_forward(out, &c, inp, &m, rows, C, H);
+}
+static void h_mlp_bwd(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+                      float *const *p, int rows, int C, int H) {
+  (void)o;
+  NnMlpCache c;
+  nn_mlp_cache_views(&c, cache, rows, H);
+  NnMlp m = mlp_of(p), dm = mlp_of(d);
+  nn_mlp_backward(dinp, &dm, scratch, dout, inp, &c, &m, rows, C, H);
+}
 static void h_crossentropy(DevOps *o, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                            int64_t counted, double *loss_sum, int64_t *correct) {
   (void)o;
@@ -113,8 +173,9 @@ static DevOps host_ops = {
     .name = "cpu", .device = false, .close = h_close, .alloc = h_alloc, .free = h_free, .upload = h_copy,
     .download = h_copy, .zero = h_zero, .copy = h_copy, .mem_free_bytes = h_mem_free_bytes, .embed_fwd = h_embed_fwd,
     .embed_bwd = h_embed_bwd, .linear_fwd = h_linear_fwd, .linear_bwd = h_linear_bwd, .readout_fwd = h_readout_fwd,
-    .readout_bwd = h_readout_bwd, .bcast_rows = h_bcast_rows, .colsum_add = h_colsum_add,
-    .crossentropy = h_crossentropy, .mse = h_mse, .sumsq = h_sumsq, .scale = h_scale, .sgd = h_sgd, .adam = h_adam,
+    .readout_bwd = h_readout_bwd, .bcast_rows = h_bcast_rows, .colsum_add = h_colsum_add, .add = h_add, .acc = h_acc,
+    .norm_fwd = h_norm_fwd, .norm_bwd = h_norm_bwd, .batchnorm_fwd = h_bn_fwd, .batchnorm_bwd = h_bn_bwd,
+    .glu_fwd = h_glu_fwd, .glu_bwd = h_glu_bwd, .mlp_fwd = h_mlp_fwd, .mlp_bwd = h_mlp_bwd, .crossentropy = h_crossentropy, .mse = h_mse, .sumsq = h_sumsq, .scale = h_scale, .sgd = h_sgd, .adam = h_adam,
 };
 
 DevOps *model_host_ops(void) { return &host_ops; }

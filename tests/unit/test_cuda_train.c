@@ -3,7 +3,8 @@
  * runtime/optim) on the same random data: embedding, linear (cuBLAS), readouts, the broadcast and
  * column sums of learned initial states, cross-entropy with masks and MSE with row flags (training
  * and evaluation), the gradient norm, clipping's scale, SGD (with and without momentum), Adam and
- * AdamW; every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
+ * AdamW, the skip connection, layer and RMS norms, batch norm (training and evaluation), the GLU and
+ * MLP mixers; every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
  * `cuda` without a driver. */
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -212,6 +213,103 @@ static void adam_case(bool decoupled) {
 Test(cuda_train, adam) { adam_case(false); }
 Test(cuda_train, adamw) { adam_case(true); }
 
+Test(cuda_train, skip_connection) {
+  size_t n = 777;
+  Pair a = pair(n, 1, 1), b = pair(n, 2, 1), out = pair(n, 3, 1);
+  H->add(H, out.h, a.h, b.h, n), D->add(D, out.d, a.d, b.d, n);
+  EXPECT_SAME(out, 0, "add");
+  H->acc(H, a.h, b.h, n), D->acc(D, a.d, b.d, n);
+  EXPECT_SAME(a, 0, "accumulate");
+  pair_free(&a), pair_free(&b), pair_free(&out);
+}
+
+static void norm_case(bool layer, bool affine) {
+  int rows = 10, C = 7;
+  Pair x = pair((size_t)rows * C, 1, 2), w = pair((size_t)C, 2, 1), b = pair((size_t)C, 3, 1), out = pair((size_t)rows * C, 0, 0),
+       mean = pair((size_t)rows, 0, 0), rstd = pair((size_t)rows, 0, 0), dout = pair((size_t)rows * C, 4, 1),
+       dx = pair((size_t)rows * C, 5, 1), dw = pair((size_t)C, 6, 1), db = pair((size_t)C, 7, 1);
+  const float *hw = affine ? w.h : NULL, *hb = affine ? b.h : NULL, *dw_ = affine ? w.d : NULL, *db_ = affine ? b.d : NULL;
+  H->norm_fwd(H, out.h, layer ? mean.h : NULL, rstd.h, x.h, hw, hb, rows, C);
+  D->norm_fwd(D, out.d, layer ? mean.d : NULL, rstd.d, x.d, dw_, db_, rows, C);
+  EXPECT_SAME(out, 0, layer ? "layernorm forward" : "rmsnorm forward");
+  EXPECT_SAME(rstd, 0, "norm rstd");
+  H->norm_bwd(H, dx.h, affine ? dw.h : NULL, affine ? db.h : NULL, dout.h, x.h, hw, layer ? mean.h : NULL, rstd.h, rows, C);
+  D->norm_bwd(D, dx.d, affine ? dw.d : NULL, affine ? db.d : NULL, dout.d, x.d, dw_, layer ? mean.d : NULL, rstd.d, rows, C);
+  EXPECT_SAME(dx, 0, "norm dinp");
+  EXPECT_SAME(dw, 0, "norm dw");
+  EXPECT_SAME(db, 0, "norm db");
+  Pair *all[] = {&x, &w, &b, &out, &mean, &rstd, &dout, &dx, &dw, &db};
+  for (int i = 0; i < 10; i++) pair_free(all[i]);
+}
+
+Test(cuda_train, layernorm) { norm_case(true, true); }
+Test(cuda_train, rmsnorm) { norm_case(false, true); }
+Test(cuda_train, layernorm_no_affine) { norm_case(true, false); }
+
+static void batchnorm_case(bool training) {
+  int rows = 12, C = 5;
+  Pair x = pair((size_t)rows * C, 1, 2), w = pair((size_t)C, 2, 1), b = pair((size_t)C, 3, 1), out = pair((size_t)rows * C, 0, 0),
+       mean = pair((size_t)C, 0, 0), rstd = pair((size_t)C, 0, 0), rm = pair((size_t)C, 4, 0.1), rv = pair((size_t)C, 0, 0),
+       dout = pair((size_t)rows * C, 5, 1), dx = pair((size_t)rows * C, 6, 1), dw = pair((size_t)C, 7, 1),
+       db = pair((size_t)C, 8, 1), scratch = pair(2 * (size_t)C, 0, 0);
+  for (int c = 0; c < C; c++) rv.h[c] = 1.0f + 0.1f * (float)c;
+  D->upload(D, rv.d, rv.h, sizeof(float) * (size_t)C);
+  H->batchnorm_fwd(H, out.h, mean.h, rstd.h, rm.h, rv.h, x.h, w.h, b.h, rows, C, training);
+  D->batchnorm_fwd(D, out.d, mean.d, rstd.d, rm.d, rv.d, x.d, w.d, b.d, rows, C, training);
+  EXPECT_SAME(out, 0, "batchnorm forward");
+  EXPECT_SAME(rm, 0, "running mean");
+  EXPECT_SAME(rv, 0, "running var");
+  H->batchnorm_bwd(H, dx.h, dw.h, db.h, scratch.h, dout.h, x.h, w.h, mean.h, rstd.h, rows, C, training);
+  D->batchnorm_bwd(D, dx.d, dw.d, db.d, scratch.d, dout.d, x.d, w.d, mean.d, rstd.d, rows, C, training);
+  EXPECT_SAME(dx, 0, "batchnorm dinp");
+  EXPECT_SAME(dw, 0, "batchnorm dw");
+  EXPECT_SAME(db, 0, "batchnorm db");
+  Pair *all[] = {&x, &w, &b, &out, &mean, &rstd, &rm, &rv, &dout, &dx, &dw, &db, &scratch};
+  for (int i = 0; i < 13; i++) pair_free(all[i]);
+}
+
+Test(cuda_train, batchnorm_training) { batchnorm_case(true); }
+Test(cuda_train, batchnorm_eval) { batchnorm_case(false); }
+
+/* A mixer (GLU: 6 tensors, MLP: 4) forward and backward on both sides. */
+static void mixer_case(bool glu) {
+  int rows = 9, C = 4, Hd = glu ? 4 : 16, np = glu ? 6 : 4;
+  Pair p[6], d[6];
+  float *hp[6], *dp[6], *hd[6], *dd[6];
+  for (int i = 0; i < np; i++) {
+    bool weight = i % 2 == 0;
+    size_t n = weight ? (size_t)C * Hd : (size_t)(i == np - 1 ? C : Hd);
+    p[i] = pair(n, 10 + i, 0.5), d[i] = pair(n, 20 + i, 1);
+    hp[i] = p[i].h, dp[i] = p[i].d, hd[i] = d[i].h, dd[i] = d[i].d;
+  }
+  size_t nc = (glu ? 3 : 2) * (size_t)rows * Hd;
+  Pair x = pair((size_t)rows * C, 1, 1), out = pair((size_t)rows * C, 0, 0), cache = pair(nc, 0, 0),
+       scratch = pair(2 * (size_t)rows * Hd, 0, 0), dout = pair((size_t)rows * C, 2, 1), dx = pair((size_t)rows * C, 3, 1);
+  if (glu) {
+    H->glu_fwd(H, out.h, cache.h, x.h, hp, rows, C, Hd), D->glu_fwd(D, out.d, cache.d, x.d, dp, rows, C, Hd);
+  } else {
+    H->mlp_fwd(H, out.h, cache.h, x.h, hp, rows, C, Hd), D->mlp_fwd(D, out.d, cache.d, x.d, dp, rows, C, Hd);
+  }
+  EXPECT_SAME(out, 1e-5, glu ? "glu forward" : "mlp forward");
+  EXPECT_SAME(cache, 1e-5, "mixer cache");
+  if (glu) {
+    H->glu_bwd(H, dx.h, hd, scratch.h, dout.h, x.h, cache.h, hp, rows, C, Hd);
+    D->glu_bwd(D, dx.d, dd, scratch.d, dout.d, x.d, cache.d, dp, rows, C, Hd);
+  } else {
+    H->mlp_bwd(H, dx.h, hd, scratch.h, dout.h, x.h, cache.h, hp, rows, C, Hd);
+    D->mlp_bwd(D, dx.d, dd, scratch.d, dout.d, x.d, cache.d, dp, rows, C, Hd);
+  }
+  EXPECT_SAME(dx, 1e-5, glu ? "glu dinp" : "mlp dinp");
+  for (int i = 0; i < np; i++) {
+    EXPECT_SAME(d[i], 1e-5, "mixer param gradient");
+    pair_free(&p[i]), pair_free(&d[i]);
+  }
+  pair_free(&x), pair_free(&out), pair_free(&cache), pair_free(&scratch), pair_free(&dout), pair_free(&dx);
+}
+
+Test(cuda_train, glu_mixer) { mixer_case(true); }
+Test(cuda_train, mlp_mixer) { mixer_case(false); }
+
 /* ---- the training kernels through the real NVRTC and ptxas: no spills ---- */
 
 Test(cuda_train, ptxas_sm80_sm90) {
@@ -226,7 +324,7 @@ Test(cuda_train, ptxas_sm80_sm90) {
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(nres, 13, "%s: ptxas reports %d kernels, cellc_train.cu has 13", arch[a], nres);
+    cr_expect_eq(nres, 26, "%s: ptxas reports %d kernels, cellc_train.cu has 26", arch[a], nres);
     for (int k = 0; k < nres; k++) {
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
                 arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);

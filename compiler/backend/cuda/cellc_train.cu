@@ -176,3 +176,179 @@ extern "C" __global__ void tr_adam(float *param, const float *grad, float *m, fl
     param[i] = p;
   }
 }
+
+/* ---- residual blocks: skip connections, norms, the mixers' elementwise parts ---- */
+
+extern "C" __global__ void tr_add(float *out, const float *a, const float *b, long long n) {
+  GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+/* y += x */
+extern "C" __global__ void tr_acc(float *y, const float *x, long long n) {
+  GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+/* nn_norm_forward, a thread a row: layernorm (mean given) or rmsnorm (mean NULL) */
+extern "C" __global__ void tr_norm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                       long long rows, int C) {
+  GRID_STRIDE(r, rows) {
+    const float *x = inp + r * C;
+    float *y = out + r * C;
+    float mu = 0.0f;
+    if (mean) {
+      for (int c = 0; c < C; c++) mu += x[c];
+      mu /= (float)C;
+    }
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - mu;
+      v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / (float)C + 1e-5f);
+    for (int c = 0; c < C; c++) {
+      float n = (x[c] - mu) * rs;
+      if (w) n = n * w[c];
+      if (b) n = n + b[c];
+      y[c] = n;
+    }
+    if (mean) mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+/* nn_norm_backward's dinp, a thread a row */
+extern "C" __global__ void tr_norm_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                                          const float *rstd, long long rows, int C) {
+  GRID_STRIDE(r, rows) {
+    const float *x = inp + r * C, *g = dout + r * C;
+    float *dx = dinp + r * C;
+    float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float sdn = 0.0f, sdnn = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float n = (x[c] - mu) * rs;
+      float dn = w ? g[c] * w[c] : g[c];
+      sdn += dn;
+      sdnn += dn * n;
+    }
+    float mdn = mean ? sdn / (float)C : 0.0f, mdnn = sdnn / (float)C;
+    for (int c = 0; c < C; c++) {
+      float n = (x[c] - mu) * rs;
+      float dn = w ? g[c] * w[c] : g[c];
+      dx[c] += mean ? rs * (dn - mdn - n * mdnn) : rs * (dn - n * mdnn);
+    }
+  }
+}
+
+/* nn_norm_backward's dw and db, a thread a channel over the rows in order */
+extern "C" __global__ void tr_norm_bwd_dwdb(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                                            const float *rstd, long long rows, int C) {
+  GRID_STRIDE(c, (long long)C) {
+    float aw = dw ? dw[c] : 0.0f, ab = db ? db[c] : 0.0f;
+    for (long long r = 0; r < rows; r++) {
+      float g = dout[r * C + c];
+      aw += g * (inp[r * C + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
+      ab += g;
+    }
+    if (dw) dw[c] = aw;
+    if (db) db[c] = ab;
+  }
+}
+
+/* nn_batchnorm_forward's statistics, a thread a channel (training: the batch's, updating the running
+ * ones; eval: the running ones) */
+extern "C" __global__ void tr_bn_stats(float *mean, float *rstd, float *rmean, float *rvar, const float *inp, long long rows, int C,
+                                       int training) {
+  GRID_STRIDE(c, (long long)C) {
+    if (!training) {
+      mean[c] = rmean[c];
+      rstd[c] = 1.0f / sqrtf(rvar[c] + 1e-5f);
+      continue;
+    }
+    float mu = 0.0f, ss = 0.0f;
+    for (long long r = 0; r < rows; r++) mu += inp[r * C + c];
+    mu /= (float)rows;
+    for (long long r = 0; r < rows; r++) {
+      float d = inp[r * C + c] - mu;
+      ss += d * d;
+    }
+    const float m = 0.1f;
+    float var = ss / (float)rows;
+    rmean[c] = (1.0f - m) * rmean[c] + m * mu;
+    rvar[c] = (1.0f - m) * rvar[c] + m * var * (float)rows / (float)(rows - 1);
+    mean[c] = mu;
+    rstd[c] = 1.0f / sqrtf(var + 1e-5f);
+  }
+}
+
+/* y = (x - mean_c) rstd_c (.) w + b, per element */
+extern "C" __global__ void tr_bn_apply(float *out, const float *inp, const float *mean, const float *rstd, const float *w,
+                                       const float *b, long long rows, int C) {
+  GRID_STRIDE(i, rows * C) {
+    int c = (int)(i % C);
+    float n = (inp[i] - mean[c]) * rstd[c];
+    if (w) n = n * w[c];
+    if (b) n = n + b[c];
+    out[i] = n;
+  }
+}
+
+/* nn_batchnorm_backward's per-channel sums: dw, db, then sg, sgn as the dx kernel uses them */
+extern "C" __global__ void tr_bn_bwd_sums(float *sg, float *sgn, float *dw, float *db, const float *dout, const float *inp,
+                                          const float *w, const float *mean, const float *rstd, long long rows, int C,
+                                          int training) {
+  GRID_STRIDE(c, (long long)C) {
+    float a = 0.0f, an = 0.0f;
+    for (long long r = 0; r < rows; r++) {
+      float g = dout[r * C + c];
+      a += g;
+      an += g * (inp[r * C + c] - mean[c]) * rstd[c];
+    }
+    if (dw) dw[c] += an;
+    if (db) db[c] += a;
+    float wc = w ? w[c] : 1.0f;
+    sg[c] = training ? wc * a / (float)rows : 0.0f;
+    sgn[c] = training ? wc * an / (float)rows : 0.0f;
+  }
+}
+
+extern "C" __global__ void tr_bn_bwd_dx(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                                        const float *rstd, const float *sg, const float *sgn, long long rows, int C) {
+  GRID_STRIDE(i, rows * C) {
+    int c = (int)(i % C);
+    float n = (inp[i] - mean[c]) * rstd[c];
+    float dn = w ? dout[i] * w[c] : dout[i];
+    dinp[i] += rstd[c] * (dn - sg[c] - n * sgn[c]);
+  }
+}
+
+/* GLU: s = sigmoid(s) in place, g = a s;  backward: da = dg s, dg = dg a s (1 - s) */
+extern "C" __global__ void tr_glu_gate(const float *a, float *s, float *g, long long n) {
+  GRID_STRIDE(i, n) {
+    s[i] = 1.0f / (1.0f + expf(-s[i]));
+    g[i] = a[i] * s[i];
+  }
+}
+
+extern "C" __global__ void tr_glu_gate_bwd(float *dg, float *da, const float *a, const float *s, long long n) {
+  GRID_STRIDE(i, n) {
+    da[i] = dg[i] * s[i];
+    dg[i] = dg[i] * a[i] * s[i] * (1.0f - s[i]);
+  }
+}
+
+/* exact GELU and, in place over d, d gelu'(h) */
+extern "C" __global__ void tr_gelu(float *out, const float *inp, long long n) {
+  GRID_STRIDE(i, n) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + erff(x * (float)0.70710678118654752440));
+  }
+}
+
+extern "C" __global__ void tr_gelu_bwd(float *d, const float *h, long long n) {
+  GRID_STRIDE(i, n) {
+    float x = h[i];
+    float cdf = 0.5f * (1.0f + erff(x * (float)0.70710678118654752440));
+    float pdf = (float)0.39894228040143267794 * expf(-0.5f * x * x);
+    d[i] = d[i] * (cdf + x * pdf);
+  }
+}

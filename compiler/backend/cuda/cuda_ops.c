@@ -10,7 +10,9 @@
 
 #define TR_KERNELS(X)                                                                                     \
   X(tr_embed_fwd) X(tr_embed_bwd) X(tr_bcast_rows) X(tr_colsum_add) X(tr_readout_fwd) X(tr_readout_bwd)     \
-  X(tr_ce_rows) X(tr_mse_rows) X(tr_sum) X(tr_sumsq) X(tr_scale) X(tr_sgd) X(tr_adam)
+  X(tr_ce_rows) X(tr_mse_rows) X(tr_sum) X(tr_sumsq) X(tr_scale) X(tr_sgd) X(tr_adam) X(tr_add) X(tr_acc)      \
+  X(tr_norm_fwd) X(tr_norm_bwd_dx) X(tr_norm_bwd_dwdb) X(tr_bn_stats) X(tr_bn_apply) X(tr_bn_bwd_sums)          \
+  X(tr_bn_bwd_dx) X(tr_glu_gate) X(tr_glu_gate_bwd) X(tr_gelu) X(tr_gelu_bwd)
 #define TR_FIELD(name) CUfunction name;
 #define BLOCK 256u
 #define MAX_BLOCKS 4096u
@@ -206,6 +208,126 @@ static void c_readout_bwd(DevOps *b, int mode, float *dinp, const float *dout, i
   c_readout(b, true, mode, dinp, dout, T, B, C);
 }
 
+/* ---- residual blocks ---- */
+
+static void c_add(DevOps *bo, float *out, const float *a, const float *b, size_t n) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr po = DP(out), pa = DP(a), pb = DP(b);
+  long long nn = (long long)n;
+  void *args[] = {&po, &pa, &pb, &nn};
+  launch(o, o->k.tr_add, nn, args);
+}
+
+static void c_acc(DevOps *bo, float *y, const float *x, size_t n) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr py = DP(y), px = DP(x);
+  long long nn = (long long)n;
+  void *args[] = {&py, &px, &nn};
+  launch(o, o->k.tr_acc, nn, args);
+}
+
+static void c_norm_fwd(DevOps *bo, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                       int rows, int C) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), pi = DP(inp), pw = DP(w), pb = DP(b);
+  long long r = rows;
+  void *args[] = {&po, &pm, &pr, &pi, &pw, &pb, &r, &C};
+  launch(o, o->k.tr_norm_fwd, r, args);
+}
+
+static void c_norm_bwd(DevOps *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int rows, int C) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr pdx = DP(dinp), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w), pm = DP(mean),
+              pr = DP(rstd);
+  long long r = rows;
+  if (dinp) {
+    void *args[] = {&pdx, &pg, &pi, &pw, &pm, &pr, &r, &C};
+    launch(o, o->k.tr_norm_bwd_dx, r, args);
+  }
+  if (dw || db) {
+    void *args[] = {&pdw, &pdb, &pg, &pi, &pm, &pr, &r, &C};
+    launch(o, o->k.tr_norm_bwd_dwdb, C, args);
+  }
+}
+
+static void c_bn_fwd(DevOps *bo, float *out, float *mean, float *rstd, float *rmean, float *rvar, const float *inp,
+                     const float *w, const float *b, int rows, int C, bool training) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), prm = DP(rmean), prv = DP(rvar), pi = DP(inp), pw = DP(w), pb = DP(b);
+  long long r = rows;
+  int tr = training;
+  void *sargs[] = {&pm, &pr, &prm, &prv, &pi, &r, &C, &tr};
+  launch(o, o->k.tr_bn_stats, C, sargs);
+  void *aargs[] = {&po, &pi, &pm, &pr, &pw, &pb, &r, &C};
+  launch(o, o->k.tr_bn_apply, r * C, aargs);
+}
+
+static void c_bn_bwd(DevOps *bo, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+                     const float *w, const float *mean, const float *rstd, int rows, int C, bool training) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr psg = DP(scratch), psgn = DP(scratch + C), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w),
+              pm = DP(mean), pr = DP(rstd), pdx = DP(dinp);
+  long long r = rows;
+  int tr = training;
+  void *sargs[] = {&psg, &psgn, &pdw, &pdb, &pg, &pi, &pw, &pm, &pr, &r, &C, &tr};
+  launch(o, o->k.tr_bn_bwd_sums, C, sargs);
+  if (!dinp) return;
+  void *dargs[] = {&pdx, &pg, &pi, &pw, &pm, &pr, &psg, &psgn, &r, &C};
+  launch(o, o->k.tr_bn_bwd_dx, r * C, dargs);
+}
+
+/* The mixers: runtime/nn's compositions of linear layers and elementwise kernels (nn.h). */
+static void c_glu_fwd(DevOps *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+  CudaOps *o = cur(bo);
+  long long n = (long long)rows * H;
+  float *a = cache, *s = cache + n, *g = cache + 2 * n;
+  c_linear_fwd(bo, a, inp, p[0], p[1], rows, C, H);
+  c_linear_fwd(bo, s, inp, p[2], p[3], rows, C, H);
+  CUdeviceptr pa = DP(a), ps = DP(s), pg = DP(g);
+  void *args[] = {&pa, &ps, &pg, &n};
+  launch(o, o->k.tr_glu_gate, n, args);
+  c_linear_fwd(bo, out, g, p[4], p[5], rows, H, C);
+}
+
+static void c_glu_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+                      float *const *p, int rows, int C, int H) {
+  CudaOps *o = cur(bo);
+  long long n = (long long)rows * H;
+  float *a = cache, *s = cache + n, *g = cache + 2 * n, *dg = scratch, *da = scratch + n;
+  c_zero(bo, dg, sizeof(float) * (size_t)n);
+  c_linear_bwd(bo, dg, d[4], d[5], dout, g, p[4], rows, H, C);
+  CUdeviceptr pdg = DP(dg), pda = DP(da), pa = DP(a), ps = DP(s);
+  void *args[] = {&pdg, &pda, &pa, &ps, &n};
+  launch(o, o->k.tr_glu_gate_bwd, n, args);
+  c_linear_bwd(bo, dinp, d[2], d[3], dg, inp, p[2], rows, C, H);
+  c_linear_bwd(bo, dinp, d[0], d[1], da, inp, p[0], rows, C, H);
+}
+
+static void c_mlp_fwd(DevOps *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+  CudaOps *o = cur(bo);
+  long long n = (long long)rows * H;
+  float *h = cache, *a = cache + n;
+  c_linear_fwd(bo, h, inp, p[0], p[1], rows, C, H);
+  CUdeviceptr pa = DP(a), ph = DP(h);
+  void *args[] = {&pa, &ph, &n};
+  launch(o, o->k.tr_gelu, n, args);
+  c_linear_fwd(bo, out, a, p[2], p[3], rows, H, C);
+}
+
+static void c_mlp_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+                      float *const *p, int rows, int C, int H) {
+  CudaOps *o = cur(bo);
+  long long n = (long long)rows * H;
+  float *h = cache, *a = cache + n, *da = scratch;
+  c_zero(bo, da, sizeof(float) * (size_t)n);
+  c_linear_bwd(bo, da, d[2], d[3], dout, a, p[2], rows, H, C);
+  CUdeviceptr pd = DP(da), ph = DP(h);
+  void *args[] = {&pd, &ph, &n};
+  launch(o, o->k.tr_gelu_bwd, n, args);
+  c_linear_bwd(bo, dinp, d[0], d[1], da, inp, p[0], rows, C, H);
+}
+
 /* ---- losses: per-row kernels, then their sums in double ---- */
 
 static void c_crossentropy(DevOps *b, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
@@ -291,8 +413,9 @@ static const DevOps cuda_ops_table = {
     .device = true, .close = c_close, .alloc = c_alloc, .free = c_free, .upload = c_upload, .download = c_download,
     .zero = c_zero, .copy = c_copy, .mem_free_bytes = c_mem_free_bytes, .embed_fwd = c_embed_fwd,
     .embed_bwd = c_embed_bwd, .linear_fwd = c_linear_fwd, .linear_bwd = c_linear_bwd, .readout_fwd = c_readout_fwd,
-    .readout_bwd = c_readout_bwd, .bcast_rows = c_bcast_rows, .colsum_add = c_colsum_add,
-    .crossentropy = c_crossentropy, .mse = c_mse, .sumsq = c_sumsq, .scale = c_scale, .sgd = c_sgd, .adam = c_adam,
+    .readout_bwd = c_readout_bwd, .bcast_rows = c_bcast_rows, .colsum_add = c_colsum_add, .add = c_add, .acc = c_acc,
+    .norm_fwd = c_norm_fwd, .norm_bwd = c_norm_bwd, .batchnorm_fwd = c_bn_fwd, .batchnorm_bwd = c_bn_bwd,
+    .glu_fwd = c_glu_fwd, .glu_bwd = c_glu_bwd, .mlp_fwd = c_mlp_fwd, .mlp_bwd = c_mlp_bwd, .crossentropy = c_crossentropy, .mse = c_mse, .sumsq = c_sumsq, .scale = c_scale, .sgd = c_sgd, .adam = c_adam,
 };
 
 const char *cuda_train_source(void) { return cellc_train_cu; }
