@@ -3,7 +3,8 @@ against train.device = cpu on small configurations: every training step's loss a
 the valid and test losses within 1e-4 relative; copying (embedding, readout all, masked
 cross-entropy, AdamW, warmup and cosine, clipping; mgu in scan and sequential mode), temporal XOR
 (GRU, readout last and mean, Adam with L2 and a per-tag group), adding (LRU with complex params, linear encoder, MSE, SGD with momentum, clipping), residual blocks
-(LRU with batch norm and GLU, GRU with layer norm and MLP, mgu with RMS norm);
+(LRU with batch norm and GLU, GRU with layer norm and MLP, mgu with RMS norm), dropout (the same
+counter-based masks on both devices);
 a resume cpu -> cuda-emu -> cpu that continues the cpu run's curve; eval on the device; what the
 device does not run yet refused with exit 3. The last line is "N passed, M failed"."""
 import json
@@ -224,6 +225,8 @@ weight_decay = 0.0
 compare("mnist1d lru residual, batch norm, glu", "stdlib/lru.cell", LRU_RES)
 compare("mnist1d gru residual, layer norm, mlp", "stdlib/gru.cell", LRU_RES, "model.norm=layer", "model.mixer=mlp",
         "train.optimizer=adam")
+compare("copying mgu stacked, dropout 0.3 between layers", "stdlib/mgu.cell", COPYING, "model.dropout=0.3")
+compare("mnist1d lru residual, batch norm, glu, dropout 0.2", "stdlib/lru.cell", LRU_RES, "model.dropout=0.2")
 compare("copying mgu residual, rms norm, no mixer", "stdlib/mgu.cell", COPYING, "model.block=residual", "model.norm=rms",
         "model.hidden=8")
 
@@ -253,9 +256,6 @@ if ok:
         check("eval on cuda-emu gives the cpu's test loss within 1e-4", close(lc, le), ev_c.last() + " | " + ev_e.last())
 
 # ---- what the device does not run yet: exit 3, naming it ----
-r, _ = run("dropout", "stdlib/mgu.cell", COPYING, "cuda-emu", "model.dropout=0.1")
-check("model.dropout between layers on cuda-emu: exit 3 naming it",
-      r.rc == 3 and "model.dropout > 0 is not built for the GPU yet" in r.err, r.why())
 r, _ = run("nogpu", "stdlib/mgu.cell", COPYING, "cuda")
 check("train.device = cuda without a GPU: exit 3 naming the driver", r.rc == 3 and "libcuda" in r.err, r.why())
 

@@ -126,6 +126,9 @@ struct DevOps {
   void (*mlp_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
   void (*mlp_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
                   float *cache, float *const *p, int rows, int C, int H);
+  /* nn_dropout_forward with the counter-based mask of `key` (rng_key), nn_dropout_backward */
+  void (*dropout_fwd)(DevOps *o, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key, bool training);
+  void (*dropout_bwd)(DevOps *o, float *dinp, const float *dout, const float *mask, size_t n);
   /* nn_crossentropy with the targets already masked (-1) and `counted` targets >= 0; dlogits NULL
    * in evaluation. Writes the loss sum and the arg-max hits to the host. */
   void (*crossentropy)(DevOps *o, float *dlogits, const float *logits, const int32_t *targets, int N, int V,

@@ -595,13 +595,6 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
   return model_new_on(cfg, cell_file, stdlib_dir, shape, batch, seed, model_host_ops(), &status);
 }
 
-/* What the device operations do not run yet: NULL, or the part to name. */
-static const char *not_on_device(const Model *m) {
-  if (!m->ops->device) return NULL;
-  if (m->dropout > 0 && (m->block || m->nlayers > 1)) return "model.dropout > 0";
-  return NULL;
-}
-
 Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                     uint64_t seed, DevOps *ops, int *status) {
   Model *m = xcalloc(1, sizeof *m);
@@ -630,15 +623,7 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
   const char *input_dim;
   bool has_h;
   int C = -1;
-  if (configure(m, cfg, shape) < 0) return model_free(m), NULL;
-  const char *missing = not_on_device(m);
-  if (missing) {
-    diag_plain("train.device = %s: %s is not built for the GPU yet (docs/gpu.md lists what runs on the device); use "
-               "train.device = cpu", ops->name, missing);
-    *status = 3;
-    return model_free(m), NULL;
-  }
-  if (cell_dims(m, cfg, cell_file, ast, &input_dim, &has_h) < 0 ||
+  if (configure(m, cfg, shape) < 0 || cell_dims(m, cfg, cell_file, ast, &input_dim, &has_h) < 0 ||
       (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0)
     return model_free(m), NULL;
   alloc_activations(m, shape, C);
@@ -766,9 +751,8 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   }
   bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
   if (drop) {
-    Rng r;
-    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("dropout") + (uint64_t)k);
-    nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, training);
+    uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("dropout") + (uint64_t)k);
+    m->ops->dropout_fwd(m->ops, L->dropped, L->mask, branch, n, (float)m->dropout, key, training);
     branch = L->dropped;
   }
   if (m->block) m->ops->add(m->ops, m->act[k + 1], x, branch, n);
@@ -785,7 +769,7 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
   if (drop) {
     m->ops->zero(m->ops, m->dtmp[0], sizeof(float) * n);
-    nn_dropout_backward(m->dtmp[0], d, L->mask, n);
+    m->ops->dropout_bwd(m->ops, m->dtmp[0], d, L->mask, n);
     d = m->dtmp[0];
   }
   if (L->mix_w >= 0) {

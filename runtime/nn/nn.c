@@ -356,7 +356,7 @@ void nn_mlp_backward(float *dinp, const NnMlp *d, float *scratch, const float *d
 
 /* ---- dropout ---- */
 
-void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, float p, Rng *rng, bool training) {
+void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, float p, uint64_t key, bool training) {
   CHECK(p >= 0.0f && p < 1.0f);
   if (!training || p == 0.0f) {
     for (size_t i = 0; i < n; i++) mask[i] = 1.0f;
@@ -364,7 +364,7 @@ void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, flo
     return;
   }
   float scale = 1.0f / (1.0f - p);
-  for (size_t i = 0; i < n; i++) mask[i] = rng_uniform(rng) >= (double)p ? scale : 0.0f;
+  for (size_t i = 0; i < n; i++) mask[i] = rng_philox_uniform(key, i) >= p ? scale : 0.0f;
   for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
 }
 

@@ -170,14 +170,15 @@ void nn_mlp_backward(float *dinp,       /* (rows, C) += ; or NULL */
                      const NnMlpCache *cache, const NnMlp *p, int rows, int C, int H);
 
 /* ---- dropout, inverted ----
- * training, p > 0: per element in order, u = rng_uniform(rng); keep when u >= p;
+ * training, p > 0: element i is kept when u_i = rng_philox_uniform(key, i) >= p (counter-based:
+ *   the same mask on the CPU and on a GPU, for any order of the elements);
  *   mask = keep / (1 - p), out = inp (.) mask: the expectation of out is inp.
- * eval, or p == 0: out = inp, mask = 1, and nothing is drawn from rng.
+ * eval, or p == 0: out = inp, mask = 1.
  * 0 <= p < 1. out may be inp (in place). */
 void nn_dropout_forward(float *out,       /* (n) */
                         float *mask,      /* (n) cache: 0 or 1 / (1 - p) */
                         const float *inp, /* (n) */
-                        size_t n, float p, Rng *rng, bool training);
+                        size_t n, float p, uint64_t key, bool training);
 void nn_dropout_backward(float *dinp,       /* (n) += dout (.) mask */
                          const float *dout, /* (n) */
                          const float *mask, /* (n) from forward */

@@ -4,7 +4,7 @@
  * column sums of learned initial states, cross-entropy with masks and MSE with row flags (training
  * and evaluation), the gradient norm, clipping's scale, SGD (with and without momentum), Adam and
  * AdamW, the skip connection, layer and RMS norms, batch norm (training and evaluation), the GLU and
- * MLP mixers; every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
+ * MLP mixers, dropout's counter-based mask (bit for bit); every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
  * `cuda` without a driver. */
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -310,6 +310,27 @@ static void mixer_case(bool glu) {
 Test(cuda_train, glu_mixer) { mixer_case(true); }
 Test(cuda_train, mlp_mixer) { mixer_case(false); }
 
+/* The counter-based dropout mask is the same bits on both sides (and keeps about 1 - p). */
+static void dropout_case(float p, bool training) {
+  size_t n = 50001;
+  Pair x = pair(n, 1, 1), out = pair(n, 0, 0), mask = pair(n, 0, 0), dy = pair(n, 2, 1), dx = pair(n, 3, 1);
+  uint64_t key = rng_key(17, 5, 3);
+  H->dropout_fwd(H, out.h, mask.h, x.h, n, p, key, training), D->dropout_fwd(D, out.d, mask.d, x.d, n, p, key, training);
+  EXPECT_SAME(mask, 0, "dropout mask");
+  EXPECT_SAME(out, 0, "dropout output");
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) kept += mask.h[i] != 0.0f;
+  double want = training ? 1.0 - p : 1.0;
+  cr_expect(fabs((double)kept / (double)n - want) < 0.01, "kept %zu of %zu, want about %g", kept, n, want);
+  H->dropout_bwd(H, dx.h, dy.h, mask.h, n), D->dropout_bwd(D, dx.d, dy.d, mask.d, n);
+  EXPECT_SAME(dx, 0, "dropout backward");
+  pair_free(&x), pair_free(&out), pair_free(&mask), pair_free(&dy), pair_free(&dx);
+}
+
+Test(cuda_train, dropout_training) { dropout_case(0.3f, true); }
+Test(cuda_train, dropout_eval) { dropout_case(0.3f, false); }
+Test(cuda_train, dropout_p_zero) { dropout_case(0.0f, true); }
+
 /* ---- the training kernels through the real NVRTC and ptxas: no spills ---- */
 
 Test(cuda_train, ptxas_sm80_sm90) {
@@ -324,7 +345,7 @@ Test(cuda_train, ptxas_sm80_sm90) {
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(nres, 26, "%s: ptxas reports %d kernels, cellc_train.cu has 26", arch[a], nres);
+    cr_expect_eq(nres, 28, "%s: ptxas reports %d kernels, cellc_train.cu has 28", arch[a], nres);
     for (int k = 0; k < nres; k++) {
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
                 arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);

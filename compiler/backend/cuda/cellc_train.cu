@@ -352,3 +352,33 @@ extern "C" __global__ void tr_gelu_bwd(float *d, const float *h, long long n) {
     d[i] = d[i] * (cdf + x * pdf);
   }
 }
+
+/* ---- dropout: the counter-based mask of runtime/support's rng_philox_uniform ---- */
+
+/* Philox4x32-10 of the counter (lo, hi, 0, 0) under the key: the first word's top 24 bits in [0, 1) */
+static __device__ float philox_uniform(unsigned long long key, unsigned long long counter) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int round = 0; round < 10; round++) {
+    unsigned long long p0 = (unsigned long long)0xD2511F53u * c0, p1 = (unsigned long long)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * (1.0f / 16777216.0f);
+}
+
+/* mask = keep / (1 - p), out = inp mask (on = 0: mask 1, out = inp) */
+extern "C" __global__ void tr_dropout(float *out, float *mask, const float *inp, long long n, float p, float scale,
+                                      unsigned long long key, int on) {
+  GRID_STRIDE(i, n) {
+    float k = on ? (philox_uniform(key, (unsigned long long)i) >= p ? scale : 0.0f) : 1.0f;
+    mask[i] = k;
+    out[i] = on ? inp[i] * k : inp[i];
+  }
+}
+
+/* y += a b */
+extern "C" __global__ void tr_mul_acc(float *y, const float *a, const float *b, long long n) {
+  GRID_STRIDE(i, n) y[i] += a[i] * b[i];
+}
