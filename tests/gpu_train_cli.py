@@ -2,12 +2,14 @@
 against train.device = cpu on small configurations: every training step's loss and gradient norm,
 the valid and test losses within 1e-4 relative; copying (embedding, readout all, masked
 cross-entropy, AdamW, warmup and cosine, clipping; mgu in scan and sequential mode), temporal XOR
-(GRU, readout last and mean, Adam with L2 and a per-tag group), adding (LRU with complex params, linear encoder, MSE, SGD with momentum, clipping), residual blocks
-(LRU with batch norm and GLU, GRU with layer norm and MLP, mgu with RMS norm), dropout (the same
-counter-based masks on both devices);
-a resume cpu -> cuda-emu -> cpu that continues the cpu run's curve; eval on the device; what the
-device does not run yet refused with exit 3. The last line is "N passed, M failed"."""
+(GRU, readout last and mean, Adam with L2 and a per-tag group), adding (LRU with complex params,
+linear encoder, MSE, SGD with momentum, clipping), residual blocks (LRU with batch norm and GLU,
+GRU with layer norm and MLP, mgu with RMS norm), dropout (the same counter-based masks on both
+devices); a resume cpu -> cuda-emu -> cpu that continues the cpu run's curve; eval on the device;
+exit 3 for a model larger than the device's free memory and for `cuda` without a driver. The last
+line is "N passed, M failed"."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -255,7 +257,11 @@ if ok:
         lc, le = (float(x.last().split()[2][5:]) for x in (ev_c, ev_e))
         check("eval on cuda-emu gives the cpu's test loss within 1e-4", close(lc, le), ev_c.last() + " | " + ev_e.last())
 
-# ---- what the device does not run yet: exit 3, naming it ----
+# ---- what the device cannot run: exit 3, saying why ----
+r, _ = run("oom", "stdlib/mgu.cell", COPYING, "cuda-emu", "model.width=2048", "model.hidden=2048", "model.layers=600")
+m = re.search(r"the model needs at least (\d+) bytes .* the device has (\d+) bytes", r.err)
+check("a model larger than the device's free memory: exit 3 with the bytes it needs, before any step",
+      r.rc == 3 and m is not None and int(m.group(1)) > int(m.group(2)) and "step" not in r.out, r.why())
 r, _ = run("nogpu", "stdlib/mgu.cell", COPYING, "cuda")
 check("train.device = cuda without a GPU: exit 3 naming the driver", r.rc == 3 and "libcuda" in r.err, r.why())
 

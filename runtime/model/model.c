@@ -496,8 +496,26 @@ static int cell_dims(Model *m, const Cfg *cfg, const char *cell_file, const Cell
   return 0;
 }
 
+/* On a device, before anything is allocated there: whether it has the memory for the params, their
+ * gradients and the activations of a batch (a lower bound of what the run needs: the optimizer's
+ * moments and the cell layers' work arrays come on top, and fail the same way when they do not
+ * fit). Prints the amounts when not. */
+static bool fits_device(Model *m) {
+  if (!m->ops->device) return true;
+  double floats = 0;
+  for (int i = 0; i < m->ntensors; i++) floats += 2.0 * (double)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
+  floats += (double)m->rows * (double)m->maxc * (m->nlayers + 5);
+  double need = 4 * floats;
+  size_t have = m->ops->mem_free_bytes(m->ops);
+  if (need <= (double)have) return true;
+  diag_plain("train.device = %s: not enough device memory: the model needs at least %.0f bytes (%.2f GiB: params, "
+             "gradients and the activations of a batch), the device has %zu bytes (%.2f GiB) free", m->ops->name, need,
+             need / 1073741824.0, have, (double)have / 1073741824.0);
+  return false;
+}
+
 /* Encoder, layers (each cell checked and compiled), head: the tensors and their places. Returns the
- * width the head reads, or -1 after an error. */
+ * width the head reads, or -1 after an error (-3: not enough device memory). */
 static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *src, const CellAst *ast, const char *input_dim,
                  bool has_h) {
   int64_t s2[2];
@@ -531,6 +549,7 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
   s2[0] = shape->out_dim, s2[1] = C;
   m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
   m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
+  if (!fits_device(m)) return -3;
   model_place(m);
   return C;
 }
@@ -624,8 +643,10 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
   bool has_h;
   int C = -1;
   if (configure(m, cfg, shape) < 0 || cell_dims(m, cfg, cell_file, ast, &input_dim, &has_h) < 0 ||
-      (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0)
+      (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0) {
+    if (C == -3) *status = 3;
     return model_free(m), NULL;
+  }
   alloc_activations(m, shape, C);
   model_to_device(m);
   *status = 0;

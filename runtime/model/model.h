@@ -51,8 +51,8 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
                  int batch, uint64_t seed);
 void model_free(Model *m);
 /* model_new on the device of `ops` (model_host_ops(): the CPU); the cell layers on the back end of
- * the same name. NULL after printing the error, with *status 1 (the configuration, the cell). A
- * device without the memory the model needs ends the process with status 3 (DevOps.alloc). */
+ * the same name. NULL after printing the error, with *status 1 (the configuration, the cell) or 3
+ * (the device has less free memory than the model's params, gradients and activations need). */
 Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                     uint64_t seed, DevOps *ops, int *status);
 DevOps *model_host_ops(void);
