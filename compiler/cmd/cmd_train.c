@@ -565,7 +565,52 @@ static char *default_dir(Run *r) {
   return dir;
 }
 
+/* Double buffering on a device: the next training batch is generated on a host thread while the
+ * device runs the current step (the task is touched by one thread at a time: the thread is joined
+ * before anything else reads it). On the CPU the step's own threads use every core: no prefetch. */
+typedef struct Prefetch {
+  Run *r;
+  bool on, running, have;
+  int64_t index;
+  TaskBatch b;
+  pthread_t th;
+} Prefetch;
+
+static void *prefetch_main(void *arg) {
+  Prefetch *pf = arg;
+  task_batch(pf->r->task, TASK_TRAIN, pf->index, pf->r->B, &pf->b);
+  return NULL;
+}
+
+static void prefetch_wait(Prefetch *pf) {
+  if (!pf->running) return;
+  pthread_join(pf->th, NULL);
+  pf->running = false, pf->have = true;
+}
+
+/* Batch r->step into *b (the prefetched one when there is one), and the next one started. */
+static void next_batch(Run *r, Prefetch *pf, TaskBatch *b) {
+  prefetch_wait(pf);
+  if (pf->have && pf->index == r->step) *b = pf->b;
+  else {
+    if (pf->have) task_batch_free(&pf->b);
+    task_batch(r->task, TASK_TRAIN, r->step, r->B, b);
+  }
+  pf->have = false;
+  if (!pf->on || r->step + 1 >= r->steps) return;
+  pf->index = r->step + 1;
+  pf->running = pthread_create(&pf->th, NULL, prefetch_main, pf) == 0;
+  if (!pf->running) task_batch(r->task, TASK_TRAIN, pf->index, r->B, &pf->b), pf->have = true;
+}
+
+static void prefetch_end(Prefetch *pf) {
+  prefetch_wait(pf);
+  if (pf->have) task_batch_free(&pf->b);
+  pf->have = false;
+}
+
 static int train_loop(Run *r) {
+  Prefetch pf = {.r = r, .on = model_ops(r->model)->device};
   char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
   int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
   int64_t eval_batches = cfg_int(r->cfg, "eval.batches");
@@ -582,11 +627,12 @@ static int train_loop(Run *r) {
     }
     double t = now();
     TaskBatch b = {0};
-    task_batch(r->task, TASK_TRAIN, r->step, r->B, &b);
+    next_batch(r, &pf, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->B);
     task_batch_free(&b);
     OptApply apply = model_opt_apply(r->model);
     double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
+    prefetch_wait(&pf); /* the task is ours again (evaluation reads it) */
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
       say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
           isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite",
@@ -638,6 +684,7 @@ static int train_loop(Run *r) {
       have_ckpt = true;
     }
   }
+  prefetch_end(&pf);
   free(ckpt);
   return status;
 }
