@@ -4,8 +4,8 @@ the valid and test losses within 1e-4 relative; copying (embedding, readout all,
 cross-entropy, AdamW, warmup and cosine, clipping; mgu in scan and sequential mode), temporal XOR
 (GRU, readout last and mean, Adam with L2 and a per-tag group), adding (LRU with complex params,
 linear encoder, MSE, SGD with momentum, clipping), residual blocks (LRU with batch norm and GLU,
-GRU with layer norm and MLP, mgu with RMS norm), dropout (the same counter-based masks on both
-devices); a resume cpu -> cuda-emu -> cpu that continues the cpu run's curve; eval on the device;
+GRU with layer norm and MLP, mgu with RMS norm), dropout and gumbel noise (the same counter-based
+draws on both devices); a resume cpu -> cuda-emu -> cpu that continues the cpu run's curve; eval on the device;
 exit 3 for a model larger than the device's free memory and for `cuda` without a driver. The last
 line is "N passed, M failed"."""
 import json
@@ -229,6 +229,7 @@ compare("mnist1d gru residual, layer norm, mlp", "stdlib/gru.cell", LRU_RES, "mo
         "train.optimizer=adam")
 compare("copying mgu stacked, dropout 0.3 between layers", "stdlib/mgu.cell", COPYING, "model.dropout=0.3")
 compare("mnist1d lru residual, batch norm, glu, dropout 0.2", "stdlib/lru.cell", LRU_RES, "model.dropout=0.2")
+compare("copying learned_gate (gumbel noise, learned initial state)", "tests/cells/learned_gate.cell", COPYING)
 compare("copying mgu residual, rms norm, no mixer", "stdlib/mgu.cell", COPYING, "model.block=residual", "model.norm=rms",
         "model.hidden=8")
 

@@ -126,6 +126,8 @@ struct DevOps {
   void (*mlp_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
   void (*mlp_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
                   float *cache, float *const *p, int rows, int C, int H);
+  /* out[i] = rng_philox_uniform_open(key, i): the cells' gumbel noise */
+  void (*uniform_open)(DevOps *o, float *out, size_t n, uint64_t key);
   /* nn_dropout_forward with the counter-based mask of `key` (rng_key), nn_dropout_backward */
   void (*dropout_fwd)(DevOps *o, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key, bool training);
   void (*dropout_bwd)(DevOps *o, float *dinp, const float *dout, const float *mask, size_t n);

@@ -705,13 +705,8 @@ int64_t model_nparams(const Model *m) {
 static void per_batch_draws(Model *m, Layer *L, int k, int64_t step) {
   Program *p = L->exe[0]->p;
   for (int i = 0; i < p->nnoise; i++) {
-    Rng r;
-    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
-    size_t n = (size_t)m->rows * (size_t)p->noise_sizes[i];
-    float *u = xmalloc(sizeof(float) * (n + 1));
-    for (size_t j = 0; j < n; j++) u[j] = (float)rng_uniform_open(&r);
-    m->ops->upload(m->ops, L->noise[i], u, sizeof(float) * n);
-    free(u);
+    uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
+    m->ops->uniform_open(m->ops, L->noise[i], (size_t)m->rows * (size_t)p->noise_sizes[i], key);
   }
 }
 

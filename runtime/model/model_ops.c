@@ -126,6 +126,10 @@ static void h_mlp_bwd(DevOps *o, float *dinp, float *const *d, float *scratch, c
   NnMlp m = mlp_of(p), dm = mlp_of(d);
   nn_mlp_backward(dinp, &dm, scratch, dout, inp, &c, &m, rows, C, H);
 }
+static void h_uniform_open(DevOps *o, float *out, size_t n, uint64_t key) {
+  (void)o;
+  for (size_t i = 0; i < n; i++) out[i] = rng_philox_uniform_open(key, i);
+}
 static void h_dropout_fwd(DevOps *o, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key, bool training) {
   (void)o;
   nn_dropout_forward(out, mask, inp, n, p, key, training);
@@ -183,7 +187,7 @@ static DevOps host_ops = {
     .embed_bwd = h_embed_bwd, .linear_fwd = h_linear_fwd, .linear_bwd = h_linear_bwd, .readout_fwd = h_readout_fwd,
     .readout_bwd = h_readout_bwd, .bcast_rows = h_bcast_rows, .colsum_add = h_colsum_add, .add = h_add, .acc = h_acc,
     .norm_fwd = h_norm_fwd, .norm_bwd = h_norm_bwd, .batchnorm_fwd = h_bn_fwd, .batchnorm_bwd = h_bn_bwd,
-    .glu_fwd = h_glu_fwd, .glu_bwd = h_glu_bwd, .mlp_fwd = h_mlp_fwd, .mlp_bwd = h_mlp_bwd, .dropout_fwd = h_dropout_fwd,
+    .glu_fwd = h_glu_fwd, .glu_bwd = h_glu_bwd, .mlp_fwd = h_mlp_fwd, .mlp_bwd = h_mlp_bwd, .dropout_fwd = h_dropout_fwd, .uniform_open = h_uniform_open,
     .dropout_bwd = h_dropout_bwd, .crossentropy = h_crossentropy, .mse = h_mse, .sumsq = h_sumsq, .scale = h_scale, .sgd = h_sgd, .adam = h_adam,
 };
 

@@ -60,8 +60,8 @@ uint64_t rng_key(uint64_t seed, uint64_t step, uint64_t stream) {
 }
 
 /* Philox4x32-10 (Salmon et al., SC'11) of the counter (lo, hi, 0, 0) under the key (lo, hi): the
- * first word, its top 24 bits as a float in [0, 1). cellc_train.cu's philox_uniform is the same. */
-float rng_philox_uniform(uint64_t key, uint64_t counter) {
+ * first word. cellc_train.cu's philox is the same. */
+static uint32_t philox(uint64_t key, uint64_t counter) {
   uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
   for (int round = 0; round < 10; round++) {
@@ -70,5 +70,11 @@ float rng_philox_uniform(uint64_t key, uint64_t counter) {
     c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
     k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
   }
-  return (float)(c0 >> 8) * 0x1.0p-24f;
+  return c0;
+}
+
+float rng_philox_uniform(uint64_t key, uint64_t counter) { return (float)(philox(key, counter) >> 8) * 0x1.0p-24f; }
+
+float rng_philox_uniform_open(uint64_t key, uint64_t counter) {
+  return ((float)(philox(key, counter) >> 8) + 0.5f) * 0x1.0p-24f;
 }

@@ -4,7 +4,7 @@
  * column sums of learned initial states, cross-entropy with masks and MSE with row flags (training
  * and evaluation), the gradient norm, clipping's scale, SGD (with and without momentum), Adam and
  * AdamW, the skip connection, layer and RMS norms, batch norm (training and evaluation), the GLU and
- * MLP mixers, dropout's counter-based mask (bit for bit); every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
+ * MLP mixers, dropout's counter-based mask and the gumbel noise's uniforms (bit for bit); every kernel through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills;
  * `cuda` without a driver. */
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -331,6 +331,22 @@ Test(cuda_train, dropout_training) { dropout_case(0.3f, true); }
 Test(cuda_train, dropout_eval) { dropout_case(0.3f, false); }
 Test(cuda_train, dropout_p_zero) { dropout_case(0.0f, true); }
 
+/* The gumbel noise: the same bits on both sides, in (0, 1). */
+Test(cuda_train, uniform_open_noise) {
+  size_t n = 40001;
+  Pair u = pair(n, 0, 0);
+  uint64_t key = rng_key(3, 11, 7);
+  H->uniform_open(H, u.h, n, key), D->uniform_open(D, u.d, n, key);
+  EXPECT_SAME(u, 0, "uniform noise");
+  double mean = 0;
+  for (size_t i = 0; i < n; i++) {
+    cr_assert(u.h[i] > 0.0f && u.h[i] < 1.0f, "u[%zu] = %g", i, u.h[i]);
+    mean += u.h[i];
+  }
+  cr_expect(fabs(mean / (double)n - 0.5) < 0.01, "mean %g", mean / (double)n);
+  pair_free(&u);
+}
+
 /* ---- the training kernels through the real NVRTC and ptxas: no spills ---- */
 
 Test(cuda_train, ptxas_sm80_sm90) {
@@ -345,7 +361,7 @@ Test(cuda_train, ptxas_sm80_sm90) {
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(nres, 28, "%s: ptxas reports %d kernels, cellc_train.cu has 28", arch[a], nres);
+    cr_expect_eq(nres, 29, "%s: ptxas reports %d kernels, cellc_train.cu has 29", arch[a], nres);
     for (int k = 0; k < nres; k++) {
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
                 arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);

@@ -353,10 +353,10 @@ extern "C" __global__ void tr_gelu_bwd(float *d, const float *h, long long n) {
   }
 }
 
-/* ---- dropout: the counter-based mask of runtime/support's rng_philox_uniform ---- */
+/* ---- dropout and noise: the counter-based draws of runtime/support's rng_philox_uniform ---- */
 
-/* Philox4x32-10 of the counter (lo, hi, 0, 0) under the key: the first word's top 24 bits in [0, 1) */
-static __device__ float philox_uniform(unsigned long long key, unsigned long long counter) {
+/* Philox4x32-10 of the counter (lo, hi, 0, 0) under the key: the first word (runtime/support/rng.c) */
+static __device__ uint32_t philox(unsigned long long key, unsigned long long counter) {
   uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
   for (int round = 0; round < 10; round++) {
@@ -365,7 +365,17 @@ static __device__ float philox_uniform(unsigned long long key, unsigned long lon
     c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
     k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
   }
-  return (float)(c0 >> 8) * (1.0f / 16777216.0f);
+  return c0;
+}
+
+/* its top 24 bits as a float in [0, 1) */
+static __device__ float philox_uniform(unsigned long long key, unsigned long long counter) {
+  return (float)(philox(key, counter) >> 8) * (1.0f / 16777216.0f);
+}
+
+/* out[i] in (0, 1): the gumbel noise of the cells (rng_philox_uniform_open) */
+extern "C" __global__ void tr_uniform_open(float *out, long long n, unsigned long long key) {
+  GRID_STRIDE(i, n) out[i] = ((float)(philox(key, (unsigned long long)i) >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 
 /* mask = keep / (1 - p), out = inp mask (on = 0: mask 1, out = inp) */

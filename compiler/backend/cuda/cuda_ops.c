@@ -12,7 +12,7 @@
   X(tr_embed_fwd) X(tr_embed_bwd) X(tr_bcast_rows) X(tr_colsum_add) X(tr_readout_fwd) X(tr_readout_bwd)     \
   X(tr_ce_rows) X(tr_mse_rows) X(tr_sum) X(tr_sumsq) X(tr_scale) X(tr_sgd) X(tr_adam) X(tr_add) X(tr_acc)      \
   X(tr_norm_fwd) X(tr_norm_bwd_dx) X(tr_norm_bwd_dwdb) X(tr_bn_stats) X(tr_bn_apply) X(tr_bn_bwd_sums)          \
-  X(tr_bn_bwd_dx) X(tr_glu_gate) X(tr_glu_gate_bwd) X(tr_gelu) X(tr_gelu_bwd) X(tr_dropout) X(tr_mul_acc)
+  X(tr_bn_bwd_dx) X(tr_glu_gate) X(tr_glu_gate_bwd) X(tr_gelu) X(tr_gelu_bwd) X(tr_dropout) X(tr_mul_acc) X(tr_uniform_open)
 #define TR_FIELD(name) CUfunction name;
 #define BLOCK 256u
 #define MAX_BLOCKS 4096u
@@ -340,6 +340,15 @@ static void c_dropout_fwd(DevOps *bo, float *out, float *mask, const float *inp,
   launch(o, o->k.tr_dropout, nn, args);
 }
 
+static void c_uniform_open(DevOps *bo, float *out, size_t n, uint64_t key) {
+  CudaOps *o = cur(bo);
+  CUdeviceptr po = DP(out);
+  long long nn = (long long)n;
+  unsigned long long k = key;
+  void *args[] = {&po, &nn, &k};
+  launch(o, o->k.tr_uniform_open, nn, args);
+}
+
 static void c_dropout_bwd(DevOps *bo, float *dinp, const float *dout, const float *mask, size_t n) {
   CudaOps *o = cur(bo);
   if (!dinp) return;
@@ -436,7 +445,7 @@ static const DevOps cuda_ops_table = {
     .embed_bwd = c_embed_bwd, .linear_fwd = c_linear_fwd, .linear_bwd = c_linear_bwd, .readout_fwd = c_readout_fwd,
     .readout_bwd = c_readout_bwd, .bcast_rows = c_bcast_rows, .colsum_add = c_colsum_add, .add = c_add, .acc = c_acc,
     .norm_fwd = c_norm_fwd, .norm_bwd = c_norm_bwd, .batchnorm_fwd = c_bn_fwd, .batchnorm_bwd = c_bn_bwd,
-    .glu_fwd = c_glu_fwd, .glu_bwd = c_glu_bwd, .mlp_fwd = c_mlp_fwd, .mlp_bwd = c_mlp_bwd, .dropout_fwd = c_dropout_fwd,
+    .glu_fwd = c_glu_fwd, .glu_bwd = c_glu_bwd, .mlp_fwd = c_mlp_fwd, .mlp_bwd = c_mlp_bwd, .dropout_fwd = c_dropout_fwd, .uniform_open = c_uniform_open,
     .dropout_bwd = c_dropout_bwd, .crossentropy = c_crossentropy, .mse = c_mse, .sumsq = c_sumsq, .scale = c_scale, .sgd = c_sgd, .adam = c_adam,
 };
 
