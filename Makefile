@@ -59,7 +59,7 @@ USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
                             compiler/backend compiler/backend/interp compiler/backend/cpu \
                             compiler/backend/cuda
-USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn \
+USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn runtime/optim \
                             compiler/pipeline compiler/backend
 USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
 # the include flags of a folder: itself and what it uses, directly or through their headers
@@ -113,7 +113,8 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/backend/cuda/emu/cellc_emu_kernel.h \
                                                compiler/backend/cuda/cellc_emit_kernels.h \
                                                compiler/backend/cuda/cellc_launch.h \
-                                               compiler/backend/cuda/cellc_emit_host.h
+                                               compiler/backend/cuda/cellc_emit_host.h \
+                                               compiler/backend/cuda/cellc_train.cu
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)

@@ -1,8 +1,9 @@
 #!/bin/sh
 # make bench-gpu: cellc's cuda back end against PyTorch on the same GPU (nn.GRU and nn.LSTM through
 # cuDNN; the other cells as PyTorch loops over time), B = 64, T = 512 and 2048, H = 128 and 256, and
-# each run's scans as a fraction of the device's measured copy bandwidth. Writes
-# bench/results/gpu.jsonl and bench/results/gpu.md and prints the table; skips with one line where
+# each run's scans as a fraction of the device's measured copy bandwidth; then whole training steps
+# (`cellc train --set train.device=cuda` against bench/torch_train.py --device cuda). Writes
+# bench/results/gpu.jsonl, gpu_train.jsonl and gpu.md and prints the tables; skips with one line where
 # there is no GPU. PYTHON picks the interpreter with CUDA PyTorch (default python3).
 #   CELLC_BENCH_QUICK=1  only T=512, H=128
 cd "$(dirname "$0")/.." || exit 1
@@ -42,5 +43,43 @@ for cfg in $configs; do
     echo "bench-gpu: $cell T=$T H=$H done" >&2
   done
 done
+# training on the GPU: cellc train (train.device = cuda) against the same model in PyTorch on the
+# same GPU (bench/torch_train.py --device cuda), bench/train_gru.cfg's task and model (copying,
+# T = 512, B = 64, embedding, one layer of width 128, readout all, AdamW, clip): tokens per second
+# of whole training steps (batch, forward, backward, clip, update)
+train=$out/gpu_train.jsonl
+: > $train
+for cellpeer in gru:nn lstm:nn mgu:loop mgu_see_h:loop; do
+  cell=${cellpeer%%:*}; peer=${cellpeer##*:}
+  file=stdlib/$cell.cell; set=""
+  [ $cell = mgu_see_h ] && { file=stdlib/mgu.cell; set="--set model.option.see_h=true"; }
+  dir=$(mktemp -d)
+  if ./bin/cellc train $file bench/train_gru.cfg --set train.device=cuda $set --out "$dir/run" > "$dir/log" 2>&1; then
+    $py - "$dir/run/metrics.jsonl" "$cell" >> $train <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tps = [r["tokens_per_s"] for r in rows if r["split"] == "train"][1:]  # the first interval holds the compile
+print(json.dumps({"kind": "cellc_train", "cell": sys.argv[2], "device": "cuda", "tokens_per_s": max(tps) if tps else 0}))
+PY
+  else
+    echo "bench-gpu: cellc train $cell on cuda failed:"; tail -n 5 "$dir/log"
+  fi
+  rm -rf "$dir"
+  [ $torch_ok = 1 ] && $py bench/torch_train.py --cell $cell --peer $peer --device cuda --T 512 --B 64 --width 128 \
+    --steps 30 >> $train
+  echo "bench-gpu: training $cell done" >&2
+done
 $py bench/gpu_table.py $raw > $out/gpu.md
+$py - $train >> $out/gpu.md <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("\n## Training on the GPU (copying, T = 512, B = 64, width 128, 1 layer, AdamW): tokens/s\n")
+print("| cell | cellc train (train.device = cuda) | PyTorch (same GPU) | cellc / PyTorch |")
+print("|---|---|---|---|")
+for cell in dict.fromkeys(r["cell"] for r in rows):
+    c = next((r["tokens_per_s"] for r in rows if r["kind"] == "cellc_train" and r["cell"] == cell), None)
+    t = next((r for r in rows if r["kind"] == "torch_train" and r["cell"] == cell), None)
+    tt = t["tokens_per_s"] if t else None
+    print(f"| {cell} | {c:.0f} | " + (f"{tt:.0f} ({t['peer']}) | {c / tt:.2f}x |" if tt and c else "- | - |"))
+PY
 cat $out/gpu.md

@@ -20,7 +20,9 @@ task_batch, which is a few microseconds per batch at this size).
 
 usage: torch_train.py [--cell gru] [--peer nn|loop] [--layers 1] [--width 128] [--T 512] [--B 64]
                       [--tokens 10] [--memorize 10] [--threads 1] [--warmup 3] [--steps 30]
-                      [--flush-denormal]
+                      [--flush-denormal] [--device cpu|cuda]
+(--device cuda: the model and each batch on the GPU, as `cellc train --set train.device=cuda`; the
+batch is generated on the CPU and copied up, inside the timed step as cellc's is.)
 (--width is also the hidden size, as in bench/train_throughput.sh.)
 Prints one JSON line {"kind": "torch_train", "tokens_per_s": ..., ...}: tokens (B*T per step) over
 the summed time of the timed steps (forward, backward, clip, optimizer step)."""
@@ -79,11 +81,11 @@ class LoopModel(torch.nn.Module):
 
 def copying_batch(T, B, N, M, gen):
     """tokens [T, B] and targets [T, B] (-100: not counted), as runtime/tasks/copying.c lays them out."""
-    content = torch.randint(1, N - 1, (M, B), generator=gen)
-    tokens = torch.zeros(T, B, dtype=torch.long)
+    content = torch.randint(1, N - 1, (M, B), generator=gen, device="cpu")
+    tokens = torch.zeros(T, B, dtype=torch.long, device="cpu")
     tokens[:M] = content
     tokens[T - M:] = N - 1
-    targets = torch.full((T, B), -100, dtype=torch.long)
+    targets = torch.full((T, B), -100, dtype=torch.long, device="cpu")
     targets[T - M:] = content
     return tokens, targets
 
@@ -104,6 +106,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight_decay", type=float, default=0.01)
     ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--flush-denormal", action="store_true",
                     help="torch.set_flush_denormal(True): denormal floats read and written as zero (FTZ/DAZ)")
     a = ap.parse_args()
@@ -112,7 +115,14 @@ def main():
         raise SystemExit("torch_train.py: this CPU does not support flushing denormals")
     torch.manual_seed(1)
     gen = torch.Generator().manual_seed(1)
+    dev = torch.device(a.device)
+    if a.device != "cpu":  # the loop peers' parameters and initial states are made where they run
+        if hasattr(torch, "set_default_device"):
+            torch.set_default_device(a.device)
+        else:
+            torch.set_default_tensor_type("torch.cuda.FloatTensor")
     model = Model(a.tokens, a.width, a.layers, a.cell) if a.peer == "nn" else LoopModel(a.tokens, a.width, a.layers, a.cell)
+    model = model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay)
     lossf = torch.nn.CrossEntropyLoss(ignore_index=-100)  # mean over the counted steps
 
@@ -121,6 +131,7 @@ def main():
         t0 = time.perf_counter()
         tokens, targets = copying_batch(a.T, a.B, a.tokens, a.memorize, gen)
         t1 = time.perf_counter()
+        tokens, targets = tokens.to(dev), targets.to(dev)
         logits = model(tokens)
         loss = lossf(logits.reshape(-1, a.tokens), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -137,7 +148,7 @@ def main():
     print(json.dumps(dict(
         kind="torch_train", cell=a.cell, peer=f"nn.{NN[a.cell].__name__}" if a.peer == "nn" else "loop (unbind)",
         layers=a.layers, width=a.width, T=a.T, B=a.B,
-        threads=torch.get_num_threads(), torch=torch.__version__, flush_denormal=a.flush_denormal, warmup=a.warmup, steps=a.steps,
+        threads=torch.get_num_threads(), torch=torch.__version__, device=a.device, flush_denormal=a.flush_denormal, warmup=a.warmup, steps=a.steps,
         tokens_per_s=tokens * len(step_s) / sum(step_s),
         step_s_median=statistics.median(step_s), step_s_min=min(step_s), step_s_max=max(step_s),
         data_s_per_step=sum(data_s) / len(data_s),

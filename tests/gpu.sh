@@ -2,8 +2,9 @@
 # make test-gpu: the CUDA back end on this machine's GPU. test_cuda again with the real driver
 # (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
 # against sequential, and the benchmark's sizes against the CPU back end), the emitted P.cu of every
-# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), and `cellc run --backend
-# cuda` against `--backend cpu` on one cell. Skips with one line where there is no GPU. Ends with
+# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), `cellc run --backend
+# cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
+# LRU residual model's first 20 steps against the CPU. Skips with one line where there is no GPU. Ends with
 # "N passed, M failed".
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
@@ -63,5 +64,26 @@ sys.exit(0 if worst < 1e-3 else print("relative error", worst) or 1)
 PY
   if [ $? -eq 0 ]; then pass=$((pass + 1)); else echo "test-gpu: cellc run $cell: cuda and cpu differ"; fail=$((fail + 1)); fi
 done
+# training on the GPU: mgu on small copying (examples/small/copying.cfg, 3000 steps) to 99% test
+# accuracy, and 20 steps of the LRU residual model on cuda against cpu (the losses within 1e-3)
+run=$(bin/cellc train stdlib/mgu.cell examples/small/copying.cfg --set train.device=cuda --out "$tmp/copying" 2>&1)
+acc=$(echo "$run" | sed -n 's/^final: step=3000 loss=[^ ]* accuracy=\([0-9.]*\)$/\1/p')
+echo "$run" | grep -E '^(final|step [0-9]+ valid)' | tail -n 3
+if [ -n "$acc" ] && python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.99 else 1)"; then pass=$((pass + 1))
+else echo "test-gpu: mgu on small copying with train.device = cuda: accuracy '$acc', want >= 0.99"; echo "$run" | tail -n 5; fail=$((fail + 1)); fi
+for dev in cpu cuda; do
+  bin/cellc train stdlib/lru.cell examples/small/lru.cfg --set train.device=$dev --set train.steps=20 --set log.every=1 \
+    --set eval.every=20 --out "$tmp/lru-$dev" > /dev/null 2>&1 || echo "test-gpu: lru residual on $dev failed"
+done
+if python3 - "$tmp/lru-cpu/metrics.jsonl" "$tmp/lru-cuda/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+tr = lambda m: [x["loss"] for x in m if x["split"] == "train"]
+la, lb = tr(a), tr(b)
+worst = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(la, lb)) if la and len(la) == len(lb) == 20 else 1.0
+print(f"lru residual (batch norm, glu, dropout) 20 steps, cuda against cpu: worst relative loss difference {worst:.2e}")
+sys.exit(0 if worst < 1e-3 else 1)
+PY
+then pass=$((pass + 1)); else echo "test-gpu: lru residual: cuda does not follow cpu"; fail=$((fail + 1)); fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -20,6 +20,7 @@
 #include "support.h"
 #include "model.h"
 #include "optim.h"
+#include "pipeline.h"
 #include "safetensors.h"
 
 #define MAX_SETS 256
@@ -40,6 +41,8 @@ typedef struct Run {
   TaskShape shape;
   Model *model;
   Opt *opt;
+  DevOps *ops;      /* the device of train.device (model_ops) */
+  float *state;     /* the optimizer's moments where the ops work: opt->state on the host, else a device copy */
   size_t *moff;     /* per tensor: where its moments start (part 0; part 1 follows), or SIZE_MAX */
   OptSchedule sched;
   int64_t steps, step;
@@ -178,7 +181,7 @@ static int build_optimizer(Run *r) {
       for (int g = 0; g < ntags; g++)
         if (!strcmp(t->tags[j], tags[g])) gi = group[g], used[g] = true;
     r->moff[i] = r->opt->nparams;
-    for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->val[part], t->grad[part], (size_t)t->numel);
+    for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->dval[part], t->dgrad[part], (size_t)t->numel);
   }
   int status = 0;
   for (int g = 0; g < ntags && !status; g++)
@@ -189,6 +192,7 @@ static int build_optimizer(Run *r) {
       status = 1;
     }
   free(group), free(used);
+  r->state = r->ops->device ? r->ops->alloc(r->ops, sizeof(float) * (opt_state_size(r->opt) + 1)) : r->opt->state;
   OptScheduleKind sk = OPT_CONSTANT;
   opt_schedule_from_name(cfg_word(c, "train.schedule"), &sk);
   r->sched.kind = sk;
@@ -199,15 +203,33 @@ static int build_optimizer(Run *r) {
   return status;
 }
 
+/* The device operations of train.device: the host's, or a device back end's (exit 3 when it cannot
+ * run here, naming what is missing). 0 or the exit status. */
+static int open_device(Run *r) {
+  const char *dev = cfg_word(r->cfg, "train.device");
+  if (!strcmp(dev, "cpu")) {
+    r->ops = model_host_ops();
+    return 0;
+  }
+  const Backend *be = backend_find(dev);
+  char err[1024];
+  CHECK(be);
+  if (!be->ops_new) snprintf(err, sizeof err, "training on this device is not built yet");
+  r->ops = be->ops_new ? be->ops_new(err, sizeof err) : NULL;
+  if (!r->ops) {
+    diag_plain("train.device = %s: %s", dev, err);
+    return 3;
+  }
+  return 0;
+}
+
 /* Loads the configuration, the task and the model; returns 0 or the exit status. */
 static int setup(Run *r) {
   r->cfg = cfg_load(r->a.cfg, r->a.sets, r->a.nsets);
   if (!r->cfg) return 1;
   Cfg *c = r->cfg;
-  if (!strcmp(cfg_word(c, "train.device"), "cuda")) {
-    diag_plain("train.device = cuda: training on the GPU is not built yet (the cuda back end runs single cells: cellc run --backend cuda); use train.device = cpu");
-    return 3;
-  }
+  int rc = open_device(r);
+  if (rc) return rc;
   r->steps = cfg_int(c, "train.steps");
   r->B = (int)cfg_int(c, "train.batch");
   r->seed = (uint64_t)cfg_int(c, "train.seed");
@@ -219,6 +241,13 @@ static int setup(Run *r) {
     return 1;
   }
   r->Bl = r->B / r->world;
+  if (r->world > 1 && r->ops->device) {
+    if (r->rank == 0)
+      diag_plain("train.device = %s with %d processes: the data-parallel gradient sum of a device run (NCCL, "
+                 "runtime/dist) is not wired to GPU training yet; run one process, or train.device = cpu",
+                 cfg_word(c, "train.device"), r->world);
+    return 3;
+  }
   const TaskDef *def = cfg_task(c);
   double *num = xcalloc((size_t)def->nkeys + 1, sizeof(double));
   const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
@@ -227,7 +256,7 @@ static int setup(Run *r) {
   static char purpose[512];
   snprintf(purpose, sizeof purpose, "the data of task '%s' (its [task] keys)", cfg_word(c, "task.name"));
   base_alloc_for(purpose);
-  int rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
+  rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
   free(num), free(str);
   if (rc < 0) {
     diag_plain("%s: [task] %s", r->a.cfg, err);
@@ -238,8 +267,8 @@ static int setup(Run *r) {
            "the model and its work arrays (model.layers = %lld, model.width = %lld, model.hidden = %lld, train.batch = "
            "%d, sequence length %d)", (long long)cfg_int(c, "model.layers"), (long long)cfg_int(c, "model.width"),
            (long long)cfg_int(c, "model.hidden"), r->B, r->shape.length);
-  r->model = model_new(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->Bl, r->seed);
-  if (!r->model) return 1;
+  r->model = model_new_on(c, r->a.cell, cli_stdlib_dir(), &r->shape, r->Bl, r->seed, r->ops, &rc);
+  if (!r->model) return rc;
   model_set_part(r->model, r->rank * r->Bl, r->B);
   rc = build_optimizer(r);
   r->ngrad = r->opt->nparams;
@@ -249,6 +278,8 @@ static int setup(Run *r) {
 static void teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
   model_free(r->model);
+  if (r->ops && r->ops->device && r->state) r->ops->free(r->ops, r->state);
+  if (r->ops) r->ops->close(r->ops);
   opt_free(r->opt);
   if (r->task) task_free(r->task);
   cfg_free(r->cfg);
@@ -274,7 +305,20 @@ static void moment_planes(const Run *r, int i, float *m_or_v, float **planes) {
   planes[1] = planes[0] + t->numel;
 }
 
+/* A device's params and moments copied to the host mirrors a checkpoint is written from, and back
+ * after one is read. */
+static void state_to_host(Run *r) {
+  model_to_host(r->model);
+  if (r->ops->device) r->ops->download(r->ops, r->opt->state, r->state, sizeof(float) * opt_state_size(r->opt));
+}
+
+static void state_to_device(Run *r) {
+  model_to_device(r->model);
+  if (r->ops->device) r->ops->upload(r->ops, r->state, r->opt->state, sizeof(float) * opt_state_size(r->opt));
+}
+
 static int write_checkpoint(Run *r, const char *path) {
+  state_to_host(r);
   SftWriter *w = sft_writer_new();
   float **bufs = xcalloc((size_t)(3 * model_ntensors(r->model) + 1), sizeof(float *));
   int nb = 0;
@@ -404,6 +448,7 @@ static int read_checkpoint(Run *r, const char *path, bool with_opt) {
     status = 1;
   }
   if (!status) {
+    state_to_device(r);
     r->step = (int64_t)sft_get(st, 0);
     if (with_opt) r->opt->step = r->step;
     const char *el = sft_meta(&f, "elapsed_s");
@@ -612,7 +657,57 @@ static int stop_interrupted(Run *r, const char *ckpt) {
   return checkpoint(r, ckpt) < 0 ? 3 : 130;
 }
 
+/* Double buffering on a device: the next training batch is generated on a host thread while the
+ * device runs the current step (the task is touched by one thread at a time: the thread is joined
+ * before anything else reads it). On the CPU the step's own threads use every core: no prefetch. */
+typedef struct Prefetch {
+  Run *r;
+  bool on, running, have;
+  int64_t index;
+  TaskBatch b;
+  pthread_t th;
+} Prefetch;
+
+/* Training batch `index`: this rank's rows of the global batch (all of it in one process). */
+static void train_batch(Run *r, int64_t index, TaskBatch *b) {
+  task_batch_part(r->task, TASK_TRAIN, index, r->B, r->rank * r->Bl, r->Bl, b);
+}
+
+static void *prefetch_main(void *arg) {
+  Prefetch *pf = arg;
+  train_batch(pf->r, pf->index, &pf->b);
+  return NULL;
+}
+
+static void prefetch_wait(Prefetch *pf) {
+  if (!pf->running) return;
+  pthread_join(pf->th, NULL);
+  pf->running = false, pf->have = true;
+}
+
+/* Batch r->step into *b (the prefetched one when there is one), and the next one started. */
+static void next_batch(Run *r, Prefetch *pf, TaskBatch *b) {
+  prefetch_wait(pf);
+  if (pf->have && pf->index == r->step) *b = pf->b;
+  else {
+    if (pf->have) task_batch_free(&pf->b);
+    train_batch(r, r->step, b);
+  }
+  pf->have = false;
+  if (!pf->on || r->step + 1 >= r->steps) return;
+  pf->index = r->step + 1;
+  pf->running = pthread_create(&pf->th, NULL, prefetch_main, pf) == 0;
+  if (!pf->running) train_batch(r, pf->index, &pf->b), pf->have = true;
+}
+
+static void prefetch_end(Prefetch *pf) {
+  prefetch_wait(pf);
+  if (pf->have) task_batch_free(&pf->b);
+  pf->have = false;
+}
+
 static int train_loop(Run *r) {
+  Prefetch pf = {.r = r, .on = model_ops(r->model)->device};
   char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
   int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
   int64_t eval_batches = cfg_int(r->cfg, "eval.batches");
@@ -628,15 +723,18 @@ static int train_loop(Run *r) {
     }
     double t = now();
     TaskBatch b = {0};
-    task_batch_part(r->task, TASK_TRAIN, r->step, r->B, r->rank * r->Bl, r->Bl, &b);
+    next_batch(r, &pf, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->Bl);
     task_batch_free(&b);
     /* several ranks: Ctrl-C on any of them stops all at the same step, before its update */
     if (r->world > 1 && average_gradients(r, &l)) {
+      prefetch_wait(&pf);
       status = stop_interrupted(r, ckpt);
       break;
     }
-    double gnorm = opt_clip(r->opt, cfg_real(r->cfg, "train.clip"));
+    OptApply apply = model_opt_apply(r->model);
+    double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
+    prefetch_wait(&pf); /* the task is ours again (evaluation reads it) */
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
       say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
           isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite",
@@ -645,7 +743,7 @@ static int train_loop(Run *r) {
       break;
     }
     double lr = opt_lr_at(&r->sched, r->step);
-    opt_step(r->opt, lr);
+    opt_step_on(r->opt, lr, r->state, &apply);
     r->step++;
     double dt = now() - t;
     int_time += dt, int_steps++;
@@ -688,6 +786,7 @@ static int train_loop(Run *r) {
       have_ckpt = true;
     }
   }
+  prefetch_end(&pf);
   free(ckpt);
   return status;
 }

@@ -68,7 +68,8 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
      "      or --force), a checkpoint that is missing, for another model or not finite\n"
      "  2   bad usage: unknown flag, a flag without its value, --resume without --out\n"
-     "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory\n"
+     "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory,\n"
+     "      train.device = cuda without a driver or GPU (named), not enough device memory (the bytes)\n"
      "  70  internal error (a bug)\n"
      "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"},
     {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...",
@@ -80,7 +81,7 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell or .cfg file, a checkpoint that is unreadable, for another\n"
      "      model, or holds a value that is not finite\n"
      "  2   bad usage: unknown flag, no --checkpoint\n"
-     "  3   out of memory\n"
+     "  3   out of memory; train.device = cuda without a driver or GPU, or its memory\n"
      "  70  internal error (a bug)\n"},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
      "", "  0   success\n  2   unknown command\n"},

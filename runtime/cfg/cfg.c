@@ -20,7 +20,7 @@
 
 static const char *const optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedules[] = {"constant", "cosine", "inverse_sqrt", "linear", NULL};
-static const char *const devices[] = {"cpu", "cuda", NULL};
+static const char *const devices[] = {"cpu", "cuda", "cuda-emu", NULL};
 static const char *const modes[] = {"auto", "scan", "sequential", NULL};
 static const char *const encoders[] = {"auto", "embed", "linear", NULL};
 static const char *const blocks[] = {"stack", "residual", NULL};
@@ -64,7 +64,7 @@ static const CfgKey train_keys[] = {
     {"min_lr", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "cosine and linear end here; warmup starts here"},
     {"clip", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "global gradient-norm clip; 0 = off"},
     {"seed", CFG_INT, "1", 0, MAX_EXACT, false, false, 0, NULL, NULL, "seed of the params and the data"},
-    {"device", CFG_CHOICE, "cpu", 0, 0, false, false, 0, devices, NULL, "cpu | cuda"},
+    {"device", CFG_CHOICE, "cpu", 0, 0, false, false, 0, devices, NULL, "cpu | cuda | cuda-emu"},
     {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential"},
 };
 

@@ -30,8 +30,7 @@ typedef struct Layer {
   float **noise;    /* per noise stream of the training program [T, B, size] */
   /* residual blocks */
   int norm_w, mix_w, bn_mean, bn_var; /* tensor indices, -1 when absent */
-  NnGlu glu, dglu;
-  NnMlp mlp, dmlp;
+  float *mixp[6], *dmixp[6];       /* the mixer's params and gradients: NnGlu's or NnMlp's fields in order */
   float *normed, *nmean, *nrstd; /* norm output [rows, C] and caches */
   float *mixed;                   /* mixer output [rows, C] */
   float *mixcache;
@@ -42,12 +41,15 @@ typedef struct Layer {
 
 struct Model {
   Arena arena;
-  const Backend *backend;         /* where the cell layers run */
+  DevOps *ops;                    /* where every buffer lives and every block runs (backend.h) */
+  const Backend *backend;         /* where the cell layers run: the back end of ops->name */
   char *source;                   /* the .cell text */
   const char *cell_name, *summary;
   ModelTensor *tensors;
   int ntensors, cap;
-  float *store;                   /* values and gradients of every tensor */
+  float *store;                   /* values and gradients of every tensor (host) */
+  float *dstore;                  /* their working copy on a device (NULL on the host) */
+  size_t store_floats;            /* values (= gradients) in the store */
   int T, B, rows;
   int part_first, part_B;         /* this batch is rows [part_first, part_first + B) of part_B (model_set_part) */
   int width, nlayers;
@@ -66,7 +68,10 @@ struct Model {
   float *dtmp[2];                 /* scratch [rows, maxC] */
   float *scratch;                 /* the mixers' backward scratch */
   float *readout_out, *dreadout, *logits, *dlogits;
-  int32_t *targets;               /* cross-entropy targets with the rows mask applied */
+  int32_t *targets;               /* cross-entropy targets with the rows mask applied (host) */
+  float *on;                      /* MSE: 1 where a row counts (host) */
+  int32_t *d_ids, *d_targets;     /* the batch where ops work: tokens, masked targets */
+  float *d_x, *d_y, *d_on;        /* real inputs, MSE targets, MSE row flags */
   int maxc;
   uint64_t seed;
 };
@@ -91,17 +96,25 @@ static void model_place(Model *m) {
   size_t total = 0;
   for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
   m->store = xcalloc(2 * total + 1, sizeof(float));
+  if (m->ops->device) m->dstore = m->ops->alloc(m->ops, sizeof(float) * (2 * total + 1));
   float *v = m->store, *g = m->store + total;
+  float *dv = m->dstore ? m->dstore : v, *dg = m->dstore ? m->dstore + total : g;
   for (int i = 0; i < m->ntensors; i++) {
     ModelTensor *t = &m->tensors[i];
     for (int part = 0; part < (t->cplx ? 2 : 1); part++) {
       t->val[part] = v, t->grad[part] = g;
-      v += t->numel, g += t->numel;
+      t->dval[part] = dv, t->dgrad[part] = dg;
+      v += t->numel, g += t->numel, dv += t->numel, dg += t->numel;
     }
   }
+  m->store_floats = total;
 }
 
-static float *fbuf(size_t n) { return xcalloc(n ? n : 1, sizeof(float)); }
+/* A buffer where the model's blocks run (zeroed). */
+static float *dbuf(Model *m, size_t n) { return m->ops->alloc(m->ops, sizeof(float) * (n ? n : 1)); }
+static void dfree(Model *m, void *p) {
+  if (p) m->ops->free(m->ops, p);
+}
 
 /* PyTorch's default for linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
 static void init_uniform(ModelTensor *t, uint64_t seed, int fan_in) {
@@ -315,8 +328,9 @@ static int init_states(Model *m, Layer *L, int k) {
   L->dfinal = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
   for (int q = 0; q < p->nsparts; q++) {
     size_t n = (size_t)m->B * (size_t)p->sparts[q].size;
-    L->h0[q] = fbuf(n), L->gh0[q] = fbuf(n), L->final[q] = fbuf(n), L->dfinal[q] = fbuf(n);
+    L->h0[q] = dbuf(m, n), L->gh0[q] = dbuf(m, n), L->final[q] = dbuf(m, n), L->dfinal[q] = dbuf(m, n);
   }
+  int status = 0;
   for (int s = 0; s < c->nstates; s++) {
     StateInfo *si = &c->states[s];
     if (!si->init || si->param >= 0) continue;
@@ -330,20 +344,21 @@ static int init_states(Model *m, Layer *L, int k) {
       free(v);
       return -1;
     }
+    float *h = xcalloc((size_t)size * (size_t)m->B + 1, sizeof(float));
     for (int part = 0; part < parts; part++) {
-      float *h = L->h0[p->spart_of[s] + part];
       for (int b = 0; b < m->B; b++)
         for (int j = 0; j < size; j++) h[(size_t)b * size + j] = (float)v[j * parts + part];
+      m->ops->upload(m->ops, L->h0[p->spart_of[s] + part], h, sizeof(float) * (size_t)size * (size_t)m->B);
     }
-    free(v);
+    free(h), free(v);
   }
-  return 0;
+  return status;
 }
 
 /* Points a layer's two sequences at the model's buffers. */
 static void wire_layer(Model *m, Layer *L, int k) {
   size_t rows = (size_t)m->rows;
-  L->y = fbuf(rows * (size_t)L->out);
+  L->y = dbuf(m, rows * (size_t)L->out);
   for (int v = 0; v < 2; v++) {
     Program *p = L->exe[v]->p;
     SeqIO *s = &L->seq[v];
@@ -352,8 +367,8 @@ static void wire_layer(Model *m, Layer *L, int k) {
     s->grad_params = xcalloc((size_t)p->npparts + 1, sizeof(void *));
     for (int i = 0; i < p->npparts; i++) {
       ModelTensor *t = &m->tensors[L->first + p->pparts[i].param];
-      s->params[i] = t->val[p->pparts[i].part];
-      s->grad_params[i] = t->grad[p->pparts[i].part];
+      s->params[i] = t->dval[p->pparts[i].part];
+      s->grad_params[i] = t->dgrad[p->pparts[i].part];
     }
     s->h0 = (const void **)L->h0, s->final = (void **)L->final, s->dfinal = (const void **)L->dfinal;
     s->grad_h0 = (void **)L->gh0;
@@ -361,7 +376,7 @@ static void wire_layer(Model *m, Layer *L, int k) {
     s->noise = xcalloc((size_t)p->nnoise + 1, sizeof(void *));
     if (v == 0) {
       L->noise = xcalloc((size_t)p->nnoise + 1, sizeof(float *));
-      for (int i = 0; i < p->nnoise; i++) s->noise[i] = L->noise[i] = fbuf(rows * (size_t)p->noise_sizes[i]);
+      for (int i = 0; i < p->nnoise; i++) s->noise[i] = L->noise[i] = dbuf(m, rows * (size_t)p->noise_sizes[i]);
     }
   }
   (void)k;
@@ -399,26 +414,18 @@ static void init_block_tensors(Model *m, Layer *L) {
     init_const(&m->tensors[L->norm_w], 1.0f);
     init_const(&m->tensors[L->norm_w + 1], 0.0f);
     if (L->bn_var >= 0) init_const(&m->tensors[L->bn_var], 1.0f);
-    L->normed = fbuf(rows * (size_t)C);
-    L->nmean = fbuf(rows > (size_t)C ? rows : (size_t)C);
-    L->nrstd = fbuf(rows > (size_t)C ? rows : (size_t)C);
+    L->normed = dbuf(m, rows * (size_t)C);
+    L->nmean = dbuf(m, rows > (size_t)C ? rows : (size_t)C);
+    L->nrstd = dbuf(m, rows > (size_t)C ? rows : (size_t)C);
   }
   if (L->mix_w >= 0) {
     int Hm = m->mix_hidden, w = L->mix_w;
     /* weights and biases alternate: w1 b1 (w2 b2) w3 b3; fan-in C for the first ones, Hm for the last */
     int n = m->mix == MIX_GLU ? 6 : 4;
     for (int i = 0; i < n; i++) init_uniform(&m->tensors[w + i], m->seed, i < n - 2 ? C : Hm);
-    ModelTensor *t = m->tensors;
-    if (m->mix == MIX_GLU) {
-      L->glu = (NnGlu){t[w].val[0], t[w + 1].val[0], t[w + 2].val[0], t[w + 3].val[0], t[w + 4].val[0], t[w + 5].val[0]};
-      L->dglu = (NnGlu){t[w].grad[0], t[w + 1].grad[0], t[w + 2].grad[0], t[w + 3].grad[0], t[w + 4].grad[0], t[w + 5].grad[0]};
-      L->mixcache = fbuf(nn_glu_cache_size(m->rows, Hm));
-    } else {
-      L->mlp = (NnMlp){t[w].val[0], t[w + 1].val[0], t[w + 2].val[0], t[w + 3].val[0]};
-      L->dmlp = (NnMlp){t[w].grad[0], t[w + 1].grad[0], t[w + 2].grad[0], t[w + 3].grad[0]};
-      L->mixcache = fbuf(nn_mlp_cache_size(m->rows, Hm));
-    }
-    L->mixed = fbuf(rows * (size_t)C);
+    for (int i = 0; i < n; i++) L->mixp[i] = m->tensors[w + i].dval[0], L->dmixp[i] = m->tensors[w + i].dgrad[0];
+    L->mixcache = dbuf(m, m->mix == MIX_GLU ? nn_glu_cache_size(m->rows, Hm) : nn_mlp_cache_size(m->rows, Hm));
+    L->mixed = dbuf(m, rows * (size_t)C);
   }
 }
 
@@ -490,8 +497,26 @@ static int cell_dims(Model *m, const Cfg *cfg, const char *cell_file, const Cell
   return 0;
 }
 
+/* On a device, before anything is allocated there: whether it has the memory for the params, their
+ * gradients and the activations of a batch (a lower bound of what the run needs: the optimizer's
+ * moments and the cell layers' work arrays come on top, and fail the same way when they do not
+ * fit). Prints the amounts when not. */
+static bool fits_device(Model *m) {
+  if (!m->ops->device) return true;
+  double floats = 0;
+  for (int i = 0; i < m->ntensors; i++) floats += 2.0 * (double)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
+  floats += (double)m->rows * (double)m->maxc * (m->nlayers + 5);
+  double need = 4 * floats;
+  size_t have = m->ops->mem_free_bytes(m->ops);
+  if (need <= (double)have) return true;
+  diag_plain("train.device = %s: not enough device memory: the model needs at least %.0f bytes (%.2f GiB: params, "
+             "gradients and the activations of a batch), the device has %zu bytes (%.2f GiB) free", m->ops->name, need,
+             need / 1073741824.0, have, (double)have / 1073741824.0);
+  return false;
+}
+
 /* Encoder, layers (each cell checked and compiled), head: the tensors and their places. Returns the
- * width the head reads, or -1 after an error. */
+ * width the head reads, or -1 after an error (-3: not enough device memory). */
 static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *src, const CellAst *ast, const char *input_dim,
                  bool has_h) {
   int64_t s2[2];
@@ -525,6 +550,7 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
   s2[0] = shape->out_dim, s2[1] = C;
   m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
   m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
+  if (!fits_device(m)) return -3;
   model_place(m);
   return C;
 }
@@ -555,30 +581,45 @@ static int draw_initial(Model *m, const Cfg *cfg, const TaskShape *shape, int C)
 static void alloc_activations(Model *m, const TaskShape *shape, int C) {
   size_t rows = (size_t)m->rows;
   m->act = xcalloc((size_t)m->nlayers + 1, sizeof(float *));
-  m->act[0] = fbuf(rows * (size_t)m->width);
+  m->act[0] = dbuf(m, rows * (size_t)m->width);
   for (int k = 0; k < m->nlayers; k++) {
     Layer *L = &m->layers[k];
     int Ck = m->block ? m->width : L->out;
-    m->act[k + 1] = fbuf(rows * (size_t)Ck);
-    if (m->dropout > 0) L->mask = fbuf(rows * (size_t)Ck), L->dropped = fbuf(rows * (size_t)Ck);
+    m->act[k + 1] = dbuf(m, rows * (size_t)Ck);
+    if (m->dropout > 0) L->mask = dbuf(m, rows * (size_t)Ck), L->dropped = dbuf(m, rows * (size_t)Ck);
   }
-  for (int i = 0; i < 2; i++) m->dact[i] = fbuf(rows * (size_t)m->maxc), m->dtmp[i] = fbuf(rows * (size_t)m->maxc);
+  for (int i = 0; i < 2; i++) m->dact[i] = dbuf(m, rows * (size_t)m->maxc), m->dtmp[i] = dbuf(m, rows * (size_t)m->maxc);
   size_t sc = m->mix == MIX_GLU ? nn_glu_scratch_size(m->rows, m->mix_hidden) : m->mix == MIX_MLP ? nn_mlp_scratch_size(m->rows, m->mix_hidden) : 0;
   if (m->norm == NORM_BATCH && sc < 2 * (size_t)m->width) sc = 2 * (size_t)m->width;
-  m->scratch = fbuf(sc);
+  m->scratch = dbuf(m, sc);
   int R = nn_readout_rows(m->readout, m->T, m->B);
-  m->readout_out = fbuf((size_t)R * (size_t)C);
-  m->dreadout = fbuf((size_t)R * (size_t)C);
-  m->logits = fbuf((size_t)R * (size_t)shape->out_dim);
-  m->dlogits = fbuf((size_t)R * (size_t)shape->out_dim);
+  m->readout_out = dbuf(m, (size_t)R * (size_t)C);
+  m->dreadout = dbuf(m, (size_t)R * (size_t)C);
+  m->logits = dbuf(m, (size_t)R * (size_t)shape->out_dim);
+  m->dlogits = dbuf(m, (size_t)R * (size_t)shape->out_dim);
   m->targets = xcalloc((size_t)R + 1, sizeof(int32_t));
+  m->on = xcalloc((size_t)R + 1, sizeof(float));
+  int in = m->embed ? 1 : shape->in_dim;
+  if (m->embed) m->d_ids = m->ops->alloc(m->ops, sizeof(int32_t) * rows + 1);
+  else m->d_x = dbuf(m, rows * (size_t)in);
+  m->d_targets = m->ops->alloc(m->ops, sizeof(int32_t) * (size_t)R + 1);
+  m->d_y = dbuf(m, (size_t)R * (size_t)shape->out_dim);
+  m->d_on = dbuf(m, (size_t)R);
 }
 
 /* model_new: the cell found -> the model's shape -> dims against the configuration -> tensors
  * (cells compiled) -> initial values -> activations. */
 Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                  uint64_t seed) {
+  int status;
+  return model_new_on(cfg, cell_file, stdlib_dir, shape, batch, seed, model_host_ops(), &status);
+}
+
+Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
+                    uint64_t seed, DevOps *ops, int *status) {
   Model *m = xcalloc(1, sizeof *m);
+  *status = 1;
+  m->ops = ops;
   m->seed = seed;
   m->task = *shape;
   m->T = shape->length, m->B = batch, m->rows = m->T * m->B;
@@ -586,7 +627,8 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
   m->width = (int)cfg_int(cfg, "model.width");
   m->nlayers = (int)cfg_int(cfg, "model.layers");
   m->enc_w = m->enc_b = -1;
-  m->backend = backend_find("cpu");
+  m->backend = backend_find(ops->name);
+  CHECK(m->backend);
   Module *mod = check_load(&m->arena, cell_file, stdlib_dir);
   if (!mod) return model_free(m), NULL;
   const Src *src = NULL;
@@ -603,9 +645,13 @@ Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, 
   bool has_h;
   int C = -1;
   if (configure(m, cfg, shape) < 0 || cell_dims(m, cfg, cell_file, ast, &input_dim, &has_h) < 0 ||
-      (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0)
+      (C = build(m, cfg, shape, src, ast, input_dim, has_h)) < 0 || draw_initial(m, cfg, shape, C) < 0) {
+    if (C == -3) *status = 3;
     return model_free(m), NULL;
+  }
   alloc_activations(m, shape, C);
+  model_to_device(m);
+  *status = 0;
   Cell *c0 = m->layers[0].cell[0];
   m->summary = arena_printf(&m->arena, "cell %s (%s), %d %s layer%s, width %d, %lld params", ast->name,
                             c0->mode == MODE_SCAN ? "scan" : "sequential", m->nlayers, m->block ? "residual" : "stacked",
@@ -624,16 +670,18 @@ void model_free(Model *m) {
       free(L->seq[v].params), free(L->seq[v].grad_params), free(L->seq[v].noise);
       if (L->cell[v]) cell_free(L->cell[v]);
     }
-    for (int q = 0; L->h0 && q < nsp; q++) free(L->h0[q]), free(L->gh0[q]), free(L->final[q]), free((void *)L->dfinal[q]);
-    for (int q = 0; L->noise && q < nno; q++) free(L->noise[q]);
+    for (int q = 0; L->h0 && q < nsp; q++) dfree(m, L->h0[q]), dfree(m, L->gh0[q]), dfree(m, L->final[q]), dfree(m, (void *)L->dfinal[q]);
+    for (int q = 0; L->noise && q < nno; q++) dfree(m, L->noise[q]);
     free(L->h0), free(L->gh0), free(L->final), free(L->dfinal), free(L->noise);
-    free(L->normed), free(L->nmean), free(L->nrstd), free(L->mixed), free(L->mixcache), free(L->y);
-    free(L->mask), free(L->dropped);
+    dfree(m, L->normed), dfree(m, L->nmean), dfree(m, L->nrstd), dfree(m, L->mixed), dfree(m, L->mixcache), dfree(m, L->y);
+    dfree(m, L->mask), dfree(m, L->dropped);
   }
-  for (int k = 0; m->act && k <= m->nlayers; k++) free(m->act[k]);
+  for (int k = 0; m->act && k <= m->nlayers; k++) dfree(m, m->act[k]);
   free(m->act);
-  for (int i = 0; i < 2; i++) free(m->dact[i]), free(m->dtmp[i]);
-  free(m->scratch), free(m->readout_out), free(m->dreadout), free(m->logits), free(m->dlogits), free(m->targets);
+  for (int i = 0; i < 2; i++) dfree(m, m->dact[i]), dfree(m, m->dtmp[i]);
+  dfree(m, m->scratch), dfree(m, m->readout_out), dfree(m, m->dreadout), dfree(m, m->logits), dfree(m, m->dlogits);
+  dfree(m, m->d_ids), dfree(m, m->d_targets), dfree(m, m->d_x), dfree(m, m->d_y), dfree(m, m->d_on), dfree(m, m->dstore);
+  free(m->targets), free(m->on);
   free(m->layers), free(m->tensors), free(m->store), free(m->source);
   arena_free(&m->arena);
   free(m);
@@ -661,27 +709,18 @@ void model_set_part(Model *m, int first, int global_batch) {
   m->part_first = first, m->part_B = global_batch;
 }
 
-/* A per-step draw of `per_row` values per row, [T, B, per_row]: the draws of the whole global
- * batch in order, this model's rows kept, so that a data-parallel rank gets its slice of the
- * one-process run's values. dropout_p < 0: noise in (0, 1); else the dropout mask of rate p. */
-static void draw_rows(const Model *m, Rng *r, float *out, size_t per_row, float dropout_p) {
-  int lo = m->part_first, hi = m->part_first + m->B;
-  for (int t = 0; t < m->T; t++)
-    for (int b = 0; b < m->part_B; b++) {
-      float *row = b >= lo && b < hi ? out + ((size_t)t * (size_t)m->B + (size_t)(b - lo)) * per_row : NULL;
-      for (size_t j = 0; j < per_row; j++) {
-        float v = dropout_p < 0 ? (float)rng_uniform_open(r) : nn_dropout_keep(rng_uniform(r), dropout_p);
-        if (row) row[j] = v;
-      }
-    }
+/* The counters of a per-step draw of `per_row` values per row ([T, B, per_row]) for this model's
+ * part of the global batch (model_set_part): its slice of the one-process run's values. */
+static DrawSlice draw_slice(const Model *m, size_t per_row) {
+  return (DrawSlice){(uint64_t)m->B * per_row, (uint64_t)m->part_B * per_row, (uint64_t)m->part_first * per_row};
 }
 
 static void per_batch_draws(Model *m, Layer *L, int k, int64_t step) {
   Program *p = L->exe[0]->p;
   for (int i = 0; i < p->nnoise; i++) {
-    Rng r;
-    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
-    draw_rows(m, &r, L->noise[i], (size_t)p->noise_sizes[i], -1.0f);
+    uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("noise") + (uint64_t)(k * 64 + i));
+    m->ops->uniform_open(m->ops, L->noise[i], (size_t)m->rows * (size_t)p->noise_sizes[i], key,
+                         draw_slice(m, (size_t)p->noise_sizes[i]));
   }
 }
 
@@ -695,30 +734,29 @@ static void learned_states(Model *m, Layer *L, bool backward) {
     ModelTensor *t = &m->tensors[L->first + si->param];
     for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
       int q = p->spart_of[s] + part, size = p->sparts[q].size;
-      for (int b = 0; b < m->B; b++)
-        for (int j = 0; j < size; j++) {
-          if (backward) t->grad[part][j] += L->gh0[q][(size_t)b * size + j];
-          else L->h0[q][(size_t)b * size + j] = t->val[part][j];
-        }
+      if (backward) m->ops->colsum_add(m->ops, t->dgrad[part], L->gh0[q], m->B, size);
+      else m->ops->bcast_rows(m->ops, L->h0[q], t->dval[part], m->B, size);
     }
   }
 }
 
 static void norm_forward(Model *m, Layer *L, const float *x, bool training) {
   int C = m->width;
-  const float *w = m->tensors[L->norm_w].val[0], *b = m->tensors[L->norm_w + 1].val[0];
-  if (m->norm != NORM_BATCH) nn_norm_forward(L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
+  DevOps *o = m->ops;
+  const float *w = m->tensors[L->norm_w].dval[0], *b = m->tensors[L->norm_w + 1].dval[0];
+  if (m->norm != NORM_BATCH) o->norm_fwd(o, L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
   else
-    nn_batchnorm_forward(L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].val[0], m->tensors[L->bn_var].val[0], x, w, b,
-                         m->rows, C, training);
+    o->batchnorm_fwd(o, L->normed, L->nmean, L->nrstd, m->tensors[L->bn_mean].dval[0], m->tensors[L->bn_var].dval[0], x, w, b,
+                     m->rows, C, training);
 }
 
 static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, const float *x) {
   int C = m->width;
-  const float *w = m->tensors[L->norm_w].val[0];
-  float *dw = m->tensors[L->norm_w].grad[0], *db = m->tensors[L->norm_w + 1].grad[0];
-  if (m->norm != NORM_BATCH) nn_norm_backward(dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
-  else nn_batchnorm_backward(dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
+  const float *w = m->tensors[L->norm_w].dval[0];
+  float *dw = m->tensors[L->norm_w].dgrad[0], *db = m->tensors[L->norm_w + 1].dgrad[0];
+  DevOps *o = m->ops;
+  if (m->norm != NORM_BATCH) o->norm_bwd(o, dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
+  else o->batchnorm_bwd(o, dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
 }
 
 static void layer_forward(Model *m, int k, bool training, int64_t step) {
@@ -736,29 +774,19 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   m->backend->forward(L->exe[v], L->work[v], s);
   const float *branch = L->y;
   if (L->mix_w >= 0) {
-    if (m->mix == MIX_GLU) {
-      NnGluCache gc;
-      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
-      nn_glu_forward(L->mixed, &gc, L->y, &L->glu, m->rows, m->width, m->mix_hidden);
-    } else {
-      NnMlpCache mc;
-      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
-      nn_mlp_forward(L->mixed, &mc, L->y, &L->mlp, m->rows, m->width, m->mix_hidden);
-    }
+    DevOps *o = m->ops;
+    if (m->mix == MIX_GLU) o->glu_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
+    else o->mlp_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
     branch = L->mixed;
   }
   bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
   if (drop) {
-    Rng r;
-    rng_seed(&r, m->seed ^ (uint64_t)step * 0x9E3779B97F4A7C15ull, rng_stream_of("dropout") + (uint64_t)k);
-    if (training) {
-      draw_rows(m, &r, L->mask, (size_t)C, (float)m->dropout);
-      nn_dropout_apply(L->dropped, L->mask, branch, n);
-    } else nn_dropout_forward(L->dropped, L->mask, branch, n, (float)m->dropout, &r, false);
+    uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("dropout") + (uint64_t)k);
+    m->ops->dropout_fwd(m->ops, L->dropped, L->mask, branch, n, (float)m->dropout, key, draw_slice(m, (size_t)C), training);
     branch = L->dropped;
   }
-  if (m->block) nn_add_forward(m->act[k + 1], x, branch, n);
-  else memcpy(m->act[k + 1], branch, sizeof(float) * n);
+  if (m->block) m->ops->add(m->ops, m->act[k + 1], x, branch, n);
+  else m->ops->copy(m->ops, m->act[k + 1], branch, sizeof(float) * n);
 }
 
 /* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din. */
@@ -770,22 +798,16 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   const float *d = dout;
   bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
   if (drop) {
-    memset(m->dtmp[0], 0, sizeof(float) * n);
-    nn_dropout_backward(m->dtmp[0], d, L->mask, n);
+    m->ops->zero(m->ops, m->dtmp[0], sizeof(float) * n);
+    m->ops->dropout_bwd(m->ops, m->dtmp[0], d, L->mask, n);
     d = m->dtmp[0];
   }
   if (L->mix_w >= 0) {
     float *dy = m->dtmp[1];
-    memset(dy, 0, sizeof(float) * n);
-    if (m->mix == MIX_GLU) {
-      NnGluCache gc;
-      nn_glu_cache_views(&gc, L->mixcache, m->rows, m->mix_hidden);
-      nn_glu_backward(dy, &L->dglu, m->scratch, d, L->y, &gc, &L->glu, m->rows, m->width, m->mix_hidden);
-    } else {
-      NnMlpCache mc;
-      nn_mlp_cache_views(&mc, L->mixcache, m->rows, m->mix_hidden);
-      nn_mlp_backward(dy, &L->dmlp, m->scratch, d, L->y, &mc, &L->mlp, m->rows, m->width, m->mix_hidden);
-    }
+    m->ops->zero(m->ops, dy, sizeof(float) * n);
+    DevOps *o = m->ops;
+    if (m->mix == MIX_GLU) o->glu_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
+    else o->mlp_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
     d = dy;
   }
   s->dy = d;
@@ -796,86 +818,96 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
     float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
     s->grad_x = dn;
     m->backend->backward(L->exe[0], L->work[0], s);
-    memcpy(din, dout, sizeof(float) * n);
+    m->ops->copy(m->ops, din, dout, sizeof(float) * n);
     norm_backward(m, L, din, dn, m->act[k]);
   } else {
     s->grad_x = din;
     m->backend->backward(L->exe[0], L->work[0], s);
-    nn_add_backward(din, NULL, dout, n);
+    m->ops->acc(m->ops, din, dout, n);
   }
   learned_states(m, L, true);
 }
 
-/* Cross-entropy targets with the rows beyond `valid` masked (-1). */
-static const int32_t *masked_targets(Model *m, const TaskBatch *b, int valid) {
-  int R = nn_readout_rows(m->readout, m->T, m->B);
-  for (int r = 0; r < R; r++) m->targets[r] = (r % m->B) < valid ? b->cls[r] : -1;
-  return m->targets;
-}
-
-/* Mean squared error over the rows that count (r % B < valid, and the task's mask for per-step
- * targets); writes dpred when given. */
-static NnLoss masked_mse(Model *m, float *dpred, const float *pred, const TaskBatch *b, int R, int K, int valid) {
-  NnLoss out = {0};
-  double sum = 0;
-  for (int r = 0; r < R; r++) {
-    bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
-    if (on) out.counted += K;
-    for (int j = 0; j < K && on; j++) {
-      double e = (double)pred[(size_t)r * K + j] - b->y[(size_t)r * K + j];
-      sum += e * e;
+/* The batch where the blocks run: inputs, and the targets with the rows beyond `valid` masked
+ * (cross-entropy: -1; MSE: row flags that also carry the task's per-step mask). Returns how many
+ * targets (cross-entropy) or elements (MSE) count. */
+static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
+  DevOps *o = m->ops;
+  int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
+  size_t rows = (size_t)m->rows;
+  if (m->embed) o->upload(o, m->d_ids, b->tokens, sizeof(int32_t) * rows);
+  else o->upload(o, m->d_x, b->x, sizeof(float) * rows * (size_t)m->task.in_dim);
+  int64_t counted = 0;
+  if (m->task.loss == TASK_LOSS_CE) {
+    for (int r = 0; r < R; r++) {
+      m->targets[r] = (r % m->B) < valid ? b->cls[r] : -1;
+      counted += m->targets[r] >= 0;
     }
+    o->upload(o, m->d_targets, m->targets, sizeof(int32_t) * (size_t)R);
+  } else {
+    for (int r = 0; r < R; r++) {
+      bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
+      m->on[r] = on ? 1.0f : 0.0f;
+      counted += on ? K : 0;
+    }
+    o->upload(o, m->d_on, m->on, sizeof(float) * (size_t)R);
+    o->upload(o, m->d_y, b->y, sizeof(float) * (size_t)R * (size_t)K);
   }
-  if (!out.counted) return out;
-  out.loss = sum / (double)out.counted;
-  for (int r = 0; dpred && r < R; r++) {
-    bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
-    for (int j = 0; j < K; j++)
-      dpred[(size_t)r * K + j] = on ? (float)(2.0 * ((double)pred[(size_t)r * K + j] - b->y[(size_t)r * K + j]) / (double)out.counted) : 0.0f;
-  }
-  return out;
+  return counted;
 }
 
 ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows) {
   CHECK(b->T == m->T && b->B == m->B);
+  DevOps *o = m->ops;
   size_t nrows = (size_t)m->rows;
   int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
+  int64_t counted = upload_batch(m, b, rows);
   ModelTensor *enc = &m->tensors[m->enc_w];
-  if (m->embed) nn_embedding_forward(m->act[0], b->tokens, enc->val[0], m->rows, m->task.vocab, m->width);
-  else nn_linear_forward(m->act[0], b->x, enc->val[0], m->tensors[m->enc_b].val[0], m->rows, m->task.in_dim, m->width);
+  if (m->embed) o->embed_fwd(o, m->act[0], m->d_ids, enc->dval[0], m->rows, m->task.vocab, m->width);
+  else o->linear_fwd(o, m->act[0], m->d_x, enc->dval[0], m->tensors[m->enc_b].dval[0], m->rows, m->task.in_dim, m->width);
   for (int k = 0; k < m->nlayers; k++) layer_forward(m, k, training, step);
-  nn_readout_forward(m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
+  o->readout_fwd(o, (int)m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
   ModelTensor *hw = &m->tensors[m->head_w], *hb = &m->tensors[m->head_b];
-  nn_linear_forward(m->logits, m->readout_out, hw->val[0], hb->val[0], R, C, K);
-  NnLoss l;
+  o->linear_fwd(o, m->logits, m->readout_out, hw->dval[0], hb->dval[0], R, C, K);
   ModelLoss out = {0};
+  double sum = 0;
+  out.counted = counted;
   if (m->task.loss == TASK_LOSS_CE) {
-    l = nn_crossentropy(training ? m->dlogits : NULL, m->logits, masked_targets(m, b, rows), R, K);
+    o->crossentropy(o, training ? m->dlogits : NULL, m->logits, m->d_targets, R, K, counted, &sum, &out.correct);
     out.classify = true;
-  } else {
-    l = masked_mse(m, training ? m->dlogits : NULL, m->logits, b, R, K, rows);
+  } else if (counted) {
+    o->mse(o, training ? m->dlogits : NULL, m->logits, m->d_y, m->d_on, R, K, counted, &sum);
   }
-  out.loss = l.loss, out.counted = l.counted, out.correct = l.correct;
+  out.loss = counted ? sum / (double)counted : 0.0;
   if (!training) return out;
 
-  for (int i = 0; i < m->ntensors; i++) {
-    ModelTensor *t = &m->tensors[i];
-    for (int part = 0; part < (t->cplx ? 2 : 1); part++) memset(t->grad[part], 0, sizeof(float) * (size_t)t->numel);
-  }
-  memset(m->dreadout, 0, sizeof(float) * (size_t)R * (size_t)C);
-  nn_linear_backward(m->dreadout, hw->grad[0], hb->grad[0], m->dlogits, m->readout_out, hw->val[0], R, C, K);
+  o->zero(o, m->tensors[0].dgrad[0], sizeof(float) * m->store_floats);
+  o->zero(o, m->dreadout, sizeof(float) * (size_t)R * (size_t)C);
+  o->linear_bwd(o, m->dreadout, hw->dgrad[0], hb->dgrad[0], m->dlogits, m->readout_out, hw->dval[0], R, C, K);
   float *dcur = m->dact[0], *dnext = m->dact[1];
-  memset(dcur, 0, sizeof(float) * nrows * (size_t)C);
-  nn_readout_backward(m->readout, dcur, m->dreadout, m->T, m->B, C);
+  o->zero(o, dcur, sizeof(float) * nrows * (size_t)C);
+  o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
   for (int k = m->nlayers - 1; k >= 0; k--) {
     layer_backward(m, k, dnext, dcur);
     float *t = dcur;
     dcur = dnext, dnext = t;
   }
-  if (m->embed) nn_embedding_backward(enc->grad[0], dcur, b->tokens, m->rows, m->task.vocab, m->width);
+  if (m->embed) o->embed_bwd(o, enc->dgrad[0], dcur, m->d_ids, m->rows, m->task.vocab, m->width);
   else
-    nn_linear_backward(NULL, enc->grad[0], m->tensors[m->enc_b].grad[0], dcur, b->x, enc->val[0], m->rows, m->task.in_dim,
-                       m->width);
+    o->linear_bwd(o, NULL, enc->dgrad[0], m->tensors[m->enc_b].dgrad[0], dcur, m->d_x, enc->dval[0], m->rows,
+                  m->task.in_dim, m->width);
   return out;
+}
+
+/* ---- where the tensors live ---- */
+
+DevOps *model_ops(Model *m) { return m->ops; }
+
+void model_to_device(Model *m) {
+  if (m->dstore) m->ops->upload(m->ops, m->dstore, m->store, sizeof(float) * m->store_floats);
+}
+
+void model_to_host(Model *m) {
+  if (m->dstore) m->ops->download(m->ops, m->store, m->dstore, sizeof(float) * m->store_floats);
 }

@@ -18,7 +18,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "cfg.h"
+#include "optim.h"
 #include "tasks.h"
 
 /* A learned tensor: params of the cell (`layer.<k>.<param>`) and the model's own (`embed.weight`,
@@ -30,8 +32,10 @@ typedef struct ModelTensor {
   int64_t shape[3];
   bool cplx;
   int64_t numel;      /* per part */
-  float *val[2];      /* part 0 (re), part 1 (im, complex only) */
+  float *val[2];      /* part 0 (re), part 1 (im, complex only), host memory */
   float *grad[2];
+  float *dval[2];     /* where the blocks and the optimizer work on them: val and grad on the host, */
+  float *dgrad[2];    /* device memory on a device (model_to_host / model_to_device copy the values) */
   const char *const *tags;
   int ntags;
   bool learned;       /* false: a buffer the optimizer does not touch (batch norm's running statistics) */
@@ -46,6 +50,19 @@ typedef struct Model Model;
 Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape,
                  int batch, uint64_t seed);
 void model_free(Model *m);
+/* model_new on the device of `ops` (model_host_ops(): the CPU); the cell layers on the back end of
+ * the same name. NULL after printing the error, with *status 1 (the configuration, the cell) or 3
+ * (the device has less free memory than the model's params, gradients and activations need). */
+Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
+                    uint64_t seed, DevOps *ops, int *status);
+DevOps *model_host_ops(void);
+DevOps *model_ops(Model *m);
+/* A device's tensors: the values (params and buffers, not the gradients) copied to the host (before
+ * a checkpoint is written) and back (after one is read). Nothing to do on the host. */
+void model_to_host(Model *m);
+void model_to_device(Model *m);
+/* The optimizer's per-tensor updates through the model's device operations. */
+OptApply model_opt_apply(Model *m);
 
 /* Data-parallel training: the batches this model sees are rows [first, first + batch) of global
  * batches of `global_batch` sequences; its per-step draws (dropout, gumbel noise) are then exactly

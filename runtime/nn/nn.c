@@ -356,20 +356,16 @@ void nn_mlp_backward(float *dinp, const NnMlp *d, float *scratch, const float *d
 
 /* ---- dropout ---- */
 
-void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, float p, Rng *rng, bool training) {
+void nn_dropout_forward(float *out, float *mask, const float *inp, size_t n, float p, uint64_t key, DrawSlice slice,
+                        bool training) {
   CHECK(p >= 0.0f && p < 1.0f);
   if (!training || p == 0.0f) {
     for (size_t i = 0; i < n; i++) mask[i] = 1.0f;
     if (out != inp) memcpy(out, inp, sizeof(float) * n);
     return;
   }
-  for (size_t i = 0; i < n; i++) mask[i] = nn_dropout_keep(rng_uniform(rng), p);
-  nn_dropout_apply(out, mask, inp, n);
-}
-
-float nn_dropout_keep(double u, float p) { return u >= (double)p ? 1.0f / (1.0f - p) : 0.0f; }
-
-void nn_dropout_apply(float *out, const float *mask, const float *inp, size_t n) {
+  float scale = 1.0f / (1.0f - p);
+  for (size_t i = 0; i < n; i++) mask[i] = rng_philox_uniform(key, draw_counter(slice, i)) >= p ? scale : 0.0f;
   for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
 }
 

@@ -170,18 +170,16 @@ void nn_mlp_backward(float *dinp,       /* (rows, C) += ; or NULL */
                      const NnMlpCache *cache, const NnMlp *p, int rows, int C, int H);
 
 /* ---- dropout, inverted ----
- * training, p > 0: per element in order, u = rng_uniform(rng); keep when u >= p;
+ * training, p > 0: element i is kept when u_i = rng_philox_uniform(key, draw_counter(slice, i)) >= p
+ *   (counter-based: the same mask on the CPU and on a GPU, for any order of the elements, and a
+ *   data-parallel rank's part is its slice of the whole batch's mask);
  *   mask = keep / (1 - p), out = inp (.) mask: the expectation of out is inp.
- * eval, or p == 0: out = inp, mask = 1, and nothing is drawn from rng.
+ * eval, or p == 0: out = inp, mask = 1.
  * 0 <= p < 1. out may be inp (in place). */
 void nn_dropout_forward(float *out,       /* (n) */
                         float *mask,      /* (n) cache: 0 or 1 / (1 - p) */
                         const float *inp, /* (n) */
-                        size_t n, float p, Rng *rng, bool training);
-/* The mask value of one element from its draw u in [0, 1): 0 (dropped, u < p) or 1 / (1 - p). */
-float nn_dropout_keep(double u, float p);
-/* out = inp (.) mask, with the mask already drawn (a data-parallel rank's slice of the global one). */
-void nn_dropout_apply(float *out, const float *mask, const float *inp, size_t n);
+                        size_t n, float p, uint64_t key, DrawSlice slice, bool training);
 void nn_dropout_backward(float *dinp,       /* (n) += dout (.) mask */
                          const float *dout, /* (n) */
                          const float *mask, /* (n) from forward */

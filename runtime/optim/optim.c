@@ -46,64 +46,86 @@ void opt_add(Opt *o, int group, float *param, float *grad, size_t n) {
 }
 
 /* sgd: d = g + wd p; buf = momentum buf + d (buf starts at 0, so the first buf is d); p -= lr buf. */
-static void sgd_update(const OptHyper *h, const OptTensor *t, float *buf, float lr) {
-  float wd = (float)h->weight_decay, mu = (float)h->momentum;
-  for (size_t i = 0; i < t->n; i++) {
-    float d = t->grad[i] + wd * t->param[i];
+void opt_sgd_apply(float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu) {
+  for (size_t i = 0; i < n; i++) {
+    float d = g[i] + wd * p[i];
     if (mu != 0)
       d = buf[i] = mu * buf[i] + d;
-    t->param[i] -= lr * d;
+    p[i] -= lr * d;
   }
 }
 
-/* adam(w), update number `step` (from 1):
+OptAdamK opt_adam_k(const OptHyper *h, double lr, int64_t step, bool decoupled) {
+  /* 1 - b is taken in double, then rounded, as PyTorch passes (1 - beta) to its float kernels. */
+  OptAdamK k;
+  k.one_b1 = (float)(1.0 - h->beta1), k.b2 = (float)h->beta2, k.one_b2 = (float)(1.0 - h->beta2);
+  k.eps = (float)h->eps, k.wd = (float)h->weight_decay;
+  k.step_size = (float)(lr / (1.0 - pow(h->beta1, (double)step)));
+  k.bc2_sqrt = (float)sqrt(1.0 - pow(h->beta2, (double)step));
+  k.decay = decoupled ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
+  k.decoupled = decoupled;
+  return k;
+}
+
+/* adam, adamw (see opt_adam_k for the coefficients):
  *   adamw: p *= 1 - lr wd;   adam: g += wd p
  *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2     (with PyTorch's float rounding order)
  *   p -= (lr / (1 - b1^step)) m / (sqrt(v) / sqrt(1 - b2^step) + eps)   (PyTorch's order) */
-static void adam_update(const OptHyper *h, const OptTensor *t, float *m, float *v, double lr, int64_t step,
-                        int decoupled) {
-  /* 1 - b is taken in double, then rounded, as PyTorch passes (1 - beta) to its float kernels. */
-  float one_b1 = (float)(1.0 - h->beta1), b2 = (float)h->beta2, one_b2 = (float)(1.0 - h->beta2);
-  float eps = (float)h->eps, wd = (float)h->weight_decay;
-  float step_size = (float)(lr / (1.0 - pow(h->beta1, (double)step)));
-  float bc2_sqrt = (float)sqrt(1.0 - pow(h->beta2, (double)step));
-  float decay = decoupled ? (float)(1.0 - lr * h->weight_decay) : 1.0f;
-  for (size_t i = 0; i < t->n; i++) {
-    float p = t->param[i], g = t->grad[i];
-    if (decoupled)
-      p *= decay;
+void opt_adam_apply(const OptAdamK *k, float *param, const float *grad, float *m, float *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float p = param[i], g = grad[i];
+    if (k->decoupled)
+      p *= k->decay;
     else
-      g += wd * p;
-    m[i] += one_b1 * (g - m[i]); /* PyTorch's m.lerp_(g, 1 - b1) */
-    v[i] = b2 * v[i] + one_b2 * g * g;
-    p -= step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-    t->param[i] = p;
+      g += k->wd * p;
+    m[i] += k->one_b1 * (g - m[i]); /* PyTorch's m.lerp_(g, 1 - b1) */
+    v[i] = k->b2 * v[i] + k->one_b2 * g * g;
+    p -= k->step_size * (m[i] / (sqrtf(v[i]) / k->bc2_sqrt + k->eps));
+    param[i] = p;
   }
 }
 
-void opt_step(Opt *o, double lr) {
+static void host_sgd(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu) {
+  (void)ctx;
+  opt_sgd_apply(p, g, buf, n, lr, wd, mu);
+}
+static void host_adam(void *ctx, const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n) {
+  (void)ctx;
+  opt_adam_apply(k, p, g, m, v, n);
+}
+static double host_sumsq(void *ctx, const float *x, size_t n) {
+  (void)ctx;
+  double ss = 0;
+  for (size_t i = 0; i < n; i++)
+    ss += (double)x[i] * x[i];
+  return ss;
+}
+static void host_scale(void *ctx, float *x, float c, size_t n) {
+  (void)ctx;
+  for (size_t i = 0; i < n; i++)
+    x[i] *= c;
+}
+static const OptApply host_apply = {NULL, host_sgd, host_adam, host_sumsq, host_scale};
+
+void opt_step_on(Opt *o, double lr, float *state, const OptApply *a) {
   o->step++;
+  float *m = state, *v = o->kind == OPT_SGD ? NULL : state + o->nparams;
   for (int gi = 0; gi < o->ngroups; gi++) {
     const OptGroup *g = &o->groups[gi];
     double glr = lr * g->h.lr_scale;
     for (int ti = 0; ti < g->ntensors; ti++) {
       const OptTensor *t = &g->tensors[ti];
-      switch (o->kind) {
-      case OPT_SGD:
-        sgd_update(&g->h, t, o->m + t->off, (float)glr);
-        break;
-      case OPT_ADAM:
-        adam_update(&g->h, t, o->m + t->off, o->v + t->off, glr, o->step, 0);
-        break;
-      case OPT_ADAMW:
-        adam_update(&g->h, t, o->m + t->off, o->v + t->off, glr, o->step, 1);
-        break;
-      default:
-        UNREACHABLE("optimizer kind");
+      if (o->kind == OPT_SGD) {
+        a->sgd(a->ctx, t->param, t->grad, m + t->off, t->n, (float)glr, (float)g->h.weight_decay, (float)g->h.momentum);
+      } else {
+        OptAdamK k = opt_adam_k(&g->h, glr, o->step, o->kind == OPT_ADAMW);
+        a->adam(a->ctx, &k, t->param, t->grad, m + t->off, v + t->off, t->n);
       }
     }
   }
 }
+
+void opt_step(Opt *o, double lr) { opt_step_on(o, lr, o->state, &host_apply); }
 
 void opt_zero_grad(Opt *o) {
   for (int gi = 0; gi < o->ngroups; gi++)
@@ -113,33 +135,34 @@ void opt_zero_grad(Opt *o) {
     }
 }
 
-double opt_grad_norm(const Opt *o) {
+static double grad_norm_on(const Opt *o, const OptApply *a) {
   double ss = 0;
   for (int gi = 0; gi < o->ngroups; gi++)
     for (int ti = 0; ti < o->groups[gi].ntensors; ti++) {
       const OptTensor *t = &o->groups[gi].tensors[ti];
-      for (size_t i = 0; i < t->n; i++)
-        ss += (double)t->grad[i] * t->grad[i];
+      ss += a->sumsq(a->ctx, t->grad, t->n);
     }
   return sqrt(ss);
 }
 
-double opt_clip(Opt *o, double max_norm) {
-  double norm = opt_grad_norm(o);
+double opt_grad_norm(const Opt *o) { return grad_norm_on(o, &host_apply); }
+
+double opt_clip_on(Opt *o, double max_norm, const OptApply *a) {
+  double norm = grad_norm_on(o, a);
   if (!(max_norm > 0) || !isfinite(norm))
     return norm;
   double coef = max_norm / (norm + 1e-6);
   if (coef >= 1)
     return norm;
-  float c = (float)coef;
   for (int gi = 0; gi < o->ngroups; gi++)
     for (int ti = 0; ti < o->groups[gi].ntensors; ti++) {
       const OptTensor *t = &o->groups[gi].tensors[ti];
-      for (size_t i = 0; i < t->n; i++)
-        t->grad[i] *= c;
+      a->scale(a->ctx, t->grad, (float)coef, t->n);
     }
   return norm;
 }
+
+double opt_clip(Opt *o, double max_norm) { return opt_clip_on(o, max_norm, &host_apply); }
 
 int64_t opt_warmup_steps(double warmup, int64_t total) {
   CHECK(warmup >= 0);

@@ -3,6 +3,7 @@
 #ifndef CELLC_OPTIM_H
 #define CELLC_OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,29 @@ double opt_grad_norm(const Opt *o);
 /* Global gradient-norm clipping as PyTorch's clip_grad_norm_: when max_norm > 0 and the norm is finite,
  * scales every gradient by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping. */
 double opt_clip(Opt *o, double max_norm);
+
+/* The per-tensor updates, over any memory: opt_step and opt_clip run them on the host; opt_step_on
+ * and opt_clip_on call them through an OptApply (cellc train: the model's device operations). */
+typedef struct OptAdamK { /* one Adam/AdamW update's coefficients at an lr and a step */
+  float one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, decay;
+  bool decoupled;
+} OptAdamK;
+OptAdamK opt_adam_k(const OptHyper *h, double lr, int64_t step, bool decoupled);
+void opt_adam_apply(const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n);
+void opt_sgd_apply(float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu);
+
+typedef struct OptApply {
+  void *ctx;
+  void (*sgd)(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu);
+  void (*adam)(void *ctx, const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n);
+  double (*sumsq)(void *ctx, const float *x, size_t n);
+  void (*scale)(void *ctx, float *x, float c, size_t n);
+} OptApply;
+/* opt_step with the moments in `state` (opt_state_size floats, laid out as o->state) and the
+ * tensors' param and grad pointers in the memory `a` works on. */
+void opt_step_on(Opt *o, double lr, float *state, const OptApply *a);
+/* opt_clip through `a`. */
+double opt_clip_on(Opt *o, double max_norm, const OptApply *a);
 
 typedef enum { OPT_CONSTANT, OPT_COSINE, OPT_INVERSE_SQRT, OPT_LINEAR } OptScheduleKind;
 

@@ -52,3 +52,29 @@ uint64_t rng_stream_of(const char *name) {
   for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
   return h;
 }
+
+uint64_t rng_key(uint64_t seed, uint64_t step, uint64_t stream) {
+  uint64_t x = seed ^ (step * 0x9E3779B97F4A7C15ull) ^ (stream * 0xD1B54A32D192ED03ull);
+  splitmix64(&x);
+  return splitmix64(&x);
+}
+
+/* Philox4x32-10 (Salmon et al., SC'11) of the counter (lo, hi, 0, 0) under the key (lo, hi): the
+ * first word. cellc_train.cu's philox is the same. */
+static uint32_t philox(uint64_t key, uint64_t counter) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+
+float rng_philox_uniform(uint64_t key, uint64_t counter) { return (float)(philox(key, counter) >> 8) * 0x1.0p-24f; }
+
+float rng_philox_uniform_open(uint64_t key, uint64_t counter) {
+  return ((float)(philox(key, counter) >> 8) + 0.5f) * 0x1.0p-24f;
+}

@@ -536,9 +536,7 @@ typedef struct {
 
 static double drop_loss(void *ctx) {
   DropCtx *c = ctx;
-  Rng r;
-  rng_seed(&r, 99, 0); /* the same mask at every evaluation */
-  nn_dropout_forward(c->out, c->mask, c->inp, c->n, c->p, &r, true);
+  nn_dropout_forward(c->out, c->mask, c->inp, c->n, c->p, 99, DRAW_ALL, true); /* the same mask at every evaluation */
   return dot(c->out, c->dy, c->n);
 }
 static void drop_back(void *ctx) {
@@ -561,9 +559,7 @@ Test(dropout, keeps_the_expectation) {
   float p = 0.3f;
   float *x = zeros(n), *y = zeros(n), *mask = zeros(n);
   for (size_t i = 0; i < n; i++) x[i] = 2.0f;
-  Rng r;
-  rng_seed(&r, 5, 1);
-  nn_dropout_forward(y, mask, x, n, p, &r, true);
+  nn_dropout_forward(y, mask, x, n, p, rng_key(5, 0, 1), DRAW_ALL, true);
   double s = 0;
   size_t zero = 0;
   for (size_t i = 0; i < n; i++) {
@@ -576,17 +572,13 @@ Test(dropout, keeps_the_expectation) {
   free(x), free(y), free(mask);
 }
 
-Test(dropout, eval_is_identity_and_draws_nothing) {
+Test(dropout, eval_is_identity) {
   float x[5] = {1, -2, 3, 0.5f, 7}, y[5], mask[5];
-  Rng r, r0;
-  rng_seed(&r, 5, 2);
-  r0 = r;
-  nn_dropout_forward(y, mask, x, 5, 0.5f, &r, false);
+  nn_dropout_forward(y, mask, x, 5, 0.5f, rng_key(5, 0, 2), DRAW_ALL, false);
   for (int i = 0; i < 5; i++) {
     cr_assert_eq(y[i], x[i]);
     cr_assert_eq(mask[i], 1.0f);
   }
-  cr_assert_eq(rng_next(&r), rng_next(&r0));
   float dx[5] = {0}, dy[5] = {1, 2, 3, 4, 5};
   nn_dropout_backward(dx, dy, mask, 5);
   for (int i = 0; i < 5; i++) cr_assert_eq(dx[i], dy[i]);
@@ -594,9 +586,7 @@ Test(dropout, eval_is_identity_and_draws_nothing) {
 
 Test(dropout, p_zero_is_identity_in_training) {
   float x[3] = {1, 2, 3}, mask[3];
-  Rng r;
-  rng_seed(&r, 5, 3);
-  nn_dropout_forward(x, mask, x, 3, 0.0f, &r, true); /* in place */
+  nn_dropout_forward(x, mask, x, 3, 0.0f, rng_key(5, 0, 3), DRAW_ALL, true); /* in place */
   cr_assert_eq(x[0], 1.0f);
   cr_assert_eq(x[1], 2.0f);
   cr_assert_eq(x[2], 3.0f);
@@ -606,10 +596,8 @@ Test(dropout, same_seed_same_mask_in_place) {
   float a[64], b[64], ma[64], mb[64];
   fill_uniform(a, 64, 1, 2, 24);
   memcpy(b, a, sizeof a);
-  Rng r1, r2;
-  rng_seed(&r1, 8, 4), rng_seed(&r2, 8, 4);
-  nn_dropout_forward(a, ma, a, 64, 0.5f, &r1, true);
-  nn_dropout_forward(b, mb, b, 64, 0.5f, &r2, true);
+  nn_dropout_forward(a, ma, a, 64, 0.5f, rng_key(8, 0, 4), DRAW_ALL, true);
+  nn_dropout_forward(b, mb, b, 64, 0.5f, rng_key(8, 0, 4), DRAW_ALL, true);
   cr_assert_eq(memcmp(ma, mb, sizeof ma), 0);
   cr_assert_eq(memcmp(a, b, sizeof a), 0);
 }

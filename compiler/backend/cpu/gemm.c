@@ -141,7 +141,7 @@ T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float
 }
 T512 static void tiles512_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __mmask16 m0,
                              __mmask16 m1) {
-  TILES512(mr, K, a, 1, 8, b, c, ldc, m0, m1, true)
+  TILES512(mr, K, a, 1, 8, b, c, ldc, m0, m1, false)
 }
 
 static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -209,7 +209,7 @@ T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float
 }
 T256 static void tiles256_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __m256i m0,
                              __m256i m1) {
-  TILES256(mr, K, a, 1, 6, b, c, ldc, m0, m1, true)
+  TILES256(mr, K, a, 1, 6, b, c, ldc, m0, m1, false)
 }
 
 T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
@@ -255,8 +255,10 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
  * zero-padded: read in place, a tile's operands would be one cache line per row at a stride of
  * a power of two floats, which maps them onto a few L1 sets and thrashes them. Then, as in
  * gemm_run, rows of A^T in blocks that stay in L1, each panel of B (from L2), the micro-tiles of
- * the block. C takes each block's sum (K / KC read-modify-writes of C, small against the KC M N
- * multiply-adds of a block). Measured at a GRU layer's shapes: 67-85% of the FMA peak, against
+ * the block. Each block's sum goes into a float64 total (M N additions, small against the KC M N
+ * multiply-adds of a block), added to C at the end: the rounding of the sum over all T B rows is
+ * then that of one block, whatever the row count, so a data-parallel rank's part and the whole
+ * batch round alike. Measured at a GRU layer's shapes: 67-85% of the FMA peak, against
  * 37-44% for OpenBLAS's Haswell kernels (docs/performance.md). */
 enum { TN_KC = 256 };
 
@@ -291,6 +293,15 @@ INLINE void pack_b(const float *B, size_t ldb, int N, int kc, int nr, float *p) 
   }
 }
 
+/* total[M, N] += block[M, N] (row stride N); at the end C += total. */
+static void tn_total_add(double *total, const float *block, int M, int N) {
+  for (size_t i = 0; i < (size_t)M * (size_t)N; i++) total[i] += block[i];
+}
+static void tn_total_out(const double *total, float *C, size_t ldc, int M, int N) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] += (float)total[(size_t)i * (size_t)N + j];
+}
+
 /* A panel buffer for `n` rows or columns of one block, in tiles of `r`. */
 static float *tn_buffer(int n, int r) {
   size_t len = (size_t)((n + r - 1) / r) * r * TN_KC;
@@ -301,7 +312,8 @@ static float *tn_buffer(int n, int r) {
 
 T512 static void tn512(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
   enum { MR = 8, NR = 32, MB = 64 };
-  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR);
+  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR), *blk = xmalloc(sizeof(float) * (size_t)M * (size_t)N);
+  double *total = xcalloc((size_t)M * (size_t)N, sizeof(double));
   for (int k0 = 0; k0 < K; k0 += TN_KC) {
     int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
     pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
@@ -310,16 +322,19 @@ T512 static void tn512(int M, int N, int K, const float *A, size_t lda, const fl
       for (int j0 = 0; j0 < N; j0 += NR) {
         __mmask16 m0 = lanes16(N - j0), m1 = lanes16(N - j0 - 16);
         for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
-          tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, C + (size_t)i0 * ldc + j0,
-                      ldc, m0, m1);
+          tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
+                      (size_t)N, m0, m1);
       }
+    tn_total_add(total, blk, M, N);
   }
-  free(at), free(bt);
+  tn_total_out(total, C, ldc, M, N);
+  free(at), free(bt), free(blk), free(total);
 }
 
 T256 static void tn256(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
   enum { MR = 6, NR = 16, MB = 48 };
-  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR);
+  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR), *blk = xmalloc(sizeof(float) * (size_t)M * (size_t)N);
+  double *total = xcalloc((size_t)M * (size_t)N, sizeof(double));
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int k0 = 0; k0 < K; k0 += TN_KC) {
     int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
@@ -330,11 +345,13 @@ T256 static void tn256(int M, int N, int K, const float *A, size_t lda, const fl
         __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0), lane),
                 m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0 - 8), lane);
         for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
-          tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, C + (size_t)i0 * ldc + j0,
-                      ldc, m0, m1);
+          tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
+                      (size_t)N, m0, m1);
       }
+    tn_total_add(total, blk, M, N);
   }
-  free(at), free(bt);
+  tn_total_out(total, C, ldc, M, N);
+  free(at), free(bt), free(blk), free(total);
 }
 
 void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {

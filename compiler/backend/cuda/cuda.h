@@ -15,6 +15,14 @@ extern const Backend cuda_backend, cuda_emu_backend;
 /* The CUDA C source a compiled program runs (for tests and `--debug`), or NULL for another back end. */
 const char *cuda_compiled_source(const Compiled *c);
 
+/* The device operations of training (backend.h's DevOps) on the real device or the emulator: the
+ * backends' ops_new. NULL with what is missing in err. */
+DevOps *cuda_ops_open(bool emulated, char *err, size_t errlen);
+DevOps *cuda_ops_new_real(char *err, size_t errlen);
+DevOps *cuda_ops_new_emu(char *err, size_t errlen);
+/* The training kernels' CUDA C source (cellc_train.cu), for the tests' NVRTC and ptxas checks. */
+const char *cuda_train_source(void);
+
 #endif
 
 #if defined(__has_include_next)

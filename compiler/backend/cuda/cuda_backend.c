@@ -11,23 +11,14 @@
 #include "cellc_launch.h"
 #include "cg_cuda.h"
 #include "cuda_api.h"
+#include "cuda_dev.h"
 #include "support.h"
 
 /* ---- the device: one per kind (real, emulated) per process, shared by every compiled program ---- */
 
-typedef struct CudaDev {
-  CudaApi api;
-  bool emulated;
-  CUdevice dev;
-  CUcontext ctx;
-  cublasHandle_t blas;
-  char arch[16];
-  int refs;
-} CudaDev;
-
 static CudaDev *devices[2]; /* [emulated] */
 
-static void dev_release(CudaDev *d) {
+void cuda_dev_release(CudaDev *d) {
   if (!d || --d->refs > 0) return;
   d->api.cuCtxSetCurrent(d->ctx);
   if (d->blas) d->api.cublasDestroy(d->blas);
@@ -38,7 +29,7 @@ static void dev_release(CudaDev *d) {
 }
 
 /* The device of a kind, opened on first use: 0, or -1 with what is missing in err. */
-static CudaDev *dev_acquire(bool emulated, char *err, size_t errlen) {
+CudaDev *cuda_dev_acquire(bool emulated, char *err, size_t errlen) {
   if (devices[emulated]) {
     devices[emulated]->refs++;
     return devices[emulated];
@@ -67,7 +58,7 @@ static CudaDev *dev_acquire(bool emulated, char *err, size_t errlen) {
       (emulated ? (snprintf(d->arch, sizeof d->arch, "sm_90"), 0)
                 : cuda_device_arch(&d->api, d->dev, d->arch, sizeof d->arch, why, sizeof why))) {
     snprintf(err, errlen, "the %s back end cannot run here: %s", emulated ? "cuda-emu" : "cuda", why);
-    dev_release(d);
+    cuda_dev_release(d);
     return NULL;
   }
   return d;
@@ -585,7 +576,7 @@ static void cuda_free(Compiled *cc) {
   if (c->d) {
     c->d->api.cuCtxSetCurrent(c->d->ctx);
     if (c->mod) c->d->api.cuModuleUnload(c->mod);
-    dev_release(c->d);
+    cuda_dev_release(c->d);
   }
   if (c->pl) plan_free(c->pl);
   cg_cuda_info_free(&c->info);
@@ -603,7 +594,7 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
   CHECK(p->differentiated && (!o->scan || p->scan_form));
   CudaCell *c = xcalloc(1, sizeof *c);
   c->base.be = be, c->base.p = p, c->base.opt = *o;
-  c->d = dev_acquire(emulated, err, errlen);
+  c->d = cuda_dev_acquire(emulated, err, errlen);
   if (!c->d) {
     free(c);
     return NULL;
@@ -703,14 +694,14 @@ static void cuda_work_free(Work *ww) {
 
 /* The two back ends differ only in the CudaApi their compile opens: the real libraries or the
  * emulator. */
-#define CUDA_BACKEND(label, compile_fn)                                                             \
+#define CUDA_BACKEND(label, compile_fn, ops_fn)                                                           \
   {                                                                                                \
     .name = label, .dtype = DT_F32, .scans = true, .device_memory = true, .supports = cuda_supports, \
     .compile = compile_fn, .free = cuda_free, .work_new = cuda_work_new, .work_free = cuda_work_free, \
     .forward = cuda_forward, .backward = cuda_backward, .read_steps = cuda_read_steps,               \
     .mem_alloc = cuda_mem_alloc, .mem_free = cuda_mem_free, .mem_upload = cuda_mem_upload,          \
-    .mem_download = cuda_mem_download, .emit = cuda_emit                                          \
+    .mem_download = cuda_mem_download, .emit = cuda_emit, .ops_new = ops_fn                       \
   }
 
-const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real);
-const Backend cuda_emu_backend = CUDA_BACKEND("cuda-emu", cuda_compile_emu);
+const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real, cuda_ops_new_real);
+const Backend cuda_emu_backend = CUDA_BACKEND("cuda-emu", cuda_compile_emu, cuda_ops_new_emu);

@@ -41,5 +41,6 @@ extern const char cellc_emu_kernel_h[];
 extern const char cellc_emit_kernels_h[];
 extern const char cellc_launch_h[];
 extern const char cellc_emit_host_h[];
+extern const char cellc_train_cu[]; /* the training kernels (cuda_ops.c) */
 
 #endif
