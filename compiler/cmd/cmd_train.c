@@ -847,3 +847,23 @@ int cmd_eval(int argc, char **argv) {
   teardown(&r);
   return rc;
 }
+
+int run_load(const char *cell, const char *cfg, const char *const *sets, int nsets, const char *checkpoint, LoadedRun *out) {
+  Run *r = xcalloc(1, sizeof *r);
+  *out = (LoadedRun){0};
+  out->priv = r;
+  r->a.cell = cell, r->a.cfg = cfg, r->a.checkpoint = checkpoint;
+  for (int i = 0; i < nsets && i < MAX_SETS; i++) r->a.sets[r->a.nsets++] = sets[i];
+  flush_denormals();
+  int rc = setup(r);
+  if (!rc && checkpoint) rc = read_checkpoint(r, checkpoint, false);
+  out->cfg = r->cfg, out->task = r->task, out->model = r->model, out->B = r->B, out->step = r->step;
+  return rc;
+}
+
+void run_unload(LoadedRun *l) {
+  if (!l->priv) return;
+  teardown(l->priv);
+  free(l->priv);
+  l->priv = NULL;
+}
