@@ -5,8 +5,10 @@ stdlib cell, complex ones included, to 1e-9; the gates dumped against PyTorch's;
 shape and its histograms counting every gate value once; the plots; --compare; the error cases
 and their exit statuses; the training-time probe [log] grad_per_step.
 One PASS/FAIL line per check; the last line is "N passed, M failed"; exit 1 on any failure."""
+import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -160,7 +162,132 @@ def check_jacobians(name, opts):
     check("%s: every gate value counted once in the histograms (T B units per gate)" % tag, ok)
 
 
+ADDING = """
+[task]
+name   = adding
+length = 12
+
+[model]
+width  = 4
+hidden = 6
+
+[train]
+steps = 2
+batch = 4
+seed  = 2
+"""
+
+
+def svg_text(path):
+    """The text an SVG shows (PLplot writes each character as a character reference)."""
+    with open(path) as f:
+        return html.unescape(re.sub(r"<[^>]+>", "", f.read()))
+
+
+def load_json(d):
+    with open(os.path.join(d, "diag.json")) as f:
+        return json.load(f)
+
+
+def check_json_and_plots():
+    """diag.json's keys (spec/cli.md) on a token task and a real-valued one; the plots; --compare."""
+    cfg = write("copy.cfg", CFG)
+    init = os.path.join(tmp, "d-init")
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--out", init, "--batches", "2")
+    check("diag at initialization exits 0 and prints a summary", r.rc == 0 and "layer 1:" in r.out, r.why())
+    if r.rc:
+        return
+    d = load_json(init)
+    L = d["layers"][0]
+    check("diag.json: cell, task, checkpoint null, two layers",
+          d["cell"] == "gru" and d["task"] == "copying" and d["checkpoint"] is None and len(d["layers"]) == 2, str(d)[:300])
+    T = len(L["grad_norm_per_step"])
+    ok = all(len(g["hist"]) == 50 and sum(g["hist"]) == T * 3 * 2 * 4 for g in L["gates"])
+    check("two batches: every gate value of both counted once (T B units batches)", ok, str(T))
+    check("gates have mean, below_0.1, above_0.9 and by_token (a token task)",
+          all({"mean", "below_0.1", "above_0.9", "by_token"} <= set(g) for g in L["gates"]) and
+          all(0 < g["mean"] < 1 for g in L["gates"]) and "state_change_by_token" in L, str(L["gates"][0])[:200])
+    j = L["jacobian"]
+    check("jacobian: lags from 1, eff_lr 1 at lag 1, AI10 >= 1, 0 < CE10 <= 1, predictor z, a slope",
+          j["lags"][0] == 1 and abs(j["eff_lr"][0] - 1) < 1e-12 and all(a >= 1 for a in j["AI10"]) and
+          all(0 < c <= 1 + 1e-12 for c in j["CE10"]) and j["predictor"] == "z" and isinstance(j["slope"], float), str(j)[:300])
+    check("preact: the input and state parts of z and r", [p["name"] for p in L["preact"]] == ["z", "r"] and
+          all(p["state"] is not None and sum(p["input"]["sigmoid_hist"]) == T * 24 for p in L["preact"]), str(L["preact"])[:200])
+    plots = ["gates_layer0.svg", "preact_layer0.svg", "grad_per_step_layer0.svg", "eff_lr_layer0.svg",
+             "anisotropy_layer0.svg", "S_vs_predictor_layer0.svg", "gates_layer1.svg"]
+    ok = all(open(os.path.join(init, f)).read().lstrip().startswith("<?xml") for f in plots)
+    check("one SVG per diagnostic, per layer", ok, str(os.listdir(init)))
+    text = svg_text(os.path.join(init, "S_vs_predictor_layer0.svg"))
+    check("the S plot is titled and labelled", "sensitivity" in text and "product of z" in text)
+    run = os.path.join(tmp, "run-gru-compare")
+    r = cellc("train", "stdlib/gru.cell", cfg, "--out", run)
+    after = os.path.join(tmp, "d-after")
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--checkpoint", os.path.join(run, "checkpoint.safetensors"),
+              "--out", after, "--compare", init)
+    text = svg_text(os.path.join(after, "gates_layer0.svg")) if r.rc == 0 else ""
+    check("--compare: the earlier run's histograms next to this one's", r.rc == 0 and "step 2" in text and init in text,
+          r.why())
+    ad = write("adding.cfg", ADDING)
+    out = os.path.join(tmp, "d-adding")
+    r = cellc("diag", "stdlib/multi_gate.cell", ad, "--out", out)
+    d = load_json(out) if r.rc == 0 else {"layers": [{}]}
+    L = d["layers"][0]
+    check("a real-valued task: no by_token, no state_change_by_token; predictor 1-g",
+          r.rc == 0 and "by_token" not in L["gates"][0] and "state_change_by_token" not in L and
+          L["jacobian"]["predictor"] == "1-g" and len(L["grad_norm_per_step"]) == 12, r.why())
+    out = os.path.join(tmp, "d-elman")
+    r = cellc("diag", "stdlib/elman.cell", ad, "--out", out)
+    d = load_json(out) if r.rc == 0 else {"layers": [{"jacobian": {}}]}
+    check("a cell without gates: a note, exit 0, no gates, predictor and slope null",
+          r.rc == 0 and "has no gates" in r.err and d["layers"][0]["gates"] == [] and
+          d["layers"][0]["jacobian"]["predictor"] is None and d["layers"][0]["jacobian"]["slope"] is None, r.why())
+    out = os.path.join(tmp, "d-leaky")
+    r = cellc("diag", "stdlib/leaky.cell", ad, "--out", out, "--set", "model.option.alpha=0.25")
+    j = load_json(out)["layers"][0]["jacobian"] if r.rc == 0 else {}
+    check("leaky: the constant 1 - alpha multiplies h (predictor coef(h)), a slope", r.rc == 0 and
+          j["predictor"] == "coef(h)" and isinstance(j["slope"], float), r.why())
+
+
+def check_errors():
+    cfg = write("copy.cfg", CFG)
+    ad = write("adding.cfg", ADDING)
+    r = cellc("diag", "stdlib/gru.cell", ad, "--by-token", "--out", os.path.join(tmp, "e1"))
+    check("--by-token on a task without tokens: exit 1, says why", r.rc == 1 and "not tokens" in r.err and
+          not os.path.exists(os.path.join(tmp, "e1")), r.why())
+    bad = write("bad.safetensors", "not a safetensors file at all")
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--checkpoint", bad, "--out", os.path.join(tmp, "e2"))
+    check("a malformed checkpoint: exit 1 naming the file", r.rc == 1 and "bad.safetensors" in r.err, r.why())
+    run = os.path.join(tmp, "run-mgu-errors")
+    cellc("train", "stdlib/mgu.cell", cfg, "--out", run)
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--checkpoint", os.path.join(run, "checkpoint.safetensors"),
+              "--out", os.path.join(tmp, "e3"))
+    check("a checkpoint of another cell: exit 1, 'another model'", r.rc == 1 and "another model" in r.err, r.why())
+    r = cellc("diag", "stdlib/mgu.cell", cfg, "--checkpoint", os.path.join(run, "checkpoint.safetensors"),
+              "--set", "model.hidden=5", "--out", os.path.join(tmp, "e4"))
+    check("a checkpoint of another size: exit 1, names the shapes", r.rc == 1 and "shape" in r.err, r.why())
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--frobnicate")
+    check("an unknown flag: exit 2 with the usage", r.rc == 2 and "usage: cellc diag" in r.err, r.why())
+    r = cellc("diag", "stdlib/gru.cell")
+    check("no TASK.cfg: exit 2", r.rc == 2, r.why())
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--batches", "0")
+    check("--batches 0: exit 2", r.rc == 2, r.why())
+    full = os.path.join(tmp, "full")
+    os.makedirs(full, exist_ok=True)
+    write("full/keep.txt", "x")
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--out", full)
+    check("--out holding files: exit 3, the files left alone", r.rc == 3 and os.path.exists(os.path.join(full, "keep.txt")) and
+          not [f for f in os.listdir(tmp) if ".partial-" in f], r.why())
+    r = cellc("diag", "stdlib/gru.cell", cfg, "--compare", tmp, "--out", os.path.join(tmp, "e5"))
+    check("--compare without a diag.json: exit 1", r.rc == 1 and "diag.json" in r.err, r.why())
+    r = cellc("diag", "--help")
+    check("diag --help: the usage and exit statuses, exit 0", r.rc == 0 and "--checkpoint" in r.out and "70" in r.out, r.why())
+    r = cellc("diag", "stdlib/gru.cell", write("u.cfg", CFG + "\n[model]\nwidht = 3\n"))
+    check("an unknown cfg key: exit 1", r.rc == 1, r.why())
+
+
 def main():
+    check_json_and_plots()
+    check_errors()
     for name, opts in CASES:
         check_jacobians(name, opts)
     shutil.rmtree(tmp, ignore_errors=True)
