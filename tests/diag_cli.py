@@ -285,7 +285,29 @@ def check_errors():
     check("an unknown cfg key: exit 1", r.rc == 1, r.why())
 
 
+def check_train_probe():
+    cfg = write("probe.cfg", CFG.replace("steps = 2", "steps = 4") + "\n[log]\nevery = 2\ngrad_per_step = true\n")
+    run = os.path.join(tmp, "run-probe")
+    r = cellc("train", "stdlib/gru.cell", cfg, "--out", run)
+    path = os.path.join(run, "grad_per_step.json")
+    ok = r.rc == 0 and os.path.exists(path)
+    g = json.load(open(path)) if ok else {}
+    ok = ok and g["batches_probed"] == 2 and len(g["layers"]) == 2
+    T = len(g["layers"][0]["max_grad_norm_per_step"]) if ok else 0
+    ok = ok and T == 7 and all(v >= 0 for L in g["layers"] for v in L["max_grad_norm_per_step"]) and \
+        all(max(L["max_grad_norm_per_step"]) > 0 for L in g["layers"])
+    check("[log] grad_per_step = true: grad_per_step.json, the largest ||dL/dh_t|| per layer and step", ok, r.why())
+    check("... and its plot", ok and "largest" in svg_text(os.path.join(run, "grad_per_step.svg")))
+    r = cellc("train", "stdlib/gru.cell", cfg, "--out", os.path.join(tmp, "run-noprobe"), "--set", "log.grad_per_step=false")
+    check("grad_per_step = false: no grad_per_step.json", r.rc == 0 and
+          not os.path.exists(os.path.join(tmp, "run-noprobe", "grad_per_step.json")), r.why())
+    bad = write("probe-bad.cfg", CFG + "\n[log]\ngrad_per_stp = true\n")
+    r = cellc("train", "stdlib/gru.cell", bad, "--out", os.path.join(tmp, "run-bad"))
+    check("an unknown [log] key is still an error naming the nearest key", r.rc == 1 and "grad_per_step" in r.err, r.why())
+
+
 def main():
+    check_train_probe()
     check_json_and_plots()
     check_errors()
     for name, opts in CASES:

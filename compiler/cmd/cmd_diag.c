@@ -173,41 +173,25 @@ static void add_gates(LayerAcc *A, const DiagSeq *s, const int32_t *tokens) {
 
 /* ||dL/dh_t|| per sequence (states concatenated), t = 1..T; ||h_t - h_{t-1}|| by the token read
  * at step t. */
-static void add_steps(Diag *d, LayerAcc *A, const DiagSeq *s, const int32_t *tokens) {
+static void add_steps(LayerAcc *A, const DiagSeq *s, const int32_t *tokens) {
   const Program *p = A->L.p;
+  double *g = xcalloc((size_t)s->T * s->B + 1, sizeof(double));
+  diag_grad_norms(&A->L, s, g);
   for (int t = 1; t <= s->T; t++)
     for (int b = 0; b < s->B; b++) {
-      double g2 = 0, c2 = 0;
+      A->grad_sum[t - 1] += g[(size_t)(t - 1) * s->B + b];
+      if (!tokens) continue;
+      double c2 = 0;
       for (int q = 0; q < p->nsparts; q++) {
         int n = p->sparts[q].size;
-        const double *dh = s->dstates[q] + ((size_t)t * s->B + b) * n;
         const double *h = s->states[q] + ((size_t)t * s->B + b) * n, *h1 = h - (size_t)s->B * n;
-        for (int j = 0; j < n; j++) g2 += dh[j] * dh[j], c2 += (h[j] - h1[j]) * (h[j] - h1[j]);
+        for (int j = 0; j < n; j++) c2 += (h[j] - h1[j]) * (h[j] - h1[j]);
       }
-      A->grad_sum[t - 1] += sqrt(g2);
-      if (tokens) {
-        int tok = tokens[(size_t)(t - 1) * s->B + b];
-        A->chg_sum[tok] += sqrt(c2), A->chg_n[tok] += 1;
-      }
+      int tok = tokens[(size_t)(t - 1) * s->B + b];
+      A->chg_sum[tok] += sqrt(c2), A->chg_n[tok] += 1;
     }
   A->grad_n += s->B;
-  (void)d;
-}
-
-/* The layer's float64 inputs from the model (after a training batch): x, params, h0, dy. */
-static void fill_seq(Diag *d, int k, DiagSeq *s) {
-  ModelLayerView v;
-  model_layer_view(d->run.model, k, &v);
-  const Program *p = d->acc[k].L.p;
-  size_t rows = (size_t)d->T * (size_t)d->B;
-  for (size_t i = 0; i < rows * (size_t)v.in; i++) s->x[i] = v.x[i];
-  for (size_t i = 0; i < rows * (size_t)v.out; i++) s->dy[i] = v.dy[i];
-  for (int q = 0; q < p->npparts; q++) {
-    ModelTensor *t = model_tensor(d->run.model, v.first + p->pparts[q].param);
-    for (int j = 0; j < p->pparts[q].numel; j++) s->params[q][j] = t->val[p->pparts[q].part][j];
-  }
-  for (int q = 0; q < p->nsparts; q++)
-    for (int j = 0; j < d->B * p->sparts[q].size; j++) s->h0[q][j] = v.h0[q][j];
+  free(g);
 }
 
 /* ---- the Jacobian products ---- */
@@ -303,11 +287,11 @@ static void diag_batch(Diag *d, int64_t index) {
     LayerAcc *A = &d->acc[k];
     DiagSeq s;
     diag_seq_alloc(&A->L, &s, d->T, d->B);
-    fill_seq(d, k, &s);
+    diag_seq_fill(&A->L, &s, d->run.model, k, d->B);
     diag_seq_run(&A->L, &s, true);
     const int32_t *tok = d->tokens ? b.tokens : NULL;
     add_gates(A, &s, tok);
-    add_steps(d, A, &s, tok);
+    add_steps(A, &s, tok);
     if (index == 0) first_sequence(d, A, &s);
     diag_seq_free(&A->L, &s);
   }

@@ -20,6 +20,7 @@
 #include "model.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "diag_layer.h"
 
 #define MAX_SETS 256
 #define CHECKPOINT_FORMAT "cellc-checkpoint-1"
@@ -49,6 +50,7 @@ typedef struct Run {
   bool tty;
   double t0;        /* when training started (this process) */
   double elapsed0;  /* elapsed seconds carried over from a resumed run */
+  GradProbe *probe; /* [log] grad_per_step */
 } Run;
 
 static volatile sig_atomic_t interrupted;
@@ -232,6 +234,7 @@ static int setup(Run *r) {
 
 static void teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
+  grad_probe_free(r->probe);
   model_free(r->model);
   opt_free(r->opt);
   if (r->task) task_free(r->task);
@@ -547,6 +550,7 @@ static int train_loop(Run *r) {
     task_batch(r->task, TASK_TRAIN, r->step, r->B, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->B);
     task_batch_free(&b);
+    if (r->probe && ((r->step + 1) % log_every == 0 || r->step + 1 == r->steps)) grad_probe_update(r->probe, r->model, r->B);
     double gnorm = opt_clip(r->opt, cfg_real(r->cfg, "train.clip"));
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
       say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
@@ -823,7 +827,16 @@ int cmd_train(int argc, char **argv) {
            cfg_word(r.cfg, "task.name"), r.shape.length, r.B, (long long)r.steps, r.a.resume ? " (resumed)" : "", r.dir);
     if (r.a.resume) printf("resuming at step %lld\n", (long long)r.step);
     fflush(stdout);
-    rc = train_loop(&r);
+    char err[1024];
+    if (cfg_bool(r.cfg, "log.grad_per_step") && !(r.probe = grad_probe_new(r.model, r.shape.length, r.B, err, sizeof err))) {
+      diag_plain("[log] grad_per_step: %s", err);
+      rc = 1;
+    }
+    if (!rc) rc = train_loop(&r);
+    if (!rc && r.probe && grad_probe_write(r.probe, r.dir, err, sizeof err) < 0) {
+      diag_plain("%s", err);
+      rc = 3;
+    }
     if (!rc) {
       EvalResult e = evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches"));
       metric(&r, "test", e.loss, e.accuracy, NAN, NAN, NAN);

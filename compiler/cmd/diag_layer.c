@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model.h"
 #include "support.h"
 
 /* ---- the program ---- */
@@ -225,4 +226,36 @@ void diag_step_jacobian(const DiagLayer *L, const DiagSeq *full, int t, int b, D
     for (int i = 0; i < S; i++) memcpy(J + (size_t)i * S + off, one->gh0[q] + (size_t)i * n, sizeof(double) * n);
     off += n;
   }
+}
+
+void diag_seq_fill(const DiagLayer *L, DiagSeq *s, Model *m, int k, int B) {
+  ModelLayerView v;
+  model_layer_view(m, k, &v);
+  const Program *p = L->p;
+  for (int t = 0; t < s->T; t++)
+    for (int b = 0; b < s->B; b++) {
+      size_t src = (size_t)t * B + b, dst = (size_t)t * s->B + b;
+      for (int j = 0; j < v.in; j++) s->x[dst * v.in + j] = v.x[src * v.in + j];
+      for (int j = 0; j < v.out; j++) s->dy[dst * v.out + j] = v.dy[src * v.out + j];
+    }
+  for (int q = 0; q < p->npparts; q++) {
+    ModelTensor *t = model_tensor(m, v.first + p->pparts[q].param);
+    for (int j = 0; j < p->pparts[q].numel; j++) s->params[q][j] = t->val[p->pparts[q].part][j];
+  }
+  for (int q = 0; q < p->nsparts; q++)
+    for (int j = 0; j < s->B * p->sparts[q].size; j++) s->h0[q][j] = v.h0[q][j];
+}
+
+void diag_grad_norms(const DiagLayer *L, const DiagSeq *s, double *out) {
+  const Program *p = L->p;
+  for (int t = 1; t <= s->T; t++)
+    for (int b = 0; b < s->B; b++) {
+      double g2 = 0;
+      for (int q = 0; q < p->nsparts; q++) {
+        int n = p->sparts[q].size;
+        const double *dh = s->dstates[q] + ((size_t)t * s->B + b) * n;
+        for (int j = 0; j < n; j++) g2 += dh[j] * dh[j];
+      }
+      out[(size_t)(t - 1) * s->B + b] = sqrt(g2);
+    }
 }

@@ -3,6 +3,7 @@
 #ifndef CELLC_DIAG_LAYER_H
 #define CELLC_DIAG_LAYER_H
 
+#include "model.h"
 #include "pipeline.h"
 
 typedef struct DiagLayer {
@@ -38,8 +39,23 @@ void diag_seq_alloc(const DiagLayer *L, DiagSeq *s, int T, int B);
 void diag_seq_free(const DiagLayer *L, DiagSeq *s);
 /* The forward (states and gates read back) and, when asked, the backward from s->dy and s->dfinal. */
 void diag_seq_run(const DiagLayer *L, DiagSeq *s, bool backward);
+/* The first s->B sequences of layer k of the model (of batch B) after a training batch: its input,
+ * its output's gradient, its params and initial states. */
+void diag_seq_fill(const DiagLayer *L, DiagSeq *s, Model *m, int k, int B);
+/* ||dL/dh_t|| (every state concatenated) of each sequence after a backward, t = 1..T: out [T, B]. */
+void diag_grad_norms(const DiagLayer *L, const DiagSeq *s, double *out);
 /* J = d s_{t+1} / d s_t (S x S, row-major) at row b of `full` (after its forward), through `one`,
  * a sequence of T = 1, B = S. */
 void diag_step_jacobian(const DiagLayer *L, const DiagSeq *full, int t, int b, DiagSeq *one, double *J);
+
+/* The training-time probe of `[log] grad_per_step` (grad_probe.c). */
+typedef struct GradProbe GradProbe;
+/* For a model training on batches of B sequences of length T; NULL with a message in err. */
+GradProbe *grad_probe_new(Model *m, int T, int B, char *err, size_t errlen);
+/* After a training model_batch, before the params change: the largest ||dL/dh_t|| so far. */
+void grad_probe_update(GradProbe *g, Model *m, int B);
+/* grad_per_step.json and grad_per_step.svg into dir: 0, or -1 with a message in err. */
+int grad_probe_write(const GradProbe *g, const char *dir, char *err, size_t errlen);
+void grad_probe_free(GradProbe *g);
 
 #endif
