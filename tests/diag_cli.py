@@ -214,7 +214,7 @@ def check_json_and_plots():
     check("preact: the input and state parts of z and r", [p["name"] for p in L["preact"]] == ["z", "r"] and
           all(p["state"] is not None and sum(p["input"]["sigmoid_hist"]) == T * 24 for p in L["preact"]), str(L["preact"])[:200])
     plots = ["gates_layer0.svg", "preact_layer0.svg", "grad_per_step_layer0.svg", "eff_lr_layer0.svg",
-             "anisotropy_layer0.svg", "S_vs_predictor_layer0.svg", "gates_layer1.svg"]
+             "anisotropy_layer0.svg", "S_vs_predictor_layer0.svg", "gates_layer1.svg", "tokens_layer0.svg"]
     ok = all(open(os.path.join(init, f)).read().lstrip().startswith("<?xml") for f in plots)
     check("one SVG per diagnostic, per layer", ok, str(os.listdir(init)))
     text = svg_text(os.path.join(init, "S_vs_predictor_layer0.svg"))

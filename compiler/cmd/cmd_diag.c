@@ -553,6 +553,29 @@ static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen
   return rc;
 }
 
+/* The token probes: each gate's mean and the mean ||h_t - h_{t-1}|| by the step's input token. */
+static int plot_tokens(Diag *d, int k, const char *dir, char *err, size_t errlen) {
+  LayerAcc *A = &d->acc[k];
+  int V = d->vocab, n = A->L.ngates < 5 ? A->L.ngates : 5, ns = 0;
+  double *tok = xcalloc((size_t)V + 1, sizeof(double)), *vals = xcalloc((size_t)(n + 1) * V + 1, sizeof(double));
+  DiagSeries ser[6];
+  for (int s = 0; s <= n; s++) {
+    double *v = vals + (size_t)s * V;
+    int m = 0;
+    for (int t = 0; t < V; t++) {
+      double sum = s < n ? A->g[s].tok_sum[t] : A->chg_sum[t], cnt = s < n ? A->g[s].tok_n[t] : A->chg_n[t];
+      if (cnt > 0) tok[m] = t, v[m++] = sum / cnt;
+    }
+    const char *label = s < n ? arena_printf(&d->arena, "mean of gate %s", A->L.cell->gates[s].name) : "mean ||h_t - h_t-1||";
+    ser[ns++] = (DiagSeries){label, tok, v, m, false};
+  }
+  DiagPlot p = {arena_printf(&d->arena, "layer %d: gate means and state change by input token", k), "input token id",
+                "mean over the steps reading the token", false, false, ser, ns};
+  int rc = plot_one(dir, "tokens", k, &p, err, errlen);
+  free(tok), free(vals);
+  return rc;
+}
+
 static cJSON *read_compare(Diag *d) {
   if (!d->a.compare) return NULL;
   char *path = xasprintf("%s/diag.json", d->a.compare);
@@ -567,7 +590,7 @@ static int diag_write_plots(Diag *d, cJSON *cmp, const char *dir, char *err, siz
   int rc = 0;
   for (int k = 0; k < d->nlayers && !rc; k++)
     rc = plot_gates(d, cmp, k, dir, err, errlen) < 0 || plot_preact(d, k, dir, err, errlen) < 0 ||
-         plot_curves(d, k, dir, err, errlen) < 0 ? -1 : 0;
+         plot_curves(d, k, dir, err, errlen) < 0 || (d->tokens && plot_tokens(d, k, dir, err, errlen) < 0) ? -1 : 0;
   return rc;
 }
 
@@ -655,8 +678,7 @@ static int diag_open(Diag *d) {
     acc_init(d, &d->acc[k]);
   }
   if (!d->acc[0].L.ngates)
-    fprintf(stderr, "cellc diag: note: cell '%s' has no gates: no gate histograms, and no gate-product predictor unless a "
-                    "constant multiplies the previous state\n", model_cell_name(d->run.model));
+    fprintf(stderr, "cellc diag: note: cell '%s' has no gates: no gate histograms (gates: [])\n", model_cell_name(d->run.model));
   return 0;
 }
 
