@@ -54,14 +54,21 @@ static int split_terms(Graph *g, int pre, bool want_state, char *memo) {
   return reads_state(g, pre, memo) == want_state ? pre : -1;
 }
 
+/* id without the broadcasts around it (a scalar gate applied to a vector state). */
+static int unbcast(Graph *g, int id) {
+  while (graph_node(g, id)->op == OP_BCAST) id = graph_node(g, id)->a[0];
+  return id;
+}
+
 /* Which gate the coefficient c is: "z" for the gate z, "1-z" for 1 - z, else NULL. */
 static const char *coef_name(Arena *a, const Program *p, const Cell *cell, int c) {
   Graph *g = (Graph *)&p->g;
+  c = unbcast(g, c);
   for (int i = 0; i < cell->ngates; i++) {
     int gn = p->gates[i].node;
     if (c == gn) return cell->gates[i].name;
     Node *n = graph_node(g, c);
-    if (n->op == OP_SUB && n->a[1] == gn && g_is_const(g, n->a[0], 1.0)) return arena_printf(a, "1-%s", cell->gates[i].name);
+    if (n->op == OP_SUB && unbcast(g, n->a[1]) == gn && g_is_const(g, n->a[0], 1.0)) return arena_printf(a, "1-%s", cell->gates[i].name);
   }
   return NULL;
 }
