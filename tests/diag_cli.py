@@ -225,7 +225,7 @@ def check_json_and_plots():
     r = cellc("diag", "stdlib/gru.cell", cfg, "--checkpoint", os.path.join(run, "checkpoint.safetensors"),
               "--out", after, "--compare", init)
     text = svg_text(os.path.join(after, "gates_layer0.svg")) if r.rc == 0 else ""
-    check("--compare: the earlier run's histograms next to this one's", r.rc == 0 and "step 2" in text and init in text,
+    check("--compare: the earlier run's histograms next to this one's", r.rc == 0 and "step 2" in text and "d-init" in text,
           r.why())
     ad = write("adding.cfg", ADDING)
     out = os.path.join(tmp, "d-adding")

@@ -473,10 +473,12 @@ static int plot_gates(Diag *d, cJSON *cmp, int k, const char *dir, char *err, si
   int64_t *before = xcalloc((size_t)n * DIAG_BINS, sizeof(int64_t));
   int np = 0;
   const char *when = d->a.checkpoint ? arena_printf(&d->arena, "step %lld", (long long)d->run.step) : "at initialization";
+  const char *other = d->a.compare ? strrchr(d->a.compare, '/') : NULL;
+  other = other && other[1] ? other + 1 : d->a.compare; /* the directory's own name, for the title */
   for (int i = 0; i < n; i++) {
     const char *g = A->L.cell->gates[i].name;
     if (cmp && compare_hist(compare_layer(cmp, k), g, before + (size_t)i * DIAG_BINS)) {
-      pan[np].title = arena_printf(&d->arena, "layer %d gate %s: %s", k, g, d->a.compare);
+      pan[np].title = arena_printf(&d->arena, "layer %d gate %s: %s", k, g, other);
       pan[np].hist[0] = before + (size_t)i * DIAG_BINS, pan[np].nhist = 1, np++;
     }
     pan[np].title = arena_printf(&d->arena, "layer %d gate %s: %s", k, g, when);
