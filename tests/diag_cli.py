@@ -235,6 +235,8 @@ def check_json_and_plots():
     check("a real-valued task: no by_token, no state_change_by_token; predictor 1-g",
           r.rc == 0 and "by_token" not in L["gates"][0] and "state_change_by_token" not in L and
           L["jacobian"]["predictor"] == "1-g" and len(L["grad_norm_per_step"]) == 12, r.why())
+    check("... and the complement's predictor g (seeds.md's prod g) with its own slope",
+          r.rc == 0 and L["jacobian"]["predictor_complement"] == "g" and isinstance(L["jacobian"]["slope_complement"], float))
     out = os.path.join(tmp, "d-scalar")
     r = cellc("diag", "stdlib/scalar_gate.cell", ad, "--out", out)
     j = load_json(out)["layers"][0]["jacobian"] if r.rc == 0 else {}

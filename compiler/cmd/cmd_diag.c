@@ -58,8 +58,10 @@ typedef struct LayerAcc {
   int nlags;
   double *S_med, *eff_lr, *ai, *ce;  /* per lag 1..nlags */
   double *pairs_P, *pairs_S;         /* every (start, lag) */
+  double *pairs_Q;                   /* the complement's predictor: the product of 1 - c (real states) */
   int npairs;
-  bool has_slope;
+  bool has_slope, has_slope_c;
+  double slope_c, icept_c;
   double slope, icept;
 } LayerAcc;
 
@@ -133,7 +135,7 @@ static void acc_free(LayerAcc *A) {
   for (int q = 0; A->h00 && q < A->L.p->nsparts; q++) free(A->h00[q]);
   for (int i = 0; A->gate0 && i < A->L.ngates; i++) free(A->gate0[i]);
   free(A->g), free(A->grad_sum), free(A->chg_sum), free(A->chg_n), free(A->J), free(A->x0), free(A->h00), free(A->gate0);
-  free(A->S_med), free(A->eff_lr), free(A->ai), free(A->ce), free(A->pairs_P), free(A->pairs_S);
+  free(A->S_med), free(A->eff_lr), free(A->ai), free(A->ce), free(A->pairs_P), free(A->pairs_S), free(A->pairs_Q);
   diag_layer_close(&A->L);
 }
 
@@ -219,12 +221,14 @@ static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
   double *CEv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
   int *cnt = xcalloc((size_t)nl + 1, sizeof(int));
   A->pairs_P = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  A->pairs_Q = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  double *cprod = xcalloc((size_t)units + 1, sizeof(double));
   A->pairs_S = xcalloc((size_t)nl * nstart + 1, sizeof(double));
   for (int si = 0; si < nstart; si++) {
     int k = (int)((long)si * T / nstart);
     memset(M, 0, sizeof(double) * (size_t)S * S);
     for (int i = 0; i < S; i++) M[(size_t)i * S + i] = 1;
-    for (int j = 0; j < units; j++) prod[j] = 1;
+    for (int j = 0; j < units; j++) prod[j] = cprod[j] = 1;
     for (int t = k; t < T && t - k < nl; t++) {
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0, A->J + (size_t)t * S * S, S, M, S, 0.0, N, S);
       double *tmp = M;
@@ -234,8 +238,12 @@ static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
       Sv[slot] = sv[0];
       diag_anisotropy(sv, S, 10, &AIv[slot], &CEv[slot]);
       double P = 0;
-      for (int j = 0; j < units; j++) prod[j] *= coef_unit(A, s, t, j), P += prod[j];
-      if (units) A->pairs_P[A->npairs] = P / units, A->pairs_S[A->npairs++] = sv[0];
+      double Q = 0;
+      for (int j = 0; j < units; j++) {
+        double c = coef_unit(A, s, t, j);
+        prod[j] *= c, cprod[j] *= 1 - c, P += prod[j], Q += cprod[j];
+      }
+      if (units) A->pairs_P[A->npairs] = P / units, A->pairs_Q[A->npairs] = Q / units, A->pairs_S[A->npairs++] = sv[0];
     }
   }
   A->nlags = nl;
@@ -248,6 +256,9 @@ static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
     A->eff_lr[l] = A->S_med[l] / A->S_med[0];
   }
   A->has_slope = units && diag_loglog_slope(A->pairs_P, A->pairs_S, A->npairs, &A->slope, &A->icept) == 0;
+  A->has_slope_c = units && L->coef[1] < 0 &&
+                   diag_loglog_slope(A->pairs_Q, A->pairs_S, A->npairs, &A->slope_c, &A->icept_c) == 0;
+  free(cprod);
   free(M), free(N), free(sv), free(prod), free(Sv), free(AIv), free(CEv), free(cnt);
 }
 
@@ -375,6 +386,14 @@ static cJSON *jacobian_json(const LayerAcc *A) {
   cJSON_AddItemToObject(o, "predictor", A->L.predictor ? cJSON_CreateString(A->L.predictor) : cJSON_CreateNull());
   cJSON_AddItemToObject(o, "slope", A->has_slope ? num(A->slope) : cJSON_CreateNull());
   cJSON_AddItemToObject(o, "intercept", A->has_slope ? num(A->icept) : cJSON_CreateNull());
+  /* extra keys: the same fit against the product of 1 - c (seeds.md's alpha^{t-k} and prod g) */
+  const char *pc = A->L.predictor && A->L.coef[1] < 0
+                       ? (!strncmp(A->L.predictor, "1-", 2) ? A->L.predictor + 2 : NULL)
+                       : NULL;
+  char buf[160];
+  if (A->L.predictor && A->L.coef[1] < 0 && !pc) snprintf(buf, sizeof buf, "1-%s", A->L.predictor), pc = buf;
+  cJSON_AddItemToObject(o, "predictor_complement", pc ? cJSON_CreateString(pc) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "slope_complement", A->has_slope_c ? num(A->slope_c) : cJSON_CreateNull());
   return o;
 }
 

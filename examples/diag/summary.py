@@ -24,13 +24,17 @@ def gates(dirs):
 
 
 def slope(dirs):
-    print("%-44s %-9s %7s %9s %9s %9s" % ("run", "predictor", "slope", "S(lag 1)", "eff_lr 5", "eff_lr 10"))
+    print("%-40s %-9s %7s %-6s %7s %9s %9s %9s" % ("run", "predictor", "slope", "compl.", "slope", "S(lag 1)", "eff_lr 5",
+                                                  "eff_lr 10"))
+
+    def f(v):
+        return "%7.3f" % v if v is not None else "%7s" % "null"
     for d in dirs:
         j = layer0(d)["jacobian"]
-        s = "%7.3f" % j["slope"] if j["slope"] is not None else "%7s" % "null"
         e = j["eff_lr"]
-        print("%-44s %-9s %s %9.3g %9.3g %9.3g" % (d[-44:], j["predictor"], s, j["S_median"][0], e[4] if len(e) > 4 else float("nan"),
-                                                e[9] if len(e) > 9 else float("nan")))
+        print("%-40s %-9s %s %-6s %s %9.3g %9.3g %9.3g" % (
+            d[-40:], j["predictor"], f(j["slope"]), j["predictor_complement"], f(j["slope_complement"]), j["S_median"][0],
+            e[4] if len(e) > 4 else float("nan"), e[9] if len(e) > 9 else float("nan")))
 
 
 def tokens(dirs):
