@@ -42,4 +42,4 @@ for seed in $SEEDS; do
   done
 done
 echo "== 2. copying $LENGTH blanks, $LSTEPS steps: UGI against Gumbel in the first layer"
-/usr/bin/python3 examples/diag/summary.py final "$OUT"/long-*
+/usr/bin/python3 examples/diag/summary.py final "$OUT"/long-*[0-9]
