@@ -59,7 +59,7 @@ def final(runs):
             lines = [json.loads(x) for x in f if x.strip()]
         test = [x for x in lines if x.get("split") == "test"][-1]
         valid = [x for x in lines if x.get("split") == "valid"]
-        print("%-44s test loss %.4g accuracy %s; valid accuracy by step: %s" % (
+        print("%-44s test loss %.4g accuracy %s; valid accuracy (loss for MSE) by step: %s" % (
             r[-44:], test["loss"], test.get("accuracy"),
             " ".join("%d:%.3f" % (v["step"], v["accuracy"] if v.get("accuracy") is not None else v["loss"]) for v in valid)))
 
