@@ -10,9 +10,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
@@ -313,7 +315,25 @@ def check_train_probe():
     check("an unknown [log] key is still an error naming the nearest key", r.rc == 1 and "grad_per_step" in r.err, r.why())
 
 
+def check_interrupt():
+    cfg = write("copy.cfg", CFG)
+    out = os.path.join(tmp, "d-interrupted")
+    p = subprocess.Popen([CELLC, "diag", "stdlib/gru.cell", cfg, "--out", out, "--batches", "100000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        err = "timed out"
+    left = [f for f in os.listdir(tmp) if f.startswith("d-interrupted")]
+    check("SIGINT: exit 130, 'interrupted', no directory or partial one left", p.returncode == 130 and
+          "interrupted" in err and not left, "rc=%s err=%r left=%s" % (p.returncode, err[-300:], left))
+
+
 def main():
+    check_interrupt()
     check_train_probe()
     check_json_and_plots()
     check_errors()

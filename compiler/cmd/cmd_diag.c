@@ -3,7 +3,9 @@
  * N batches of the task's validation data; diag.json, jacobians.safetensors and the plots, written
  * into a fresh directory renamed into place once complete. docs/diagnostics.md explains them. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,7 +647,29 @@ static char *out_dir(Diag *d) {
   return xasprintf("runs/diag-%s-%s-%s", model_cell_name(d->run.model), cfg_word(d->run.cfg, "task.name"), stamp);
 }
 
-/* Every file into a fresh directory next to dir, renamed to dir at the end. 0 or 3. */
+/* SIGINT / SIGTERM: the flag the batch loop and the writing check; nothing is left behind. */
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+/* Removes the partial directory (it holds only the files diag wrote, no subdirectory). */
+static void remove_partial(const char *tmp) {
+  DIR *dp = opendir(tmp);
+  struct dirent *e;
+  while (dp && (e = readdir(dp))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *f = xasprintf("%s/%s", tmp, e->d_name);
+    unlink(f);
+    free(f);
+  }
+  if (dp) closedir(dp);
+  if (rmdir(tmp) != 0) diag_plain("%s: could not remove: %s", tmp, strerror(errno));
+}
+
+/* Every file into a fresh directory next to dir, renamed to dir at the end. 0 or 3 (130 when
+ * interrupted: nothing written). */
 static int write_all(Diag *d, const char *dir) {
   struct stat st;
   if (stat(dir, &st) == 0 && (!S_ISDIR(st.st_mode) || rmdir(dir) != 0)) {
@@ -662,12 +686,11 @@ static int write_all(Diag *d, const char *dir) {
   char *text = diag_json(d), *jp = xasprintf("%s/diag.json", tmp), *sp = xasprintf("%s/jacobians.safetensors", tmp);
   int rc = fsout_write_file(jp, text, strlen(text), err, sizeof err) < 0 || write_jacobians(d, sp, err, sizeof err) < 0 ||
            diag_write_plots(d, d->compare, tmp, err, sizeof err) < 0 ? 3 : 0;
+  if (!rc && interrupted) snprintf(err, sizeof err, "interrupted: nothing written to %s", dir), rc = 130;
   if (!rc && rename(tmp, dir) != 0) snprintf(err, sizeof err, "%s: cannot rename into place: %s", dir, strerror(errno)), rc = 3;
   if (rc) {
     diag_plain("%s", err);
-    char *cmd = xasprintf("rm -rf '%s'", tmp);
-    if (system(cmd) != 0) diag_plain("%s: could not remove", tmp);
-    free(cmd);
+    remove_partial(tmp);
   }
   free(text), free(jp), free(sp), free(tmp);
   return rc;
@@ -707,9 +730,21 @@ int cmd_diag(int argc, char **argv) {
   Diag d = {0};
   int rc = parse_args(argc, argv, &d.a);
   if (rc) return rc;
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   rc = run_load(d.a.cell, d.a.cfg, d.a.sets, d.a.nsets, d.a.checkpoint, &d.run);
   if (!rc) rc = diag_open(&d);
-  for (int64_t i = 0; !rc && i < d.a.batches; i++) diag_batch(&d, i);
+  for (int64_t i = 0; !rc && i < d.a.batches; i++) {
+    if (interrupted) {
+      diag_plain("interrupted at batch %lld: nothing written", (long long)i);
+      rc = 130;
+      break;
+    }
+    diag_batch(&d, i);
+  }
   if (!rc) {
     char *dir = out_dir(&d);
     rc = write_all(&d, dir);

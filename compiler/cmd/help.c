@@ -96,7 +96,8 @@ static const CmdHelp commands[] = {
      "      model, --by-token on a task without tokens, --compare without a diag.json\n"
      "  2   bad usage: unknown flag, a missing argument\n"
      "  3   a file could not be written (or --out holds files), out of memory\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n"
+     "  130 interrupted (SIGINT or SIGTERM): nothing written\n"},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
      "", "  0   success\n  2   unknown command\n"},
 };
