@@ -216,7 +216,7 @@ static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
   const DiagLayer *L = &A->L;
   int T = d->T, S = L->S, nl = T < MAX_LAG ? T : MAX_LAG;
   int nstart = T < MAX_STARTS ? T : MAX_STARTS;
-  int units = L->coef[0] >= 0 ? d->run.model ? A->L.p->sparts[A->L.p->spart_of[L->coef_state]].size : 0 : 0;
+  int units = L->coef[0] >= 0 ? L->p->sparts[L->p->spart_of[L->coef_state]].size : 0; /* of the predictor's state */
   double *M = xcalloc((size_t)S * S, sizeof(double)), *N = xcalloc((size_t)S * S, sizeof(double));
   double *sv = xcalloc((size_t)S + 1, sizeof(double)), *prod = xcalloc((size_t)units + 1, sizeof(double));
   double *Sv = xcalloc((size_t)nl * nstart + 1, sizeof(double)), *AIv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
