@@ -25,7 +25,7 @@ endif
 
 CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
             
-LDLIBS   := -fopenmp -lcjson -lopenblas $(LLVM_LIBS) $(MPI_LIBS) -lm -lpthread -ldl
+LDLIBS   := -fopenmp -lcjson -lplplot -llapack -lopenblas $(LLVM_LIBS) $(MPI_LIBS) -lm -lpthread -ldl
 
 # ---- folders and the layering the build enforces ----
 # Each folder is one stage with one public header named after it (runtime/support/support.h,

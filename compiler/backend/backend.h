@@ -173,6 +173,8 @@ typedef struct Work {
 /* What read_steps returns. */
 typedef enum {
   STEPS_STATE,             /* a state part's values h_0 .. h_T: [T + 1, B, size] */
+  STEPS_DSTATE,            /* after a backward: dL/dh_0 .. dL/dh_T of a state part, [T + 1, B, size]
+                              (the interpreter only; cellc diag's gradient per time step) */
 } StepArray;
 
 struct Backend {

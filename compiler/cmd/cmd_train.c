@@ -22,6 +22,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "safetensors.h"
+#include "diag_layer.h"
 
 #define MAX_SETS 256
 #define CHECKPOINT_FORMAT "cellc-checkpoint-1"
@@ -57,6 +58,7 @@ typedef struct Run {
   bool tty;
   double t0;        /* when training started (this process) */
   double elapsed0;  /* elapsed seconds carried over from a resumed run */
+  GradProbe *probe; /* [log] grad_per_step */
 } Run;
 
 static volatile sig_atomic_t interrupted;
@@ -277,6 +279,7 @@ static int setup(Run *r) {
 
 static void teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
+  grad_probe_free(r->probe);
   model_free(r->model);
   if (r->ops && r->ops->device && r->state) r->ops->free(r->ops, r->state);
   if (r->ops) r->ops->close(r->ops);
@@ -726,6 +729,7 @@ static int train_loop(Run *r) {
     next_batch(r, &pf, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->Bl);
     task_batch_free(&b);
+    if (r->probe && ((r->step + 1) % log_every == 0 || r->step + 1 == r->steps)) grad_probe_update(r->probe, r->model, r->Bl);
     /* several ranks: Ctrl-C on any of them stops all at the same step, before its update */
     if (r->world > 1 && average_gradients(r, &l)) {
       prefetch_wait(&pf);
@@ -1021,7 +1025,22 @@ int cmd_train(int argc, char **argv) {
            cfg_word(r.cfg, "task.name"), r.shape.length, r.B, (long long)r.steps, r.a.resume ? " (resumed)" : "", r.dir);
     if (r.a.resume) printf("resuming at step %lld\n", (long long)r.step);
     fflush(stdout);
-    rc = train_loop(&r);
+    char err[1024];
+    if (cfg_bool(r.cfg, "log.grad_per_step") && r.ops->device) {
+      diag_plain("[log] grad_per_step: the probe reruns the layers on the host's float64 interpreter from the "
+                 "model's host arrays; it is not built for train.device = %s yet", cfg_word(r.cfg, "train.device"));
+      rc = 3;
+    } else if (cfg_bool(r.cfg, "log.grad_per_step") &&
+               !(r.probe = grad_probe_new(r.model, r.shape.length, r.Bl, err, sizeof err))) {
+      diag_plain("[log] grad_per_step: %s", err);
+      rc = 1;
+    }
+    if (!rc) rc = train_loop(&r);
+    /* several processes: rank 0's sequences (its first rows of each sampled batch), written by it */
+    if (!rc && r.probe && r.rank == 0 && grad_probe_write(r.probe, r.dir, err, sizeof err) < 0) {
+      diag_plain("%s", err);
+      rc = 3;
+    }
     if (!rc) {
       EvalResult e = evaluate(&r, TASK_TEST, cfg_int(r.cfg, "eval.batches"));
       metric(&r, "test", e.loss, e.accuracy, NAN, NAN, NAN);
@@ -1046,4 +1065,24 @@ int cmd_eval(int argc, char **argv) {
   teardown(&r);
   dist_finalize();
   return rc;
+}
+
+int run_load(const char *cell, const char *cfg, const char *const *sets, int nsets, const char *checkpoint, LoadedRun *out) {
+  Run *r = xcalloc(1, sizeof *r);
+  *out = (LoadedRun){0};
+  out->priv = r;
+  r->a.cell = cell, r->a.cfg = cfg, r->a.checkpoint = checkpoint;
+  for (int i = 0; i < nsets && i < MAX_SETS; i++) r->a.sets[r->a.nsets++] = sets[i];
+  flush_denormals();
+  int rc = setup(r);
+  if (!rc && checkpoint) rc = read_checkpoint(r, checkpoint, false);
+  out->cfg = r->cfg, out->task = r->task, out->model = r->model, out->B = r->B, out->step = r->step;
+  return rc;
+}
+
+void run_unload(LoadedRun *l) {
+  if (!l->priv) return;
+  teardown(l->priv);
+  free(l->priv);
+  l->priv = NULL;
 }

@@ -83,6 +83,24 @@ static const CmdHelp commands[] = {
      "  2   bad usage: unknown flag, no --checkpoint\n"
      "  3   out of memory; train.device = cuda without a driver or GPU, or its memory\n"
      "  70  internal error (a bug)\n"},
+    {"diag", "diag MODEL.cell TASK.cfg [--checkpoint FILE] [--out DIR] [--batches N] [--compare DIR] [--by-token] "
+             "[--set KEY=VALUE]...",
+     "the diagnostics of seeds.md section 5 (gates, gradients per step, Jacobian products), with plots",
+     "  --checkpoint FILE       the model's params (default: its initialization from train.seed)\n"
+     "  --out DIR               where to write (default runs/diag-<cell>-<task>-<time>); must not hold files\n"
+     "  --batches N             validation batches to average over (default 1)\n"
+     "  --compare DIR           a directory an earlier cellc diag wrote: its gate histograms are drawn\n"
+     "                          next to this run's (before and after training)\n"
+     "  --by-token              require the statistics by input token (an error for a task without tokens)\n"
+     "  --set KEY=VALUE         override a configuration key (repeatable)\n"
+     "  -h, --help              this help\n",
+     "  0   success\n"
+     "  1   bad input: an error in the .cell or .cfg file, a checkpoint that is unreadable or for another\n"
+     "      model, --by-token on a task without tokens, --compare without a diag.json\n"
+     "  2   bad usage: unknown flag, a missing argument\n"
+     "  3   a file could not be written (or --out holds files), out of memory\n"
+     "  70  internal error (a bug)\n"
+     "  130 interrupted (SIGINT or SIGTERM): nothing written\n"},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
      "", "  0   success\n  2   unknown command\n"},
 };

@@ -85,6 +85,8 @@ static const CfgKey eval_keys[] = {
 
 static const CfgKey log_keys[] = {
     {"every", CFG_INT, "50", 1, MAX_COUNT, false, false, 0, NULL, NULL, "steps between log lines"},
+    {"grad_per_step", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
+     "keep the largest ||dL/dh_t|| per step t and layer, written to grad_per_step.json (docs/diagnostics.md)"},
 };
 
 static const CfgKey task_name_key = {"name", CFG_TASK, NULL, 0, 0, false, false, 0, NULL, NULL, "the task"};

@@ -695,6 +695,16 @@ const char *model_summary(const Model *m) { return m->summary; }
 int model_nlayers(const Model *m) { return m->nlayers; }
 const struct Cell *model_layer_cell(const Model *m, int k) { return m->layers[k].cell[0]; }
 
+void model_layer_view(const Model *m, int k, ModelLayerView *v) {
+  const Layer *L = &m->layers[k];
+  v->cell = L->cell[1];
+  v->first = L->first;
+  v->in = L->in, v->out = L->out;
+  v->x = L->seq[0].x ? L->seq[0].x : L->seq[1].x;
+  v->dy = L->seq[0].dy;
+  v->h0 = L->h0;
+}
+
 int64_t model_nparams(const Model *m) {
   int64_t n = 0;
   for (int i = 0; i < m->ntensors; i++)

@@ -78,6 +78,17 @@ int model_nlayers(const Model *m);
 /* Layer k's checked cell (the training variant): its mode, options, params. */
 const struct Cell *model_layer_cell(const Model *m, int k);
 
+/* Layer k as the last model_batch left it, for diagnostics (cellc diag). */
+typedef struct ModelLayerView {
+  struct Cell *cell;           /* the evaluation variant of its checked cell */
+  int first;                   /* its params: param i of the cell is tensor first + i */
+  int in, out;                 /* the cell's input and output sizes */
+  const float *x;              /* the cell's input of the last forward [rows, in] (rows = T B) */
+  const float *dy;             /* after a training batch: dL/d(the cell's output) [rows, out] */
+  float *const *h0;            /* per state part of the lowered program: [B, size] */
+} ModelLayerView;
+void model_layer_view(const Model *m, int k, ModelLayerView *v);
+
 /* One batch: the forward and, when training, the backward, writing every learned tensor's gradient
  * (overwritten, not accumulated). `step` seeds the batch's dropout and gumbel noise. Only the first
  * `rows` sequences of the batch count in the loss (an evaluation's last, partial batch); rows = B

@@ -316,7 +316,7 @@ Test(cfg_error, unknown_key_suggests_nearest) {
 }
 
 Test(cfg_error, unknown_key_lists_keys) {
-  expect_error(TASK "[log]\nzzzzzz = 1\n", "t.cfg:4:1: error: unknown key 'zzzzzz' in [log]; the keys are every");
+  expect_error(TASK "[log]\nzzzzzz = 1\n", "t.cfg:4:1: error: unknown key 'zzzzzz' in [log]; the keys are every, grad_per_step");
 }
 
 Test(cfg_error, unknown_task_key_uses_the_tasks_keys) {

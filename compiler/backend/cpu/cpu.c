@@ -577,7 +577,8 @@ static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
   Program *p = c->base.p;
-  CHECK(what == STEPS_STATE && part >= 0 && part < p->nsparts && w->arr);
+  if (what != STEPS_STATE) return -1;
+  CHECK(part >= 0 && part < p->nsparts && w->arr);
   const PlanArray *a = &c->pl->arrays[c->pl->state_array[part]];
   size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->T + 1) * (size_t)w->B;
   const float *src = w->arr[c->pl->state_array[part]];

@@ -529,7 +529,8 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   CudaCell *c = (CudaCell *)cc;
   CudaWork *w = (CudaWork *)ww;
   Program *p = c->base.p;
-  CHECK(what == STEPS_STATE && part >= 0 && part < p->nsparts && w->arr);
+  if (what != STEPS_STATE) return -1;
+  CHECK(part >= 0 && part < p->nsparts && w->arr);
   set_current(c);
   size_t n = ((size_t)w->T + 1) * (size_t)w->B * (size_t)p->sparts[part].size;
   CHECK(c->pl->arrays[c->pl->state_array[part]].width == p->sparts[part].size);

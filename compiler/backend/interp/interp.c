@@ -21,6 +21,8 @@ typedef struct Interp {
   double **acc;      /* per boundary: the adjoint summed over rows */
   double **dnew;     /* per state part: [B, size] */
   double **cur;      /* per state part: the current state [B, size] */
+  double **dsteps;   /* per state part: dL/dh_0 .. dL/dh_T of the last backward [T + 1, B, size], the
+                        whole adjoint of each value (dtotal of the step that made it) */
   bool *fwd, *bwd, *post; /* the nodes each phase evaluates */
 } Interp;
 
@@ -96,8 +98,8 @@ static void release(Interp *I) {
     free(I->tmp[id]);
   }
   for (int i = 0; i < p->nbounds; i++) free(I->acc[i]);
-  for (int i = 0; i < p->nsparts; i++) free(I->dnew[i]), free(I->cur[i]);
-  free(I->acc), free(I->dnew), free(I->cur), free(I->numel), free(I->stat), free(I->store), free(I->tmp);
+  for (int i = 0; i < p->nsparts; i++) free(I->dnew[i]), free(I->cur[i]), free(I->dsteps[i]);
+  free(I->acc), free(I->dnew), free(I->cur), free(I->dsteps), free(I->numel), free(I->stat), free(I->store), free(I->tmp);
   free(I->fwd), free(I->bwd), free(I->post);
   I->numel = NULL;
   I->T = I->B = 0;
@@ -125,17 +127,19 @@ static void prepare(Interp *I, Program *p, int T, int B) {
   for (int i = 0; i < p->nbounds; i++) I->acc[i] = xcalloc((size_t)I->numel[p->bounds[i].node], sizeof(double));
   I->dnew = xcalloc((size_t)p->nsparts + 1, sizeof(double *));
   I->cur = xcalloc((size_t)p->nsparts + 1, sizeof(double *));
+  I->dsteps = xcalloc((size_t)p->nsparts + 1, sizeof(double *));
   for (int i = 0; i < p->nsparts; i++) {
     size_t sz = (size_t)B * (size_t)p->sparts[i].size;
     I->dnew[i] = xcalloc(sz, sizeof(double));
     I->cur[i] = xcalloc(sz, sizeof(double));
+    I->dsteps[i] = xcalloc(((size_t)T + 1) * sz, sizeof(double));
   }
   I->fwd = xcalloc((size_t)nn, sizeof(bool)), I->bwd = xcalloc((size_t)nn, sizeof(bool));
   I->post = xcalloc((size_t)nn, sizeof(bool));
   mark(p, p->output, I->fwd);
   for (int i = 0; i < p->nsparts; i++) mark(p, p->sparts[i].next, I->fwd);
   for (int i = 0; i < p->ngates; i++) mark(p, p->gates[i].node, I->fwd);
-  for (int i = 0; i < p->nsparts; i++) mark(p, p->sparts[i].dprev, I->bwd);
+  for (int i = 0; i < p->nsparts; i++) mark(p, p->sparts[i].dprev, I->bwd), mark(p, p->sparts[i].dtotal, I->bwd);
   mark(p, p->dx, I->bwd);
   for (int i = 0; i < p->nbounds; i++) mark(p, p->bounds[i].adj, I->bwd);
   for (int i = 0; i < p->npparts; i++) mark(p, p->pparts[i].grad, I->post);
@@ -205,6 +209,10 @@ static void backward_row(Interp *I, int t, int b) {
   for (int id = p->nforward; id < p->g.nnodes; id++)
     if (p->dyn[id] && I->bwd[id]) eval(I, id);
   size_t row = (size_t)t * (size_t)d->B + (size_t)b;
+  for (int i = 0; i < p->nsparts; i++) { /* the whole adjoint of h_{t+1}, the step's new value */
+    size_t sz = (size_t)p->sparts[i].size;
+    memcpy(I->dsteps[i] + (row + (size_t)d->B) * sz, slot(I, p->sparts[i].dtotal), sizeof(double) * sz);
+  }
   int X = p->x_size;
   if (p->dx >= 0) memcpy(OUT64(d->grad_x) + row * (size_t)X, slot(I, p->dx), sizeof(double) * (size_t)X);
   else memset(OUT64(d->grad_x) + row * (size_t)X, 0, sizeof(double) * (size_t)X);
@@ -238,6 +246,8 @@ static void interp_backward(Compiled *c, Work *w, const SeqIO *d) {
   }
   for (int t = d->T - 1; t >= 0; t--)
     for (int b = 0; b < d->B; b++) backward_row(I, t, b);
+  for (int i = 0; i < p->nsparts; i++) /* dL/dh_0: h_0 feeds step 0 only */
+    memcpy(I->dsteps[i], I->dnew[i], sizeof(double) * (size_t)d->B * (size_t)p->sparts[i].size);
   for (int i = 0; i < p->nsparts; i++)
     memcpy(d->grad_h0[i], I->dnew[i], sizeof(double) * (size_t)d->B * (size_t)p->sparts[i].size);
   /* static backward, once */
@@ -250,13 +260,18 @@ static void interp_backward(Compiled *c, Work *w, const SeqIO *d) {
   }
 }
 
-/* h_0 .. h_T of a state part: h_{t} for t < T is the PREV value the forward stored at step t. */
+/* h_0 .. h_T of a state part: h_{t} for t < T is the PREV value the forward stored at step t;
+ * or their adjoints, which the last backward kept. */
 static int interp_read_steps(Compiled *c, Work *w, StepArray what, int part, void *out) {
   Interp *I = (Interp *)w;
   Program *p = c->p;
-  CHECK(what == STEPS_STATE && part >= 0 && part < p->nsparts && I->numel);
+  CHECK(part >= 0 && part < p->nsparts && I->numel);
   int prev = p->sparts[part].prev;
   size_t sz = (size_t)p->sparts[part].size, rows = (size_t)I->T * (size_t)I->B;
+  if (what == STEPS_DSTATE) {
+    memcpy(out, I->dsteps[part], sizeof(double) * (rows + (size_t)I->B) * sz);
+    return 0;
+  }
   if (!I->store[prev]) return -1;
   memcpy(out, I->store[prev], sizeof(double) * rows * sz);
   memcpy(OUT64(out) + rows * sz, I->cur[part], sizeof(double) * (size_t)I->B * sz);
