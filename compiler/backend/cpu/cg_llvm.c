@@ -8,9 +8,11 @@
 #include "cg_llvm.h"
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/BitReader.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
+#include <llvm-c/Linker.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -421,10 +423,12 @@ static void emit_node(Cg *cg, int id) {
 
 /* ---- one kernel ---- */
 
-static void emit_kernel(Cg *cg, int k, const char *name) {
+/* A kernel over the nodes of plan kernel k, or (k = -1) over a static list of nodes: the static
+ * values, run on row 0 only, their temporaries row-local. */
+static void emit_kernel(Cg *cg, int k, const CgNodes *list, const char *name) {
   const Plan *pl = cg->pl;
   Graph *g = cg->g;
-  Kernel *K = &pl->kernels[k];
+  const Kernel *K = k >= 0 ? &pl->kernels[k] : &(const Kernel){(int *)list->nodes, list->n, list->n};
   LLVMTypeRef params[3] = {cg->i64, cg->i64, cg->fpp};
   LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(cg->ctx), params, 3, 0);
   cg->fn = LLVMAddFunction(cg->mod, name, fty);
@@ -449,7 +453,7 @@ static void emit_kernel(Cg *cg, int k, const char *name) {
       LLVMValueRef idx = LLVMConstInt(cg->i64, (unsigned long long)h, 0);
       cg->basep[id] = LLVMBuildLoad2(cg->b, cg->fptr, LLVMBuildGEP2(cg->b, cg->fptr, bases, &idx, 1, ""), "");
     } else if (graph_node(g, id)->op != OP_CONST) {
-      CHECK(pl->kernel_of[id] == k);
+      CHECK(k < 0 || pl->kernel_of[id] == k);
       tmp[id] = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)node_numel(graph_node(g, id)) + VW, 0), "");
     }
   }
@@ -527,7 +531,9 @@ static LLVMTargetMachineRef target_machine(const char *cpu_name, LLVMRelocMode r
   return tm;
 }
 
-CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
+CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) { return cg_llvm_build_with(pl, NULL, 0, err, errlen); }
+
+CgModule *cg_llvm_build_with(const Plan *pl, const CgNodes *extra, int nextra, char *err, size_t errlen) {
   init_llvm();
   CgModule *m = xcalloc(1, sizeof *m);
   m->tsctx = LLVMOrcCreateNewThreadSafeContext();
@@ -550,8 +556,9 @@ CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
   char name[32];
   for (int k = 0; k < pl->nkernels; k++) {
     snprintf(name, sizeof name, "k%d", k);
-    emit_kernel(&cg, k, name);
+    emit_kernel(&cg, k, NULL, name);
   }
+  for (int i = 0; i < nextra; i++) emit_kernel(&cg, -1, &extra[i], extra[i].name);
   free(cg.rowp);
   free(cg.basep);
   LLVMDisposeBuilder(cg.b);
@@ -657,4 +664,98 @@ int cg_llvm_emit_object(CgModule *m, const char *cpu, const char *path, char *er
   LLVMDisposeMessage(msg);
   LLVMDisposeTargetMachine(tm);
   return rc;
+}
+
+/* ---- a library: the executor's bitcode linked with the kernels ---- */
+
+/* The executor was compiled for a generic x86-64: its functions take the target machine's CPU. */
+static void drop_cpu_attributes(LLVMModuleRef mod) {
+  static const char *const keys[] = {"target-cpu", "target-features", "tune-cpu"};
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+    for (int i = 0; i < 3; i++) LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, keys[i], (unsigned)strlen(keys[i]));
+}
+
+/* cellc_table (the bytes of the plan table) and cellc_kernels (the kernels by number). */
+static int add_tables(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  LLVMContextRef ctx = LLVMGetModuleContext(m->mod);
+  LLVMValueRef tab = LLVMConstStringInContext(ctx, lib->table, (unsigned)lib->table_len, 1);
+  LLVMValueRef g = LLVMAddGlobal(m->mod, LLVMTypeOf(tab), "cellc_table");
+  LLVMSetInitializer(g, tab);
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetAlignment(g, 16);
+  LLVMValueRef *fns = xcalloc((size_t)lib->nkernels + 1, sizeof(LLVMValueRef));
+  LLVMTypeRef fty = NULL;
+  for (int i = 0; i < lib->nkernels; i++) {
+    fns[i] = LLVMGetNamedFunction(m->mod, lib->kernels[i]);
+    if (!fns[i]) {
+      snprintf(err, errlen, "internal: no kernel %s in the module", lib->kernels[i]);
+      free(fns);
+      return -1;
+    }
+    fty = LLVMTypeOf(fns[i]);
+  }
+  if (!fty) fty = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
+  LLVMValueRef arr = LLVMConstArray(fty, fns, (unsigned)lib->nkernels);
+  LLVMValueRef k = LLVMAddGlobal(m->mod, LLVMTypeOf(arr), "cellc_kernels");
+  LLVMSetInitializer(k, arr);
+  LLVMSetGlobalConstant(k, 1);
+  free(fns);
+  return 0;
+}
+
+static bool is_export(const CgLibrary *lib, const char *name) {
+  for (int i = 0; i < lib->nexports; i++)
+    if (!strcmp(lib->exports[2 * i + 1], name)) return true;
+  return false;
+}
+
+/* Renames the executor's entry points and makes every other definition internal. */
+static int keep_exports(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  for (int i = 0; i < lib->nexports; i++) {
+    LLVMValueRef f = LLVMGetNamedFunction(m->mod, lib->exports[2 * i]);
+    if (!f) {
+      snprintf(err, errlen, "internal: the executor has no %s", lib->exports[2 * i]);
+      return -1;
+    }
+    LLVMSetValueName2(f, lib->exports[2 * i + 1], strlen(lib->exports[2 * i + 1]));
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(m->mod); f; f = LLVMGetNextFunction(f)) {
+    size_t len;
+    if (!LLVMIsDeclaration(f) && !is_export(lib, LLVMGetValueName2(f, &len))) LLVMSetLinkage(f, LLVMInternalLinkage);
+  }
+  for (LLVMValueRef g = LLVMGetFirstGlobal(m->mod); g; g = LLVMGetNextGlobal(g))
+    if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+  return 0;
+}
+
+int cg_llvm_emit_library(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  LLVMContextRef ctx = LLVMGetModuleContext(m->mod);
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(lib->bitcode, lib->bitcode_len, "executor");
+  LLVMModuleRef exec = NULL;
+  if (LLVMParseBitcodeInContext2(ctx, buf, &exec)) {
+    LLVMDisposeMemoryBuffer(buf);
+    snprintf(err, errlen, "internal: the embedded executor bitcode does not parse");
+    return -1;
+  }
+  LLVMDisposeMemoryBuffer(buf);
+  drop_cpu_attributes(exec);
+  LLVMSetTarget(m->mod, LLVMGetTarget(exec));
+  LLVMSetDataLayout(m->mod, LLVMGetDataLayoutStr(exec));
+  if (add_tables(m, lib, err, errlen) < 0) {
+    LLVMDisposeModule(exec);
+    return -1;
+  }
+  if (LLVMLinkModules2(m->mod, exec)) { /* exec is consumed either way */
+    snprintf(err, errlen, "internal: linking the executor into the kernels failed");
+    return -1;
+  }
+  if (keep_exports(m, lib, err, errlen) < 0) return -1;
+  char *msg = NULL;
+  if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) {
+    snprintf(err, errlen, "internal: the linked module does not verify: %.400s", msg);
+    LLVMDisposeMessage(msg);
+    return -1;
+  }
+  LLVMDisposeMessage(msg);
+  return cg_llvm_emit_object(m, lib->cpu, lib->path, err, errlen);
 }

@@ -1,0 +1,223 @@
+"""emit_cli.py: `cellc emit --target cpu` end to end (spec/emit.md, docs/emit.md).
+
+For every stdlib cell (its options' defaults): emit it, link P.o into tests/emit/harness.c, and
+separately libP.so, run forward and backward on the params, x, dy of a `cellc run --backend interp
+--precision f64` run with nonzero h0 and dfinal, and compare every output and gradient with the
+interpreter's (relative error below 1e-4); the harness checks the NULL and bad-call semantics
+itself. Then: the default --cpu object holds no AVX-512 instruction (no zmm register), the
+errors of the command (unbound dim, unknown target or cpu, bad name, unwritable directory: located
+messages, cli.md exit statuses, no output directory left behind), and two cells linked into one
+program. Ends with "N passed, M failed"."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
+import sft  # noqa: E402
+from clitest import Result, check, finish  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CELLC = os.path.join(ROOT, "bin", "cellc")
+HARNESS = os.path.join(ROOT, "tests", "emit", "harness.c")
+DIMS = "D=6,H=8"
+T, B = 5, 3
+TOL = 1e-4
+
+
+def run(args, **kw):
+    p = subprocess.run(args, capture_output=True, text=True, **kw)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def emit(cell_file, out, *extra):
+    return run([CELLC, "emit", cell_file, "--dims", DIMS, "--out", out, *extra])
+
+
+def reference(cell_file, meta, work):
+    """The interpreter's float64 run with nonzero h0 and dfinal: its tensors by name."""
+    rng = np.random.default_rng(7)
+    inputs = {}
+    for s in meta["states"]:
+        shape = [B] + s["shape"] + ([2] if s["complex"] else [])
+        inputs["h0." + s["name"]] = rng.normal(0, 0.5, shape)
+        inputs["dfinal." + s["name"]] = rng.normal(0, 1.0, shape)
+    inp, out = os.path.join(work, "in.safetensors"), os.path.join(work, "ref.safetensors")
+    sft.write(inp, inputs)
+    r = run([CELLC, "run", cell_file, "--dims", DIMS, "--T", str(T), "--B", str(B), "--seed", "3", "--backend", "interp",
+             "--precision", "f64", "--inputs", inp, "--out", out])
+    if r.rc != 0:
+        raise RuntimeError("cellc run: " + r.why())
+    tensors, _ = sft.read(out)
+    return tensors
+
+
+def write_inputs(ref, meta, d):
+    os.makedirs(d, exist_ok=True)
+    ps, ss = meta["params"], meta["states"]
+
+    def raw(name, v):
+        np.asarray(v, dtype="<f4").tofile(os.path.join(d, name))
+
+    for i, p in enumerate(ps):
+        raw("param.%d" % i, ref["param." + p["name"]])
+    for i, s in enumerate(ss):
+        raw("h0.%d" % i, ref["h0." + s["name"]])
+        raw("dfinal.%d" % i, ref["dfinal." + s["name"]])
+    raw("x", ref["x"])
+    raw("dy", ref["dy"])
+    sizes = [ref["param." + p["name"]].size for p in ps] + [ref["h0." + s["name"]].size for s in ss]
+    with open(os.path.join(d, "meta"), "w") as f:
+        f.write("%d %d %d %d %d %d\n" % (T, B, len(ps), len(ss), ref["x"].size, ref["y"].size))
+        f.write(" ".join(str(n) for n in sizes) + "\n")
+
+
+def build_harness(edir, name, shared, exe):
+    link = ["-L" + edir, "-l" + name, "-Wl,-rpath," + edir] if shared else [os.path.join(edir, name + ".o")]
+    return run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-DP=" + name, "-include",
+                os.path.join(edir, name + ".h"), "-o", exe, HARNESS, *link, "-lopenblas", "-lm"])
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-6)) if b.size else 0.0
+
+
+def compare(ref, meta, odir):
+    """The largest relative error over every output and gradient, and where."""
+    def load(name, like):
+        return np.fromfile(os.path.join(odir, name), dtype="<f4").reshape(like.shape)
+
+    pairs = [("y", "y"), ("dx", "grad.x")]
+    pairs += [("final.%d" % i, "final." + s["name"]) for i, s in enumerate(meta["states"])]
+    pairs += [("dh0.%d" % i, "grad.h0." + s["name"]) for i, s in enumerate(meta["states"])]
+    pairs += [("grad.%d" % i, "grad.param." + p["name"]) for i, p in enumerate(meta["params"])]
+    worst, where = 0.0, ""
+    for mine, theirs in pairs:
+        e = rel_err(load(mine, ref[theirs]), ref[theirs])
+        if not e <= worst:
+            worst, where = e, theirs
+    return worst, where
+
+
+def test_cell(cell_file, work):
+    cell = os.path.splitext(os.path.basename(cell_file))[0]
+    edir = os.path.join(work, cell, "emitted")
+    r = emit(cell_file, edir)
+    check("emit %s" % cell, r.rc == 0 and all(os.path.exists(os.path.join(edir, cell + s)) for s in (".h", ".json", ".o"))
+          and os.path.exists(os.path.join(edir, "lib%s.so" % cell)), r.why())
+    if r.rc != 0:
+        return
+    meta = json.load(open(os.path.join(edir, cell + ".json")))
+    check("%s.json" % cell, meta["abi"] == 1 and meta["cell"] == cell and meta["target"] == "cpu" and meta["input"] == 6
+          and set(meta) >= {"mode", "dims", "options", "params", "states", "output"}, str(meta)[:300])
+    ref = reference(cell_file, meta, os.path.join(work, cell))
+    ind = os.path.join(work, cell, "in")
+    write_inputs(ref, meta, ind)
+    for shared in (False, True):
+        kind = "libP.so" if shared else "P.o"
+        exe = os.path.join(work, cell, "harness_so" if shared else "harness_o")
+        b = build_harness(edir, cell, shared, exe)
+        check("%s: the harness links %s" % (cell, kind), b.rc == 0, b.why())
+        if b.rc != 0:
+            continue
+        odir = os.path.join(work, cell, "out_so" if shared else "out_o")
+        os.makedirs(odir, exist_ok=True)
+        h = run([exe, ind, odir])
+        check("%s (%s): NULL semantics and bad calls" % (cell, kind), h.rc == 0, h.out[-1500:] + h.err[-500:])
+        if "forward status" not in h.out:
+            continue
+        worst, where = compare(ref, meta, odir)
+        check("%s (%s, %s): forward and backward match the float64 interpreter (max rel err %.2e at %s)"
+              % (cell, kind, meta["mode"], worst, where), worst < TOL, "")
+
+
+def test_no_avx512(work):
+    """The default --cpu x86-64-v3 object: no zmm register (AVX-512) in its code; x86-64-v4 has them
+    where it vectorizes (the check can tell the difference)."""
+    d3, d4 = os.path.join(work, "v3"), os.path.join(work, "v4")
+    r3 = emit(os.path.join(ROOT, "stdlib", "gru.cell"), d3)
+    r4 = emit(os.path.join(ROOT, "stdlib", "gru.cell"), d4, "--cpu", "x86-64-v4")
+    if r3.rc or r4.rc:
+        check("emit for the AVX-512 check", False, r3.why() + r4.why())
+        return
+    dis3 = run(["objdump", "-d", os.path.join(d3, "gru.o")]).out
+    dis4 = run(["objdump", "-d", os.path.join(d4, "gru.o")]).out
+    check("default --cpu (x86-64-v3): no AVX-512 register in gru.o", "zmm" not in dis3 and "ymm" in dis3,
+          "zmm found" if "zmm" in dis3 else "no ymm either")
+    check("--cpu x86-64-v4 differs from the default (AVX-512 encodings)", dis3 != dis4 and ("zmm" in dis4 or "{" in dis4), "")
+
+
+def test_errors(work):
+    gru = os.path.join(ROOT, "stdlib", "gru.cell")
+    out = os.path.join(work, "err", "gru")
+    r = run([CELLC, "emit", gru, "--out", out])
+    check("an unbound dim: exit 1, located, no directory", r.rc == 1 and "gru.cell:" in r.err and not os.path.exists(out),
+          r.why())
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--target", "tpu", "--out", out])
+    check("an unknown target: exit 2 naming it", r.rc == 2 and "tpu" in r.err and not os.path.exists(out), r.why())
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--cpu", "pentium", "--out", out])
+    check("an unknown cpu: exit 2 naming it", r.rc == 2 and "pentium" in r.err and not os.path.exists(out), r.why())
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--name", "9bad", "--out", out])
+    check("a --name that is no C identifier: exit 2", r.rc == 2 and "9bad" in r.err, r.why())
+    r = run([CELLC, "emit", gru, "--dims", DIMS])
+    check("no --out: exit 2", r.rc == 2 and "--out" in r.err, r.why())
+    ro = os.path.join(work, "readonly")
+    os.makedirs(ro, exist_ok=True)
+    os.chmod(ro, 0o555)
+    target = os.path.join(ro, "gru")
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--out", target])
+    os.chmod(ro, 0o755)
+    if os.geteuid() != 0:
+        check("an unwritable directory: exit 3 naming it, nothing left", r.rc == 3 and ro in r.err and not os.listdir(ro),
+              r.why())
+    fileout = os.path.join(work, "afile")
+    open(fileout, "w").write("x")
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--out", fileout])
+    left = [f for f in os.listdir(work) if f.startswith("afile.tmp")]
+    check("--out an existing file: exit 3, no temporary directory left", r.rc == 3 and fileout in r.err and not left,
+          r.why() + str(left))
+    r = run([CELLC, "emit", gru, "--dims", DIMS, "--out", os.path.join(work, "err", "x"), "--bogus"])
+    check("an unknown flag: exit 2", r.rc == 2 and "--bogus" in r.err, r.why())
+    r = run([CELLC, "emit", "--help"])
+    check("emit --help", r.rc == 0 and "--cpu" in r.out and "--torch" in r.out, r.why())
+
+
+def test_two_cells(work):
+    """Two emitted cells (and the same cell under two names) link into one program: no symbol clash."""
+    a, b = os.path.join(work, "two", "a"), os.path.join(work, "two", "b")
+    r1 = emit(os.path.join(ROOT, "stdlib", "gru.cell"), a, "--name", "cella")
+    r2 = emit(os.path.join(ROOT, "stdlib", "gru.cell"), b, "--name", "cellb")
+    src = os.path.join(work, "two", "main.c")
+    with open(src, "w") as f:
+        f.write('#include "cella.h"\n#include "cellb.h"\nint main(void) { return cella_workspace_bytes(2, 2) == '
+                'cellb_workspace_bytes(2, 2) && cella_workspace_bytes(2, 2) > 0 ? 0 : 1; }\n')
+    c = run(["cc", "-I" + a, "-I" + b, "-o", os.path.join(work, "two", "main"), src, os.path.join(a, "cella.o"),
+             os.path.join(b, "cellb.o"), "-lopenblas", "-lm"])
+    ok = r1.rc == 0 and r2.rc == 0 and c.rc == 0 and run([os.path.join(work, "two", "main")]).rc == 0
+    check("two emitted cells link into one program", ok, r1.why() + r2.why() + c.why())
+    again = emit(os.path.join(ROOT, "stdlib", "gru.cell"), a, "--name", "cella")
+    check("emit into an existing output directory replaces its files", again.rc == 0, again.why())
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="cellc-emit-")
+    try:
+        cells = sys.argv[1:] or sorted(glob.glob(os.path.join(ROOT, "stdlib", "*.cell")))
+        for cf in cells:
+            test_cell(cf, work)
+        test_no_avx512(work)
+        test_errors(work)
+        test_two_cells(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
