@@ -168,14 +168,19 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
   cJSON *ps = cJSON_AddArrayToObject(j, "params"), *ss = cJSON_AddArrayToObject(j, "states");
   for (int i = 0; i < c->nparams; i++) {
     cJSON *p = cJSON_CreateObject();
+    char buf[128];
     cJSON_AddStringToObject(p, "name", c->params[i].name);
+    cJSON_AddStringToObject(p, "field", emit_field(c->params[i].name, buf, sizeof buf));
     cJSON_AddItemToObject(p, "shape", shape_of(c->params[i].rank, c->params[i].n, false));
     cJSON_AddBoolToObject(p, "complex", c->params[i].cplx);
     cJSON_AddItemToArray(ps, p);
   }
   for (int i = 0; i < c->nstates; i++) {
     cJSON *s = cJSON_CreateObject();
+    char buf[128];
     cJSON_AddStringToObject(s, "name", c->states[i].name);
+    cJSON_AddStringToObject(s, "field", emit_field(c->states[i].name, buf, sizeof buf));
+    if (c->states[i].param >= 0) cJSON_AddStringToObject(s, "learned", c->params[c->states[i].param].name);
     cJSON_AddItemToObject(s, "shape", shape_of(c->states[i].rank, c->states[i].n, false));
     cJSON_AddBoolToObject(s, "complex", c->states[i].cplx);
     cJSON_AddItemToArray(ss, s);

@@ -7,6 +7,13 @@
 
 #include "cli.h"
 
+const char *emit_field(const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%s", name);
+  for (char *c = buf; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) *c = '_';
+  return buf;
+}
+
 static void shape_text(FILE *f, int rank, const int *n, bool cplx, bool lead_b) {
   fprintf(f, "[");
   if (lead_b) fprintf(f, rank || cplx ? "B, " : "B");
@@ -34,13 +41,18 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
   fprintf(f, " * Tensors: row-major float32, the layouts of `cellc run`; a complex tensor has a trailing 2 (re, im).\n");
   fprintf(f, " *   x [T, B, %d]   y [T, B, %d]\n", c->input_size, c->output_size);
   for (int i = 0; i < c->nparams; i++) {
+    char buf[128];
     fprintf(f, " *   param %s ", c->params[i].name);
     shape_text(f, c->params[i].rank, c->params[i].n, c->params[i].cplx, false);
+    if (strcmp(c->params[i].name, emit_field(c->params[i].name, buf, sizeof buf))) fprintf(f, " (field %s)", buf);
     fprintf(f, "\n");
   }
   for (int i = 0; i < c->nstates; i++) {
     fprintf(f, " *   state %s ", c->states[i].name);
     shape_text(f, c->states[i].rank, c->states[i].n, c->states[i].cplx, true);
+    if (c->states[i].param >= 0)
+      fprintf(f, " (learned initial value: param %s; pass it as h0 for every row, add the sum of dh0 over B to its gradient)",
+              c->params[c->states[i].param].name);
     fprintf(f, "\n");
   }
   fprintf(f, " *\n");
@@ -62,7 +74,8 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
 static void member_struct(FILE *f, const char *P, const char *what, int n, const char *(*name)(const Cell *, int), const Cell *c) {
   fprintf(f, "typedef struct {");
   if (!n) fprintf(f, " float *unused_;");
-  for (int i = 0; i < n; i++) fprintf(f, "%s*%s", i ? ", " : " float ", name(c, i));
+  char buf[128];
+  for (int i = 0; i < n; i++) fprintf(f, "%s*%s", i ? ", " : " float ", emit_field(name(c, i), buf, sizeof buf));
   fprintf(f, "; } %s_%s;\n", P, what);
 }
 
@@ -107,7 +120,8 @@ static void py_list(FILE *f, const char *var, int n, const Cell *c, bool params)
     int rank = params ? c->params[i].rank : c->states[i].rank;
     const int *dims = params ? c->params[i].n : c->states[i].n;
     bool cplx = params ? c->params[i].cplx : c->states[i].cplx;
-    fprintf(f, "    (\"%s\", (", name);
+    char buf[128];
+    fprintf(f, "    (\"%s\", (", emit_field(name, buf, sizeof buf));
     for (int k = 0; k < rank; k++) fprintf(f, "%d, ", dims[k]);
     fprintf(f, "), %s),\n", cplx ? "True" : "False");
   }

@@ -17,6 +17,8 @@ typedef struct EmitInfo {
   const WsFormula *ws;     /* target cpu */
 } EmitInfo;
 
+/* A cell's name of a param or state as a C and Python identifier (h.init -> h_init), in buf. */
+const char *emit_field(const char *name, char *buf, size_t n);
 char *emit_header_text(const EmitInfo *e); /* xmalloc'ed */
 char *emit_torch_text(const EmitInfo *e);
 
