@@ -211,6 +211,13 @@ def test_two_cells(work):
     check("emit into an existing output directory replaces its files", again.rc == 0, again.why())
 
 
+def test_example(work):
+    """examples/emit: the C program built against an emitted gru.o trains with plain SGD."""
+    r = run(["sh", os.path.join(ROOT, "examples", "emit", "run_c.sh"), os.path.join(work, "example")])
+    check("examples/emit/train.c trains the emitted cell (loss below a third of the first)",
+          r.rc == 0 and "(learned)" in r.out, r.why())
+
+
 def main():
     work = tempfile.mkdtemp(prefix="cellc-emit-")
     try:
@@ -228,6 +235,7 @@ def main():
         test_no_avx512(work)
         test_errors(work)
         test_two_cells(work)
+        test_example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     finish()

@@ -110,6 +110,17 @@ def bad_input(mod):
     check("T = 0 raises RuntimeError with the library's message", ok)
 
 
+def example(work):
+    """examples/emit/train_torch.py: the emitted module inside a small model, trained with Adam."""
+    out = os.path.join(work, "example")
+    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", "gru.cell"), "--dims", "D=4,H=16", "--name", "gru",
+                        "--out", out, "--torch"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "emit", "train_torch.py"), out],
+                       capture_output=True, text=True)
+    check("examples/emit/train_torch.py trains a model around P_torch.py (loss below half of the first)",
+          p.returncode == 0 and r.returncode == 0 and "(learned)" in r.stdout, p.stderr + r.stdout[-500:] + r.stderr[-500:])
+
+
 def main():
     work = tempfile.mkdtemp(prefix="cellc-emit-torch-")
     try:
@@ -119,6 +130,7 @@ def main():
             if cell in ("gru", "lru", "mingru"):
                 gradcheck(cell, mod)
         bad_input(load_module("gru", work))
+        example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     finish()
