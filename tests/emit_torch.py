@@ -94,6 +94,24 @@ def gradcheck(cell, mod):
     check("%s: torch.autograd.gradcheck of the Function (float32 inside: eps 1e-2, rtol 2e-2)" % cell, ok, why)
 
 
+def reuse(mod):
+    """The workspace pool: a second backward of a graph (retain_graph) after another forward took
+    its workspace gives the same gradients as the first."""
+    torch.manual_seed(3)
+    m = mod.Module()
+    x1, x2 = torch.randn(4, 2, D), torch.randn(4, 2, D)
+    y1, _ = m(x1)
+    y1.sum().backward(retain_graph=True)
+    g1 = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    y2, _ = m(x2)  # takes the pooled workspace of the first forward
+    m.zero_grad()
+    y1.sum().backward()
+    g2 = [p.grad.clone() for p in m.parameters()]
+    check("a workspace taken over by another forward: the old graph's backward is still right",
+          all(torch.equal(a, b) for a, b in zip(g1, g2)) and not torch.equal(y1, y2))
+
+
 def bad_input(mod):
     m = mod.Module()
     try:
@@ -129,7 +147,9 @@ def main():
             compare(cell, mod)
             if cell in ("gru", "lru", "mingru"):
                 gradcheck(cell, mod)
-        bad_input(load_module("gru", work))
+        gm = load_module("gru", work)
+        reuse(gm)
+        bad_input(gm)
         example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
