@@ -39,8 +39,26 @@ def emit(cell_file, out, *extra):
     return run([CELLC, "emit", cell_file, "--dims", DIMS, "--out", out, *extra])
 
 
-def reference(cell_file, meta, work, extra):
-    """The interpreter's float64 run with nonzero h0 and dfinal: its tensors by name."""
+M64 = (1 << 64) - 1
+
+
+def splitmix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def emitted_noise(seed, stream, shape):
+    """The noise a train_noise forward draws (docs/emit.md): uniform in (0, 1) from the seed."""
+    base = (seed ^ ((stream + 1) * 0xD1B54A32D192ED03 & M64)) & M64
+    n = int(np.prod(shape))
+    return np.array([((splitmix64((base + j) & M64) >> 40) + 0.5) / 16777216.0 for j in range(n)]).reshape(shape)
+
+
+def reference(cell_file, meta, work, extra, seed=None):
+    """The interpreter's float64 run with nonzero h0 and dfinal (and, for a train_noise cell, the
+    emitted code's noise of that seed): its tensors by name."""
     rng = np.random.default_rng(7)
     inputs = {}
     for s in meta["states"]:
@@ -48,6 +66,15 @@ def reference(cell_file, meta, work, extra):
         inputs["h0." + s["name"]] = rng.normal(0, 0.5, shape)
         inputs["dfinal." + s["name"]] = rng.normal(0, 1.0, shape)
     inp, out = os.path.join(work, "in.safetensors"), os.path.join(work, "ref.safetensors")
+    if seed is not None:  # the noise streams' shapes from a first run, then the emitted noise
+        sft.write(inp, inputs)
+        run([CELLC, "run", cell_file, "--dims", DIMS, "--T", str(T), "--B", str(B), "--backend", "interp", "--precision",
+             "f64", "--inputs", inp, "--out", out, "--train", *extra])
+        first, _ = sft.read(out)
+        for name in first:
+            if name.startswith("noise."):
+                inputs[name] = emitted_noise(seed, int(name[6:]), first[name].shape)
+        extra = list(extra) + ["--train"]
     sft.write(inp, inputs)
     r = run([CELLC, "run", cell_file, "--dims", DIMS, "--T", str(T), "--B", str(B), "--seed", "3", "--backend", "interp",
              "--precision", "f64", "--inputs", inp, "--out", out, *extra])
@@ -80,9 +107,10 @@ def write_inputs(ref, meta, d):
         f.write(" ".join(str(n) for n in sizes) + "\n")
 
 
-def build_harness(edir, name, shared, exe):
+def build_harness(edir, name, shared, exe, seed=None):
     link = ["-L" + edir, "-l" + name, "-Wl,-rpath," + edir] if shared else [os.path.join(edir, name + ".o")]
-    return run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-DP=" + name, "-include",
+    defs = ["-DSEED=%d" % seed] if seed is not None else []
+    return run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-DP=" + name, *defs, "-include",
                 os.path.join(edir, name + ".h"), "-o", exe, HARNESS, *link, "-lopenblas", "-lm"])
 
 
@@ -108,7 +136,7 @@ def compare(ref, meta, odir):
     return worst, where
 
 
-def test_cell(cell_file, work, cell=None, extra=(), label=None):
+def test_cell(cell_file, work, cell=None, extra=(), label=None, seed=None):
     cell = cell or os.path.splitext(os.path.basename(cell_file))[0]
     extra = list(extra) + (["--cell", cell] if cell else [])
     label = label or cell
@@ -122,13 +150,15 @@ def test_cell(cell_file, work, cell=None, extra=(), label=None):
     meta = json.load(open(os.path.join(edir, cell + ".json")))
     check("%s.json" % cell, meta["abi"] == 1 and meta["cell"] == cell and meta["target"] == "cpu" and meta["input"] == 6
           and set(meta) >= {"mode", "dims", "options", "params", "states", "output"}, str(meta)[:300])
-    ref = reference(cell_file, meta, os.path.join(work, label), extra)
+    run_extra = [e for i, e in enumerate(extra) if "train_noise=" not in e
+                 and not (e == "--set" and i + 1 < len(extra) and "train_noise=" in extra[i + 1])]
+    ref = reference(cell_file, meta, os.path.join(work, label), run_extra, seed)
     ind = os.path.join(work, label, "in")
     write_inputs(ref, meta, ind)
     for shared in (False, True):
         kind = "libP.so" if shared else "P.o"
         exe = os.path.join(work, label, "harness_so" if shared else "harness_o")
-        b = build_harness(edir, cell, shared, exe)
+        b = build_harness(edir, cell, shared, exe, seed)
         check("%s: the harness links %s" % (label, kind), b.rc == 0, b.why())
         if b.rc != 0:
             continue
@@ -232,6 +262,8 @@ def main():
                 test_cell(os.path.join(tc, "learned_gate.cell"), work, cell=c)
             test_cell(os.path.join(ROOT, "stdlib", "lru.cell"), work, extra=["--mode", "sequential"], label="lru-sequential")
             test_cell(os.path.join(ROOT, "stdlib", "mgu.cell"), work, extra=["--set", "see_h=true"], label="mgu-see_h")
+            test_cell(os.path.join(tc, "ops.cell"), work, extra=["--set", "use_gumbel=true", "--set", "train_noise=true"],
+                      label="ops-train_noise", seed=1234)
         test_no_avx512(work)
         test_errors(work)
         test_two_cells(work)

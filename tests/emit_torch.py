@@ -112,6 +112,33 @@ def reuse(mod):
           all(torch.equal(a, b) for a, b in zip(g1, g2)) and not torch.equal(y1, y2))
 
 
+def train_noise(work):
+    """--set train_noise=true: the module draws its seed from torch's generator; the same torch seed
+    gives the same outputs, another gives others; gradients flow."""
+    out = os.path.join(work, "noise")
+    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "tests", "cells", "ops.cell"), "--dims", "D=%d,H=%d" % (D, H),
+                        "--set", "use_gumbel=true", "--set", "train_noise=true", "--out", out, "--torch"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        check("emit --torch with train_noise", False, p.stderr)
+        return
+    spec = importlib.util.spec_from_file_location("ops_torch", os.path.join(out, "ops_torch.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(1)
+    m = mod.Module()
+    x = torch.randn(5, 2, D)
+    torch.manual_seed(9)
+    y1, _ = m(x)
+    torch.manual_seed(9)
+    y2, _ = m(x)
+    y3, _ = m(x)
+    y1.sum().backward()
+    ok = torch.equal(y1, y2) and not torch.equal(y1, y3) and all(p.grad is not None and torch.isfinite(p.grad).all()
+                                                                  for p in m.parameters())
+    check("train_noise: the seed follows torch's generator, gradients flow", ok)
+
+
 def bad_input(mod):
     m = mod.Module()
     try:
@@ -150,6 +177,7 @@ def main():
         gm = load_module("gru", work)
         reuse(gm)
         bad_input(gm)
+        train_noise(work)
         example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -19,6 +19,7 @@ typedef struct EmitArgs {
   CellArgs cell;
   const char *out, *target, *name, *cpu, *arch;
   bool torch;
+  bool train_noise;     /* --set train_noise=true: gumbel_sigmoid draws noise from a seed */
 } EmitArgs;
 
 static bool is_identifier(const char *s) {
@@ -64,6 +65,13 @@ static int parse_emit_args(int argc, char **argv, EmitArgs *a) {
     return cli_usage_error("--arch is sm_ and a number (sm_80, sm_90), not '%s'", a->arch);
   if (a->name && (!is_identifier(a->name) || strlen(a->name) > 64))
     return cli_usage_error("--name is a C identifier of at most 64 characters, not '%s'", a->name);
+  for (int i = 0; i < a->cell.nsets; i++) { /* train_noise is emit's own setting, not a cell option */
+    if (strcmp(a->cell.sets[i].name, "train_noise")) continue;
+    const char *v = a->cell.sets[i].value;
+    if (strcmp(v, "true") && strcmp(v, "false")) return cli_usage_error("--set train_noise is true or false, not '%s'", v);
+    a->train_noise = !strcmp(v, "true");
+    a->cell.sets[i--] = a->cell.sets[--a->cell.nsets];
+  }
   if (a->torch && strcmp(a->target, "cpu")) return cli_usage_error("--torch needs --target cpu (it loads libP.so), not '%s'", a->target);
   return 0;
 }
@@ -158,6 +166,7 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
   if (!strcmp(a->target, "cpu")) cJSON_AddStringToObject(j, "cpu", a->cpu);
   else cJSON_AddStringToObject(j, "arch", a->arch);
   cJSON_AddStringToObject(j, "mode", c->mode == MODE_SCAN ? "scan" : "sequential");
+  cJSON_AddBoolToObject(j, "train_noise", a->train_noise);
   cJSON *dims = cJSON_AddObjectToObject(j, "dims"), *opts = cJSON_AddObjectToObject(j, "options");
   for (int i = 0; i < c->ndims; i++) cJSON_AddNumberToObject(dims, c->dims[i].name, (double)c->dims[i].value);
   for (int i = 0; i < c->noptions; i++) {
@@ -230,9 +239,9 @@ static int write_text(const char *dir, const char *name, const char *suffix, con
 /* The back end's files, then P.h, P.json and P_torch.py, into tmp. 0 or the exit status. */
 static int emit_files(Cell *c, EmitArgs *a, const char *tmp) {
   char err[1024];
-  PipelineOptions po = {.backend = backend_find(a->target)};
+  PipelineOptions po = {.backend = backend_find(a->target), .training = a->train_noise};
   CHECK(po.backend);
-  EmitOptions eo = {.name = a->name, .dir = tmp, .cpu = a->cpu, .arch = a->arch};
+  EmitOptions eo = {.name = a->name, .dir = tmp, .cpu = a->cpu, .arch = a->arch, .train_noise = a->train_noise};
   if (pipeline_emit(c, &po, &eo, err, sizeof err) < 0) {
     diag_plain("%s", err);
     return 3;
@@ -246,7 +255,7 @@ static int emit_files(Cell *c, EmitArgs *a, const char *tmp) {
     free(so);
     if (r < 0) return diag_plain("internal: the emitted lib%s.so does not load or lacks %s_workspace_bytes", a->name, a->name), 70;
   }
-  EmitInfo info = {c, a->name, a->target, a->cpu, a->arch, cpu ? &f : NULL};
+  EmitInfo info = {c, a->name, a->target, a->cpu, a->arch, cpu ? &f : NULL, a->train_noise};
   char *h = emit_header_text(&info), *j = json_text(c, a);
   int rc = write_text(tmp, a->name, ".h", h);
   if (!rc) rc = write_text(tmp, a->name, ".json", j);
@@ -265,7 +274,7 @@ int cmd_emit(int argc, char **argv) {
   int rc = parse_emit_args(argc, argv, &a);
   if (rc) return rc;
   Arena arena = {0};
-  Cell *c = cli_compile_cell(&arena, &a.cell, false);
+  Cell *c = cli_compile_cell(&arena, &a.cell, a.train_noise);
   if (!c) return arena_free(&arena), 1;
   if (!a.name) a.name = c->name;
   char *tmp = make_temp_dir(a.out);

@@ -98,9 +98,13 @@ char *emit_header_text(const EmitInfo *e) {
   member_struct(f, P, "params", c->nparams, param_name, c);
   member_struct(f, P, "states", c->nstates, state_name, c);
   const char *stream = cuda ? ", void *stream" : "";
+  const char *seed = e->train_noise ? ", unsigned long long seed" : "";
   fprintf(f, "\nsize_t %s_workspace_bytes(int T, int B);\n", P);
+  if (e->train_noise)
+    fprintf(f, "/* train_noise: gumbel_sigmoid draws its noise from seed (the same seed, the same noise); the\n"
+               " * backward uses the noise of the forward before it. */\n");
   fprintf(f, "int %s_forward(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
-             "    float *y, %s_states *final, void *work%s);\n", P, P, P, P, stream);
+             "    float *y, %s_states *final, void *work%s%s);\n", P, P, P, P, stream, seed);
   fprintf(f, "int %s_backward(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
              "    const float *dy, const %s_states *dfinal, void *work,\n"
              "    %s_params *grad, float *dx, %s_states *dh0%s);\n", P, P, P, P, P, P, stream);
@@ -147,7 +151,7 @@ static const char TORCH_BODY[] =
     "_fwd = getattr(_lib, NAME + \"_forward\")\n"
     "_fwd.restype = ctypes.c_int\n"
     "_fwd.argtypes = [ctypes.POINTER(_Params), ctypes.c_int, ctypes.c_int, _FP, ctypes.POINTER(_States), _FP,\n"
-    "                 ctypes.POINTER(_States), ctypes.c_void_p]\n"
+    "                 ctypes.POINTER(_States), ctypes.c_void_p] + ([ctypes.c_ulonglong] if TRAIN_NOISE else [])\n"
     "_bwd = getattr(_lib, NAME + \"_backward\")\n"
     "_bwd.restype = ctypes.c_int\n"
     "_bwd.argtypes = [ctypes.POINTER(_Params), ctypes.c_int, ctypes.c_int, _FP, ctypes.POINTER(_States), _FP,\n"
@@ -184,13 +188,14 @@ static const char TORCH_BODY[] =
     "        free.append(buf)\n"
     "\n"
     "\n"
-    "def _forward_into(work, xf, h0s, params):\n"
+    "def _forward_into(work, xf, h0s, params, seed):\n"
     "    T, B = xf.shape[0], xf.shape[1]\n"
     "    y = torch.empty(T, B, OUTPUT, dtype=torch.float32)\n"
     "    finals = [torch.empty_like(h) for h in h0s]\n"
     "    w = _Params(*[_p(t) for t in params])\n"
     "    _check(_fwd(ctypes.byref(w), T, B, _p(xf), ctypes.byref(_States(*[_p(h) for h in h0s])), _p(y),\n"
-    "                ctypes.byref(_States(*[_p(h) for h in finals])), ctypes.c_void_p(work.data_ptr())))\n"
+    "                ctypes.byref(_States(*[_p(h) for h in finals])), ctypes.c_void_p(work.data_ptr()),\n"
+    "                *([seed] if TRAIN_NOISE else [])))\n"
     "    return y, finals\n"
     "\n"
     "\n"
@@ -211,8 +216,9 @@ static const char TORCH_BODY[] =
     "        if xf.dim() != 3 or xf.shape[2] != INPUT:\n"
     "            raise ValueError(\"%s: x must be [T, B, %d], got %s\" % (NAME, INPUT, tuple(x.shape)))\n"
     "        work, ctx.gen = _take(max(_ws(T, B), 1))\n"
+    "        ctx.seed = int(torch.randint(0, 2 ** 62, ())) if TRAIN_NOISE else 0  # noise from torch's generator\n"
     "        try:\n"
-    "            y, finals = _forward_into(work, xf, h0s, params)\n"
+    "            y, finals = _forward_into(work, xf, h0s, params, ctx.seed)\n"
     "        except Exception:\n"
     "            _give(work)\n"
     "            raise\n"
@@ -230,7 +236,7 @@ static const char TORCH_BODY[] =
     "        T, B = xf.shape[0], xf.shape[1]\n"
     "        if _owner.get(work.data_ptr()) != ctx.gen:  # taken over since: the forward again\n"
     "            work, ctx.gen = _take(work.numel())\n"
-    "            _forward_into(work, xf, h0s, params)\n"
+    "            _forward_into(work, xf, h0s, params, ctx.seed)\n"
     "        dyf = _f32(dy) if dy is not None else torch.zeros(T, B, OUTPUT)\n"
     "        dfs = [_f32(d) if d is not None else None for d in dfinals]\n"
     "        grads = [torch.empty_like(p) for p in params]\n"
@@ -281,7 +287,8 @@ char *emit_torch_text(const EmitInfo *e) {
              "# next to this file. CPU tensors; computed in float32 (inputs are converted). See docs/emit.md.\n",
           e->name, c->name, CELLC_VERSION, e->name);
   fprintf(f, "import ctypes\nimport math\nimport os\n\nimport torch\n\n");
-  fprintf(f, "NAME = \"%s\"\nINPUT = %d\nOUTPUT = %d\n", e->name, c->input_size, c->output_size);
+  fprintf(f, "NAME = \"%s\"\nINPUT = %d\nOUTPUT = %d\nTRAIN_NOISE = %s\n", e->name, c->input_size, c->output_size,
+          e->train_noise ? "True" : "False");
   py_list(f, "PARAMS", c->nparams, c, true);
   py_list(f, "STATES", c->nstates, c, false);
   fputs(TORCH_BODY, f);

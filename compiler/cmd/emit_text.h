@@ -15,6 +15,7 @@ typedef struct EmitInfo {
   const Cell *c;
   const char *name, *target, *cpu, *arch;
   const WsFormula *ws;     /* target cpu */
+  bool train_noise;        /* P_forward takes a trailing seed */
 } EmitInfo;
 
 /* A cell's name of a param or state as a C and Python identifier (h.init -> h_init), in buf. */

@@ -64,7 +64,7 @@ static EtArray array_of(Builder *b, int i, EtHeader *h) {
   case ARR_DY: e.kind = ET_DY; break;
   case ARR_GX: e.kind = ET_GX; break;
   case ARR_GH0: e.kind = ET_GH0; break;
-  case ARR_NOISE: UNREACHABLE("noise in an emitted program (lowered for evaluation)");
+  case ARR_NOISE: e.kind = ET_NOISE, e.rows = a->width, h->train_noise = 1; break;
   }
   return e;
 }
@@ -267,10 +267,7 @@ static const char *cpu_name(const char *cpu) {
 }
 
 int cpu_emit(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen) {
-  if (p->nnoise) {
-    snprintf(err, errlen, "emit: stochastic built-ins with noise (train_noise) are not supported yet");
-    return -1;
-  }
+  CHECK(!p->nnoise || o->train_noise); /* lowered for evaluation unless train_noise */
   Plan *pl = plan_new(p, &(PlanOptions){.scan = bo->scan, .gates = false});
   Builder b = {.pl = pl, .p = p, .err = err, .errlen = errlen};
   int *nodes[2] = {xmalloc(sizeof(int) * ((size_t)p->g.nnodes + 1)), xmalloc(sizeof(int) * ((size_t)p->g.nnodes + 1))};
@@ -308,7 +305,7 @@ int cpu_emit(Program *p, const BackendOptions *bo, const EmitOptions *o, char *e
     const char *exports[8];
     const char *what[4] = {"forward", "backward", "workspace_bytes", "strerror"};
     for (int i = 0; i < 4; i++) {
-      snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s", what[i]);
+      snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s%s", what[i], i == 0 && o->train_noise ? "_seeded" : "");
       snprintf(ex[i][1], sizeof ex[i][1], "%s_%s", o->name, what[i]);
       exports[2 * i] = ex[i][0], exports[2 * i + 1] = ex[i][1];
     }

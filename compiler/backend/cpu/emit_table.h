@@ -17,6 +17,7 @@ enum {
   ET_X, ET_DY,             /* the caller's x and dy (y is owned: the backward reads it) */
   ET_GX,         /* the caller's dx, or the workspace when dx is NULL */
   ET_GH0,        /* state part (index): the workspace, copied to the caller's dh0 */
+  ET_NOISE,      /* noise stream (index): the workspace (rows = width), drawn from the seed by the forward */
 };
 
 typedef struct EtArray {
@@ -75,6 +76,7 @@ enum { ET_FWD_PRE, ET_FWD_STEP, ET_FWD_POST, ET_BWD_PRE, ET_BWD_STEP, ET_BWD_POS
 
 typedef struct EtHeader {
   int32_t magic, bytes;
+  int32_t train_noise;         /* the forward draws the noise streams from its seed */
   int32_t scan;                /* scan mode: dh0 comes from ET_GH0 arrays, else from the dstate arrays */
   int32_t x_size, output_size;
   int32_t y_array;             /* the outputs' array, copied to the caller's y after the forward */

@@ -83,7 +83,7 @@ static int layout(int T, int B, uint64_t *offs, Layout *L) {
   if (add_bytes(&total, ((uint64_t)h->nslots + (uint64_t)h->narrays) * 2)) return E_SIZE; /* a float * per slot and array */
   for (int i = 0; i < h->narrays; i++) {
     uint64_t f;
-    if (arr[i].kind != ET_OWNED && arr[i].kind != ET_GH0) continue;
+    if (arr[i].kind != ET_OWNED && arr[i].kind != ET_GH0 && arr[i].kind != ET_NOISE) continue;
     if (arr[i].kind == ET_GH0) f = (uint64_t)B * (uint64_t)arr[i].width;
     else if (owned_floats(&arr[i], (uint64_t)T, (uint64_t)B, &f)) return E_SIZE;
     if (offs) offs[i] = total;
@@ -147,7 +147,7 @@ static int bind(Run *r, int T, int B, void *work, const float *const *w, const f
     const EtArray *a = &arr[i];
     float *base = NULL;
     switch (a->kind) {
-    case ET_OWNED: case ET_GH0: base = (float *)(r->work + offs_buf[i]); break;
+    case ET_OWNED: case ET_GH0: case ET_NOISE: base = (float *)(r->work + offs_buf[i]); break;
     case ET_PARAM:
       base = pp[a->index].cplx ? plane_of(r, &pp[a->index], &L) : (float *)w[pp[a->index].param];
       break;
@@ -255,15 +255,36 @@ static void run_static(const Run *r, int kernel) {
   if (kernel >= 0) cellc_kernels[kernel](0, 1, r->bases);
 }
 
+/* ---- the noise of gumbel_sigmoid (train_noise): uniform in (0, 1), a function of the seed, the
+ * stream and the element: splitmix64 of (seed ^ (stream + 1) * K) + index, its top 24 bits ---- */
+
+static uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void draw_noise(const Run *r, uint64_t seed) {
+  const EtArray *arr = AT(EtArray, TAB->arrays);
+  for (int i = 0; i < TAB->narrays; i++) {
+    if (arr[i].kind != ET_NOISE) continue;
+    float *v = array_base(r, i);
+    uint64_t base = seed ^ ((uint64_t)arr[i].index + 1) * 0xd1b54a32d192ed03ull, n = (uint64_t)r->rows * (uint64_t)arr[i].width;
+    for (uint64_t j = 0; j < n; j++) v[j] = ((float)(splitmix64(base + j) >> 40) + 0.5f) / 16777216.0f;
+  }
+}
+
 /* ---- the entry points ---- */
 
-int cellc_exec_forward(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
-                       float *const *final, void *work) {
+static int forward(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y, float *const *final,
+                   void *work, uint64_t seed) {
   const EtHeader *h = TAB;
   Run r;
   int rc = bind(&r, T, B, work, w, x, NULL, NULL);
   if (!rc && !y) rc = E_Y;
   if (rc) return rc;
+  draw_noise(&r, seed);
   run_static(&r, h->kstatic_fwd);
   const EtStackCopy *sc = AT(EtStackCopy, h->stack);
   for (int i = 0; i < h->nstack; i++)
@@ -289,6 +310,16 @@ int cellc_exec_forward(const float *const *w, int T, int B, const float *x, cons
     for (int64_t j = 0; j < n; j++) dst[j * step + sp[q].part] = src[j];
   }
   return OK;
+}
+
+int cellc_exec_forward(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
+                       float *const *final, void *work) {
+  return forward(w, T, B, x, h0, y, final, work, 0);
+}
+
+int cellc_exec_forward_seeded(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
+                              float *const *final, void *work, unsigned long long seed) {
+  return forward(w, T, B, x, h0, y, final, work, seed);
 }
 
 /* The gradient of a param part into the caller's grad (interleaved when complex). */
