@@ -23,7 +23,7 @@ import sft  # noqa: E402
 from clitest import Result, check, finish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CELLC = os.path.join(ROOT, "bin", "cellc")
+CELLC = os.environ.get("CELLC_BIN", os.path.join(ROOT, "bin", "cellc"))
 HARNESS = os.path.join(ROOT, "tests", "emit", "harness.c")
 DIMS = "D=6,H=8"
 T, B = 5, 3
@@ -248,6 +248,35 @@ def test_example(work):
           r.rc == 0 and "(learned)" in r.out, r.why())
 
 
+PROJ = """# a dim named O (the output size), an output of another size than the state, and a product of
+# params alone (U @ b: a static value, computed once per call)
+cell proj {
+  input x[D]
+  dim   H
+  dim   O
+  state h[H]
+  param W[H, D] ~ glorot
+  param U[H, H] ~ orthogonal
+  param V[O, H] ~ glorot
+  param b[H]    ~ normal(0, 0.5)
+  h = tanh(W @ x + U @ h + U @ b)
+  output V @ h
+}
+"""
+
+
+def test_custom(work):
+    global DIMS
+    path = os.path.join(work, "proj.cell")
+    with open(path, "w") as f:
+        f.write(PROJ)
+    keep, DIMS = DIMS, "D=6,H=8,O=5"
+    try:
+        test_cell(path, work)
+    finally:
+        DIMS = keep
+
+
 def main():
     work = tempfile.mkdtemp(prefix="cellc-emit-")
     try:
@@ -267,6 +296,7 @@ def main():
         test_no_avx512(work)
         test_errors(work)
         test_two_cells(work)
+        test_custom(work)
         test_example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,7 +20,7 @@ import cells  # noqa: E402
 from clitest import check, finish  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
-CELLC = os.path.join(ROOT, "bin", "cellc")
+CELLC = os.environ.get("CELLC_BIN", os.path.join(ROOT, "bin", "cellc"))
 D, H, T, B = 5, 7, 6, 3
 CELLS = ["gru", "lstm", "elman", "mgu", "lru", "hgru", "mingru"]
 

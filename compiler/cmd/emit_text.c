@@ -93,7 +93,8 @@ char *emit_header_text(const EmitInfo *e) {
   facts_comment(f, e);
   fprintf(f, "#ifndef %s_H_\n#define %s_H_\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", P, P);
   fprintf(f, "#define %s_ABI 1\nenum {", P);
-  for (int i = 0; i < c->ndims; i++) fprintf(f, " %s_%s = %ld,", P, c->dims[i].name, c->dims[i].value);
+  for (int i = 0; i < c->ndims; i++) /* a dim named O or INPUT is P_O (the output size) or P_INPUT already */
+    if (strcmp(c->dims[i].name, "O") && strcmp(c->dims[i].name, "INPUT")) fprintf(f, " %s_%s = %ld,", P, c->dims[i].name, c->dims[i].value);
   fprintf(f, " %s_INPUT = %d, %s_O = %d };\n", P, c->input_size, P, c->output_size);
   member_struct(f, P, "params", c->nparams, param_name, c);
   member_struct(f, P, "states", c->nstates, state_name, c);

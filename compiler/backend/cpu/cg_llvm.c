@@ -358,6 +358,75 @@ static LLVMValueRef materialize_const(Cg *cg, int id) {
   return tmp;
 }
 
+/* ---- products of the static values (params only, run on one row): scalar loops ---- */
+
+typedef void (*LoopBody)(Cg *cg, LLVMValueRef i, void *ctx);
+
+/* body(i) for i = 0 .. n-1 (n >= 1), i an i64. */
+static void for_range(Cg *cg, long n, LoopBody body, void *ctx) {
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "range");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "range.done");
+  LLVMBuildBr(cg->b, loop);
+  LLVMPositionBuilderAtEnd(cg->b, loop);
+  LLVMValueRef i = LLVMBuildPhi(cg->b, cg->i64, "i");
+  body(cg, i, ctx);
+  LLVMValueRef in = LLVMBuildAdd(cg->b, i, LLVMConstInt(cg->i64, 1, 0), "");
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
+  LLVMValueRef zero = LLVMConstInt(cg->i64, 0, 0);
+  LLVMAddIncoming(i, &zero, &pre, 1);
+  LLVMAddIncoming(i, &in, &end, 1);
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, in, LLVMConstInt(cg->i64, (unsigned long long)n, 0), ""), loop, done);
+  LLVMPositionBuilderAtEnd(cg->b, done);
+}
+
+/* out[o] = sum_i m[o so + i si] v[i] (MATVEC: so = cols, si = 1; MATVEC_T: so = 1, si = cols), or
+ * out[o nin + i] = m[o] v[i] (OUTER). */
+typedef struct ProdCtx {
+  LLVMValueRef m, v, out, acc, o;
+  long so, si, nout, nin;
+  bool outer;
+} ProdCtx;
+
+static LLVMValueRef mul_i64(Cg *cg, LLVMValueRef a, long k) { return LLVMBuildMul(cg->b, a, LLVMConstInt(cg->i64, (unsigned long long)k, 0), ""); }
+
+static void prod_inner(Cg *cg, LLVMValueRef i, void *ctx) {
+  ProdCtx *c = ctx;
+  if (c->outer) {
+    LLVMValueRef at = LLVMBuildAdd(cg->b, mul_i64(cg, c->o, c->nin), i, "");
+    store_at(cg, c->out, at, FMUL(load_at(cg, c->m, c->o, false), load_at(cg, c->v, i, false)));
+    return;
+  }
+  LLVMValueRef at = LLVMBuildAdd(cg->b, mul_i64(cg, c->o, c->so), mul_i64(cg, i, c->si), "");
+  LLVMValueRef t = FMUL(load_at(cg, c->m, at, false), load_at(cg, c->v, i, false));
+  LLVMBuildStore(cg->b, FADD(LLVMBuildLoad2(cg->b, cg->f32, c->acc, ""), t), c->acc);
+}
+
+static void prod_outer(Cg *cg, LLVMValueRef o, void *ctx) {
+  ProdCtx *c = ctx;
+  c->o = o;
+  if (!c->outer) LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), c->acc);
+  for_range(cg, c->nin, prod_inner, c);
+  if (!c->outer) store_at(cg, c->out, o, LLVMBuildLoad2(cg->b, cg->f32, c->acc, ""));
+}
+
+static LLVMValueRef materialize_const(Cg *cg, int id);
+
+static void emit_product(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id), *a = graph_node(cg->g, n->a[0]);
+  ProdCtx c = {.out = cg->rowp[id], .outer = n->op == OP_OUTER};
+  c.m = a->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
+  c.v = graph_node(cg->g, n->a[1])->op == OP_CONST ? materialize_const(cg, n->a[1]) : cg->rowp[n->a[1]];
+  if (n->op == OP_MATVEC) c.nout = a->n[0], c.nin = a->n[1], c.so = a->n[1], c.si = 1;
+  else if (n->op == OP_MATVEC_T) c.nout = a->n[1], c.nin = a->n[0], c.so = 1, c.si = a->n[1];
+  else c.nout = n->n[0], c.nin = n->n[1];
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
+  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+  c.acc = LLVMBuildAlloca(cg->b, cg->f32, "");
+  LLVMPositionBuilderAtEnd(cg->b, cur);
+  for_range(cg, c.nout, prod_outer, &c);
+}
+
 static void emit_node(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id);
   int e = node_numel(n);
@@ -408,6 +477,9 @@ static void emit_node(Cg *cg, int id) {
     cg->rowp[id] = keep;
     return;
   }
+  case OP_MATVEC: case OP_MATVEC_T: case OP_OUTER: /* static values only (a per-row product is a GEMM) */
+    emit_product(cg, id);
+    return;
   case OP_SLICE: {
     LLVMValueRef src = graph_node(cg->g, n->a[0])->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
     CopyCtx c = {src, n->idx};

@@ -18,7 +18,8 @@ typedef struct CgJit CgJit;
 /* The module of pl's kernels (named k0, k1, ...). NULL with a message on failure. */
 CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen);
 /* A kernel over nodes that run once (row 0), with the same signature: the static values. Their
- * ops are those a plan kernel holds (elementwise, broadcast, sum, concat, slice). */
+ * ops are those a plan kernel holds (elementwise, broadcast, sum, concat, slice) and the products
+ * (matrix-vector, transposed, outer) as scalar loops. */
 typedef struct CgNodes {
   const char *name;
   const int *nodes;

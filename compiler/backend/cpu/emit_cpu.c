@@ -220,7 +220,8 @@ static Blob build_table(Builder *b) {
 /* ---- the static values as two more kernels ---- */
 
 static bool kernel_op(Op op) {
-  return op_is_elementwise(op) || op == OP_BCAST || op == OP_SUM || op == OP_CONCAT || op == OP_SLICE;
+  return op_is_elementwise(op) || op == OP_BCAST || op == OP_SUM || op == OP_CONCAT || op == OP_SLICE || op == OP_MATVEC ||
+         op == OP_MATVEC_T || op == OP_OUTER;
 }
 
 /* The static nodes of one side (forward: before the sequence; backward: after the sums), or -1
@@ -232,7 +233,7 @@ static int static_nodes(Builder *b, const bool *sel, int *nodes) {
     Op op = graph_node(g, id)->op;
     if (!sel[id] || op == OP_PARAM || op == OP_ACC || op == OP_CONST) continue;
     if (!kernel_op(op)) {
-      snprintf(b->err, b->errlen, "emit: a product of params alone (%s) is not supported in emitted code yet", op_name(op));
+      snprintf(b->err, b->errlen, "emit: a static value of op %s is not supported in emitted code yet", op_name(op));
       return -1;
     }
     nodes[n++] = id;
@@ -266,57 +267,81 @@ static const char *cpu_name(const char *cpu) {
   return cpu;
 }
 
+/* The functions of the module: the plan's kernels k0, k1, ..., then the static values' kernels
+ * (kstatic_fwd, kstatic_bwd: numbers nkernels and on, where there are any). */
+typedef struct Kernels {
+  int *nodes[2], n[2];     /* the static nodes, forward and backward */
+  CgNodes extra[2];
+  int nextra;
+  char **names;            /* cellc_kernels[i] is the function named names[i] */
+  int nnames;
+} Kernels;
+
+static int kernels_new(Builder *b, Kernels *k) {
+  const Plan *pl = b->pl;
+  memset(k, 0, sizeof *k);
+  k->names = xcalloc((size_t)pl->nkernels + 3, sizeof(char *));
+  for (int i = 0; i < pl->nkernels; i++) {
+    k->names[k->nnames] = xmalloc(32);
+    snprintf(k->names[k->nnames++], 32, "k%d", i);
+  }
+  for (int s = 0; s < 2; s++) {
+    k->nodes[s] = xmalloc(sizeof(int) * ((size_t)b->p->g.nnodes + 1));
+    if ((k->n[s] = static_nodes(b, s ? pl->static_bwd : pl->static_fwd, k->nodes[s])) < 0) return -1;
+    if (!k->n[s]) continue;
+    const char *name = s ? "kstatic_bwd" : "kstatic_fwd";
+    k->extra[k->nextra++] = (CgNodes){name, k->nodes[s], k->n[s]};
+    k->names[k->nnames++] = xstrdup(name);
+  }
+  return 0;
+}
+
+static void kernels_free(Kernels *k) {
+  for (int i = 0; i < k->nnames; i++) free(k->names[i]);
+  free(k->names), free(k->nodes[0]), free(k->nodes[1]);
+}
+
+/* P.o: the module with the executor linked in, its four entry points renamed P_forward, ... */
+static int write_object(CgModule *m, const Kernels *k, const Blob *table, const EmitOptions *o, const char *obj, char *err,
+                        size_t errlen) {
+  char ex[4][2][96];
+  const char *exports[8];
+  const char *what[4] = {"forward", "backward", "workspace_bytes", "strerror"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s%s", what[i], i == 0 && o->train_noise ? "_seeded" : "");
+    snprintf(ex[i][1], sizeof ex[i][1], "%s_%s", o->name, what[i]);
+    exports[2 * i] = ex[i][0], exports[2 * i + 1] = ex[i][1];
+  }
+  CgLibrary lib = {cellc_executor_bc, (size_t)(cellc_executor_bc_end - cellc_executor_bc), table->data, table->n,
+                   (const char *const *)k->names, k->nnames, exports, 4, cpu_name(o->cpu), obj};
+  return cg_llvm_emit_library(m, &lib, err, errlen);
+}
+
+/* plan -> table and kernels -> P.o (executor linked in) -> libP.so. */
 int cpu_emit(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen) {
   CHECK(!p->nnoise || o->train_noise); /* lowered for evaluation unless train_noise */
   Plan *pl = plan_new(p, &(PlanOptions){.scan = bo->scan, .gates = false});
   Builder b = {.pl = pl, .p = p, .err = err, .errlen = errlen};
-  int *nodes[2] = {xmalloc(sizeof(int) * ((size_t)p->g.nnodes + 1)), xmalloc(sizeof(int) * ((size_t)p->g.nnodes + 1))};
-  int nst[2] = {static_nodes(&b, pl->static_fwd, nodes[0]), static_nodes(&b, pl->static_bwd, nodes[1])};
-  int rc = nst[0] < 0 || nst[1] < 0 ? -1 : 0;
+  Kernels k;
   Blob table = {0};
   CgModule *m = NULL;
-  char **names = xcalloc((size_t)pl->nkernels + 3, sizeof(char *));
-  int nnames = 0;
+  int rc = kernels_new(&b, &k);
   if (!rc) {
-    for (int k = 0; k < pl->nkernels; k++) {
-      names[nnames] = xmalloc(32);
-      snprintf(names[nnames++], 32, "k%d", k);
-    }
-    CgNodes extra[2];
-    int nextra = 0;
-    for (int s = 0; s < 2; s++)
-      if (nst[s] > 0) {
-        extra[nextra++] = (CgNodes){s ? "kstatic_bwd" : "kstatic_fwd", nodes[s], nst[s]};
-        names[nnames++] = xstrdup(s ? "kstatic_bwd" : "kstatic_fwd");
-      }
     table = build_table(&b);
     EtHeader *h = (EtHeader *)table.data;
-    h->kstatic_fwd = nst[0] > 0 ? pl->nkernels : -1;
-    h->kstatic_bwd = nst[1] > 0 ? pl->nkernels + (nst[0] > 0) : -1;
+    h->kstatic_fwd = k.n[0] > 0 ? pl->nkernels : -1;
+    h->kstatic_bwd = k.n[1] > 0 ? pl->nkernels + (k.n[0] > 0) : -1;
     h->nparams = p->cell->nparams, h->nstates = p->cell->nstates;
     if (h->y_array < 0) snprintf(err, errlen, "emit: the cell's output is not computed per step"), rc = -1;
-    if (!rc && !(m = cg_llvm_build_with(pl, extra, nextra, err, errlen))) rc = -1;
   }
-  char *obj = NULL, *so = NULL;
-  if (!rc) {
-    obj = xmalloc(strlen(o->dir) + strlen(o->name) + 16), so = xmalloc(strlen(o->dir) + strlen(o->name) + 16);
-    sprintf(obj, "%s/%s.o", o->dir, o->name), sprintf(so, "%s/lib%s.so", o->dir, o->name);
-    char ex[4][2][96];
-    const char *exports[8];
-    const char *what[4] = {"forward", "backward", "workspace_bytes", "strerror"};
-    for (int i = 0; i < 4; i++) {
-      snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s%s", what[i], i == 0 && o->train_noise ? "_seeded" : "");
-      snprintf(ex[i][1], sizeof ex[i][1], "%s_%s", o->name, what[i]);
-      exports[2 * i] = ex[i][0], exports[2 * i + 1] = ex[i][1];
-    }
-    CgLibrary lib = {cellc_executor_bc, (size_t)(cellc_executor_bc_end - cellc_executor_bc), table.data, table.n,
-                     (const char *const *)names, nnames, exports, 4, cpu_name(o->cpu), obj};
-    rc = cg_llvm_emit_library(m, &lib, err, errlen);
-  }
+  if (!rc && !(m = cg_llvm_build_with(pl, k.extra, k.nextra, err, errlen))) rc = -1;
+  char *obj = xmalloc(strlen(o->dir) + strlen(o->name) + 16), *so = xmalloc(strlen(o->dir) + strlen(o->name) + 16);
+  sprintf(obj, "%s/%s.o", o->dir, o->name), sprintf(so, "%s/lib%s.so", o->dir, o->name);
+  if (!rc) rc = write_object(m, &k, &table, o, obj, err, errlen);
   if (!rc) rc = run_cc(so, obj, err, errlen);
   cg_llvm_module_free(m);
-  for (int i = 0; i < nnames; i++) free(names[i]);
-  free(names), free(obj), free(so), free(table.data), free(b.floats), free(nodes[0]), free(nodes[1]);
+  kernels_free(&k);
+  free(obj), free(so), free(table.data), free(b.floats);
   plan_free(pl);
   return rc;
 }
