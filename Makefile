@@ -116,6 +116,17 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/backend/cuda/cellc_emit_host.h \
                                                compiler/backend/cuda/cellc_train.cu
 
+# The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
+# for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin.
+CLANG ?= clang-14
+$(BUILD)/emit/executor.bc: compiler/backend/cpu/standalone/executor.c compiler/backend/cpu/emit_table.h \
+                           compiler/backend/cpu/scan.h
+	@mkdir -p $(dir $@)
+	$(CLANG) -std=c11 -O2 -Xclang -disable-llvm-passes -fPIC -Wall -Wextra -Werror -target x86_64-pc-linux-gnu \
+	  -emit-llvm -c -o $@ $<
+$(BUILD)/compiler/backend/cpu/emit_bitcode.o: $(BUILD)/emit/executor.bc
+$(BUILD)/compiler/backend/cpu/emit_bitcode.o: CFLAGS += -DEXECUTOR_BC='"$(BUILD)/emit/executor.bc"'
+
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
 	re2c -W -Werror --no-generation-date -o $@ $<

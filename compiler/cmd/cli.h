@@ -29,6 +29,7 @@ typedef struct LoadedRun {
 /* 0, or the exit status after a located message; run_unload either way. */
 int run_load(const char *cell, const char *cfg, const char *const *sets, int nsets, const char *checkpoint, LoadedRun *out);
 void run_unload(LoadedRun *l);
+int cmd_emit(int argc, char **argv);
 
 #ifndef CELLC_VERSION
 #define CELLC_VERSION "0.1.0"
@@ -65,6 +66,9 @@ typedef struct CellArgs {
 /* Takes --set, --dims, --cell, --mode at argv[*i] (advancing *i); returns 1
  * when taken, 0 when not one of them, -1 after a usage error (exit 2). */
 int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i);
+/* Loads a.file and checks the chosen cell with every dim bound (training: gumbel_sigmoid draws
+ * noise); NULL after a located diagnostic. */
+Cell *cli_compile_cell(Arena *arena, const CellArgs *a, bool training);
 /* The standard library directory, found relative to the executable. */
 const char *cli_stdlib_dir(void);
 

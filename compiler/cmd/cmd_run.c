@@ -167,7 +167,7 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
 }
 
 /* Loads the module and checks the chosen cell; NULL after a diagnostic. */
-static Cell *compile_cell(Arena *arena, const CellArgs *a, bool training) {
+Cell *cli_compile_cell(Arena *arena, const CellArgs *a, bool training) {
   Module *m = check_load(arena, a->file, cli_stdlib_dir());
   if (!m) return NULL;
   const Src *src = NULL;
@@ -232,7 +232,7 @@ int cmd_derive(int argc, char **argv) {
     for (int i = 0; i < a.ndims; i++) given = given || !strcmp(a.dims[i].name, dd[d].name);
     if (!given) a.dims[a.ndims++] = (Binding){dd[d].name, "3"};
   }
-  Cell *c = compile_cell(&arena, &a, false);
+  Cell *c = cli_compile_cell(&arena, &a, false);
   if (!c) return arena_free(&arena), 1;
   Program *p = pipeline_derive(c);
   ad_print(p, stdout);
@@ -587,7 +587,7 @@ int cmd_run(int argc, char **argv) {
   Arena arena = {0};
   RunData r = {.a = &a, .arena = &arena, .in = a.inputs ? &in : NULL, .T = a.T, .B = a.B};
   Compiled *comp = NULL;
-  r.c = compile_cell(&arena, &a.cell, a.train);
+  r.c = cli_compile_cell(&arena, &a.cell, a.train);
   if (!r.c) rc = 1;
   char err[512];
   PipelineOptions po = {.backend = be, .training = a.train, .gates = true, .f32 = !strcmp(a.precision, "f32")};

@@ -101,6 +101,26 @@ static const CmdHelp commands[] = {
      "  3   a file could not be written (or --out holds files), out of memory\n"
      "  70  internal error (a bug)\n"
      "  130 interrupted (SIGINT or SIGTERM): nothing written\n"},
+    {"emit",
+     "emit FILE.cell --out DIR [--target cpu|cuda] [--cell NAME] [--dims H=128,...] [--set NAME=VALUE]... "
+     "[--mode auto|scan|sequential] [--name PREFIX] [--cpu generic|x86-64-v3|x86-64-v4|native] [--arch sm_80] [--torch]",
+     "write the cell's whole-sequence forward and backward as standalone code (docs/emit.md)",
+     "  --out DIR               the directory of the files (required; written complete or not at all)\n"
+     "  --target cpu|cuda       cpu: P.o and libP.so (cblas); cuda: P.cu and P.ptx (default cpu)\n"
+     "  --cell NAME             which cell (default: the last one of the file)\n"
+     "  --dims H=128,...        bind dims: every dim must be bound\n"
+     "  --set NAME=VALUE        set an option (repeatable)\n"
+     "  --mode auto|scan|sequential\n"
+     "  --name PREFIX           the prefix P of every file and symbol (default: the cell's name)\n"
+     "  --cpu NAME              target cpu: generic, x86-64-v3 (default: AVX2, no AVX-512), x86-64-v4, native\n"
+     "  --arch sm_XY            target cuda: the PTX architecture (default sm_80)\n"
+     "  --torch                 also P_torch.py, a PyTorch module over libP.so (target cpu)\n"
+     "  -h, --help              this help\n",
+     "  0   success: P.h, P.json and the target's files are in DIR\n"
+     "  1   bad input: an error in the .cell file, an unbound dim, a bad --set, --dims or --cell\n"
+     "  2   bad usage: unknown flag or value (--target, --cpu, --name), no --out\n"
+     "  3   emitting failed: DIR cannot be written, the C compiler or a back end's tool failed\n"
+     "  70  internal error (a bug)\n"},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
      "", "  0   success\n  2   unknown command\n"},
 };

@@ -67,5 +67,6 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
+  if (!strcmp(cmd, "emit")) return cmd_emit(argc - 2, argv + 2);
   return cli_usage_error("unknown command '%s'", cmd);
 }

@@ -51,14 +51,39 @@ Program *pipeline_derive(Cell *c) {
   return p;
 }
 
-Compiled *pipeline_compile(Cell *cell, const PipelineOptions *o, char *err, size_t errlen) {
+/* The back end's options from the pipeline's, and the program lowered (in scan form when the back
+ * end runs the cell's scan mode) and differentiated. */
+static Program *lower_for(Cell *cell, const PipelineOptions *o, BackendOptions *bo) {
   const Backend *be = o->backend;
   CHECK(be);
-  BackendOptions bo = {0};
-  bo.scan = be->scans && cell->mode == MODE_SCAN;
-  bo.gates = o->gates, bo.f32 = o->f32, bo.threads = o->threads, bo.portable = o->portable;
-  Program *p = lower_cell(cell, o->training, bo.scan);
+  memset(bo, 0, sizeof *bo);
+  bo->scan = be->scans && cell->mode == MODE_SCAN;
+  bo->gates = o->gates, bo->f32 = o->f32, bo->threads = o->threads, bo->portable = o->portable;
+  Program *p = lower_cell(cell, o->training, bo->scan);
   ad_differentiate(p);
+  return p;
+}
+
+int pipeline_emit(Cell *cell, const PipelineOptions *o, const EmitOptions *eo, char *err, size_t errlen) {
+  const Backend *be = o->backend;
+  CHECK(be);
+  if (!be->emit) {
+    snprintf(err, errlen, "the %s back end cannot emit code in this build", be->name);
+    return -1;
+  }
+  BackendOptions bo;
+  Program *p = lower_for(cell, o, &bo);
+  const char *why = be->supports(p, &bo);
+  int rc = why ? -1 : be->emit(p, &bo, eo, err, errlen);
+  if (why) snprintf(err, errlen, "the %s back end cannot run cell '%s': %s", be->name, cell->name, why);
+  program_free(p);
+  return rc;
+}
+
+Compiled *pipeline_compile(Cell *cell, const PipelineOptions *o, char *err, size_t errlen) {
+  const Backend *be = o->backend;
+  BackendOptions bo;
+  Program *p = lower_for(cell, o, &bo);
   size_t nsig;
   uint64_t *sig = request_signature(p, be, &bo, &nsig);
   for (Entry *e = cache; e; e = e->next)

@@ -33,6 +33,10 @@ void pipeline_release(Compiled *c);
 /* How many compilations the cache saved so far. */
 int pipeline_cache_hits(void);
 
+/* Writes the cell's forward and backward as the back end's standalone files (cellc emit; the
+ * back end's emit entry) into eo->dir. 0, or -1 with a message in err. */
+int pipeline_emit(Cell *c, const PipelineOptions *o, const EmitOptions *eo, char *err, size_t errlen);
+
 /* Forward then backward of a whole sequence on c's back end, from and into float64 buffers
  * (d->dtype DT_F64), converted to float32 and back for a float32 back end (and copied to and from
  * the device for a device-memory one). */

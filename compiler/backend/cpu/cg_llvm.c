@@ -8,9 +8,11 @@
 #include "cg_llvm.h"
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/BitReader.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
+#include <llvm-c/Linker.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -356,6 +358,75 @@ static LLVMValueRef materialize_const(Cg *cg, int id) {
   return tmp;
 }
 
+/* ---- products of the static values (params only, run on one row): scalar loops ---- */
+
+typedef void (*LoopBody)(Cg *cg, LLVMValueRef i, void *ctx);
+
+/* body(i) for i = 0 .. n-1 (n >= 1), i an i64. */
+static void for_range(Cg *cg, long n, LoopBody body, void *ctx) {
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "range");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, cg->fn, "range.done");
+  LLVMBuildBr(cg->b, loop);
+  LLVMPositionBuilderAtEnd(cg->b, loop);
+  LLVMValueRef i = LLVMBuildPhi(cg->b, cg->i64, "i");
+  body(cg, i, ctx);
+  LLVMValueRef in = LLVMBuildAdd(cg->b, i, LLVMConstInt(cg->i64, 1, 0), "");
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
+  LLVMValueRef zero = LLVMConstInt(cg->i64, 0, 0);
+  LLVMAddIncoming(i, &zero, &pre, 1);
+  LLVMAddIncoming(i, &in, &end, 1);
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, in, LLVMConstInt(cg->i64, (unsigned long long)n, 0), ""), loop, done);
+  LLVMPositionBuilderAtEnd(cg->b, done);
+}
+
+/* out[o] = sum_i m[o so + i si] v[i] (MATVEC: so = cols, si = 1; MATVEC_T: so = 1, si = cols), or
+ * out[o nin + i] = m[o] v[i] (OUTER). */
+typedef struct ProdCtx {
+  LLVMValueRef m, v, out, acc, o;
+  long so, si, nout, nin;
+  bool outer;
+} ProdCtx;
+
+static LLVMValueRef mul_i64(Cg *cg, LLVMValueRef a, long k) { return LLVMBuildMul(cg->b, a, LLVMConstInt(cg->i64, (unsigned long long)k, 0), ""); }
+
+static void prod_inner(Cg *cg, LLVMValueRef i, void *ctx) {
+  ProdCtx *c = ctx;
+  if (c->outer) {
+    LLVMValueRef at = LLVMBuildAdd(cg->b, mul_i64(cg, c->o, c->nin), i, "");
+    store_at(cg, c->out, at, FMUL(load_at(cg, c->m, c->o, false), load_at(cg, c->v, i, false)));
+    return;
+  }
+  LLVMValueRef at = LLVMBuildAdd(cg->b, mul_i64(cg, c->o, c->so), mul_i64(cg, i, c->si), "");
+  LLVMValueRef t = FMUL(load_at(cg, c->m, at, false), load_at(cg, c->v, i, false));
+  LLVMBuildStore(cg->b, FADD(LLVMBuildLoad2(cg->b, cg->f32, c->acc, ""), t), c->acc);
+}
+
+static void prod_outer(Cg *cg, LLVMValueRef o, void *ctx) {
+  ProdCtx *c = ctx;
+  c->o = o;
+  if (!c->outer) LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), c->acc);
+  for_range(cg, c->nin, prod_inner, c);
+  if (!c->outer) store_at(cg, c->out, o, LLVMBuildLoad2(cg->b, cg->f32, c->acc, ""));
+}
+
+static LLVMValueRef materialize_const(Cg *cg, int id);
+
+static void emit_product(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id), *a = graph_node(cg->g, n->a[0]);
+  ProdCtx c = {.out = cg->rowp[id], .outer = n->op == OP_OUTER};
+  c.m = a->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
+  c.v = graph_node(cg->g, n->a[1])->op == OP_CONST ? materialize_const(cg, n->a[1]) : cg->rowp[n->a[1]];
+  if (n->op == OP_MATVEC) c.nout = a->n[0], c.nin = a->n[1], c.so = a->n[1], c.si = 1;
+  else if (n->op == OP_MATVEC_T) c.nout = a->n[1], c.nin = a->n[0], c.so = 1, c.si = a->n[1];
+  else c.nout = n->n[0], c.nin = n->n[1];
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
+  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+  c.acc = LLVMBuildAlloca(cg->b, cg->f32, "");
+  LLVMPositionBuilderAtEnd(cg->b, cur);
+  for_range(cg, c.nout, prod_outer, &c);
+}
+
 static void emit_node(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id);
   int e = node_numel(n);
@@ -406,6 +477,9 @@ static void emit_node(Cg *cg, int id) {
     cg->rowp[id] = keep;
     return;
   }
+  case OP_MATVEC: case OP_MATVEC_T: case OP_OUTER: /* static values only (a per-row product is a GEMM) */
+    emit_product(cg, id);
+    return;
   case OP_SLICE: {
     LLVMValueRef src = graph_node(cg->g, n->a[0])->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
     CopyCtx c = {src, n->idx};
@@ -421,10 +495,12 @@ static void emit_node(Cg *cg, int id) {
 
 /* ---- one kernel ---- */
 
-static void emit_kernel(Cg *cg, int k, const char *name) {
+/* A kernel over the nodes of plan kernel k, or (k = -1) over a static list of nodes: the static
+ * values, run on row 0 only, their temporaries row-local. */
+static void emit_kernel(Cg *cg, int k, const CgNodes *list, const char *name) {
   const Plan *pl = cg->pl;
   Graph *g = cg->g;
-  Kernel *K = &pl->kernels[k];
+  const Kernel *K = k >= 0 ? &pl->kernels[k] : &(const Kernel){(int *)list->nodes, list->n, list->n};
   LLVMTypeRef params[3] = {cg->i64, cg->i64, cg->fpp};
   LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(cg->ctx), params, 3, 0);
   cg->fn = LLVMAddFunction(cg->mod, name, fty);
@@ -449,7 +525,7 @@ static void emit_kernel(Cg *cg, int k, const char *name) {
       LLVMValueRef idx = LLVMConstInt(cg->i64, (unsigned long long)h, 0);
       cg->basep[id] = LLVMBuildLoad2(cg->b, cg->fptr, LLVMBuildGEP2(cg->b, cg->fptr, bases, &idx, 1, ""), "");
     } else if (graph_node(g, id)->op != OP_CONST) {
-      CHECK(pl->kernel_of[id] == k);
+      CHECK(k < 0 || pl->kernel_of[id] == k);
       tmp[id] = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)node_numel(graph_node(g, id)) + VW, 0), "");
     }
   }
@@ -527,7 +603,9 @@ static LLVMTargetMachineRef target_machine(const char *cpu_name, LLVMRelocMode r
   return tm;
 }
 
-CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
+CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) { return cg_llvm_build_with(pl, NULL, 0, err, errlen); }
+
+CgModule *cg_llvm_build_with(const Plan *pl, const CgNodes *extra, int nextra, char *err, size_t errlen) {
   init_llvm();
   CgModule *m = xcalloc(1, sizeof *m);
   m->tsctx = LLVMOrcCreateNewThreadSafeContext();
@@ -550,8 +628,9 @@ CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
   char name[32];
   for (int k = 0; k < pl->nkernels; k++) {
     snprintf(name, sizeof name, "k%d", k);
-    emit_kernel(&cg, k, name);
+    emit_kernel(&cg, k, NULL, name);
   }
+  for (int i = 0; i < nextra; i++) emit_kernel(&cg, -1, &extra[i], extra[i].name);
   free(cg.rowp);
   free(cg.basep);
   LLVMDisposeBuilder(cg.b);
@@ -657,4 +736,98 @@ int cg_llvm_emit_object(CgModule *m, const char *cpu, const char *path, char *er
   LLVMDisposeMessage(msg);
   LLVMDisposeTargetMachine(tm);
   return rc;
+}
+
+/* ---- a library: the executor's bitcode linked with the kernels ---- */
+
+/* The executor was compiled for a generic x86-64: its functions take the target machine's CPU. */
+static void drop_cpu_attributes(LLVMModuleRef mod) {
+  static const char *const keys[] = {"target-cpu", "target-features", "tune-cpu"};
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+    for (int i = 0; i < 3; i++) LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, keys[i], (unsigned)strlen(keys[i]));
+}
+
+/* cellc_table (the bytes of the plan table) and cellc_kernels (the kernels by number). */
+static int add_tables(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  LLVMContextRef ctx = LLVMGetModuleContext(m->mod);
+  LLVMValueRef tab = LLVMConstStringInContext(ctx, lib->table, (unsigned)lib->table_len, 1);
+  LLVMValueRef g = LLVMAddGlobal(m->mod, LLVMTypeOf(tab), "cellc_table");
+  LLVMSetInitializer(g, tab);
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetAlignment(g, 16);
+  LLVMValueRef *fns = xcalloc((size_t)lib->nkernels + 1, sizeof(LLVMValueRef));
+  LLVMTypeRef fty = NULL;
+  for (int i = 0; i < lib->nkernels; i++) {
+    fns[i] = LLVMGetNamedFunction(m->mod, lib->kernels[i]);
+    if (!fns[i]) {
+      snprintf(err, errlen, "internal: no kernel %s in the module", lib->kernels[i]);
+      free(fns);
+      return -1;
+    }
+    fty = LLVMTypeOf(fns[i]);
+  }
+  if (!fty) fty = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
+  LLVMValueRef arr = LLVMConstArray(fty, fns, (unsigned)lib->nkernels);
+  LLVMValueRef k = LLVMAddGlobal(m->mod, LLVMTypeOf(arr), "cellc_kernels");
+  LLVMSetInitializer(k, arr);
+  LLVMSetGlobalConstant(k, 1);
+  free(fns);
+  return 0;
+}
+
+static bool is_export(const CgLibrary *lib, const char *name) {
+  for (int i = 0; i < lib->nexports; i++)
+    if (!strcmp(lib->exports[2 * i + 1], name)) return true;
+  return false;
+}
+
+/* Renames the executor's entry points and makes every other definition internal. */
+static int keep_exports(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  for (int i = 0; i < lib->nexports; i++) {
+    LLVMValueRef f = LLVMGetNamedFunction(m->mod, lib->exports[2 * i]);
+    if (!f) {
+      snprintf(err, errlen, "internal: the executor has no %s", lib->exports[2 * i]);
+      return -1;
+    }
+    LLVMSetValueName2(f, lib->exports[2 * i + 1], strlen(lib->exports[2 * i + 1]));
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(m->mod); f; f = LLVMGetNextFunction(f)) {
+    size_t len;
+    if (!LLVMIsDeclaration(f) && !is_export(lib, LLVMGetValueName2(f, &len))) LLVMSetLinkage(f, LLVMInternalLinkage);
+  }
+  for (LLVMValueRef g = LLVMGetFirstGlobal(m->mod); g; g = LLVMGetNextGlobal(g))
+    if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+  return 0;
+}
+
+int cg_llvm_emit_library(CgModule *m, const CgLibrary *lib, char *err, size_t errlen) {
+  LLVMContextRef ctx = LLVMGetModuleContext(m->mod);
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(lib->bitcode, lib->bitcode_len, "executor");
+  LLVMModuleRef exec = NULL;
+  if (LLVMParseBitcodeInContext2(ctx, buf, &exec)) {
+    LLVMDisposeMemoryBuffer(buf);
+    snprintf(err, errlen, "internal: the embedded executor bitcode does not parse");
+    return -1;
+  }
+  LLVMDisposeMemoryBuffer(buf);
+  drop_cpu_attributes(exec);
+  LLVMSetTarget(m->mod, LLVMGetTarget(exec));
+  LLVMSetDataLayout(m->mod, LLVMGetDataLayoutStr(exec));
+  if (add_tables(m, lib, err, errlen) < 0) {
+    LLVMDisposeModule(exec);
+    return -1;
+  }
+  if (LLVMLinkModules2(m->mod, exec)) { /* exec is consumed either way */
+    snprintf(err, errlen, "internal: linking the executor into the kernels failed");
+    return -1;
+  }
+  if (keep_exports(m, lib, err, errlen) < 0) return -1;
+  char *msg = NULL;
+  if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) {
+    snprintf(err, errlen, "internal: the linked module does not verify: %.400s", msg);
+    LLVMDisposeMessage(msg);
+    return -1;
+  }
+  LLVMDisposeMessage(msg);
+  return cg_llvm_emit_object(m, lib->cpu, lib->path, err, errlen);
 }

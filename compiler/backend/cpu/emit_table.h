@@ -1,0 +1,96 @@
+/* emit_table.h: the plan of one program as a flat, pointer-free table, the form `cellc emit`
+ * writes into an object file next to the generated kernels (emit_cpu.c builds it) and the
+ * standalone executor (standalone/executor.c, compiled to LLVM bitcode at build time) reads. Every
+ * part of it is an array of the structs below at a byte offset from the table's start; slots,
+ * kernels and steps keep the plan's numbering. Freestanding: stdint only. */
+#ifndef CELLC_EMIT_TABLE_H
+#define CELLC_EMIT_TABLE_H
+
+#include <stdint.h>
+
+#define ET_MAGIC 0x6c6c6563 /* "cell" */
+
+/* Where an array's memory comes from at run time. */
+enum {
+  ET_OWNED,      /* the workspace: rows * T * B + per_b * B + fixed floats */
+  ET_PARAM,      /* a param part (index): the caller's array, or its plane in the workspace (complex) */
+  ET_X, ET_DY,             /* the caller's x and dy (y is owned: the backward reads it) */
+  ET_GX,         /* the caller's dx, or the workspace when dx is NULL */
+  ET_GH0,        /* state part (index): the workspace, copied to the caller's dh0 */
+  ET_NOISE,      /* noise stream (index): the workspace (rows = width), drawn from the seed by the forward */
+};
+
+typedef struct EtArray {
+  int32_t kind, index, width;
+  int32_t rows, per_b, fixed;  /* ET_OWNED: floats = rows * T * B + per_b * B + fixed */
+  int32_t zero_bwd;            /* zeroed before each backward (the adjoints summed over rows) */
+} EtArray;
+
+typedef struct EtSlot {
+  int32_t array, row_off, col;
+} EtSlot;
+
+/* A scan coefficient: a slot's rows, or a constant row of `size` floats (fill: offset in the
+ * table's floats), or zero (slot -1, fill -1). */
+typedef struct EtCoef {
+  int32_t slot, fill;
+} EtCoef;
+
+enum { ET_ELEM, ET_GEMM, ET_GEMM_T, ET_OUTER_ACC, ET_COLSUM, ET_SCAN, ET_RSCAN, ET_COPY, ET_ZERO };
+enum { ET_REG_ALL, ET_REG_STEP, ET_REG_FIRST };
+
+typedef struct EtStep {
+  int32_t kind;
+  int32_t kernel;              /* ET_ELEM */
+  int32_t y, v, m, nO, nI;     /* ET_GEMM(_T): slots and sizes; ET_OUTER_ACC: y = acc, v = V, m = G, nO x nI */
+  int32_t accumulate;
+  int32_t src, dst, numel;     /* ET_COPY (src -1: the constant k), ET_ZERO, ET_COLSUM (dst: acc) */
+  float k;
+  int32_t part, cplx, size;    /* ET_SCAN / ET_RSCAN: the state's first part */
+  int32_t arr0, arr1;          /* ... its state (dtotal) arrays, arr1 -1 when real */
+  EtCoef a[2], b[2];           /* ... a, and b (forward) or g (reverse), per part */
+} EtStep;
+
+typedef struct EtPhase {
+  int32_t region, first, n;    /* steps [first, first + n) */
+} EtPhase;
+
+typedef struct EtParamPart {
+  int32_t param, part, cplx, numel;
+  int32_t array;               /* its ET_PARAM array, or -1 */
+  int32_t plane;               /* complex: offset of its plane in the workspace's plane area */
+  int32_t grad;                /* the gradient's slot, or -1: the constant grad_k (zero when none) */
+  float grad_k;
+} EtParamPart;
+
+typedef struct EtStatePart {
+  int32_t state, part, cplx, size;
+  int32_t arr, darr, gh0;      /* state array, dstate / dtotal array, ET_GH0 array (or -1) */
+} EtStatePart;
+
+typedef struct EtStackCopy {
+  int32_t array, offset, src, numel; /* src slot's numel floats to array + offset */
+} EtStackCopy;
+
+enum { ET_FWD_PRE, ET_FWD_STEP, ET_FWD_POST, ET_BWD_PRE, ET_BWD_STEP, ET_BWD_POST, ET_BWD_FIRST, ET_NPHASES };
+
+typedef struct EtHeader {
+  int32_t magic, bytes;
+  int32_t train_noise;         /* the forward draws the noise streams from its seed */
+  int32_t scan;                /* scan mode: dh0 comes from ET_GH0 arrays, else from the dstate arrays */
+  int32_t x_size, output_size;
+  int32_t y_array;             /* the outputs' array, copied to the caller's y after the forward */
+  int32_t nparams, nstates;    /* the cell's, in the C API */
+  int32_t kstatic_fwd, kstatic_bwd; /* kernel numbers of the static values, or -1 */
+  int32_t planes;              /* floats of the complex params' planes */
+  int32_t narrays, arrays;     /* count, byte offset */
+  int32_t nslots, slots;
+  int32_t nsteps, steps;
+  int32_t npparts, pparts;
+  int32_t nsparts, sparts;
+  int32_t nstack, stack;
+  int32_t nfloats, floats;
+  EtPhase phases[ET_NPHASES];
+} EtHeader;
+
+#endif

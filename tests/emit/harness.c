@@ -1,0 +1,166 @@
+/* harness.c: a C program that links one emitted cell (P.o or libP.so; -DP=<prefix> -include P.h)
+ * and runs it on the tensors tests/emit_cli.py wrote as raw float32 files into IN:
+ *   IN/meta: "T B nparams nstates", then the floats of each param, then of each state ([B, ...]);
+ *   IN/x, IN/dy, IN/param.<i>, IN/h0.<i>, IN/dfinal.<i>.
+ * It writes y, final.<i>, grad.<i>, dx, dh0.<i> into OUT for the comparison with the interpreter,
+ * and checks the API's semantics itself, one "ok NAME" or "FAIL NAME" line each: NULL h0 is zeros,
+ * NULL final / dx / dh0 members are not written and change nothing else, NULL dfinal is zeros, a
+ * bad call (T = 0, B = 0, NULL x, NULL work, NULL dy) returns a nonzero status with a message. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(x) CAT(P, x)
+typedef CAT(P, _params) Params;
+typedef CAT(P, _states) States;
+
+/* -DSEED=N: a cell emitted with --set train_noise=true, whose forward takes a trailing seed */
+#ifdef SEED
+#define FWD(...) FN(_forward)(__VA_ARGS__, (unsigned long long)SEED)
+#else
+#define FWD(...) FN(_forward)(__VA_ARGS__)
+#endif
+
+#define MAXN 64
+static int T, B, np, ns;
+static long pn[MAXN], sn[MAXN];
+static long nx, ny;
+static int failures;
+
+static float *load(const char *dir, const char *name, long n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  float *v = calloc((size_t)n + 1, sizeof(float));
+  if (!f || fread(v, sizeof(float), (size_t)n, f) != (size_t)n) {
+    fprintf(stderr, "cannot read %s\n", path);
+    exit(2);
+  }
+  fclose(f);
+  return v;
+}
+
+static void save(const char *dir, const char *name, const float *v, long n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(v, sizeof(float), (size_t)n, f) != (size_t)n) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(2);
+  }
+  fclose(f);
+}
+
+static void check(const char *name, int ok) {
+  printf("%s %s\n", ok ? "ok" : "FAIL", name);
+  if (!ok) failures++;
+}
+
+static int same(const float *a, const float *b, long n) { return !memcmp(a, b, sizeof(float) * (size_t)n); }
+
+static float *fresh(long n) {
+  float *v = malloc(sizeof(float) * (size_t)(n + 1));
+  for (long i = 0; i <= n; i++) v[i] = NAN; /* a value never written stays NaN */
+  return v;
+}
+
+static int untouched(const float *v, long n) {
+  for (long i = 0; i < n; i++)
+    if (!isnan(v[i])) return 0;
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) return fprintf(stderr, "usage: harness IN OUT\n"), 2;
+  const char *in = argv[1], *out = argv[2];
+  char path[4096];
+  snprintf(path, sizeof path, "%s/meta", in);
+  FILE *m = fopen(path, "r");
+  if (!m || fscanf(m, "%d %d %d %d %ld %ld", &T, &B, &np, &ns, &nx, &ny) != 6 || np > MAXN || ns > MAXN) return 2;
+  for (int i = 0; i < np; i++)
+    if (fscanf(m, "%ld", &pn[i]) != 1) return 2;
+  for (int i = 0; i < ns; i++)
+    if (fscanf(m, "%ld", &sn[i]) != 1) return 2;
+  fclose(m);
+  check("abi", FN(_ABI) == 1 && sizeof(Params) == sizeof(float *) * (size_t)(np ? np : 1) &&
+                   sizeof(States) == sizeof(float *) * (size_t)(ns ? ns : 1));
+  float *w[MAXN], *h0[MAXN], *df[MAXN], *fin[MAXN], *g[MAXN], *dh0[MAXN], *zeros[MAXN];
+  char name[64];
+  for (int i = 0; i < np; i++) snprintf(name, sizeof name, "param.%d", i), w[i] = load(in, name, pn[i]);
+  for (int i = 0; i < ns; i++) {
+    snprintf(name, sizeof name, "h0.%d", i), h0[i] = load(in, name, sn[i]);
+    snprintf(name, sizeof name, "dfinal.%d", i), df[i] = load(in, name, sn[i]);
+    fin[i] = fresh(sn[i]), dh0[i] = fresh(sn[i]), zeros[i] = calloc((size_t)sn[i] + 1, sizeof(float));
+  }
+  for (int i = 0; i < np; i++) g[i] = fresh(pn[i]);
+  float *x = load(in, "x", nx), *dy = load(in, "dy", ny), *y = fresh(ny), *dx = fresh(nx);
+  size_t wsb = FN(_workspace_bytes)(T, B);
+  void *work = malloc(wsb + 1);
+  const Params *W = (const Params *)(void *)w;
+
+  /* the main run: every input given, every output asked for */
+  int rc = FWD(W, T, B, x, (const States *)(void *)h0, y, (States *)(void *)fin, work);
+  check("forward status", rc == 0);
+  rc = FN(_backward)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)df, work, (Params *)(void *)g, dx,
+                     (States *)(void *)dh0);
+  check("backward status", rc == 0);
+  save(out, "y", y, ny), save(out, "dx", dx, nx);
+  for (int i = 0; i < ns; i++) {
+    snprintf(name, sizeof name, "final.%d", i), save(out, name, fin[i], sn[i]);
+    snprintf(name, sizeof name, "dh0.%d", i), save(out, name, dh0[i], sn[i]);
+  }
+  for (int i = 0; i < np; i++) snprintf(name, sizeof name, "grad.%d", i), save(out, name, g[i], pn[i]);
+
+  /* NULL h0 is zeros; NULL final is not written */
+  float *y2 = fresh(ny), *y3 = fresh(ny), *fz[MAXN];
+  for (int i = 0; i < ns; i++) fz[i] = fresh(sn[i]);
+  FWD(W, T, B, x, (const States *)(void *)zeros, y2, (States *)(void *)fz, work);
+  rc = FWD(W, T, B, x, NULL, y3, NULL, work);
+  check("h0 NULL is zeros, final NULL", rc == 0 && same(y2, y3, ny));
+  if (ns) {
+    fin[0] = fresh(sn[0]);
+    float *keep = fin[0];
+    States *fs = (States *)(void *)fin;
+    fin[0] = NULL; /* a NULL member: not written */
+    rc = FWD(W, T, B, x, (const States *)(void *)zeros, y3, fs, work);
+    fin[0] = keep;
+    check("a NULL member of final", rc == 0 && untouched(keep, sn[0]) && same(y2, y3, ny));
+  }
+  /* dx and dh0 NULL: not computed, the param gradients unchanged; dfinal NULL is zeros */
+  float *gz[MAXN], *gn[MAXN], *dxz = fresh(nx), *dhz[MAXN];
+  for (int i = 0; i < np; i++) gz[i] = fresh(pn[i]), gn[i] = fresh(pn[i]);
+  for (int i = 0; i < ns; i++) dhz[i] = fresh(sn[i]);
+  FWD(W, T, B, x, (const States *)(void *)h0, y3, NULL, work);
+  FN(_backward)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)zeros, work, (Params *)(void *)gz, dxz,
+                (States *)(void *)dhz);
+  rc = FN(_backward)(W, T, B, x, (const States *)(void *)h0, dy, NULL, work, (Params *)(void *)gn, NULL, NULL);
+  int ok = rc == 0;
+  for (int i = 0; i < np; i++) ok = ok && same(gz[i], gn[i], pn[i]);
+  check("dfinal NULL is zeros, dx and dh0 NULL", ok);
+  if (ns) {
+    float *keep = dhz[0];
+    dhz[0] = NULL;
+    float *dxa = fresh(nx);
+    rc = FN(_backward)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)zeros, work, (Params *)(void *)gn, dxa,
+                       (States *)(void *)dhz);
+    dhz[0] = keep;
+    check("a NULL member of dh0", rc == 0 && same(dxa, dxz, nx));
+    free(dxa);
+  }
+  /* bad calls: nonzero status, a message, nothing else */
+  int bad[5] = {FWD(W, 0, B, x, NULL, y3, NULL, work), FWD(W, T, 0, x, NULL, y3, NULL, work),
+                FWD(W, T, B, NULL, NULL, y3, NULL, work), FWD(W, T, B, x, NULL, y3, NULL, NULL),
+                FN(_backward)(W, T, B, x, NULL, NULL, NULL, work, (Params *)(void *)gn, NULL, NULL)};
+  const char *what[5] = {"T = 0", "B = 0", "x NULL", "work NULL", "dy NULL"};
+  for (int i = 0; i < 5; i++) {
+    const char *msg = FN(_strerror)(bad[i]);
+    snprintf(name, sizeof name, "bad call %s: status %d (%s)", what[i], bad[i], msg ? msg : "NULL");
+    check(name, bad[i] != 0 && msg && strlen(msg) > 3);
+  }
+  check("workspace of T = 0 is 0", FN(_workspace_bytes)(0, B) == 0);
+  printf("%s\n", failures ? "harness: FAILED" : "harness: all ok");
+  return failures ? 1 : 0;
+}
