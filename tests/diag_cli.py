@@ -215,6 +215,9 @@ def check_json_and_plots():
           all(0 < c <= 1 + 1e-12 for c in j["CE10"]) and j["predictor"] == "z" and isinstance(j["slope"], float), str(j)[:300])
     check("preact: the input and state parts of z and r", [p["name"] for p in L["preact"]] == ["z", "r"] and
           all(p["state"] is not None and sum(p["input"]["sigmoid_hist"]) == T * 24 for p in L["preact"]), str(L["preact"])[:200])
+    pg = L.get("param_grad") or {}
+    check("param_grad: the per-sample parameter gradients of the batch's sequences, AI10 >= 1, 0 < CE10 <= 1",
+          pg.get("samples") == 3 and pg["AI10"] is not None and pg["AI10"] >= 1 and 0 < pg["CE10"] <= 1 + 1e-12, str(pg))
     plots = ["gates_layer0.svg", "preact_layer0.svg", "grad_per_step_layer0.svg", "eff_lr_layer0.svg",
              "anisotropy_layer0.svg", "S_vs_predictor_layer0.svg", "gates_layer1.svg", "tokens_layer0.svg"]
     ok = all(open(os.path.join(init, f)).read().lstrip().startswith("<?xml") for f in plots)

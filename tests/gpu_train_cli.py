@@ -233,6 +233,40 @@ compare("copying learned_gate (gumbel noise, learned initial state)", "tests/cel
 compare("copying mgu residual, rms norm, no mixer", "stdlib/mgu.cell", COPYING, "model.block=residual", "model.norm=rms",
         "model.hidden=8")
 
+# a text model as examples/small/lm_text.cfg builds it, smaller: next-byte cross-entropy over every
+# step, hgru layers with depth-raised lower bounds, residual blocks, RMS norm, GLU, dropout
+TEXT = write("text.cfg", """
+[task]
+name    = text
+path    = docs/language.md
+context = 24
+
+[model]
+layers  = 2
+width   = 8
+hidden  = 8
+encoder = embed
+block   = residual
+norm    = rms
+mixer   = glu
+dropout = 0.1
+readout = all
+layer.0.option.lb = 0.0
+layer.1.option.lb = 0.5
+
+[train]
+steps        = 20
+batch        = 4
+optimizer    = adamw
+lr           = 2e-3
+betas        = 0.9, 0.98
+weight_decay = 0.01
+schedule     = inverse_sqrt
+warmup       = 0.1
+seed         = 1
+""" + COMMON)
+compare("text hgru residual, rms norm, glu, dropout (the small text model)", "stdlib/hgru.cell", TEXT)
+
 # ---- resume across devices: cpu (steps 1-10) -> cuda-emu (11-15) -> cpu (16-20) ----
 XOR_CONST = ["train.optimizer=adamw", "eval.every=5"]
 ref, dref = run("xor-straight", "stdlib/gru.cell", XOR, "cpu", *XOR_CONST)

@@ -65,6 +65,9 @@ typedef struct LayerAcc {
   bool has_slope, has_slope_c;
   double slope_c, icept_c;
   double slope, icept;
+  /* the per-sample parameter gradients of the first batch */
+  int pg_samples;
+  double pg_ai, pg_ce;
 } LayerAcc;
 
 typedef struct Diag {
@@ -292,6 +295,63 @@ static void first_sequence(Diag *d, LayerAcc *A, const DiagSeq *s) {
 
 /* Every layer on one batch: the model's training forward and backward (for each layer's input and
  * output gradient), then each layer on the interpreter. */
+/* Anisotropy of the matrix of per-sample parameter gradients (seeds.md section 5): each sequence of
+ * the batch alone through the layer's backward (its own dL/dy, zero dfinal), its gradient of every
+ * param part flattened into a row; rows normalized, columns centred; the singular values from the
+ * B x B Gram matrix G G^T (its eigenvalues are their squares); AI_r and CE_r with r = min(10, B - 1)
+ * (centring leaves rank B - 1 at most). */
+static void param_gradients(Diag *d, LayerAcc *A, const DiagSeq *s) {
+  const Program *p = A->L.p;
+  int B = s->B, T = s->T, xs = p->x_size, os = p->output_size;
+  size_t P = 0;
+  for (int i = 0; i < p->npparts; i++) P += (size_t)p->pparts[i].numel;
+  if (B < 2 || P == 0) return;
+  double *G = xcalloc((size_t)B * P, sizeof(double));
+  DiagSeq one;
+  diag_seq_alloc(&A->L, &one, T, 1);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      memcpy(one.x + (size_t)t * xs, s->x + ((size_t)t * B + b) * xs, sizeof(double) * (size_t)xs);
+      memcpy(one.dy + (size_t)t * os, s->dy + ((size_t)t * B + b) * os, sizeof(double) * (size_t)os);
+    }
+    for (int i = 0; i < p->npparts; i++) memcpy(one.params[i], s->params[i], sizeof(double) * (size_t)p->pparts[i].numel);
+    for (int q = 0; q < p->nsparts; q++) {
+      int n = p->sparts[q].size;
+      memcpy(one.h0[q], s->h0[q] + (size_t)b * n, sizeof(double) * (size_t)n);
+      memset(one.dfinal[q], 0, sizeof(double) * (size_t)n);
+    }
+    diag_seq_run(&A->L, &one, true);
+    double *row = G + (size_t)b * P, norm = 0;
+    size_t j = 0;
+    for (int i = 0; i < p->npparts; i++)
+      for (int e = 0; e < p->pparts[i].numel; e++, j++) row[j] = one.gparams[i][e], norm += row[j] * row[j];
+    if (norm > 0)
+      for (j = 0; j < P; j++) row[j] /= sqrt(norm);
+  }
+  diag_seq_free(&A->L, &one);
+  for (size_t j = 0; j < P; j++) {
+    double mean = 0;
+    for (int b = 0; b < B; b++) mean += G[(size_t)b * P + j];
+    mean /= B;
+    for (int b = 0; b < B; b++) G[(size_t)b * P + j] -= mean;
+  }
+  double *gram = xcalloc((size_t)B * B, sizeof(double)), *sv = xcalloc((size_t)B, sizeof(double));
+  for (int a = 0; a < B; a++)
+    for (int b = 0; b <= a; b++) {
+      double dot = 0;
+      for (size_t j = 0; j < P; j++) dot += G[(size_t)a * P + j] * G[(size_t)b * P + j];
+      gram[(size_t)a * B + b] = gram[(size_t)b * B + a] = dot;
+    }
+  if (diag_singular_values(B, gram, sv) == 0) {
+    for (int i = 0; i < B; i++) sv[i] = sqrt(fmax(sv[i], 0.0));
+    int r = B - 1 < 10 ? B - 1 : 10;
+    diag_anisotropy(sv, B - 1, r, &A->pg_ai, &A->pg_ce);
+    A->pg_samples = B;
+  }
+  free(G), free(gram), free(sv);
+  (void)d;
+}
+
 static void diag_batch(Diag *d, int64_t index) {
   TaskBatch b = {0};
   task_batch(d->run.task, TASK_VALID, index, d->B, &b);
@@ -305,7 +365,7 @@ static void diag_batch(Diag *d, int64_t index) {
     const int32_t *tok = d->tokens ? b.tokens : NULL;
     add_gates(A, &s, tok);
     add_steps(A, &s, tok);
-    if (index == 0) first_sequence(d, A, &s);
+    if (index == 0) first_sequence(d, A, &s), param_gradients(d, A, &s);
     diag_seq_free(&A->L, &s);
   }
   task_batch_free(&b);
@@ -421,6 +481,13 @@ static char *diag_json(Diag *d) {
     if (d->tokens) cJSON_AddItemToObject(o, "state_change_by_token", by_token(A->chg_sum, A->chg_n, d->vocab));
     cJSON_AddItemToObject(o, "jacobian", jacobian_json(A));
     cJSON_AddItemToObject(o, "preact", preact_json(A));
+    if (A->pg_samples) {
+      cJSON *pg = cJSON_CreateObject();
+      cJSON_AddNumberToObject(pg, "samples", A->pg_samples);
+      cJSON_AddItemToObject(pg, "AI10", num(A->pg_ai));
+      cJSON_AddItemToObject(pg, "CE10", num(A->pg_ce));
+      cJSON_AddItemToObject(o, "param_grad", pg);
+    }
     cJSON_AddItemToArray(layers, o);
   }
   cJSON_AddItemToObject(root, "layers", layers);
