@@ -139,6 +139,10 @@ same_run("copying, mgu", c1, c2)
 a1 = train(0, "add1", MULTI, ADDING)
 a2 = train(2, "add2", MULTI, ADDING)
 same_run("adding, multi_gate", a1, a2)
+# a device run: each rank's gradients come down from the device, are summed over MPI, go back up
+emu = ["--set", "train.device=cuda-emu", "--set", "train.batch=4"]
+same_run("copying, mgu on cuda-emu (device gradients summed through the host)",
+         train(0, "emu1", MGU, COPYING, *emu), train(2, "emu2", MGU, COPYING, *emu))
 drop = ["--set", "model.dropout=0.2"]
 same_run("copying with dropout 0.2 (each rank draws its slice of the global masks)",
          train(0, "drop1", MGU, COPYING, *drop), train(2, "drop2", MGU, COPYING, *drop))

@@ -213,6 +213,13 @@ static int open_device(Run *r) {
     r->ops = model_host_ops();
     return 0;
   }
+  /* several processes on cuda: each rank its own GPU, the one of its rank on this machine, unless
+   * the user chose with CUDA_VISIBLE_DEVICES (set before the driver starts) */
+  if (dist_size() > 1 && !strcmp(dev, "cuda") && !getenv("CUDA_VISIBLE_DEVICES")) {
+    char gpu[16];
+    snprintf(gpu, sizeof gpu, "%d", dist_local_rank());
+    setenv("CUDA_VISIBLE_DEVICES", gpu, 1);
+  }
   const Backend *be = backend_find(dev);
   char err[1024];
   CHECK(be);
@@ -243,13 +250,6 @@ static int setup(Run *r) {
     return 1;
   }
   r->Bl = r->B / r->world;
-  if (r->world > 1 && r->ops->device) {
-    if (r->rank == 0)
-      diag_plain("train.device = %s with %d processes: the data-parallel gradient sum of a device run (NCCL, "
-                 "runtime/dist) is not wired to GPU training yet; run one process, or train.device = cpu",
-                 cfg_word(c, "train.device"), r->world);
-    return 3;
-  }
   const TaskDef *def = cfg_task(c);
   double *num = xcalloc((size_t)def->nkeys + 1, sizeof(double));
   const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
@@ -570,15 +570,23 @@ static void share_state(Run *r) {
 
 /* Every learned float, in the optimizer's order: to (gbuf from the gradients, times w) or from
  * (the gradients from gbuf, times w). */
+/* The gradients into r->gbuf times w (to), or back from it times w; on a device each tensor goes
+ * through host memory (the MPI sum runs on the host; docs/distributed.md). */
 static void gather_grads(Run *r, bool to, float w) {
   size_t k = 0;
+  DevOps *o = r->ops;
   for (int g = 0; g < r->opt->ngroups; g++)
     for (int i = 0; i < r->opt->groups[g].ntensors; i++) {
       OptTensor *t = &r->opt->groups[g].tensors[i];
-      for (size_t j = 0; j < t->n; j++, k++) {
-        if (to) r->gbuf[k] = t->grad[j] * w;
-        else t->grad[j] = r->gbuf[k] * w;
+      float *h = r->gbuf + k;
+      if (to && o->device) o->download(o, h, t->grad, sizeof(float) * t->n);
+      for (size_t j = 0; j < t->n; j++) {
+        if (to) h[j] = (o->device ? h[j] : t->grad[j]) * w;
+        else if (o->device) h[j] *= w;
+        else t->grad[j] = h[j] * w;
       }
+      if (!to && o->device) o->upload(o, t->grad, h, sizeof(float) * t->n);
+      k += t->n;
     }
 }
 
