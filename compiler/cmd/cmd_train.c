@@ -52,6 +52,8 @@ typedef struct Run {
   int Bl;           /* this rank's share of every batch, B / world: rows [rank * Bl, rank * Bl + Bl) */
   float *gbuf;      /* world > 1: the one buffer of a step's allreduce (gradients, then the loss sums) */
   size_t ngrad;     /* learned floats in gbuf */
+  DistNccl *nccl;   /* world > 1 on cuda: the gradient sum through NCCL, on dbuf (device memory) */
+  float *dbuf;
   uint64_t seed;
   char *dir;
   FILE *metrics;
@@ -250,6 +252,14 @@ static int setup(Run *r) {
     return 1;
   }
   r->Bl = r->B / r->world;
+  if (r->world > 1 && !strcmp(cfg_word(c, "train.device"), "cuda")) { /* the gradient sum through NCCL */
+    char e[512] = "";
+    r->nccl = dist_nccl_open(e, sizeof e);
+    if (dist_any(!r->nccl) || dist_any(dist_nccl_init(r->nccl, e, sizeof e) < 0)) {
+      diag_plain("train.device = cuda with %d processes: NCCL: %s", r->world, *e ? e : "failed on another rank");
+      return 3;
+    }
+  }
   const TaskDef *def = cfg_task(c);
   double *num = xcalloc((size_t)def->nkeys + 1, sizeof(double));
   const char **str = xcalloc((size_t)def->nkeys + 1, sizeof(char *));
@@ -282,6 +292,8 @@ static void teardown(Run *r) {
   grad_probe_free(r->probe);
   model_free(r->model);
   if (r->ops && r->ops->device && r->state) r->ops->free(r->ops, r->state);
+  if (r->dbuf) r->ops->free(r->ops, r->dbuf);
+  if (r->nccl) dist_nccl_close(r->nccl);
   if (r->ops) r->ops->close(r->ops);
   opt_free(r->opt);
   if (r->task) task_free(r->task);
@@ -590,22 +602,60 @@ static void gather_grads(Run *r, bool to, float w) {
     }
 }
 
+/* On cuda with several processes: the same sum through NCCL on one device buffer, queued on the
+ * default stream the training kernels run on; only the four loss numbers cross to the host. */
+static int nccl_sum(Run *r, float w, float *ex, char *err, size_t errlen) {
+  DevOps *o = r->ops;
+  size_t n = r->ngrad, k = 0;
+  if (!r->dbuf) r->dbuf = o->alloc(o, sizeof(float) * (n + 4));
+  for (int g = 0; g < r->opt->ngroups; g++)
+    for (int i = 0; i < r->opt->groups[g].ntensors; i++) {
+      OptTensor *t = &r->opt->groups[g].tensors[i];
+      o->copy(o, r->dbuf + k, t->grad, sizeof(float) * t->n);
+      o->scale(o, r->dbuf + k, w, t->n);
+      k += t->n;
+    }
+  o->upload(o, r->dbuf + n, ex, sizeof(float) * 4);
+  if (dist_nccl_allreduce_sum(r->nccl, r->dbuf, n + 4, NULL, err, errlen) < 0) return -1;
+  o->download(o, ex, r->dbuf + n, sizeof(float) * 4);
+  float inv = ex[1] > 0 ? 1.0f / ex[1] : 0.0f;
+  k = 0;
+  for (int g = 0; g < r->opt->ngroups; g++)
+    for (int i = 0; i < r->opt->groups[g].ntensors; i++) {
+      OptTensor *t = &r->opt->groups[g].tensors[i];
+      o->copy(o, t->grad, r->dbuf + k, sizeof(float) * t->n);
+      o->scale(o, t->grad, inv, t->n);
+      k += t->n;
+    }
+  return 0;
+}
+
 /* The step's one allreduce: every rank's gradient of its mean loss weighted by the positions it
  * counted (the loss is the mean over the global batch, and masks make the counts differ), its
  * loss sums and its Ctrl-C flag, in one buffer; the global means come back into the gradients and
  * *l. Returns true when any rank was interrupted. */
 static bool average_gradients(Run *r, ModelLoss *l) {
   size_t n = r->ngrad;
-  if (!r->gbuf) r->gbuf = xmalloc(sizeof(float) * (n + 4));
-  gather_grads(r, true, (float)l->counted);
-  r->gbuf[n] = l->counted ? (float)(l->loss * (double)l->counted) : 0.0f;
-  r->gbuf[n + 1] = (float)l->counted, r->gbuf[n + 2] = (float)l->correct, r->gbuf[n + 3] = interrupted ? 1.0f : 0.0f;
-  dist_allreduce_sum(r->gbuf, n + 4, DIST_F32);
-  double counted = r->gbuf[n + 1];
-  gather_grads(r, false, counted > 0 ? (float)(1.0 / counted) : 0.0f);
-  l->loss = counted > 0 ? r->gbuf[n] / counted : NAN;
-  l->counted = (int64_t)counted, l->correct = (int64_t)r->gbuf[n + 2];
-  return r->gbuf[n + 3] > 0;
+  float ex[4] = {l->counted ? (float)(l->loss * (double)l->counted) : 0.0f, (float)l->counted, (float)l->correct,
+                 interrupted ? 1.0f : 0.0f};
+  if (r->nccl) {
+    char err[512];
+    if (nccl_sum(r, (float)l->counted, ex, err, sizeof err) < 0) {
+      diag_plain("rank %d: the gradient sum failed: %s", r->rank, err);
+      dist_abort(3);
+    }
+  } else {
+    if (!r->gbuf) r->gbuf = xmalloc(sizeof(float) * (n + 4));
+    gather_grads(r, true, (float)l->counted);
+    memcpy(r->gbuf + n, ex, sizeof ex);
+    dist_allreduce_sum(r->gbuf, n + 4, DIST_F32);
+    memcpy(ex, r->gbuf + n, sizeof ex);
+    gather_grads(r, false, ex[1] > 0 ? (float)(1.0 / ex[1]) : 0.0f);
+  }
+  double counted = ex[1];
+  l->loss = counted > 0 ? ex[0] / counted : NAN;
+  l->counted = (int64_t)counted, l->correct = (int64_t)ex[2];
+  return ex[3] > 0;
 }
 
 static void print_final(Run *r, EvalResult e) {
