@@ -1,8 +1,11 @@
-"""clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py):
+"""clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py, diag_cli.py,
+gpu_train_cli.py, ...):
 one PASS/FAIL line per check, a command's result, and the closing "N passed, M failed" line with
 exit 1 on any failure."""
 import json
+import os
 import struct
+import subprocess
 import sys
 
 counts = {"passed": 0, "failed": 0}
@@ -29,6 +32,23 @@ class Result:
 
     def why(self):
         return f"rc={self.rc} stdout={self.out.strip()[-400:]!r} stderr={self.err.strip()[-400:]!r}"
+
+
+def run(cmd, timeout, **kw):
+    """A command's Result (rc -1 when it ran past timeout seconds)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+        return Result(p.returncode, p.stdout, p.stderr)
+    except subprocess.TimeoutExpired:
+        return Result(-1, "", "timed out")
+
+
+def write_in(directory, name, text):
+    """text into directory/name; its path."""
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
 
 
 def read_header(path):

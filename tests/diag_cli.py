@@ -18,7 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
-from clitest import Result, check, finish  # noqa: E402
+import clitest  # noqa: E402
+from clitest import check, finish  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -54,18 +55,11 @@ CASES = [(c, {}) for c in sorted(cells.SPECS)] + [("mgu", {"see_h": True})]
 
 
 def cellc(*args):
-    try:
-        p = subprocess.run([CELLC] + list(args), capture_output=True, text=True, timeout=TIMEOUT)
-        return Result(p.returncode, p.stdout, p.stderr)
-    except subprocess.TimeoutExpired:
-        return Result(-1, "", "timed out")
+    return clitest.run([CELLC] + list(args), TIMEOUT)
 
 
 def write(name, text):
-    path = os.path.join(tmp, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    return clitest.write_in(tmp, name, text)
 
 
 def opt_sets(opts):

@@ -11,12 +11,12 @@ line is "N passed, M failed"."""
 import json
 import re
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Result, check, finish  # noqa: E402
+import clitest  # noqa: E402
+from clitest import check, finish  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 300
@@ -25,18 +25,11 @@ tmp = tempfile.mkdtemp(prefix="cellc-gpu-train-")
 
 
 def cellc(*args):
-    try:
-        p = subprocess.run([CELLC] + list(args), capture_output=True, text=True, timeout=TIMEOUT)
-        return Result(p.returncode, p.stdout, p.stderr)
-    except subprocess.TimeoutExpired:
-        return Result(-1, "", "timed out")
+    return clitest.run([CELLC] + list(args), TIMEOUT)
 
 
 def write(name, text):
-    path = os.path.join(tmp, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    return clitest.write_in(tmp, name, text)
 
 
 def metrics(d):

@@ -16,7 +16,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Result, check, finish, read_header  # noqa: E402
+import clitest  # noqa: E402
+from clitest import check, finish, read_header  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 60
@@ -29,18 +30,11 @@ METRIC_KEYS = {"step", "split", "loss", "accuracy", "lr", "grad_norm", "tokens_p
 
 
 def cellc(*args):
-    try:
-        p = subprocess.run([CELLC] + list(args), capture_output=True, text=True, timeout=TIMEOUT)
-        return Result(p.returncode, p.stdout, p.stderr)
-    except subprocess.TimeoutExpired:
-        return Result(-1, "", "timed out")
+    return clitest.run([CELLC] + list(args), TIMEOUT)
 
 
 def write(name, text):
-    path = os.path.join(tmp, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    return clitest.write_in(tmp, name, text)
 
 
 def outdir(name):
