@@ -7,11 +7,22 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pipeline.h"
 #include "support.h"
 
 /* set: one "name=value" or NULL; mode: NULL (auto), "scan" or "sequential". */
+/* Kernels compile once per cache directory (the emulator's shared objects, NVRTC's PTX): the CUDA
+ * tests share one under $TMPDIR, as XDG_CACHE_HOME. */
+static inline void h_use_cuda_test_cache(void) {
+  const char *tmp = getenv("TMPDIR");
+  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
+  mkdir(dir, 0755);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  free(dir);
+}
+
 static inline Cell *h_cell(Arena *a, const char *file, const char *set, const char *dims, bool training, const char *mode) {
   Module *m = check_load(a, file, "stdlib");
   cr_assert(m, "load %s", file);

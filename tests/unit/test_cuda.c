@@ -17,17 +17,7 @@
 #include "interp.h"
 #include "plan.h"
 
-/* Kernels compile once per cache directory (the emulator's shared objects, NVRTC's PTX): the tests
- * share one under $TMPDIR. */
-static void use_test_cache(void) {
-  const char *tmp = getenv("TMPDIR");
-  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
-  mkdir(dir, 0755);
-  setenv("XDG_CACHE_HOME", dir, 1);
-  free(dir);
-}
-
-TestSuite(cuda, .init = use_test_cache);
+TestSuite(cuda, .init = h_use_cuda_test_cache);
 
 /* The back end under test: cuda-emu, or $CELLC_TEST_CUDA_BACKEND. */
 static const Backend *under_test(void) {

@@ -19,15 +19,7 @@
 #define KERNELS_END "/* ---- cellc kernels: end ---- */\n"
 #define GLUE_END "/* ---- cellc glue kernels: end ---- */\n"
 
-static void use_test_cache(void) {
-  const char *tmp = getenv("TMPDIR");
-  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
-  mkdir(dir, 0755);
-  setenv("XDG_CACHE_HOME", dir, 1);
-  free(dir);
-}
-
-TestSuite(emit, .init = use_test_cache);
+TestSuite(emit, .init = h_use_cuda_test_cache);
 
 static const char *cuda_home(void) {
   const char *h = getenv("CUDA_HOME");

@@ -14,23 +14,15 @@
 
 #include "cuda_api.h"
 #include "cuda_internal.h"
+#include "harness.h"
 #include "support.h"
 
 static char err[8192];
 static CudaApi api;
 static CUcontext ctx;
 
-/* Kernels compile once per cache directory: the tests share one under $TMPDIR. */
-static void use_test_cache(void) {
-  const char *tmp = getenv("TMPDIR");
-  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
-  mkdir(dir, 0755);
-  setenv("XDG_CACHE_HOME", dir, 1);
-  free(dir);
-}
-
 static void emu_up(void) {
-  use_test_cache();
+  h_use_cuda_test_cache();
   cuda_api_open_emu(&api);
   CUdevice dev;
   cr_assert_eq(cuda_open_device(&api, 0, &dev, err, sizeof err), 0, "%s", err);
@@ -615,7 +607,7 @@ static void check_ptx(CudaApi *r, const char *src, const char *arch, const char 
 }
 
 Test(real, nvrtc_to_ptx_and_ptxas_reports_no_spills) {
-  use_test_cache();
+  h_use_cuda_test_cache();
   CudaApi r;
   if (cuda_api_open_nvrtc(&r, err, sizeof err) != 0) cr_skip_test("no NVRTC: %s", err);
   /* the very sources the emulator runs */

@@ -17,11 +17,7 @@
 static DevOps *H, *D; /* the host table, cuda-emu's */
 
 static void setup(void) {
-  const char *tmp = getenv("TMPDIR");
-  char *dir = xasprintf("%s/cellc-test-cuda-cache", tmp && *tmp ? tmp : "/tmp");
-  mkdir(dir, 0755);
-  setenv("XDG_CACHE_HOME", dir, 1);
-  free(dir);
+  h_use_cuda_test_cache();
   char err[8192];
   H = model_host_ops();
   D = cuda_ops_open(true, err, sizeof err);
