@@ -85,10 +85,10 @@ __attribute__((target("avx2,fma"))) static float fma_chains_256(long iters) {
 
 static volatile float fma_sink;
 
-/* FLOP/s of `threads` threads running FMA chains of `width` bits at once, best of 5. */
-static double fma_peak(int width, int threads) {
+/* FLOP/s of `threads` threads running FMA chains of `width` bits at once, best of `reps`. */
+static double fma_peak_of(int width, int threads, int reps) {
   double best = 1e30;
-  for (int rep = 0; rep < 7; rep++) {
+  for (int rep = 0; rep < reps; rep++) {
     double t0 = now();
 #pragma omp parallel num_threads(threads)
     {
@@ -102,6 +102,7 @@ static double fma_peak(int width, int threads) {
   int chains = width == 512 ? CHAINS_512 : CHAINS_256;
   return 2.0 * (width / 32) * chains * (double)FMA_ITERS * threads / best;
 }
+static double fma_peak(int width, int threads) { return fma_peak_of(width, threads, 7); }
 
 /* ---- copy bandwidth: b[i] = a[i] over 64 MiB, 8 bytes counted per element ---- */
 
@@ -214,10 +215,16 @@ static void gemm_cellc(const Shape *s, const float *A, const float *B, float *C,
   gemm_run((const GemmPacked *)ctx, s->M, A, s->K, C, s->N, false);
 }
 
-/* cellc's weight gradient (gemm_tn_acc: C += A^T B), from C = 0 as the others. */
+/* cellc's weight gradient (gemm_tn_acc: C += A^T B), from C = 0 as the others, its buffers kept
+ * between calls as the back end keeps them. */
+typedef struct TnCtx {
+  GemmIsa isa;
+  GemmScratch scratch;
+} TnCtx;
 static void gemm_cellc_tn(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
+  TnCtx *t = ctx;
   memset(C, 0, sizeof(float) * (size_t)s->M * s->N);
-  gemm_tn_acc(*(const GemmIsa *)ctx, s->M, s->N, s->K, A, s->M, B, s->N, C, s->N);
+  gemm_tn_acc(t->isa, s->M, s->N, s->K, A, s->M, B, s->N, C, s->N, &t->scratch);
 }
 
 static void gemm_proto(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
@@ -295,12 +302,22 @@ static const char *trans_name(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb) {
 int main(int argc, char **argv) {
   bool apply = true, proto = false, blis = false, override = false;
   for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--fma") && i + 1 < argc) { /* only the FMA peak of that many threads, as JSON */
+      CpuFeatures f = cpu_features_host();
+      int width = cpu_fma_width(&f), n = atoi(argv[++i]);
+      if (n < 1 || width < 256) {
+        fprintf(stderr, "peak: --fma needs a thread count >= 1 and a CPU with FMA\n");
+        return 2;
+      }
+      printf("{\"width\": %d, \"threads\": %d, \"fma_peak\": %.4g}\n", width, n, fma_peak_of(width, n, 40));
+      return 0;
+    }
     if (!strcmp(argv[i], "--no-apply")) apply = false;
     else if (!strcmp(argv[i], "--proto")) proto = true;
     else if (!strcmp(argv[i], "--blis")) blis = true;
     else if (!strcmp(argv[i], "--override")) override = true;
     else {
-      fprintf(stderr, "usage: peak [--no-apply] [--override] [--proto] [--blis]\n");
+      fprintf(stderr, "usage: peak [--no-apply] [--override] [--proto] [--blis] | --fma THREADS\n");
       return 2;
     }
   }
@@ -396,7 +413,9 @@ int main(int argc, char **argv) {
                        H, s->what, gemm_isa_name(isa), s->M, s->N, s->K, rc);
         gemm_packed_free(&pk);
       } else if (isa != GEMM_BLAS && s->ta == CblasTrans && s->tb == CblasNoTrans) {
-        double rc = gemm_rate(s, gemm_cellc_tn, &isa, A, Bm, C2);
+        TnCtx tn = {isa, {0}};
+        double rc = gemm_rate(s, gemm_cellc_tn, &tn, A, Bm, C2);
+        gemm_scratch_free(&tn.scratch);
         printf("  %-34s %-24s %9.1f %6.0f%%  (cellc %s, A^T B, K in packed blocks; max |diff| %.1e)\n", "", "", rc / 1e9,
                100 * rc / peak_at, gemm_isa_name(isa), max_abs_diff(C, C2, nc));
         jn += snprintf(json + jn, sizeof json - (size_t)jn,

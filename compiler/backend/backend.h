@@ -160,6 +160,7 @@ typedef struct Compiled {
 typedef struct Profile {
   double elem_s, gemm_s, scan_s, rscan_s, other_s; /* seconds per kind of step */
   double elem_bytes;       /* bytes the elementwise kernels read and wrote in per-row arrays */
+  double gemm_flops;       /* the products' floating-point operations (2 per multiply-add) */
 } Profile;
 
 /* The arrays of one sequence in flight (the forward keeps what the backward reads): each back

@@ -136,7 +136,7 @@ Test(gemm, isa_from_features) {
 
 /* The weight gradient C += A^T B (A [K, M], B [K, N]) against float64, on every kernel: M and N
  * off the tiles, K across the row blocks, strides wider than the rows; C's padding untouched. */
-static double check_tn(GemmIsa isa, int M, int N, int K, int pad) {
+static double check_tn(GemmIsa isa, int M, int N, int K, int pad, GemmScratch *scratch) {
   int lda = M + pad, ldb = N + pad, ldc = N + pad;
   float *A = malloc(sizeof(float) * ((size_t)K * lda + 1)), *B = malloc(sizeof(float) * ((size_t)K * ldb + 1));
   float *C = malloc(sizeof(float) * ((size_t)M * ldc + 1)), *C0 = malloc(sizeof(float) * ((size_t)M * ldc + 1));
@@ -144,7 +144,7 @@ static double check_tn(GemmIsa isa, int M, int N, int K, int pad) {
   for (int i = 0; i < M; i++)
     for (int j = N; j < ldc; j++) C0[(size_t)i * ldc + j] = SENTINEL;
   memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
-  gemm_tn_acc(isa, M, N, K, A, lda, B, ldb, C, ldc);
+  gemm_tn_acc(isa, M, N, K, A, lda, B, ldb, C, ldc, scratch);
   double worst = 0;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < ldc; j++) {
@@ -174,7 +174,7 @@ Test(gemm, weight_gradient_shapes) {
       for (size_t in = 0; in < sizeof Ns / sizeof Ns[0]; in++)
         for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++) {
           int M = Ms[im], N = Ns[in], K = Ks[ik], pad = (M + N + K) % 3 * 2;
-          double e = check_tn(isas[s], M, N, K, pad);
+          double e = check_tn(isas[s], M, N, K, pad, NULL);
           cr_assert(e < 1e-5, "%s A^T B M %d N %d K %d pad %d: relative error %g", gemm_isa_name(isas[s]), M, N, K, pad, e);
           n++;
         }
@@ -182,5 +182,22 @@ Test(gemm, weight_gradient_shapes) {
   }
   /* the GRU layer's weight gradient at H = 128: [T B = 2048 rows] dG^T X, 3H x H */
   for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++)
-    if (gemm_isa_runs(isas[s])) cr_assert(check_tn(isas[s], 384, 128, 2048, 0) < 1e-5, "%s GRU shape", gemm_isa_name(isas[s]));
+    if (gemm_isa_runs(isas[s]))
+      cr_assert(check_tn(isas[s], 384, 128, 2048, 0, NULL) < 1e-5, "%s GRU shape", gemm_isa_name(isas[s]));
+}
+
+/* Rows past one superblock (4096) go through the float64 total; a scratch kept between calls of
+ * other shapes (larger, then smaller, then larger again) leaves nothing behind. */
+Test(gemm, weight_gradient_superblocks_and_scratch) {
+  static const int shapes[][3] = {{70, 48, 300}, {40, 33, 9001}, {9, 17, 4096}, {13, 70, 4097}, {70, 70, 8192}};
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    GemmScratch sc = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+      double e = check_tn(isas[s], M, N, K, (int)i % 2 * 3, &sc);
+      cr_assert(e < 1e-5, "%s A^T B M %d N %d K %d: relative error %g", gemm_isa_name(isas[s]), M, N, K, e);
+    }
+    gemm_scratch_free(&sc);
+  }
 }

@@ -37,6 +37,8 @@ typedef struct CpuWork {
   GemmPacked *packs;       /* per PS_GEMM / PS_GEMM_T step of the plan: its matrix, packed */
   const PStep **pack_step; /* ... and that step */
   int npacks;
+  GemmScratch *scratch;    /* per thread: the weight gradients' buffers */
+  int nscratch;
 } CpuWork;
 
 #define F32(v) ((const float *)(v))
@@ -269,15 +271,25 @@ static double kernel_row_bytes(CpuCell *c, int k) {
   return bytes;
 }
 
-/* Adds a step's seconds to the work's profile. */
-static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64_t rows) {
+/* Adds a step's seconds to the work's profile (thread 0's: `rows` its rows), and the products'
+ * operations over the step's rows on every thread (`all_rows`). */
+static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64_t rows, int64_t all_rows) {
   Profile *pr = &w->base.prof;
   switch (st->kind) {
   case PS_ELEM:
     pr->elem_s += s;
     pr->elem_bytes += (double)rows * kernel_row_bytes(c, st->kernel);
     break;
-  case PS_GEMM: case PS_GEMM_T: case PS_OUTER_ACC: pr->gemm_s += s; break;
+  case PS_GEMM: case PS_GEMM_T: pr->gemm_s += s; {
+    GemmOperands op = plan_gemm_operands(c->pl, st);
+    pr->gemm_flops += 2.0 * (double)all_rows * op.nO * op.nI;
+    break;
+  }
+  case PS_OUTER_ACC: pr->gemm_s += s; {
+    Node *o = graph_node(&c->base.p->g, st->node);
+    pr->gemm_flops += 2.0 * (double)all_rows * o->n[0] * o->n[1];
+    break;
+  }
   case PS_SCAN: pr->scan_s += s; break;
   case PS_RSCAN: pr->rscan_s += s; break;
   default: pr->other_s += s; break;
@@ -294,7 +306,26 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   share_of(0, o->n[0], sh, &i0, &i1);
   if (i1 > i0)
     gemm_tn_acc(gemm_isa_default(), (int)(i1 - i0), o->n[1], (int)rows, w->bases[hG] + i0, width_of(c, hG), w->bases[hV],
-                width_of(c, hV), w->bases[hacc] + i0 * o->n[1], o->n[1]);
+                width_of(c, hV), w->bases[hacc] + i0 * o->n[1], o->n[1], &w->scratch[sh->i]);
+}
+
+/* acc[j0, j1) += the sum of the rows' columns j0 .. j1 - 1 (row stride ld): in chunks of columns
+ * held in a local array, which the compiler keeps in vector registers (acc and the rows may not
+ * alias, so it need not store acc after every row). */
+static void colsum_rows(const float *v, int ld, int64_t rows, float *acc, int64_t j0, int64_t j1) {
+  enum { CW = 64 };
+  for (int64_t c0 = j0; c0 < j1; c0 += CW) {
+    int n = j1 - c0 < CW ? (int)(j1 - c0) : CW;
+    float sum[CW] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+      const float *row = v + r * ld + c0;
+      if (n == CW)
+        for (int j = 0; j < CW; j++) sum[j] += row[j]; /* a constant count: vectorized at -O2 */
+      else
+        for (int j = 0; j < n; j++) sum[j] += row[j];
+    }
+    for (int j = 0; j < n; j++) acc[c0 + j] += sum[j];
+  }
 }
 
 /* acc[bound] += the sum over all rows of the node, on this thread's share of the columns. */
@@ -309,11 +340,7 @@ static void run_colsum(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, co
     for (int64_t j = j0; j < j1; j++) acc[j] += k * (float)rows;
     return;
   }
-  int ld = width_of(c, h);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *v = w->bases[h] + r * ld;
-    for (int64_t j = j0; j < j1; j++) acc[j] += v[j];
-  }
+  colsum_rows(w->bases[h], width_of(c, h), rows, acc, j0, j1);
 }
 
 /* The node's values (or its constant) copied to slot `dst` over rows [r0, r1). */
@@ -367,7 +394,7 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
  * the profile. */
 static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Share *sh) {
   bool profiling = w->base.profiling && sh->i == 0;
-  int64_t r0, r1;
+  int64_t r0, r1, all_rows = ph->region == REG_ALL ? (int64_t)w->T * w->B : w->B;
   if (ph->region == REG_ALL) share_of(0, (int64_t)w->T * w->B, sh, &r0, &r1);
   else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B + sh->b0, r1 = (int64_t)t * w->B + sh->b1;
   else r0 = sh->b0, r1 = sh->b1;
@@ -375,7 +402,7 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
     double t0 = profiling ? now_s() : 0;
     run_step(c, w, &ph->steps[i], ph->region, r0, r1, sh);
     if (ph->region == REG_ALL) barrier(sh);
-    if (profiling) profile_add(c, w, &ph->steps[i], now_s() - t0, r1 - r0);
+    if (profiling) profile_add(c, w, &ph->steps[i], now_s() - t0, r1 - r0, all_rows);
   }
 }
 
@@ -423,6 +450,11 @@ static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
   if (backward) pack_gemms(c, w, bwd, 4);
   else pack_gemms(c, w, fwd, 3);
   int nt = threads_for(c, w);
+  if (w->nscratch < nt) {
+    w->scratch = xrealloc(w->scratch, sizeof(GemmScratch) * (size_t)nt);
+    memset(w->scratch + w->nscratch, 0, sizeof(GemmScratch) * (size_t)(nt - w->nscratch));
+    w->nscratch = nt;
+  }
   if (nt == 1) {
     Share sh = {0, 1, 0, w->B};
     run_phases(c, w, backward, &sh);
@@ -583,6 +615,8 @@ static void cpu_work_free(Work *ww) {
   for (int i = 0; i < w->npacks; i++) gemm_packed_free(&w->packs[i]);
   free(w->packs);
   free(w->pack_step);
+  for (int i = 0; i < w->nscratch; i++) gemm_scratch_free(&w->scratch[i]);
+  free(w->scratch);
   free(w);
 }
 

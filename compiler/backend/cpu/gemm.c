@@ -96,7 +96,13 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
                          float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
   __m512 c0[8], c1[8];
 #pragma GCC unroll 8
-  for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < 8; r++) {
+    c0[r] = c1[r] = _mm512_setzero_ps();
+    if (acc && r < mr) { /* C's lines arrive while the loop runs */
+      _mm_prefetch((const char *)(c + (size_t)r * ldc), _MM_HINT_T0);
+      _mm_prefetch((const char *)(c + (size_t)r * ldc + 16), _MM_HINT_T0);
+    }
+  }
   for (int k = 0; k < K; k++) {
     __m512 b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
 #pragma GCC unroll 8
@@ -122,7 +128,7 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
 }
 
 /* The micro-kernels of every row count: A row-major (a's rows lda apart) against a packed panel
- * (tiles512), and a packed panel of A^T against one of B (tiles512_tn).
+ * (tiles512), and a packed panel of A^T against one of B (tn_tiles512).
  * The strides are constants where they are fixed, so each is its own specialization. */
 #define TILES512(mr, ...)                                                                                            \
   switch (mr) {                                                                                                      \
@@ -138,10 +144,6 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
 T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __mmask16 m0,
                           __mmask16 m1, bool acc) {
   TILES512(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
-}
-T512 static void tiles512_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __mmask16 m0,
-                             __mmask16 m1) {
-  TILES512(mr, K, a, 1, 8, b, c, ldc, m0, m1, false)
 }
 
 static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -207,10 +209,6 @@ T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float
                           __m256i m1, bool acc) {
   TILES256(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
 }
-T256 static void tiles256_tn(int mr, int K, const float *a, const float *b, float *c, size_t ldc, __m256i m0,
-                             __m256i m1) {
-  TILES256(mr, K, a, 1, 6, b, c, ldc, m0, m1, false)
-}
 
 T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
   enum { MR = 6, NR = 16, MB = 48 };
@@ -248,19 +246,21 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
               accumulate ? 1.0f : 0.0f, C, ldc);
 }
 
-/* ---- the weight gradient: C[M, N] += A^T B over K rows ----
+/* ---- the weight gradient: C[M, N] += A^T B ----
  * K (all T * B rows) is far too long for one pass of the accumulators to keep its operands in
- * cache, so it runs in blocks of KC rows. Each block of A is copied into panels of mr columns
- * ([M / mr][KC][mr]) and each block of B into panels of nr columns ([N / nr][KC][nr]), both
+ * cache, so it runs in blocks of TN_KC rows. Each block of A is copied into panels of mr columns
+ * ([M / mr][kc][mr]) and each block of B into panels of nr columns ([N / nr][kc][nr]), both
  * zero-padded: read in place, a tile's operands would be one cache line per row at a stride of
  * a power of two floats, which maps them onto a few L1 sets and thrashes them. Then, as in
- * gemm_run, rows of A^T in blocks that stay in L1, each panel of B (from L2), the micro-tiles of
- * the block. Each block's sum goes into a float64 total (M N additions, small against the KC M N
- * multiply-adds of a block), added to C at the end: the rounding of the sum over all T B rows is
- * then that of one block, whatever the row count, so a data-parallel rank's part and the whole
- * batch round alike. Measured at a GRU layer's shapes: 67-85% of the FMA peak, against
- * 37-44% for OpenBLAS's Haswell kernels (docs/performance.md). */
-enum { TN_KC = 256 };
+ * gemm_run, rows of A^T in blocks that stay in L2, each panel of B (kc nr floats, which must fit
+ * in L1 beside a tile's panel of A: 16 + 4 KB at kc = 128), the micro-tiles of the block,
+ * accumulating into a float32 sum of the superblock (TN_SB rows). Each superblock's sum goes into
+ * a float64 total (M N additions per TN_SB M N multiply-adds), added to C at the end: the
+ * rounding of the sum over all T B rows is then that of one superblock, whatever the row count,
+ * so a data-parallel rank's part and the whole batch round alike. The buffers live in a
+ * GemmScratch that the caller keeps between calls (fresh pages cost more than the packing).
+ * Measured at a GRU layer's shapes in docs/performance.md. */
+enum { TN_KC = 128, TN_SB = 4096 };
 
 /* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r].
  * Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
@@ -293,75 +293,85 @@ INLINE void pack_b(const float *B, size_t ldb, int N, int kc, int nr, float *p) 
   }
 }
 
-/* total[M, N] += block[M, N] (row stride N); at the end C += total. */
-static void tn_total_add(double *total, const float *block, int M, int N) {
-  for (size_t i = 0; i < (size_t)M * (size_t)N; i++) total[i] += block[i];
-}
-static void tn_total_out(const double *total, float *C, size_t ldc, int M, int N) {
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] += (float)total[(size_t)i * (size_t)N + j];
+/* The micro-tile at c: its mr rows and nv of its columns (+)= a panel of A^T times a panel of B
+ * over kc rows. */
+typedef void TnTiles(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc);
+
+T512 static void tn_tiles512(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc) {
+  TILES512(mr, kc, a, 1, 8, b, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
 }
 
-/* A panel buffer for `n` rows or columns of one block, in tiles of `r`. */
-static float *tn_buffer(int n, int r) {
-  size_t len = (size_t)((n + r - 1) / r) * r * TN_KC;
-  float *p = aligned_alloc(64, (len * sizeof(float) + 63) / 64 * 64);
-  CHECK(p);
-  return p;
-}
-
-T512 static void tn512(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
-  enum { MR = 8, NR = 32, MB = 64 };
-  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR), *blk = xmalloc(sizeof(float) * (size_t)M * (size_t)N);
-  double *total = xcalloc((size_t)M * (size_t)N, sizeof(double));
-  for (int k0 = 0; k0 < K; k0 += TN_KC) {
-    int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
-    pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
-    pack_b(B + (size_t)k0 * ldb, ldb, N, kc, NR, bt);
-    for (int ib = 0; ib < M; ib += MB)
-      for (int j0 = 0; j0 < N; j0 += NR) {
-        __mmask16 m0 = lanes16(N - j0), m1 = lanes16(N - j0 - 16);
-        for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
-          tiles512_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
-                      (size_t)N, m0, m1);
-      }
-    tn_total_add(total, blk, M, N);
-  }
-  tn_total_out(total, C, ldc, M, N);
-  free(at), free(bt), free(blk), free(total);
-}
-
-T256 static void tn256(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc) {
-  enum { MR = 6, NR = 16, MB = 48 };
-  float *at = tn_buffer(M, MR), *bt = tn_buffer(N, NR), *blk = xmalloc(sizeof(float) * (size_t)M * (size_t)N);
-  double *total = xcalloc((size_t)M * (size_t)N, sizeof(double));
+T256 static void tn_tiles256(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int k0 = 0; k0 < K; k0 += TN_KC) {
-    int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
-    pack_at(A + (size_t)k0 * lda, lda, M, kc, MR, at);
-    pack_b(B + (size_t)k0 * ldb, ldb, N, kc, NR, bt);
-    for (int ib = 0; ib < M; ib += MB)
-      for (int j0 = 0; j0 < N; j0 += NR) {
-        __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0), lane),
-                m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j0 - 8), lane);
-        for (int i0 = ib; i0 < M && i0 < ib + MB; i0 += MR)
-          tiles256_tn(M - i0 < MR ? M - i0 : MR, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
-                      (size_t)N, m0, m1);
-      }
-    tn_total_add(total, blk, M, N);
-  }
-  tn_total_out(total, C, ldc, M, N);
-  free(at), free(bt), free(blk), free(total);
+  __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), lane), m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - 8), lane);
+  TILES256(mr, kc, a, 1, 6, b, c, ldc, m0, m1, acc)
 }
 
-void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+/* *p with room for n elements of `size` bytes, 64-byte aligned, kept between calls. */
+static void *scratch_grow(void **p, size_t *cap, size_t n, size_t size) {
+  if (*cap < n) {
+    free(*p);
+    *p = aligned_alloc(64, (n * size + 63) / 64 * 64);
+    CHECK(*p);
+    *cap = n;
+  }
+  return *p;
+}
+
+void gemm_scratch_free(GemmScratch *s) {
+  free(s->at), free(s->bt), free(s->blk), free(s->total);
+  memset(s, 0, sizeof *s);
+}
+
+/* One kernel's driver: mr x nr tiles, rows of A^T in blocks of mb. */
+static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, const float *A, size_t lda,
+                   const float *B, size_t ldb, float *C, size_t ldc, GemmScratch *s) {
+  size_t mn = (size_t)M * (size_t)N;
+  float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)((M + mr - 1) / mr) * mr * TN_KC, sizeof(float));
+  float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)((N + nr - 1) / nr) * nr * TN_KC, sizeof(float));
+  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn, sizeof(float));
+  double *total = NULL;
+  if (K > TN_SB) {
+    total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
+    memset(total, 0, mn * sizeof(double));
+  }
+  for (int s0 = 0; s0 < K; s0 += TN_SB) {
+    int s1 = K - s0 < TN_SB ? K : s0 + TN_SB;
+    for (int k0 = s0; k0 < s1; k0 += TN_KC) {
+      int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
+      if (mr == 8) pack_at(A + (size_t)k0 * lda, lda, M, kc, 8, at);
+      else pack_at(A + (size_t)k0 * lda, lda, M, kc, 6, at);
+      if (nr == 32) pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 32, bt);
+      else pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 16, bt);
+      for (int ib = 0; ib < M; ib += mb)
+        for (int j0 = 0; j0 < N; j0 += nr)
+          for (int i0 = ib; i0 < M && i0 < ib + mb; i0 += mr)
+            tiles(M - i0 < mr ? M - i0 : mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
+                  (size_t)N, N - j0, k0 > s0);
+    }
+    if (total)
+      for (size_t i = 0; i < mn; i++) total[i] += blk[i];
+  }
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      size_t e = (size_t)i * (size_t)N + j;
+      C[(size_t)i * ldc + j] += total ? (float)total[e] : blk[e];
+    }
+}
+
+void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+                 GemmScratch *s) {
   CHECK(gemm_isa_runs(isa));
   if (M <= 0 || N <= 0 || K <= 0) return;
+  GemmScratch own = {0};
   switch (isa) {
-  case GEMM_AVX512: tn512(M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc); return;
-  case GEMM_AVX2: tn256(M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc); return;
-  default:
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
-    return;
+  case GEMM_AVX512:
+    tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, s ? s : &own);
+    break;
+  case GEMM_AVX2:
+    tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, s ? s : &own);
+    break;
+  default: cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc); break;
   }
+  gemm_scratch_free(&own);
 }

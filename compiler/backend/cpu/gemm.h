@@ -42,8 +42,19 @@ void gemm_pack(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N, int 
 void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate);
 void gemm_packed_free(GemmPacked *pk);
 
+/* The weight gradient's buffers (packed blocks, the float32 sum of a superblock, the float64
+ * total), kept between calls; zero-initialized, freed with gemm_scratch_free. */
+typedef struct GemmScratch {
+  float *at, *bt, *blk;
+  double *total;
+  size_t cap_at, cap_bt, cap_blk, cap_total;
+} GemmScratch;
+void gemm_scratch_free(GemmScratch *s);
+
 /* The weight gradient: C[M, N] += A^T B, A [K, M] (row stride lda), B [K, N] (row stride ldb),
- * C row stride ldc; single-threaded (the caller splits M between its threads). */
-void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+ * C row stride ldc; single-threaded (the caller splits M between its threads). `s`: buffers
+ * kept between calls, or NULL (allocated and freed in the call). */
+void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+                 GemmScratch *s);
 
 #endif
