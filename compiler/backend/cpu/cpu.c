@@ -16,13 +16,27 @@
 #include "gemm.h"
 #include "scan.h"
 
-/* A compiled program: its plan, and a function per kernel (or NULL: the portable evaluator). */
+/* Weight-gradient steps that run as one product: PS_OUTER_ACC steps of a run of a phase's steps
+ * with no kinds but PS_OUTER_ACC and PS_COLSUM, the same V and their G side by side in one array (a GRU's three
+ * input-weight gradients share x and the stacked gate adjoints): A^T V with A the G's columns
+ * together, M their rows in all, so V is read once. */
+typedef struct OuterGroup {
+  const PStep **steps; /* by G's column */
+  int n;
+  int M, N;
+  const PStep *trigger; /* the group runs at this step, the first of its steps in the phase */
+} OuterGroup;
+
+/* A compiled program: its plan, a function per kernel (or NULL: the portable evaluator), and the
+ * weight-gradient groups. */
 typedef struct CpuCell {
   Compiled base;
   Plan *pl;
   KernelFn *fns;
   CgJit *jit;
   int nthreads;
+  OuterGroup *groups;
+  int ngroups;
 } CpuCell;
 
 /* The arrays of one sequence in flight (forward keeps what backward reads). */
@@ -296,17 +310,118 @@ static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64
   }
 }
 
-/* acc[bound] += G^T V over all rows, on this thread's share of the output rows. */
-static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
+/* The G and V slots of a PS_OUTER_ACC step. */
+static void outer_operands(const CpuCell *c, const PStep *st, int *hG, int *hV) {
   Node *o = graph_node(&c->base.p->g, st->node);
-  int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
-  int hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
-  CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
+  *hG = c->pl->home[o->a[0]], *hV = c->pl->home[o->a[1]];
+  CHECK(*hG >= 0 && *hV >= 0);
+}
+
+/* The order that puts a run's weight-gradient steps of one V next to each other, their G by column. */
+static const CpuCell *sort_cell;
+static int outer_cmp(const void *x, const void *y) {
+  const PStep *a = *(const PStep *const *)x, *b = *(const PStep *const *)y;
+  int aG, aV, bG, bV;
+  outer_operands(sort_cell, a, &aG, &aV);
+  outer_operands(sort_cell, b, &bG, &bV);
+  const Slot *sa = &sort_cell->pl->slots[aG], *sb = &sort_cell->pl->slots[bG];
+  int ka[] = {aV, sa->array, sa->row_off, sa->col}, kb[] = {bV, sb->array, sb->row_off, sb->col};
+  for (int i = 0; i < 4; i++)
+    if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
+  return 0;
+}
+
+/* Whether step `st` (PS_OUTER_ACC) extends the group: the same V, and its G the columns right after
+ * the group's in the same array and rows. */
+static bool outer_extends(const CpuCell *c, const OuterGroup *g, const PStep *st) {
+  int gG, gV, hG, hV;
+  outer_operands(c, g->steps[0], &gG, &gV);
+  outer_operands(c, st, &hG, &hV);
+  const Slot *a = &c->pl->slots[gG], *b = &c->pl->slots[hG];
+  Node *o = graph_node(&c->base.p->g, st->node);
+  return hV == gV && o->n[1] == g->N && a->array == b->array && a->row_off == b->row_off && b->col == a->col + g->M;
+}
+
+/* The groups of one run of steps (PS_OUTER_ACC and PS_COLSUM only: the products are independent
+ * of each other, their inputs ready before the run): its PS_OUTER_ACC steps sorted, then grouped. */
+static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
+  const PStep **st = xmalloc(sizeof(PStep *) * (size_t)(n ? n : 1));
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (run[i].kind == PS_OUTER_ACC) st[m++] = &run[i];
+  sort_cell = c;
+  qsort(st, (size_t)m, sizeof *st, outer_cmp);
+  OuterGroup *g = NULL;
+  for (int i = 0; i < m; i++) {
+    Node *o = graph_node(&c->base.p->g, st[i]->node);
+    if (g && outer_extends(c, g, st[i])) {
+      g->steps = xrealloc(g->steps, sizeof(PStep *) * (size_t)(g->n + 1));
+      g->steps[g->n++] = st[i];
+      g->M += o->n[0];
+    } else {
+      c->groups = xrealloc(c->groups, sizeof(OuterGroup) * (size_t)(c->ngroups + 1));
+      g = &c->groups[c->ngroups++];
+      *g = (OuterGroup){xmalloc(sizeof(PStep *)), 1, o->n[0], o->n[1], st[i]};
+      g->steps[0] = st[i];
+    }
+    if (st[i] < g->trigger) g->trigger = st[i]; /* the first of the group in the phase's order */
+  }
+  free(st);
+}
+
+/* The weight-gradient groups of every phase. */
+static void outer_groups(CpuCell *c) {
+  const Plan *pl = c->pl;
+  const Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  for (int f = 0; f < 7; f++) {
+    const Phase *ph = phases[f];
+    for (int i = 0; i < ph->n;) {
+      int j = i;
+      while (j < ph->n && (ph->steps[j].kind == PS_OUTER_ACC || ph->steps[j].kind == PS_COLSUM)) j++;
+      if (j > i) outer_groups_of_run(c, &ph->steps[i], j - i);
+      i = j > i ? j : i + 1;
+    }
+  }
+}
+
+static const OuterGroup *outer_group_of(const CpuCell *c, const PStep *st) {
+  for (int i = 0; i < c->ngroups; i++)
+    for (int k = 0; k < c->groups[i].n; k++)
+      if (c->groups[i].steps[k] == st) return &c->groups[i];
+  UNREACHABLE("a weight-gradient step outside the groups");
+}
+
+/* Each group's acc[bound] += G^T V over all rows, when `st` is its first step (the others are done
+ * then). The threads split the rows at superblocks (GEMM_TN_ROWS), each summing its rows of every
+ * output in float64 (gemm_tn_total: each thread reads only its rows of G and V); after a barrier
+ * they split the outputs' rows and add the threads' sums in thread order. */
+static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
+  const OuterGroup *g = outer_group_of(c, st);
+  if (g->trigger != st) return;
+  int hG, hV;
+  outer_operands(c, g->steps[0], &hG, &hV);
+  size_t mn = (size_t)g->M * (size_t)g->N;
+  double *part = gemm_scratch_total(&w->scratch[sh->i], mn);
+  memset(part, 0, sizeof(double) * mn);
+  int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0, s1;
+  share_of(0, nsb, sh, &s0, &s1);
+  int64_t k0 = s0 * GEMM_TN_ROWS, k1 = s1 * GEMM_TN_ROWS < rows ? s1 * GEMM_TN_ROWS : rows;
+  if (k1 > k0)
+    gemm_tn_total(gemm_isa_default(), g->M, g->N, (int)(k1 - k0), w->bases[hG] + k0 * width_of(c, hG), width_of(c, hG),
+                  w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV), part, &w->scratch[sh->i]);
+  barrier(sh);
   int64_t i0, i1;
-  share_of(0, o->n[0], sh, &i0, &i1);
-  if (i1 > i0)
-    gemm_tn_acc(gemm_isa_default(), (int)(i1 - i0), o->n[1], (int)rows, w->bases[hG] + i0, width_of(c, hG), w->bases[hV],
-                width_of(c, hV), w->bases[hacc] + i0 * o->n[1], o->n[1], &w->scratch[sh->i]);
+  share_of(0, g->M, sh, &i0, &i1);
+  int k = 0, first = 0; /* the step whose outputs hold row i, and its first row in the group */
+  for (int64_t i = i0; i < i1; i++) {
+    while (i >= first + graph_node(&c->base.p->g, g->steps[k]->node)->n[0]) first += graph_node(&c->base.p->g, g->steps[k++]->node)->n[0];
+    float *acc = w->bases[c->pl->home[c->base.p->bounds[g->steps[k]->bound].acc]] + (i - first) * g->N;
+    for (int j = 0; j < g->N; j++) {
+      double sum = 0;
+      for (int t = 0; t < sh->n; t++) sum += w->scratch[t].total[(size_t)i * (size_t)g->N + (size_t)j];
+      acc[j] += (float)sum;
+    }
+  }
 }
 
 /* acc[j0, j1) += the sum of the rows' columns j0 .. j1 - 1 (row stride ld): in chunks of columns
@@ -567,6 +682,8 @@ static const char *cpu_supports(const Program *p, const BackendOptions *o) {
 
 static int threads_of(const BackendOptions *o) { return o->threads > 0 ? o->threads : support_threads(); }
 
+static void cpu_free(Compiled *cc);
+
 static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, size_t errlen) {
   CHECK(p->differentiated && (!o->scan || p->scan_form));
   openblas_set_num_threads(1); /* cellc owns the threads (support_threads) */
@@ -574,14 +691,13 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
   c->nthreads = threads_of(o);
   c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
+  outer_groups(c);
   c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
   if (o->portable) return &c->base; /* every fns[k] NULL: the portable evaluator runs the kernels */
   CgModule *m = cg_llvm_build(c->pl, err, errlen);
   if (m) c->jit = cg_llvm_jit(m, c->fns, err, errlen);
   if (!c->jit) {
-    plan_free(c->pl);
-    free(c->fns);
-    free(c);
+    cpu_free(&c->base);
     return NULL;
   }
   return &c->base;
@@ -590,6 +706,8 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
 static void cpu_free(Compiled *cc) {
   CpuCell *c = (CpuCell *)cc;
   if (!c) return;
+  for (int i = 0; i < c->ngroups; i++) free(c->groups[i].steps);
+  free(c->groups);
   cg_llvm_jit_free(c->jit);
   plan_free(c->pl);
   free(c->fns);

@@ -254,13 +254,13 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
  * a power of two floats, which maps them onto a few L1 sets and thrashes them. Then, as in
  * gemm_run, rows of A^T in blocks that stay in L2, each panel of B (kc nr floats, which must fit
  * in L1 beside a tile's panel of A: 16 + 4 KB at kc = 128), the micro-tiles of the block,
- * accumulating into a float32 sum of the superblock (TN_SB rows). Each superblock's sum goes into
- * a float64 total (M N additions per TN_SB M N multiply-adds), added to C at the end: the
+ * accumulating into a float32 sum of the superblock (GEMM_TN_ROWS rows). Each superblock's sum goes into
+ * a float64 total (M N additions per GEMM_TN_ROWS M N multiply-adds), added to C at the end: the
  * rounding of the sum over all T B rows is then that of one superblock, whatever the row count,
  * so a data-parallel rank's part and the whole batch round alike. The buffers live in a
  * GemmScratch that the caller keeps between calls (fresh pages cost more than the packing).
  * Measured at a GRU layer's shapes in docs/performance.md. */
-enum { TN_KC = 128, TN_SB = 4096 };
+enum { TN_KC = 128 };
 
 /* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r].
  * Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
@@ -318,25 +318,25 @@ static void *scratch_grow(void **p, size_t *cap, size_t n, size_t size) {
   return *p;
 }
 
+double *gemm_scratch_total(GemmScratch *s, size_t n) {
+  return scratch_grow((void **)&s->total, &s->cap_total, n, sizeof(double));
+}
+
 void gemm_scratch_free(GemmScratch *s) {
   free(s->at), free(s->bt), free(s->blk), free(s->total);
   memset(s, 0, sizeof *s);
 }
 
-/* One kernel's driver: mr x nr tiles, rows of A^T in blocks of mb. */
+/* One kernel's driver: total[M, N] += A^T B over K rows, each superblock's float32 sum added in
+ * float64; mr x nr tiles, rows of A^T in blocks of mb. */
 static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, const float *A, size_t lda,
-                   const float *B, size_t ldb, float *C, size_t ldc, GemmScratch *s) {
+                   const float *B, size_t ldb, double *total, GemmScratch *s) {
   size_t mn = (size_t)M * (size_t)N;
   float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)((M + mr - 1) / mr) * mr * TN_KC, sizeof(float));
   float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)((N + nr - 1) / nr) * nr * TN_KC, sizeof(float));
   float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn, sizeof(float));
-  double *total = NULL;
-  if (K > TN_SB) {
-    total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
-    memset(total, 0, mn * sizeof(double));
-  }
-  for (int s0 = 0; s0 < K; s0 += TN_SB) {
-    int s1 = K - s0 < TN_SB ? K : s0 + TN_SB;
+  for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
+    int s1 = K - s0 < GEMM_TN_ROWS ? K : s0 + GEMM_TN_ROWS;
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
       if (mr == 8) pack_at(A + (size_t)k0 * lda, lda, M, kc, 8, at);
@@ -349,14 +349,27 @@ static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, 
             tiles(M - i0 < mr ? M - i0 : mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
                   (size_t)N, N - j0, k0 > s0);
     }
-    if (total)
-      for (size_t i = 0; i < mn; i++) total[i] += blk[i];
+    for (size_t i = 0; i < mn; i++) total[i] += blk[i];
   }
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      size_t e = (size_t)i * (size_t)N + j;
-      C[(size_t)i * ldc + j] += total ? (float)total[e] : blk[e];
-    }
+}
+
+void gemm_tn_total(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, double *total,
+                   GemmScratch *s) {
+  CHECK(gemm_isa_runs(isa) && s);
+  if (M <= 0 || N <= 0 || K <= 0) return;
+  switch (isa) {
+  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, s); return;
+  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, s); return;
+  default: break;
+  }
+  size_t mn = (size_t)M * (size_t)N;
+  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn, sizeof(float));
+  for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
+    int n = K - s0 < GEMM_TN_ROWS ? K - s0 : GEMM_TN_ROWS;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, n, 1.0f, A + (size_t)s0 * (size_t)lda, lda,
+                B + (size_t)s0 * (size_t)ldb, ldb, 0.0f, blk, N);
+    for (size_t i = 0; i < mn; i++) total[i] += blk[i];
+  }
 }
 
 void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
@@ -364,14 +377,12 @@ void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, cons
   CHECK(gemm_isa_runs(isa));
   if (M <= 0 || N <= 0 || K <= 0) return;
   GemmScratch own = {0};
-  switch (isa) {
-  case GEMM_AVX512:
-    tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, s ? s : &own);
-    break;
-  case GEMM_AVX2:
-    tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, s ? s : &own);
-    break;
-  default: cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc); break;
-  }
+  if (!s) s = &own;
+  size_t mn = (size_t)M * (size_t)N;
+  double *total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
+  memset(total, 0, mn * sizeof(double));
+  gemm_tn_total(isa, M, N, K, A, lda, B, ldb, total, s);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) C[(size_t)i * (size_t)ldc + j] += (float)total[(size_t)i * (size_t)N + j];
   gemm_scratch_free(&own);
 }
