@@ -1,7 +1,8 @@
 /* cg_llvm.c: fused elementwise kernels as LLVM IR. A kernel is
  *   void kN(i64 r0, i64 r1, float **bases)
  * looping over rows; per row it computes its nodes in order, each one over
- * its elements in 8-wide vectors (a scalar tail), reading arguments from
+ * its elements in vectors of 16 floats (JIT code on a CPU with AVX-512) or 8
+ * (otherwise, and in emitted objects) with a scalar tail, reading arguments from
  * arrays (row r of a slot is bases[slot] + r * width) or row-local
  * temporaries. exp, log, tanh, sigmoid and erf are polynomial, so they
  * vectorize; the rare per-row sin and cos call libm per lane. */
@@ -20,10 +21,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "support.h"
 
-#define VW 8 /* vector width in floats */
+
+#define VW_MAX 16 /* the widest vectors, in floats */
 
 typedef struct Cg {
+  int vw; /* vector width in floats: 8, or 16 for JIT code on a CPU with AVX-512 */
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMBuilderRef b;
@@ -45,17 +49,17 @@ typedef struct Jit {
 static LLVMValueRef kf(Cg *cg, LLVMTypeRef ty, double v) {
   LLVMValueRef c = LLVMConstReal(cg->f32, v);
   if (ty == cg->f32) return c;
-  LLVMValueRef lanes[VW];
-  for (int i = 0; i < VW; i++) lanes[i] = c;
-  return LLVMConstVector(lanes, VW);
+  LLVMValueRef lanes[VW_MAX];
+  for (int i = 0; i < cg->vw; i++) lanes[i] = c;
+  return LLVMConstVector(lanes, (unsigned)cg->vw);
 }
 
 static LLVMValueRef ki(Cg *cg, LLVMTypeRef fty, long v) {
   LLVMValueRef c = LLVMConstInt(cg->i32, (unsigned long long)v, 1);
   if (fty == cg->f32) return c;
-  LLVMValueRef lanes[VW];
-  for (int i = 0; i < VW; i++) lanes[i] = c;
-  return LLVMConstVector(lanes, VW);
+  LLVMValueRef lanes[VW_MAX];
+  for (int i = 0; i < cg->vw; i++) lanes[i] = c;
+  return LLVMConstVector(lanes, (unsigned)cg->vw);
 }
 
 static LLVMTypeRef ity(Cg *cg, LLVMTypeRef fty) { return fty == cg->f32 ? cg->i32 : cg->vi32; }
@@ -185,7 +189,7 @@ static LLVMValueRef v_libm(Cg *cg, const char *name, LLVMValueRef x) {
   if (!f) f = LLVMAddFunction(cg->mod, name, fty);
   if (LLVMTypeOf(x) == cg->f32) return LLVMBuildCall2(cg->b, fty, f, &x, 1, "");
   LLVMValueRef y = LLVMGetUndef(cg->v8);
-  for (int i = 0; i < VW; i++) {
+  for (int i = 0; i < cg->vw; i++) {
     LLVMValueRef lane = LLVMConstInt(cg->i32, (unsigned long long)i, 0);
     LLVMValueRef e = LLVMBuildExtractElement(cg->b, x, lane, "");
     y = LLVMBuildInsertElement(cg->b, y, LLVMBuildCall2(cg->b, fty, f, &e, 1, ""), lane, "");
@@ -274,7 +278,7 @@ static void store_at(Cg *cg, LLVMValueRef base, LLVMValueRef j, LLVMValueRef v) 
 
 static LLVMValueRef splat(Cg *cg, LLVMValueRef s) {
   LLVMValueRef v = LLVMGetUndef(cg->v8);
-  for (int i = 0; i < VW; i++) v = LLVMBuildInsertElement(cg->b, v, s, LLVMConstInt(cg->i32, (unsigned long long)i, 0), "");
+  for (int i = 0; i < cg->vw; i++) v = LLVMBuildInsertElement(cg->b, v, s, LLVMConstInt(cg->i32, (unsigned long long)i, 0), "");
   return v;
 }
 
@@ -286,11 +290,11 @@ static LLVMValueRef arg_at(Cg *cg, int id, LLVMValueRef j, bool vec) {
   return load_at(cg, cg->rowp[id], j, vec);
 }
 
-/* A loop over j = 0, VW, 2 VW, ... < count*VW: body(j) with j an i64. */
+/* A loop over j = 0, vw, 2 vw, ... < count vw: body(j) with j an i64. */
 typedef void (*ChunkBody)(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx);
 
 static void for_elements(Cg *cg, int id, int n, ChunkBody body, void *ctx) {
-  int chunks = n / VW;
+  int vw = cg->vw, chunks = n / vw;
   if (chunks == 1) body(cg, id, LLVMConstInt(cg->i64, 0, 0), true, ctx);
   else if (chunks > 1) {
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(cg->b);
@@ -300,15 +304,15 @@ static void for_elements(Cg *cg, int id, int n, ChunkBody body, void *ctx) {
     LLVMPositionBuilderAtEnd(cg->b, loop);
     LLVMValueRef j = LLVMBuildPhi(cg->b, cg->i64, "j");
     body(cg, id, j, true, ctx);
-    LLVMValueRef jn = LLVMBuildAdd(cg->b, j, LLVMConstInt(cg->i64, VW, 0), "");
+    LLVMValueRef jn = LLVMBuildAdd(cg->b, j, LLVMConstInt(cg->i64, (unsigned long long)vw, 0), "");
     LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
     LLVMValueRef zero = LLVMConstInt(cg->i64, 0, 0);
     LLVMAddIncoming(j, &zero, &pre, 1);
     LLVMAddIncoming(j, &jn, &end, 1);
-    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, jn, LLVMConstInt(cg->i64, (unsigned long long)(chunks * VW), 0), ""), loop, done);
+    LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntULT, jn, LLVMConstInt(cg->i64, (unsigned long long)(chunks * vw), 0), ""), loop, done);
     LLVMPositionBuilderAtEnd(cg->b, done);
   }
-  for (int k = chunks * VW; k < n; k++) body(cg, id, LLVMConstInt(cg->i64, (unsigned long long)k, 0), false, ctx);
+  for (int k = chunks * vw; k < n; k++) body(cg, id, LLVMConstInt(cg->i64, (unsigned long long)k, 0), false, ctx);
 }
 
 static void body_elementwise(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
@@ -526,7 +530,7 @@ static void emit_kernel(Cg *cg, int k, const CgNodes *list, const char *name) {
       cg->basep[id] = LLVMBuildLoad2(cg->b, cg->fptr, LLVMBuildGEP2(cg->b, cg->fptr, bases, &idx, 1, ""), "");
     } else if (graph_node(g, id)->op != OP_CONST) {
       CHECK(k < 0 || pl->kernel_of[id] == k);
-      tmp[id] = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)node_numel(graph_node(g, id)) + VW, 0), "");
+      tmp[id] = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)node_numel(graph_node(g, id)) + cg->vw, 0), "");
     }
   }
   LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, r0, r1, ""), loop, exit);
@@ -603,9 +607,20 @@ static LLVMTargetMachineRef target_machine(const char *cpu_name, LLVMRelocMode r
   return tm;
 }
 
-CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) { return cg_llvm_build_with(pl, NULL, 0, err, errlen); }
+static CgModule *build(const Plan *pl, const CgNodes *extra, int nextra, int vw, char *err, size_t errlen);
 
+/* For this CPU: 16-wide vectors where it has AVX-512 (and the OS saves its registers). */
+CgModule *cg_llvm_build(const Plan *pl, char *err, size_t errlen) {
+  CpuFeatures f = cpu_features_host();
+  return build(pl, NULL, 0, f.avx512f && f.os_zmm ? 16 : 8, err, errlen);
+}
+
+/* For an object that runs on any x86-64-v3 CPU or later: 8-wide vectors. */
 CgModule *cg_llvm_build_with(const Plan *pl, const CgNodes *extra, int nextra, char *err, size_t errlen) {
+  return build(pl, extra, nextra, 8, err, errlen);
+}
+
+static CgModule *build(const Plan *pl, const CgNodes *extra, int nextra, int vw, char *err, size_t errlen) {
   init_llvm();
   CgModule *m = xcalloc(1, sizeof *m);
   m->tsctx = LLVMOrcCreateNewThreadSafeContext();
@@ -615,9 +630,10 @@ CgModule *cg_llvm_build_with(const Plan *pl, const CgNodes *extra, int nextra, c
   cg.mod = m->mod = LLVMModuleCreateWithNameInContext("cellc", cg.ctx);
   cg.b = LLVMCreateBuilderInContext(cg.ctx);
   cg.f32 = LLVMFloatTypeInContext(cg.ctx);
-  cg.v8 = LLVMVectorType(cg.f32, VW);
+  cg.vw = vw;
+  cg.v8 = LLVMVectorType(cg.f32, (unsigned)vw);
   cg.i32 = LLVMInt32TypeInContext(cg.ctx);
-  cg.vi32 = LLVMVectorType(cg.i32, VW);
+  cg.vi32 = LLVMVectorType(cg.i32, (unsigned)vw);
   cg.i64 = LLVMInt64TypeInContext(cg.ctx);
   cg.fptr = LLVMPointerType(cg.f32, 0);
   cg.vptr = LLVMPointerType(cg.v8, 0);
