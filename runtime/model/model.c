@@ -781,7 +781,12 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
     norm_forward(m, L, x, training);
     s->x = L->normed;
   } else s->x = x;
+  bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
+  /* a plain stack with nothing after the cell: it writes the next layer's input itself */
+  bool direct = !m->block && L->mix_w < 0 && !drop;
+  s->y = direct ? m->act[k + 1] : L->y;
   m->backend->forward(L->exe[v], L->work[v], s);
+  if (direct) return;
   const float *branch = L->y;
   if (L->mix_w >= 0) {
     DevOps *o = m->ops;
@@ -789,7 +794,6 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
     else o->mlp_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
     branch = L->mixed;
   }
-  bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
   if (drop) {
     uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("dropout") + (uint64_t)k);
     m->ops->dropout_fwd(m->ops, L->dropped, L->mask, branch, n, (float)m->dropout, key, draw_slice(m, (size_t)C), training);
@@ -877,9 +881,13 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
   if (m->embed) o->embed_fwd(o, m->act[0], m->d_ids, enc->dval[0], m->rows, m->task.vocab, m->width);
   else o->linear_fwd(o, m->act[0], m->d_x, enc->dval[0], m->tensors[m->enc_b].dval[0], m->rows, m->task.in_dim, m->width);
   for (int k = 0; k < m->nlayers; k++) layer_forward(m, k, training, step);
-  o->readout_fwd(o, (int)m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
+  /* readout all: the head reads the last activations in place, and its input gradient goes
+   * straight into theirs */
+  bool all = m->readout == NN_READOUT_ALL;
+  const float *rin = all ? m->act[m->nlayers] : m->readout_out;
+  if (!all) o->readout_fwd(o, (int)m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
   ModelTensor *hw = &m->tensors[m->head_w], *hb = &m->tensors[m->head_b];
-  o->linear_fwd(o, m->logits, m->readout_out, hw->dval[0], hb->dval[0], R, C, K);
+  o->linear_fwd(o, m->logits, rin, hw->dval[0], hb->dval[0], R, C, K);
   ModelLoss out = {0};
   double sum = 0;
   out.counted = counted;
@@ -893,11 +901,14 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
   if (!training) return out;
 
   o->zero(o, m->tensors[0].dgrad[0], sizeof(float) * m->store_floats);
-  o->zero(o, m->dreadout, sizeof(float) * (size_t)R * (size_t)C);
-  o->linear_bwd(o, m->dreadout, hw->dgrad[0], hb->dgrad[0], m->dlogits, m->readout_out, hw->dval[0], R, C, K);
   float *dcur = m->dact[0], *dnext = m->dact[1];
   o->zero(o, dcur, sizeof(float) * nrows * (size_t)C);
-  o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
+  if (all) o->linear_bwd(o, dcur, hw->dgrad[0], hb->dgrad[0], m->dlogits, rin, hw->dval[0], R, C, K);
+  else {
+    o->zero(o, m->dreadout, sizeof(float) * (size_t)R * (size_t)C);
+    o->linear_bwd(o, m->dreadout, hw->dgrad[0], hb->dgrad[0], m->dlogits, rin, hw->dval[0], R, C, K);
+    o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
+  }
   for (int k = m->nlayers - 1; k >= 0; k--) {
     layer_backward(m, k, dnext, dcur);
     float *t = dcur;
