@@ -188,6 +188,37 @@ Test(gemm, weight_gradient_shapes) {
 
 /* Rows past one superblock (4096) go through the float64 total; a scratch kept between calls of
  * other shapes (larger, then smaller, then larger again) leaves nothing behind. */
+/* gemm_tn_total's column sums of A (the bias gradient, taken in the packing), over rows split at
+ * a superblock as two threads split them: the two halves' totals add up to the whole's, and the
+ * sums follow float64. */
+Test(gemm, weight_gradient_column_sums) {
+  static const int shapes[][3] = {{13, 7, 100}, {70, 33, 9001}, {8, 32, 4096 + 5}};
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    GemmScratch sc = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2], lda = M + 3, ldb = N + 1;
+      float *A = malloc(sizeof(float) * (size_t)K * lda), *B = malloc(sizeof(float) * (size_t)K * ldb);
+      fill(A, (size_t)K * lda, 11 + (unsigned)i), fill(B, (size_t)K * ldb, 12 + (unsigned)i);
+      double *t1 = calloc((size_t)M * N + M, sizeof(double)), *t2 = calloc((size_t)M * N + M, sizeof(double));
+      gemm_tn_total(isas[s], M, N, K, A, lda, B, ldb, t1, t1 + (size_t)M * N, &sc);
+      int half = K > GEMM_TN_ROWS ? GEMM_TN_ROWS : K;
+      gemm_tn_total(isas[s], M, N, half, A, lda, B, ldb, t2, t2 + (size_t)M * N, &sc);
+      gemm_tn_total(isas[s], M, N, K - half, A + (size_t)half * lda, lda, B + (size_t)half * ldb, ldb, t2, t2 + (size_t)M * N, &sc);
+      for (int r = 0; r < M; r++) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; k++) ref += A[(size_t)k * lda + r], mag += fabs(A[(size_t)k * lda + r]);
+        double got = t1[(size_t)M * N + r];
+        cr_assert(fabs(got - ref) <= 1e-5 * mag, "%s column sum %d of %dx%d: %g, float64 %g", gemm_isa_name(isas[s]), r, K, M, got, ref);
+      }
+      for (size_t e = 0; e < (size_t)M * N + M; e++)
+        cr_assert(t1[e] == t2[e], "%s: the rows in two parts differ at %zu: %.17g %.17g", gemm_isa_name(isas[s]), e, t1[e], t2[e]);
+      free(A), free(B), free(t1), free(t2);
+    }
+    gemm_scratch_free(&sc);
+  }
+}
+
 Test(gemm, weight_gradient_superblocks_and_scratch) {
   static const int shapes[][3] = {{70, 48, 300}, {40, 33, 9001}, {9, 17, 4096}, {13, 70, 4097}, {70, 70, 8192}};
   for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {

@@ -19,12 +19,15 @@
 /* Weight-gradient steps that run as one product: PS_OUTER_ACC steps of a run of a phase's steps
  * with no kinds but PS_OUTER_ACC and PS_COLSUM, the same V and their G side by side in one array (a GRU's three
  * input-weight gradients share x and the stacked gate adjoints): A^T V with A the G's columns
- * together, M their rows in all, so V is read once. */
+ * together, M their rows in all, so V is read once; and the column sums of the run's PS_COLSUM
+ * steps over those G, taken while G is packed, so G is read once. */
 typedef struct OuterGroup {
   const PStep **steps; /* by G's column */
   int n;
   int M, N;
   const PStep *trigger; /* the group runs at this step, the first of its steps in the phase */
+  const PStep **sums;   /* per step: the run's PS_COLSUM of its G (the bias gradient), done with it, or NULL */
+  bool any_sum;
 } OuterGroup;
 
 /* A compiled program: its plan, a function per kernel (or NULL: the portable evaluator), and the
@@ -346,7 +349,7 @@ static bool outer_extends(const CpuCell *c, const OuterGroup *g, const PStep *st
  * of each other, their inputs ready before the run): its PS_OUTER_ACC steps sorted, then grouped. */
 static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
   const PStep **st = xmalloc(sizeof(PStep *) * (size_t)(n ? n : 1));
-  int m = 0;
+  int m = 0, first = c->ngroups;
   for (int i = 0; i < n; i++)
     if (run[i].kind == PS_OUTER_ACC) st[m++] = &run[i];
   sort_cell = c;
@@ -361,12 +364,30 @@ static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
     } else {
       c->groups = xrealloc(c->groups, sizeof(OuterGroup) * (size_t)(c->ngroups + 1));
       g = &c->groups[c->ngroups++];
-      *g = (OuterGroup){xmalloc(sizeof(PStep *)), 1, o->n[0], o->n[1], st[i]};
+      *g = (OuterGroup){.steps = xmalloc(sizeof(PStep *)), .n = 1, .M = o->n[0], .N = o->n[1], .trigger = st[i]};
       g->steps[0] = st[i];
     }
     if (st[i] < g->trigger) g->trigger = st[i]; /* the first of the group in the phase's order */
   }
   free(st);
+  for (int i = first; i < c->ngroups; i++) c->groups[i].sums = xcalloc((size_t)c->groups[i].n, sizeof(PStep *));
+  for (int i = 0; i < n; i++) { /* each PS_COLSUM to the first step whose G it sums */
+    bool done = run[i].kind != PS_COLSUM;
+    for (int j = first; j < c->ngroups && !done; j++)
+      for (int k = 0; k < c->groups[j].n && !done; k++) {
+        OuterGroup *h = &c->groups[j];
+        if (graph_node(&c->base.p->g, h->steps[k]->node)->a[0] == run[i].node && !h->sums[k])
+          h->sums[k] = &run[i], h->any_sum = done = true;
+      }
+  }
+}
+
+/* Whether a PS_COLSUM step is done by its weight-gradient group. */
+static bool colsum_fused(const CpuCell *c, const PStep *st) {
+  for (int i = 0; i < c->ngroups; i++)
+    for (int k = 0; k < c->groups[i].n; k++)
+      if (c->groups[i].sums[k] == st) return true;
+  return false;
 }
 
 /* The weight-gradient groups of every phase. */
@@ -398,28 +419,35 @@ static const OuterGroup *outer_group_of(const CpuCell *c, const PStep *st) {
 static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
   const OuterGroup *g = outer_group_of(c, st);
   if (g->trigger != st) return;
+  Graph *gr = &c->base.p->g;
   int hG, hV;
   outer_operands(c, g->steps[0], &hG, &hV);
-  size_t mn = (size_t)g->M * (size_t)g->N;
-  double *part = gemm_scratch_total(&w->scratch[sh->i], mn);
-  memset(part, 0, sizeof(double) * mn);
+  size_t mn = (size_t)g->M * (size_t)g->N, len = mn + (g->any_sum ? (size_t)g->M : 0);
+  double *part = gemm_scratch_total(&w->scratch[sh->i], len); /* the product, then the column sums */
+  memset(part, 0, sizeof(double) * len);
   int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0, s1;
   share_of(0, nsb, sh, &s0, &s1);
   int64_t k0 = s0 * GEMM_TN_ROWS, k1 = s1 * GEMM_TN_ROWS < rows ? s1 * GEMM_TN_ROWS : rows;
   if (k1 > k0)
     gemm_tn_total(gemm_isa_default(), g->M, g->N, (int)(k1 - k0), w->bases[hG] + k0 * width_of(c, hG), width_of(c, hG),
-                  w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV), part, &w->scratch[sh->i]);
+                  w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV), part, g->any_sum ? part + mn : NULL,
+                  &w->scratch[sh->i]);
   barrier(sh);
   int64_t i0, i1;
   share_of(0, g->M, sh, &i0, &i1);
   int k = 0, first = 0; /* the step whose outputs hold row i, and its first row in the group */
   for (int64_t i = i0; i < i1; i++) {
-    while (i >= first + graph_node(&c->base.p->g, g->steps[k]->node)->n[0]) first += graph_node(&c->base.p->g, g->steps[k++]->node)->n[0];
+    while (i >= first + graph_node(gr, g->steps[k]->node)->n[0]) first += graph_node(gr, g->steps[k++]->node)->n[0];
     float *acc = w->bases[c->pl->home[c->base.p->bounds[g->steps[k]->bound].acc]] + (i - first) * g->N;
     for (int j = 0; j < g->N; j++) {
       double sum = 0;
       for (int t = 0; t < sh->n; t++) sum += w->scratch[t].total[(size_t)i * (size_t)g->N + (size_t)j];
       acc[j] += (float)sum;
+    }
+    if (g->sums[k]) {
+      double sum = 0;
+      for (int t = 0; t < sh->n; t++) sum += w->scratch[t].total[mn + (size_t)i];
+      w->bases[c->pl->home[c->base.p->bounds[g->sums[k]->bound].acc]][i - first] += (float)sum;
     }
   }
 }
@@ -493,7 +521,10 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
     break;
   }
   case PS_OUTER_ACC: CHECK(all); run_outer_acc(c, w, st, rows, sh); break;
-  case PS_COLSUM: CHECK(all); run_colsum(c, w, st, rows, sh); break;
+  case PS_COLSUM:
+    CHECK(all);
+    if (!colsum_fused(c, st)) run_colsum(c, w, st, rows, sh);
+    break;
   case PS_COPY: run_copy(c, w, st, r0, r1); break;
   case PS_ZERO: {
     int e = width_of(c, st->dst);
@@ -706,7 +737,7 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
 static void cpu_free(Compiled *cc) {
   CpuCell *c = (CpuCell *)cc;
   if (!c) return;
-  for (int i = 0; i < c->ngroups; i++) free(c->groups[i].steps);
+  for (int i = 0; i < c->ngroups; i++) free(c->groups[i].steps), free(c->groups[i].sums);
   free(c->groups);
   cg_llvm_jit_free(c->jit);
   plan_free(c->pl);

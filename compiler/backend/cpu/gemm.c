@@ -262,17 +262,30 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
  * Measured at a GRU layer's shapes in docs/performance.md. */
 enum { TN_KC = 128 };
 
-/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r].
- * Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
-INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p) {
+/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r];
+ * with `sum`, sum[i] += A[k, i] over the rows too (the bias gradient, for the price of an add in
+ * the copy). Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
+INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p, float *sum) {
   for (int i0 = 0; i0 < M; i0 += mr, p += (size_t)kc * mr) {
     int w = M - i0 < mr ? M - i0 : mr;
     if (w == mr) {
-      for (int k = 0; k < kc; k++) memcpy(p + (size_t)k * mr, A + (size_t)k * lda + i0, sizeof(float) * (size_t)mr);
+      float s[16] = {0};
+      for (int k = 0; k < kc; k++) {
+        const float *a = A + (size_t)k * lda + i0;
+        memcpy(p + (size_t)k * mr, a, sizeof(float) * (size_t)mr);
+        if (sum)
+          for (int r = 0; r < mr; r++) s[r] += a[r];
+      }
+      if (sum)
+        for (int r = 0; r < mr; r++) sum[i0 + r] += s[r];
       continue;
     }
     for (int k = 0; k < kc; k++)
-      for (int r = 0; r < mr; r++) p[(size_t)k * mr + r] = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
+      for (int r = 0; r < mr; r++) {
+        float a = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
+        p[(size_t)k * mr + r] = a;
+        if (sum && r < w) sum[i0 + r] += a;
+      }
   }
 }
 
@@ -328,19 +341,21 @@ void gemm_scratch_free(GemmScratch *s) {
 }
 
 /* One kernel's driver: total[M, N] += A^T B over K rows, each superblock's float32 sum added in
- * float64; mr x nr tiles, rows of A^T in blocks of mb. */
+ * float64, and colsum[M] (when given) += A's column sums the same way; mr x nr tiles, rows of A^T
+ * in blocks of mb. */
 static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, const float *A, size_t lda,
-                   const float *B, size_t ldb, double *total, GemmScratch *s) {
+                   const float *B, size_t ldb, double *total, double *colsum, GemmScratch *s) {
   size_t mn = (size_t)M * (size_t)N;
   float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)((M + mr - 1) / mr) * mr * TN_KC, sizeof(float));
   float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)((N + nr - 1) / nr) * nr * TN_KC, sizeof(float));
-  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn, sizeof(float));
+  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn + (size_t)M, sizeof(float)), *sum = colsum ? blk + mn : NULL;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int s1 = K - s0 < GEMM_TN_ROWS ? K : s0 + GEMM_TN_ROWS;
+    if (sum) memset(sum, 0, sizeof(float) * (size_t)M);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
-      if (mr == 8) pack_at(A + (size_t)k0 * lda, lda, M, kc, 8, at);
-      else pack_at(A + (size_t)k0 * lda, lda, M, kc, 6, at);
+      if (mr == 8) pack_at(A + (size_t)k0 * lda, lda, M, kc, 8, at, sum);
+      else pack_at(A + (size_t)k0 * lda, lda, M, kc, 6, at, sum);
       if (nr == 32) pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 32, bt);
       else pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 16, bt);
       for (int ib = 0; ib < M; ib += mb)
@@ -350,25 +365,33 @@ static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, 
                   (size_t)N, N - j0, k0 > s0);
     }
     for (size_t i = 0; i < mn; i++) total[i] += blk[i];
+    if (sum)
+      for (int i = 0; i < M; i++) colsum[i] += sum[i];
   }
 }
 
 void gemm_tn_total(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, double *total,
-                   GemmScratch *s) {
+                   double *colsum, GemmScratch *s) {
   CHECK(gemm_isa_runs(isa) && s);
   if (M <= 0 || N <= 0 || K <= 0) return;
   switch (isa) {
-  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, s); return;
-  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, s); return;
+  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, colsum, s); return;
+  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, colsum, s); return;
   default: break;
   }
   size_t mn = (size_t)M * (size_t)N;
-  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn, sizeof(float));
+  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn + (size_t)M, sizeof(float)), *sum = blk + mn;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int n = K - s0 < GEMM_TN_ROWS ? K - s0 : GEMM_TN_ROWS;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, n, 1.0f, A + (size_t)s0 * (size_t)lda, lda,
-                B + (size_t)s0 * (size_t)ldb, ldb, 0.0f, blk, N);
+    const float *As = A + (size_t)s0 * (size_t)lda;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, n, 1.0f, As, lda, B + (size_t)s0 * (size_t)ldb, ldb, 0.0f,
+                blk, N);
     for (size_t i = 0; i < mn; i++) total[i] += blk[i];
+    if (!colsum) continue;
+    memset(sum, 0, sizeof(float) * (size_t)M);
+    for (int k = 0; k < n; k++)
+      for (int i = 0; i < M; i++) sum[i] += As[(size_t)k * (size_t)lda + i];
+    for (int i = 0; i < M; i++) colsum[i] += sum[i];
   }
 }
 
@@ -381,7 +404,7 @@ void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, cons
   size_t mn = (size_t)M * (size_t)N;
   double *total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
   memset(total, 0, mn * sizeof(double));
-  gemm_tn_total(isa, M, N, K, A, lda, B, ldb, total, s);
+  gemm_tn_total(isa, M, N, K, A, lda, B, ldb, total, NULL, s);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) C[(size_t)i * (size_t)ldc + j] += (float)total[(size_t)i * (size_t)N + j];
   gemm_scratch_free(&own);

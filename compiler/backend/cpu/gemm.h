@@ -57,10 +57,12 @@ double *gemm_scratch_total(GemmScratch *s, size_t n);
  * B [K, N], row stride ldb), as the float32 sums of superblocks of GEMM_TN_ROWS rows (from row 0)
  * added in float64. A caller that splits the rows between threads at multiples of GEMM_TN_ROWS
  * and adds the threads' totals gets the same sums (to the rounding of float64 additions of a few
- * float32 values, which are exact unless their magnitudes differ by 2^29). `s` is required. */
+ * float32 values, which are exact unless their magnitudes differ by 2^29). With `colsum`, also
+ * colsum[M] += the column sums of A over the rows (the bias gradient), summed the same way, read
+ * while A is packed. `s` is required. */
 enum { GEMM_TN_ROWS = 4096 };
 void gemm_tn_total(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, double *total,
-                   GemmScratch *s);
+                   double *colsum, GemmScratch *s);
 
 /* The weight gradient: C[M, N] += A^T B, A [K, M] (row stride lda), B [K, N] (row stride ldb),
  * C row stride ldc; single-threaded (the caller splits M between its threads). `s`: buffers
