@@ -201,10 +201,11 @@ Test(gemm, weight_gradient_column_sums) {
       float *A = malloc(sizeof(float) * (size_t)K * lda), *B = malloc(sizeof(float) * (size_t)K * ldb);
       fill(A, (size_t)K * lda, 11 + (unsigned)i), fill(B, (size_t)K * ldb, 12 + (unsigned)i);
       double *t1 = calloc((size_t)M * N + M, sizeof(double)), *t2 = calloc((size_t)M * N + M, sizeof(double));
-      gemm_tn_total(isas[s], M, N, K, A, lda, B, ldb, t1, t1 + (size_t)M * N, &sc);
+      gemm_tn_total(isas[s], &(GemmCols){A, lda, M}, 1, N, K, B, ldb, t1, t1 + (size_t)M * N, &sc);
       int half = K > GEMM_TN_ROWS ? GEMM_TN_ROWS : K;
-      gemm_tn_total(isas[s], M, N, half, A, lda, B, ldb, t2, t2 + (size_t)M * N, &sc);
-      gemm_tn_total(isas[s], M, N, K - half, A + (size_t)half * lda, lda, B + (size_t)half * ldb, ldb, t2, t2 + (size_t)M * N, &sc);
+      gemm_tn_total(isas[s], &(GemmCols){A, lda, M}, 1, N, half, B, ldb, t2, t2 + (size_t)M * N, &sc);
+      gemm_tn_total(isas[s], &(GemmCols){A + (size_t)half * lda, lda, M}, 1, N, K - half, B + (size_t)half * ldb, ldb, t2,
+                    t2 + (size_t)M * N, &sc);
       for (int r = 0; r < M; r++) {
         double ref = 0, mag = 0;
         for (int k = 0; k < K; k++) ref += A[(size_t)k * lda + r], mag += fabs(A[(size_t)k * lda + r]);
@@ -215,6 +216,52 @@ Test(gemm, weight_gradient_column_sums) {
         cr_assert(t1[e] == t2[e], "%s: the rows in two parts differ at %zu: %.17g %.17g", gemm_isa_name(isas[s]), e, t1[e], t2[e]);
       free(A), free(B), free(t1), free(t2);
     }
+    gemm_scratch_free(&sc);
+  }
+}
+
+/* A in column blocks of several matrices (other strides, widths off the tile): the product and the
+ * column sums equal those of the blocks one at a time, to the bit, and follow float64. */
+Test(gemm, weight_gradient_column_blocks) {
+  enum { K = 5000, N = 37 };
+  static const int widths[] = {5, 19, 8, 33};
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    GemmScratch sc = {0};
+    GemmCols cols[4];
+    float *mats[4];
+    int M = 0;
+    for (int b = 0; b < 4; b++) {
+      int lda = widths[b] + b * 3;
+      mats[b] = malloc(sizeof(float) * (size_t)K * lda);
+      fill(mats[b], (size_t)K * lda, 20 + (unsigned)b);
+      cols[b] = (GemmCols){mats[b] + b, lda, widths[b] - (b == 3)}; /* an offset into the rows, not all columns */
+      M += cols[b].n;
+    }
+    float *B = malloc(sizeof(float) * (size_t)K * N);
+    fill(B, (size_t)K * N, 30);
+    double *all = calloc((size_t)M * N + M, sizeof(double)), *one = calloc((size_t)M * N + M, sizeof(double));
+    gemm_tn_total(isas[s], cols, 4, N, K, B, N, all, all + (size_t)M * N, &sc);
+    for (int b = 0, m0 = 0; b < 4; m0 += cols[b].n, b++) {
+      double *t = calloc((size_t)cols[b].n * N + cols[b].n, sizeof(double));
+      gemm_tn_total(isas[s], &cols[b], 1, N, K, B, N, t, t + (size_t)cols[b].n * N, &sc);
+      for (int i = 0; i < cols[b].n; i++) {
+        for (int j = 0; j < N; j++) {
+          double got = all[(size_t)(m0 + i) * N + j], ref = 0, mag = 0;
+          cr_assert(got == t[(size_t)i * N + j], "%s block %d row %d col %d: %.17g alone %.17g", gemm_isa_name(isas[s]), b, i, j,
+                    got, t[(size_t)i * N + j]);
+          for (int k = 0; k < K; k++) {
+            double p = (double)cols[b].a[(size_t)k * cols[b].lda + i] * B[(size_t)k * N + j];
+            ref += p, mag += fabs(p);
+          }
+          cr_assert(fabs(got - ref) <= 1e-5 * mag, "%s block %d: %g, float64 %g", gemm_isa_name(isas[s]), b, got, ref);
+        }
+        cr_assert(all[(size_t)M * N + m0 + i] == t[(size_t)cols[b].n * N + i], "%s block %d column sum %d", gemm_isa_name(isas[s]), b, i);
+      }
+      free(t);
+    }
+    for (int b = 0; b < 4; b++) free(mats[b]);
+    free(B), free(all), free(one);
     gemm_scratch_free(&sc);
   }
 }

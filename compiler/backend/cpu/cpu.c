@@ -334,15 +334,12 @@ static int outer_cmp(const void *x, const void *y) {
   return 0;
 }
 
-/* Whether step `st` (PS_OUTER_ACC) extends the group: the same V, and its G the columns right after
- * the group's in the same array and rows. */
+/* Whether step `st` (PS_OUTER_ACC) joins the group: the same V. */
 static bool outer_extends(const CpuCell *c, const OuterGroup *g, const PStep *st) {
   int gG, gV, hG, hV;
   outer_operands(c, g->steps[0], &gG, &gV);
   outer_operands(c, st, &hG, &hV);
-  const Slot *a = &c->pl->slots[gG], *b = &c->pl->slots[hG];
-  Node *o = graph_node(&c->base.p->g, st->node);
-  return hV == gV && o->n[1] == g->N && a->array == b->array && a->row_off == b->row_off && b->col == a->col + g->M;
+  return hV == gV && graph_node(&c->base.p->g, st->node)->n[1] == g->N;
 }
 
 /* The groups of one run of steps (PS_OUTER_ACC and PS_COLSUM only: the products are independent
@@ -420,7 +417,7 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   const OuterGroup *g = outer_group_of(c, st);
   if (g->trigger != st) return;
   Graph *gr = &c->base.p->g;
-  int hG, hV;
+  int hG, hV; /* V (the G are each step's) */
   outer_operands(c, g->steps[0], &hG, &hV);
   size_t mn = (size_t)g->M * (size_t)g->N, len = mn + (g->any_sum ? (size_t)g->M : 0);
   double *part = gemm_scratch_total(&w->scratch[sh->i], len); /* the product, then the column sums */
@@ -428,10 +425,17 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0, s1;
   share_of(0, nsb, sh, &s0, &s1);
   int64_t k0 = s0 * GEMM_TN_ROWS, k1 = s1 * GEMM_TN_ROWS < rows ? s1 * GEMM_TN_ROWS : rows;
-  if (k1 > k0)
-    gemm_tn_total(gemm_isa_default(), g->M, g->N, (int)(k1 - k0), w->bases[hG] + k0 * width_of(c, hG), width_of(c, hG),
-                  w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV), part, g->any_sum ? part + mn : NULL,
-                  &w->scratch[sh->i]);
+  if (k1 > k0) {
+    GemmCols *a = xmalloc(sizeof(GemmCols) * (size_t)g->n);
+    for (int m = 0; m < g->n; m++) {
+      int mG, mV;
+      outer_operands(c, g->steps[m], &mG, &mV);
+      a[m] = (GemmCols){w->bases[mG] + k0 * width_of(c, mG), width_of(c, mG), graph_node(gr, g->steps[m]->node)->n[0]};
+    }
+    gemm_tn_total(gemm_isa_default(), a, g->n, g->N, (int)(k1 - k0), w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV),
+                  part, g->any_sum ? part + mn : NULL, &w->scratch[sh->i]);
+    free(a);
+  }
   barrier(sh);
   int64_t i0, i1;
   share_of(0, g->M, sh, &i0, &i1);

@@ -340,58 +340,71 @@ void gemm_scratch_free(GemmScratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* One kernel's driver: total[M, N] += A^T B over K rows, each superblock's float32 sum added in
- * float64, and colsum[M] (when given) += A's column sums the same way; mr x nr tiles, rows of A^T
- * in blocks of mb. */
-static void tn_run(TnTiles *tiles, int mr, int nr, int mb, int M, int N, int K, const float *A, size_t lda,
-                   const float *B, size_t ldb, double *total, double *colsum, GemmScratch *s) {
-  size_t mn = (size_t)M * (size_t)N;
-  float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)((M + mr - 1) / mr) * mr * TN_KC, sizeof(float));
+/* One kernel's driver: total[M, N] += A^T B over K rows, A the column blocks side by side, each
+ * superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the same
+ * way; mr x nr tiles, rows of A^T in blocks of mb. Each block is packed into whole panels (its last
+ * one zero-padded), so the sums are computed in a padded row space and then added row by row. */
+static void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, int N, int K, const float *B,
+                   size_t ldb, double *total, double *colsum, GemmScratch *s) {
+  int Mp = 0; /* rows with every block's padding */
+  for (int b = 0; b < na; b++) Mp += (a[b].n + mr - 1) / mr * mr;
+  size_t mpn = (size_t)Mp * (size_t)N;
+  float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)Mp * TN_KC, sizeof(float));
   float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)((N + nr - 1) / nr) * nr * TN_KC, sizeof(float));
-  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn + (size_t)M, sizeof(float)), *sum = colsum ? blk + mn : NULL;
+  float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mpn + (size_t)Mp, sizeof(float)), *sum = colsum ? blk + mpn : NULL;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int s1 = K - s0 < GEMM_TN_ROWS ? K : s0 + GEMM_TN_ROWS;
-    if (sum) memset(sum, 0, sizeof(float) * (size_t)M);
+    if (sum) memset(sum, 0, sizeof(float) * (size_t)Mp);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
-      if (mr == 8) pack_at(A + (size_t)k0 * lda, lda, M, kc, 8, at, sum);
-      else pack_at(A + (size_t)k0 * lda, lda, M, kc, 6, at, sum);
+      for (int b = 0, p0 = 0; b < na; p0 += (a[b].n + mr - 1) / mr * mr, b++) {
+        const float *ab = a[b].a + (size_t)k0 * (size_t)a[b].lda;
+        if (mr == 8) pack_at(ab, (size_t)a[b].lda, a[b].n, kc, 8, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
+        else pack_at(ab, (size_t)a[b].lda, a[b].n, kc, 6, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
+      }
       if (nr == 32) pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 32, bt);
       else pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 16, bt);
-      for (int ib = 0; ib < M; ib += mb)
+      for (int ib = 0; ib < Mp; ib += mb)
         for (int j0 = 0; j0 < N; j0 += nr)
-          for (int i0 = ib; i0 < M && i0 < ib + mb; i0 += mr)
-            tiles(M - i0 < mr ? M - i0 : mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0,
-                  (size_t)N, N - j0, k0 > s0);
+          for (int i0 = ib; i0 < Mp && i0 < ib + mb; i0 += mr)
+            tiles(mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0, (size_t)N, N - j0, k0 > s0);
     }
-    for (size_t i = 0; i < mn; i++) total[i] += blk[i];
-    if (sum)
-      for (int i = 0; i < M; i++) colsum[i] += sum[i];
+    for (int b = 0, p0 = 0, m0 = 0; b < na; p0 += (a[b].n + mr - 1) / mr * mr, m0 += a[b].n, b++) {
+      for (size_t i = 0; i < (size_t)a[b].n * (size_t)N; i++) total[(size_t)m0 * N + i] += blk[(size_t)p0 * N + i];
+      if (sum)
+        for (int i = 0; i < a[b].n; i++) colsum[m0 + i] += sum[p0 + i];
+    }
   }
 }
 
-void gemm_tn_total(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, double *total,
+void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, int N, int K, const float *B, int ldb, double *total,
                    double *colsum, GemmScratch *s) {
   CHECK(gemm_isa_runs(isa) && s);
+  int M = 0;
+  for (int b = 0; b < na; b++) M += a[b].n;
   if (M <= 0 || N <= 0 || K <= 0) return;
   switch (isa) {
-  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, colsum, s); return;
-  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, M, N, K, A, (size_t)lda, B, (size_t)ldb, total, colsum, s); return;
+  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, a, na, N, K, B, (size_t)ldb, total, colsum, s); return;
+  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, a, na, N, K, B, (size_t)ldb, total, colsum, s); return;
   default: break;
   }
   size_t mn = (size_t)M * (size_t)N;
   float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn + (size_t)M, sizeof(float)), *sum = blk + mn;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int n = K - s0 < GEMM_TN_ROWS ? K - s0 : GEMM_TN_ROWS;
-    const float *As = A + (size_t)s0 * (size_t)lda;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, n, 1.0f, As, lda, B + (size_t)s0 * (size_t)ldb, ldb, 0.0f,
-                blk, N);
+    for (int b = 0, m0 = 0; b < na; m0 += a[b].n, b++) {
+      if (!a[b].n) continue;
+      const float *As = a[b].a + (size_t)s0 * (size_t)a[b].lda;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a[b].n, N, n, 1.0f, As, a[b].lda, B + (size_t)s0 * (size_t)ldb,
+                  ldb, 0.0f, blk + (size_t)m0 * N, N);
+      if (!colsum) continue;
+      memset(sum + m0, 0, sizeof(float) * (size_t)a[b].n);
+      for (int k = 0; k < n; k++)
+        for (int i = 0; i < a[b].n; i++) sum[m0 + i] += As[(size_t)k * (size_t)a[b].lda + i];
+    }
     for (size_t i = 0; i < mn; i++) total[i] += blk[i];
-    if (!colsum) continue;
-    memset(sum, 0, sizeof(float) * (size_t)M);
-    for (int k = 0; k < n; k++)
-      for (int i = 0; i < M; i++) sum[i] += As[(size_t)k * (size_t)lda + i];
-    for (int i = 0; i < M; i++) colsum[i] += sum[i];
+    if (colsum)
+      for (int i = 0; i < M; i++) colsum[i] += sum[i];
   }
 }
 
@@ -404,7 +417,7 @@ void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, cons
   size_t mn = (size_t)M * (size_t)N;
   double *total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
   memset(total, 0, mn * sizeof(double));
-  gemm_tn_total(isa, M, N, K, A, lda, B, ldb, total, NULL, s);
+  gemm_tn_total(isa, &(GemmCols){A, lda, M}, 1, N, K, B, ldb, total, NULL, s);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) C[(size_t)i * (size_t)ldc + j] += (float)total[(size_t)i * (size_t)N + j];
   gemm_scratch_free(&own);

@@ -53,15 +53,22 @@ void gemm_scratch_free(GemmScratch *s);
 /* s's float64 buffer with room for n values (contents unspecified; kept in s). */
 double *gemm_scratch_total(GemmScratch *s, size_t n);
 
-/* The weight gradient in float64: total[M, N] += A^T B over K rows (A [K, M], row stride lda;
- * B [K, N], row stride ldb), as the float32 sums of superblocks of GEMM_TN_ROWS rows (from row 0)
- * added in float64. A caller that splits the rows between threads at multiples of GEMM_TN_ROWS
- * and adds the threads' totals gets the same sums (to the rounding of float64 additions of a few
- * float32 values, which are exact unless their magnitudes differ by 2^29). With `colsum`, also
- * colsum[M] += the column sums of A over the rows (the bias gradient), summed the same way, read
- * while A is packed. `s` is required. */
+/* n columns of a matrix: row k's at a + k lda. */
+typedef struct GemmCols {
+  const float *a;
+  int lda, n;
+} GemmCols;
+
+/* The weight gradient in float64: total[M, N] += A^T B over K rows, A [K, M] the na column blocks
+ * side by side (M their columns in all; blocks of several arrays: the gate adjoints of products
+ * that share B), B [K, N] (row stride ldb), as the float32 sums of superblocks of GEMM_TN_ROWS
+ * rows (from row 0) added in float64. A caller that splits the rows between threads at multiples
+ * of GEMM_TN_ROWS and adds the threads' totals gets the same sums (to the rounding of float64
+ * additions of a few float32 values, which are exact unless their magnitudes differ by 2^29).
+ * With `colsum`, also colsum[M] += the column sums of A over the rows (the bias gradient), summed
+ * the same way, read while A is packed. `s` is required. */
 enum { GEMM_TN_ROWS = 4096 };
-void gemm_tn_total(GemmIsa isa, int M, int N, int K, const float *A, int lda, const float *B, int ldb, double *total,
+void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, int N, int K, const float *B, int ldb, double *total,
                    double *colsum, GemmScratch *s);
 
 /* The weight gradient: C[M, N] += A^T B, A [K, M] (row stride lda), B [K, N] (row stride ldb),
