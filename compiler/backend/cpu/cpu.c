@@ -411,8 +411,10 @@ static const OuterGroup *outer_group_of(const CpuCell *c, const PStep *st) {
 
 /* Each group's acc[bound] += G^T V over all rows, when `st` is its first step (the others are done
  * then). The threads split the rows at superblocks (GEMM_TN_ROWS), each summing its rows of every
- * output in float64 (gemm_tn_total: each thread reads only its rows of G and V); after a barrier
- * they split the outputs' rows and add the threads' sums in thread order. */
+ * output in float64 (gemm_tn_total: each thread reads only its rows of G and V), and the outputs'
+ * rows too where there are more threads than superblocks; after a barrier they split the outputs'
+ * rows and add the threads' sums in thread order (a thread's zeros where it had other rows), so
+ * the sums are those of one thread. */
 static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, const Share *sh) {
   const OuterGroup *g = outer_group_of(c, st);
   if (g->trigger != st) return;
@@ -422,18 +424,26 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   size_t mn = (size_t)g->M * (size_t)g->N, len = mn + (g->any_sum ? (size_t)g->M : 0);
   double *part = gemm_scratch_total(&w->scratch[sh->i], len); /* the product, then the column sums */
   memset(part, 0, sizeof(double) * len);
-  int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0, s1;
-  share_of(0, nsb, sh, &s0, &s1);
+  /* superblocks to groups of threads; with more threads than superblocks (short sequences, many
+   * cores), each group also splits the outputs' rows (at multiples of 8) */
+  int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0 = 0, s1 = 0;
+  int mparts = sh->n > nsb ? (int)(sh->n / nsb) : 1, groups = sh->n / mparts, mp = sh->i % mparts;
+  if (sh->i < groups * mparts) share_of(0, nsb, &(Share){sh->i / mparts, groups, 0, 0}, &s0, &s1);
+  int m0 = (int)((int64_t)g->M * mp / mparts) / 8 * 8;
+  int m1 = mp + 1 == mparts ? g->M : (int)((int64_t)g->M * (mp + 1) / mparts) / 8 * 8;
   int64_t k0 = s0 * GEMM_TN_ROWS, k1 = s1 * GEMM_TN_ROWS < rows ? s1 * GEMM_TN_ROWS : rows;
-  if (k1 > k0) {
+  if (k1 > k0 && m1 > m0) {
     GemmCols *a = xmalloc(sizeof(GemmCols) * (size_t)g->n);
-    for (int m = 0; m < g->n; m++) {
+    int na = 0;
+    for (int m = 0, off = 0; m < g->n; off += graph_node(gr, g->steps[m]->node)->n[0], m++) {
+      int n = graph_node(gr, g->steps[m]->node)->n[0], lo = m0 > off ? m0 : off, hi = m1 < off + n ? m1 : off + n;
+      if (hi <= lo) continue;
       int mG, mV;
       outer_operands(c, g->steps[m], &mG, &mV);
-      a[m] = (GemmCols){w->bases[mG] + k0 * width_of(c, mG), width_of(c, mG), graph_node(gr, g->steps[m]->node)->n[0]};
+      a[na++] = (GemmCols){w->bases[mG] + k0 * width_of(c, mG) + (lo - off), width_of(c, mG), hi - lo};
     }
-    gemm_tn_total(gemm_isa_default(), a, g->n, g->N, (int)(k1 - k0), w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV),
-                  part, g->any_sum ? part + mn : NULL, &w->scratch[sh->i]);
+    gemm_tn_total(gemm_isa_default(), a, na, g->N, (int)(k1 - k0), w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV),
+                  part + (size_t)m0 * g->N, g->any_sum ? part + mn + m0 : NULL, &w->scratch[sh->i]);
     free(a);
   }
   barrier(sh);

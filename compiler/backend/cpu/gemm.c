@@ -280,12 +280,15 @@ INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p,
         for (int r = 0; r < mr; r++) sum[i0 + r] += s[r];
       continue;
     }
+    float s[16] = {0}; /* summed as in a full panel, so that a column's sum does not depend on its panel */
     for (int k = 0; k < kc; k++)
       for (int r = 0; r < mr; r++) {
         float a = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
         p[(size_t)k * mr + r] = a;
-        if (sum && r < w) sum[i0 + r] += a;
+        s[r] += a;
       }
+    if (sum)
+      for (int r = 0; r < w; r++) sum[i0 + r] += s[r];
   }
 }
 
