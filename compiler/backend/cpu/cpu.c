@@ -320,14 +320,15 @@ static void outer_operands(const CpuCell *c, const PStep *st, int *hG, int *hV) 
   CHECK(*hG >= 0 && *hV >= 0);
 }
 
-/* The order that puts a run's weight-gradient steps of one V next to each other, their G by column. */
-static const CpuCell *sort_cell;
-static int outer_cmp(const void *x, const void *y) {
+/* The order that puts a run's weight-gradient steps of one V next to each other, their G by column
+ * (qsort_r's comparison; `cell` is the CpuCell). */
+static int outer_cmp(const void *x, const void *y, void *cell) {
+  const CpuCell *c = cell;
   const PStep *a = *(const PStep *const *)x, *b = *(const PStep *const *)y;
   int aG, aV, bG, bV;
-  outer_operands(sort_cell, a, &aG, &aV);
-  outer_operands(sort_cell, b, &bG, &bV);
-  const Slot *sa = &sort_cell->pl->slots[aG], *sb = &sort_cell->pl->slots[bG];
+  outer_operands(c, a, &aG, &aV);
+  outer_operands(c, b, &bG, &bV);
+  const Slot *sa = &c->pl->slots[aG], *sb = &c->pl->slots[bG];
   int ka[] = {aV, sa->array, sa->row_off, sa->col}, kb[] = {bV, sb->array, sb->row_off, sb->col};
   for (int i = 0; i < 4; i++)
     if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
@@ -349,8 +350,7 @@ static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
   int m = 0, first = c->ngroups;
   for (int i = 0; i < n; i++)
     if (run[i].kind == PS_OUTER_ACC) st[m++] = &run[i];
-  sort_cell = c;
-  qsort(st, (size_t)m, sizeof *st, outer_cmp);
+  qsort_r(st, (size_t)m, sizeof *st, outer_cmp, c);
   OuterGroup *g = NULL;
   for (int i = 0; i < m; i++) {
     Node *o = graph_node(&c->base.p->g, st[i]->node);
