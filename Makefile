@@ -201,7 +201,7 @@ $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
-bench-gpu: all $(BUILD)/bench_cell
+bench-gpu: all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/gpu.sh
 
 install: all

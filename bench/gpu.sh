@@ -5,6 +5,8 @@
 # (`cellc train --set train.device=cuda` against bench/torch_train.py --device cuda). Writes
 # bench/results/gpu.jsonl, gpu_train.jsonl and gpu.md and prints the tables; skips with one line where
 # there is no GPU. PYTHON picks the interpreter with CUDA PyTorch (default python3).
+# Last, the CPU back end's thread-scaling curve on this machine's cores (bench/thread_scaling.sh,
+# bench/results/gpu_scaling.md).
 #   CELLC_BENCH_QUICK=1  only T=512, H=128
 cd "$(dirname "$0")/.." || exit 1
 py=${PYTHON:-python3}
@@ -83,3 +85,7 @@ for cell in dict.fromkeys(r["cell"] for r in rows):
     print(f"| {cell} | {c:.0f} | " + (f"{tt:.0f} ({t['peer']}) | {c / tt:.2f}x |" if tt and c else "- | - |"))
 PY
 cat $out/gpu.md
+# A machine with a GPU has many cores: the CPU back end's thread-scaling curve there (issue 17),
+# 1, 2, 4, ... all cores, GRU at H = 128 and 256 (bench/thread_scaling.sh; needs build/peak).
+echo
+sh bench/thread_scaling.sh $out/scaling.jsonl | tee $out/gpu_scaling.md || echo "bench-gpu: the thread-scaling curve failed" >&2
