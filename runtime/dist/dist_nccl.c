@@ -38,24 +38,11 @@ static void fail(char *err, size_t errlen, const char *fmt, ...) {
 
 /* libnccl.so.2 from the loader's path, then the toolkit's library directories. */
 static void *open_nccl(char *err, size_t errlen) {
-  const char *home = getenv("CUDA_HOME");
-  const char *dirs[] = {home && *home ? home : NULL, "/usr/local/cuda"};
-  char tried[1024] = "";
-  for (int pass = 0; pass < 5; pass++) {
-    const char *dir = pass ? dirs[(pass - 1) / 2] : NULL;
-    if (pass && !dir) continue;
-    char *path = pass ? xasprintf("%s/%s/libnccl.so.2", dir, pass % 2 ? "lib64" : "lib") : xstrdup("libnccl.so.2");
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char *e = dlerror();
-      size_t used = strlen(tried);
-      snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-    }
-    free(path);
-    if (h) return h;
-  }
-  fail(err, errlen, "libnccl.so.2 (NCCL, for averaging gradients across GPUs) not found: %s", tried);
-  return NULL;
+  static const char *const name[] = {"libnccl.so.2"}, *const sub[] = {"lib64", "lib"};
+  char tried[1024];
+  void *h = support_dlopen_toolkit(name, 1, sub, 2, tried, sizeof tried);
+  if (!h) fail(err, errlen, "libnccl.so.2 (NCCL, for averaging gradients across GPUs) not found: %s", tried);
+  return h;
 }
 
 DistNccl *dist_nccl_open(char *err, size_t errlen) {

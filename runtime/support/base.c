@@ -1,6 +1,7 @@
 /* base.c: allocation, arenas, file reading and the internal-error exit. */
 #include "base.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -186,4 +187,27 @@ char *no_such_text(char *buf, size_t n, const char *owner, const char *what, con
   else if (near) snprintf(buf, n, "%s has no %s '%s'; did you mean '%s'?", owner, what, name, near);
   else snprintf(buf, n, "%s has no %s '%s'", owner, what, name);
   return buf;
+}
+
+void *support_dlopen_toolkit(const char *const *names, int n, const char *const *subdirs, int nsub, char *tried,
+                             size_t triedlen) {
+  const char *home = getenv("CUDA_HOME");
+  const char *dirs[] = {home && *home ? home : NULL, "/usr/local/cuda"};
+  if (triedlen) tried[0] = 0;
+  for (int place = 0; place < 1 + 2 * nsub; place++) { /* as given, then dirs x subdirs */
+    const char *dir = place ? dirs[(place - 1) / nsub] : NULL;
+    if (place && !dir) continue;
+    for (int i = 0; i < n; i++) {
+      char *path = place ? xasprintf("%s/%s/%s", dir, subdirs[(place - 1) % nsub], names[i]) : xstrdup(names[i]);
+      void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (!h && triedlen) {
+        const char *e = dlerror();
+        size_t used = strlen(tried);
+        snprintf(tried + used, triedlen - used, "%s%s", used ? "; " : "", e ? e : path);
+      }
+      free(path);
+      if (h) return h;
+    }
+  }
+  return NULL;
 }

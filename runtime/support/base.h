@@ -25,6 +25,11 @@ void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* dlopen (RTLD_NOW | RTLD_LOCAL) the first of the n names that loads: each as given (the loader's
+ * search path), then under $CUDA_HOME and /usr/local/cuda in each of the nsub subdirectories
+ * (lib64, lib, ...). On failure NULL, with every dlerror in tried. */
+void *support_dlopen_toolkit(const char *const *names, int n, const char *const *subdirs, int nsub, char *tried,
+                             size_t triedlen);
 /* Names what the allocations from now on are for, in the out-of-memory message ("the model's
  * tensors (model.hidden = 128, ...)"); `what` must outlive them. Returns the previous name. */
 const char *base_alloc_for(const char *what);

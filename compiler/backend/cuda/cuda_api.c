@@ -99,25 +99,11 @@ int cuda_cublas_check(const CudaApi *api, cublasStatus_t s, const char *call, ch
  * and then under the toolkit's lib64 directories. err gets every dlerror on failure. */
 static void *open_library(const char *const *names, int n, bool toolkit_dirs, char *err,
                           size_t errlen) {
-  const char *home = getenv("CUDA_HOME");
-  const char *dirs[] = {home && *home ? home : NULL, "/usr/local/cuda"};
-  char tried[1024] = "";
-  for (int pass = 0; pass < (toolkit_dirs ? 3 : 1); pass++) {
-    for (int i = 0; i < n; i++) {
-      if (pass > 0 && !dirs[pass - 1]) continue;
-      char *path = pass == 0 ? xstrdup(names[i]) : xasprintf("%s/lib64/%s", dirs[pass - 1], names[i]);
-      void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (!h) {
-        const char *e = dlerror();
-        size_t used = strlen(tried);
-        snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-      }
-      free(path);
-      if (h) return h;
-    }
-  }
-  cuda_fail(err, errlen, "%s", tried);
-  return NULL;
+  static const char *const sub[] = {"lib64"};
+  char tried[1024];
+  void *h = support_dlopen_toolkit(names, n, sub, toolkit_dirs ? 1 : 0, tried, sizeof tried);
+  if (!h) cuda_fail(err, errlen, "%s", tried);
+  return h;
 }
 
 /* Look every symbol of a list up in one library; the first missing one is the error. */
