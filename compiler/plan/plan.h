@@ -119,6 +119,10 @@ typedef struct GemmOperands {
 } GemmOperands;
 GemmOperands plan_gemm_operands(const Plan *pl, const PStep *st);
 
+/* Per array: whether only the steps of the time loop of one direction touch it (an ARR_ROWS array
+ * whose values are made and used within one step). A back end may keep B rows of it instead of
+ * T * B, rows r of step t at r - t * B: the step's values stay in cache. xmalloc'ed. */
+bool *plan_step_local(const Plan *pl);
 /* The floats an array the back end owns holds for T steps of B rows (0 for the caller's arrays). */
 size_t plan_array_floats(const PlanArray *a, int T, int B);
 void plan_free(Plan *pl);

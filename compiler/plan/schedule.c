@@ -336,6 +336,36 @@ static void assign_regions(Sched *s) {
   free(depP), free(depD), free(ancN), free(ancD);
 }
 
+/* Sequential mode: an elementwise node before the loop (forward or backward) that nothing before
+ * the loop reads moves into the loop's step, where it joins the kernel of its first reader. Each
+ * row is still computed once, but the values it reads (stored anyway for that kernel) are read
+ * there, instead of a pass over all rows that writes an array the step reads back: an LSTM's
+ * backward reads 15 fewer floats per hidden unit and row. Moved: the greatest set where every
+ * reader in the region is moved and every elementwise argument in the region is moved. */
+static void sink_into_steps(Sched *s) {
+  if (s->pl->scan) return;
+  int nn = s->nn;
+  bool *move = xcalloc((size_t)nn, sizeof(bool));
+  for (int id = 0; id < nn; id++)
+    move[id] = s->vis[id] && (s->region[id] == R_FWD_PRE || s->region[id] == R_BWD_PRE) && is_elem(s, id);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = 0; id < nn; id++) {
+      if (!s->vis[id] || !s->dyn[id]) continue;
+      Node *n = N(s, id);
+      for (int i = 0; i < op_arity(n->op); i++) {
+        int a = n->a[i];
+        if (a < 0 || s->region[a] != s->region[id]) continue;
+        if (move[a] && !move[id]) move[a] = false, changed = true;                 /* read before the loop */
+        else if (move[id] && is_elem(s, a) && !move[a]) move[id] = false, changed = true; /* reads a value that stays */
+      }
+    }
+  }
+  for (int id = 0; id < nn; id++)
+    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+  free(move);
+}
+
 /* Readers of each value; the interface roles (outputs, state parts, stored values) count as readers. */
 static void count_users(Sched *s) {
   Program *p = s->p;
@@ -731,6 +761,7 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   if (o->scan) mark_scanned(&s);
   visit_roots(&s);
   assign_regions(&s);
+  sink_into_steps(&s);
   count_users(&s);
   find_gemm_sums(&s);
   assign_levels(&s);
@@ -756,6 +787,63 @@ GemmOperands plan_gemm_operands(const Plan *pl, const PStep *st) {
                     st->mat >= 0 ? st->ncols : m->n[0], m->n[1]};
   CHECK(o.y >= 0 && o.v >= 0 && o.m >= 0);
   return o;
+}
+
+/* Marks in `seen` (per array, a bit per phase) the arrays of slot `slot`, when it is one. */
+static void touch(const Plan *pl, unsigned *seen, int slot, int phase) {
+  if (slot >= 0) seen[pl->slots[slot].array] |= 1u << phase;
+}
+
+/* The arrays a step reads or writes. */
+static void touch_step(const Plan *pl, unsigned *seen, const PStep *st, int phase) {
+  Program *p = pl->p;
+  Graph *g = &p->g;
+  switch (st->kind) {
+  case PS_ELEM: {
+    const Kernel *k = &pl->kernels[st->kernel];
+    for (int i = 0; i < k->n; i++) {
+      Node *n = graph_node(g, k->nodes[i]);
+      touch(pl, seen, pl->home[k->nodes[i]], phase);
+      for (int a = 0; a < op_arity(n->op); a++)
+        if (n->a[a] >= 0) touch(pl, seen, pl->home[n->a[a]], phase);
+    }
+    break;
+  }
+  case PS_GEMM: case PS_GEMM_T: {
+    GemmOperands o = plan_gemm_operands(pl, st);
+    touch(pl, seen, o.y, phase), touch(pl, seen, o.v, phase), touch(pl, seen, o.m, phase);
+    break;
+  }
+  case PS_OUTER_ACC: {
+    Node *n = graph_node(g, st->node);
+    touch(pl, seen, pl->home[n->a[0]], phase), touch(pl, seen, pl->home[n->a[1]], phase);
+    break;
+  }
+  case PS_SCAN: case PS_RSCAN:
+    for (int q = p->spart_of[st->state]; q < p->nsparts && p->sparts[q].state == st->state; q++) {
+      int roles[] = {p->sparts[q].a, p->sparts[q].b, p->sparts[q].g};
+      for (int i = 0; i < 3; i++)
+        if (roles[i] >= 0) touch(pl, seen, pl->home[roles[i]], phase);
+    }
+    break;
+  default: break; /* PS_COLSUM, PS_COPY, PS_ZERO below */
+  }
+  if (st->kind == PS_COLSUM || st->kind == PS_COPY) touch(pl, seen, pl->home[st->node], phase);
+  if (st->kind == PS_COPY || st->kind == PS_ZERO) touch(pl, seen, st->dst, phase);
+}
+
+bool *plan_step_local(const Plan *pl) {
+  const Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  unsigned *seen = xcalloc((size_t)pl->narrays + 1, sizeof(unsigned));
+  bool *local = xcalloc((size_t)pl->narrays + 1, sizeof(bool));
+  for (int f = 0; f < 7; f++)
+    for (int i = 0; i < phases[f]->n; i++) touch_step(pl, seen, &phases[f]->steps[i], f);
+  for (int i = 0; i < pl->nslots; i++)
+    if (pl->slots[i].row_off) seen[pl->slots[i].array] = ~0u; /* (rows of other steps) */
+  for (int a = 0; a < pl->narrays; a++)
+    local[a] = pl->arrays[a].kind == ARR_ROWS && (seen[a] == 1u << R_FWD_STEP || seen[a] == 1u << R_BWD_STEP);
+  free(seen);
+  return local;
 }
 
 size_t plan_array_floats(const PlanArray *a, int T, int B) {

@@ -79,3 +79,68 @@ Test(plan, lru) { check_plans("stdlib/lru.cell", NULL, "H=7,D=3"); }
 Test(plan, hgru) { check_plans("stdlib/hgru.cell", "lb=0.25", "D=5"); }
 Test(plan, mingru) { check_plans("stdlib/mingru.cell", NULL, "H=7,D=3"); }
 Test(plan, ops) { check_plans("tests/cells/ops.cell", NULL, "H=5,D=3"); }
+
+/* The sequential plan of a stdlib cell (H = 7, D = 3); *arena and the program are the caller's. */
+static Plan *sequential_plan(Arena *arena, const char *file, const char *set, Program **p) {
+  Cell *c = h_cell(arena, file, set, "H=7,D=3", true, "sequential");
+  *p = lower_cell(c, true, false);
+  ad_differentiate(*p);
+  cell_free(c);
+  return plan_new(*p, &(PlanOptions){.scan = false, .gates = true});
+}
+
+/* Elementwise work that only the time loop reads runs inside the loop's kernels (sink_into_steps):
+ * the backward of an LSTM, a GRU and mgu with see_h has no pass over all rows before its loop, and
+ * the forward of mgu with see_h (whose input candidate Wix x + bh reads no state) none either. */
+Test(plan, elementwise_runs_in_the_step) {
+  const char *cells[][2] = {{"stdlib/lstm.cell", NULL}, {"stdlib/gru.cell", NULL}, {"stdlib/mgu.cell", "see_h=true"}};
+  for (int i = 0; i < 3; i++) {
+    Arena arena = {0};
+    Program *p;
+    Plan *pl = sequential_plan(&arena, cells[i][0], cells[i][1], &p);
+    for (int j = 0; j < pl->bwd_pre.n; j++) cr_expect(pl->bwd_pre.steps[j].kind != PS_ELEM, "%s: a kernel before the backward loop", cells[i][0]);
+    for (int j = 0; j < pl->fwd_pre.n; j++) cr_expect(pl->fwd_pre.steps[j].kind != PS_ELEM, "%s: a kernel before the forward loop", cells[i][0]);
+    expect_all_used(pl, cells[i][0]);
+    plan_free(pl), program_free(p), arena_free(&arena);
+  }
+}
+
+/* Products that read no state stay before the loop: the input projection X W^T of an LSTM is one
+ * stacked product over all rows. */
+Test(plan, hoisted_products_stay_hoisted) {
+  Arena arena = {0};
+  Program *p;
+  Plan *pl = sequential_plan(&arena, "stdlib/lstm.cell", NULL, &p);
+  int gemms = 0;
+  for (int j = 0; j < pl->fwd_pre.n; j++) gemms += pl->fwd_pre.steps[j].kind == PS_GEMM;
+  cr_expect_eq(gemms, 1, "the LSTM's input products: one stacked GEMM before the loop, got %d", gemms);
+  plan_free(pl), program_free(p), arena_free(&arena);
+}
+
+/* plan_step_local: an LSTM's per-step product h U^T is made and read within a step (step-local);
+ * the states, the gates' adjoints (read by the weight gradients after the loop) and the hoisted
+ * product (made before the loop) are not. */
+Test(plan, step_local_arrays) {
+  Arena arena = {0};
+  Program *p;
+  Plan *pl = sequential_plan(&arena, "stdlib/lstm.cell", NULL, &p);
+  bool *local = plan_step_local(pl);
+  int nlocal = 0, step_gemm_array = -1, pre_gemm_array = -1;
+  for (int a = 0; a < pl->narrays; a++) nlocal += local[a];
+  for (int j = 0; j < pl->fwd_step.n; j++)
+    if (pl->fwd_step.steps[j].kind == PS_GEMM) step_gemm_array = pl->slots[plan_gemm_operands(pl, &pl->fwd_step.steps[j]).y].array;
+  for (int j = 0; j < pl->fwd_pre.n; j++)
+    if (pl->fwd_pre.steps[j].kind == PS_GEMM) pre_gemm_array = pl->slots[plan_gemm_operands(pl, &pl->fwd_pre.steps[j]).y].array;
+  cr_assert(step_gemm_array >= 0 && pre_gemm_array >= 0);
+  cr_expect(local[step_gemm_array], "the per-step product's array is step-local");
+  cr_expect(!local[pre_gemm_array], "the hoisted product's array is not step-local");
+  cr_expect_eq(nlocal, 1, "one step-local array in an LSTM's plan, got %d", nlocal);
+  for (int q = 0; q < p->nsparts; q++) cr_expect(!local[pl->state_array[q]] && !local[pl->dstate_array[q]]);
+  for (int j = 0; j < pl->bwd_post.n; j++)
+    if (pl->bwd_post.steps[j].kind == PS_OUTER_ACC) {
+      Node *o = graph_node(&p->g, pl->bwd_post.steps[j].node);
+      cr_expect(!local[pl->slots[pl->home[o->a[0]]].array], "a weight gradient's G is not step-local");
+    }
+  free(local);
+  plan_free(pl), program_free(p), arena_free(&arena);
+}
