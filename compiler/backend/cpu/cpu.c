@@ -17,16 +17,18 @@
 #include "scan.h"
 
 /* Weight-gradient steps that run as one product: PS_OUTER_ACC steps of a run of a phase's steps
- * with no kinds but PS_OUTER_ACC and PS_COLSUM, the same V and their G side by side in one array (a GRU's three
- * input-weight gradients share x and the stacked gate adjoints): A^T V with A the G's columns
- * together, M their rows in all, so V is read once; and the column sums of the run's PS_COLSUM
- * steps over those G, taken while G is packed, so G is read once. */
+ * with no kinds but PS_OUTER_ACC and PS_COLSUM, the same V and their G side by side in one array (a
+ * GRU's three input-weight gradients share x and the stacked gate adjoints): A^T V with A the G's
+ * columns together, M their rows in all, so V is read once; and where other V meet the same G
+ * (an LSTM's four gate adjoints times x and times h), those V's columns beside the first's, so G
+ * is read once too; and the column sums of the run's PS_COLSUM steps over those G, taken while G
+ * is packed. */
 typedef struct OuterGroup {
-  const PStep **steps; /* by G's column */
-  int n;
-  int M, N;
+  const PStep **steps;  /* na * nv: G block i (by G's column) times V block j at i * nv + j */
+  int na, nv;
+  int M, N;             /* the G blocks' widths in all, the V blocks' */
   const PStep *trigger; /* the group runs at this step, the first of its steps in the phase */
-  const PStep **sums;   /* per step: the run's PS_COLSUM of its G (the bias gradient), done with it, or NULL */
+  const PStep **sums;   /* per G block: the run's PS_COLSUM of it (the bias gradient), done with it, or NULL */
   bool any_sum;
 } OuterGroup;
 
@@ -40,6 +42,9 @@ typedef struct CpuCell {
   int nthreads;
   OuterGroup *groups;
   int ngroups;
+  int *local_slots;        /* the slots of step-local arrays (plan_step_local): B rows, not T * B */
+  int nlocal;
+  bool *local;             /* per array: step-local */
 } CpuCell;
 
 /* The arrays of one sequence in flight (forward keeps what backward reads). */
@@ -50,7 +55,9 @@ typedef struct CpuWork {
   float **arr;             /* per plan array */
   bool *owned;
   size_t *size;
-  float **bases;           /* per slot: where row 0 of its values is */
+  float **bases;           /* per slot: where row 0 of its values is (a step-local slot: row 0 of its B rows) */
+  float **tbases;          /* per thread: its copy of bases, step-local slots moved to the step it runs */
+  int ntbases;
   GemmPacked *packs;       /* per PS_GEMM / PS_GEMM_T step of the plan: its matrix, packed */
   const PStep **pack_step; /* ... and that step */
   int npacks;
@@ -66,17 +73,17 @@ typedef struct Scratch {
   float **val;   /* per node: a row's values (kernel temporaries, expanded constants) */
 } Scratch;
 
-static float *row_ptr(CpuCell *c, CpuWork *w, int slot, int64_t r) {
+static float *row_ptr(CpuCell *c, float *const *bases, int slot, int64_t r) {
   const Slot *s = &c->pl->slots[slot];
   int width = c->pl->arrays[s->array].width;
-  return w->bases[slot] + r * width;
+  return bases[slot] + r * width;
 }
 
 /* A node's values at row r: its home, or the scratch row (kernel temporaries, constants). */
-static const float *value_at(CpuCell *c, CpuWork *w, Scratch *sc, int id, int64_t r) {
+static const float *value_at(CpuCell *c, float *const *bases, Scratch *sc, int id, int64_t r) {
   Graph *g = &c->base.p->g;
   int home = c->pl->home[id];
-  if (home >= 0) return row_ptr(c, w, home, r);
+  if (home >= 0) return row_ptr(c, bases, home, r);
   Node *n = graph_node(g, id);
   if (!sc->val[id]) {
     sc->val[id] = xcalloc((size_t)node_numel(n), sizeof(float));
@@ -85,7 +92,7 @@ static const float *value_at(CpuCell *c, CpuWork *w, Scratch *sc, int id, int64_
   return sc->val[id];
 }
 
-static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t r1) {
+static void eval_kernel_rows(CpuCell *c, float *const *bases, int k, int64_t r0, int64_t r1) {
   Graph *g = &c->base.p->g;
   Kernel *K = &c->pl->kernels[k];
   Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
@@ -93,9 +100,9 @@ static void eval_kernel_rows(CpuCell *c, CpuWork *w, int k, int64_t r0, int64_t 
     for (int i = 0; i < K->n; i++) {
       int id = K->nodes[i];
       Node *n = graph_node(g, id);
-      const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], r) : NULL;
-      const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], r) : NULL;
-      float *out = (float *)value_at(c, w, &sc, id, r);
+      const float *a = n->a[0] >= 0 ? value_at(c, bases, &sc, n->a[0], r) : NULL;
+      const float *b = n->a[1] >= 0 ? value_at(c, bases, &sc, n->a[1], r) : NULL;
+      float *out = (float *)value_at(c, bases, &sc, id, r);
       node_eval_f32(g, id, out, a, b);
     }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
@@ -135,7 +142,7 @@ static void work_bind(CpuCell *c, CpuWork *w, const SeqIO *s) {
       w->arr[i] = ext;
       continue;
     }
-    size_t need = plan_array_floats(a, s->T, s->B);
+    size_t need = plan_array_floats(a, c->local[i] ? 1 : s->T, s->B);
     if (!w->owned[i] || w->size[i] < need) {
       if (w->owned[i]) free(w->arr[i]);
       w->arr[i] = xmalloc(sizeof(float) * (need ? need : 1));
@@ -195,12 +202,12 @@ static void pack_gemms(CpuCell *c, CpuWork *w, const Phase *const *phases, int n
     }
 }
 
-static void run_gemm(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1) {
+static void run_gemm(CpuCell *c, CpuWork *w, float *const *bases, const PStep *st, int64_t r0, int64_t r1) {
   GemmArgs a = gemm_args(c, w, st);
   int e = 0;
   while (e < w->npacks && w->pack_step[e] != st) e++;
   CHECK(e < w->npacks);
-  gemm_run(&w->packs[e], (int)(r1 - r0), row_ptr(c, w, a.hv, r0), width_of(c, a.hv), row_ptr(c, w, a.hy, r0),
+  gemm_run(&w->packs[e], (int)(r1 - r0), row_ptr(c, bases, a.hv, r0), width_of(c, a.hv), row_ptr(c, bases, a.hy, r0),
            width_of(c, a.hy), st->accumulate);
 }
 
@@ -253,6 +260,7 @@ static double now_s(void) {
 typedef struct Share {
   int i, n;
   int b0, b1;
+  float **bases;  /* the thread's slot bases (CpuWork.tbases) */
 } Share;
 
 /* Part i of n of [lo, hi). */
@@ -335,12 +343,36 @@ static int outer_cmp(const void *x, const void *y, void *cell) {
   return 0;
 }
 
-/* Whether step `st` (PS_OUTER_ACC) joins the group: the same V. */
+/* Whether step `st` (PS_OUTER_ACC) joins the group (while it has one V): the same V. */
 static bool outer_extends(const CpuCell *c, const OuterGroup *g, const PStep *st) {
   int gG, gV, hG, hV;
   outer_operands(c, g->steps[0], &gG, &gV);
   outer_operands(c, st, &hG, &hV);
   return hV == gV && graph_node(&c->base.p->g, st->node)->n[1] == g->N;
+}
+
+/* Whether groups a and b (one V each) have the same G blocks in the same order. */
+static bool outer_same_g(const CpuCell *c, const OuterGroup *a, const OuterGroup *b) {
+  if (a->na != b->na || a->M != b->M) return false;
+  for (int i = 0; i < a->na; i++) {
+    int aG, aV, bG, bV;
+    outer_operands(c, a->steps[i * a->nv], &aG, &aV);
+    outer_operands(c, b->steps[i], &bG, &bV);
+    if (aG != bG) return false;
+  }
+  return true;
+}
+
+/* Group b's V (its one V block) becomes a's last; b is emptied. */
+static void outer_merge(OuterGroup *a, OuterGroup *b) {
+  const PStep **steps = xmalloc(sizeof(PStep *) * (size_t)a->na * (size_t)(a->nv + 1));
+  for (int i = 0; i < a->na; i++) {
+    memcpy(steps + (size_t)i * (a->nv + 1), a->steps + (size_t)i * a->nv, sizeof(PStep *) * (size_t)a->nv);
+    steps[(size_t)i * (a->nv + 1) + a->nv] = b->steps[i];
+  }
+  free(a->steps), free(b->steps);
+  a->steps = steps, a->nv++, a->N += b->N;
+  if (b->trigger < a->trigger) a->trigger = b->trigger;
 }
 
 /* The groups of one run of steps (PS_OUTER_ACC and PS_COLSUM only: the products are independent
@@ -355,25 +387,33 @@ static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
   for (int i = 0; i < m; i++) {
     Node *o = graph_node(&c->base.p->g, st[i]->node);
     if (g && outer_extends(c, g, st[i])) {
-      g->steps = xrealloc(g->steps, sizeof(PStep *) * (size_t)(g->n + 1));
-      g->steps[g->n++] = st[i];
+      g->steps = xrealloc(g->steps, sizeof(PStep *) * (size_t)(g->na + 1));
+      g->steps[g->na++] = st[i];
       g->M += o->n[0];
     } else {
       c->groups = xrealloc(c->groups, sizeof(OuterGroup) * (size_t)(c->ngroups + 1));
       g = &c->groups[c->ngroups++];
-      *g = (OuterGroup){.steps = xmalloc(sizeof(PStep *)), .n = 1, .M = o->n[0], .N = o->n[1], .trigger = st[i]};
+      *g = (OuterGroup){.steps = xmalloc(sizeof(PStep *)), .na = 1, .nv = 1, .M = o->n[0], .N = o->n[1], .trigger = st[i]};
       g->steps[0] = st[i];
     }
     if (st[i] < g->trigger) g->trigger = st[i]; /* the first of the group in the phase's order */
   }
   free(st);
-  for (int i = first; i < c->ngroups; i++) c->groups[i].sums = xcalloc((size_t)c->groups[i].n, sizeof(PStep *));
-  for (int i = 0; i < n; i++) { /* each PS_COLSUM to the first step whose G it sums */
+  int last = first; /* groups with the same G blocks: one, their V side by side */
+  for (int i = first; i < c->ngroups; i++) {
+    int j = first;
+    while (j < last && !outer_same_g(c, &c->groups[j], &c->groups[i])) j++;
+    if (j < last) outer_merge(&c->groups[j], &c->groups[i]);
+    else c->groups[last++] = c->groups[i];
+  }
+  c->ngroups = last;
+  for (int i = first; i < c->ngroups; i++) c->groups[i].sums = xcalloc((size_t)c->groups[i].na, sizeof(PStep *));
+  for (int i = 0; i < n; i++) { /* each PS_COLSUM to the first G block it sums */
     bool done = run[i].kind != PS_COLSUM;
     for (int j = first; j < c->ngroups && !done; j++)
-      for (int k = 0; k < c->groups[j].n && !done; k++) {
+      for (int k = 0; k < c->groups[j].na && !done; k++) {
         OuterGroup *h = &c->groups[j];
-        if (graph_node(&c->base.p->g, h->steps[k]->node)->a[0] == run[i].node && !h->sums[k])
+        if (graph_node(&c->base.p->g, h->steps[k * h->nv]->node)->a[0] == run[i].node && !h->sums[k])
           h->sums[k] = &run[i], h->any_sum = done = true;
       }
   }
@@ -382,7 +422,7 @@ static void outer_groups_of_run(CpuCell *c, const PStep *run, int n) {
 /* Whether a PS_COLSUM step is done by its weight-gradient group. */
 static bool colsum_fused(const CpuCell *c, const PStep *st) {
   for (int i = 0; i < c->ngroups; i++)
-    for (int k = 0; k < c->groups[i].n; k++)
+    for (int k = 0; k < c->groups[i].na; k++)
       if (c->groups[i].sums[k] == st) return true;
   return false;
 }
@@ -404,7 +444,7 @@ static void outer_groups(CpuCell *c) {
 
 static const OuterGroup *outer_group_of(const CpuCell *c, const PStep *st) {
   for (int i = 0; i < c->ngroups; i++)
-    for (int k = 0; k < c->groups[i].n; k++)
+    for (int k = 0; k < c->groups[i].na * c->groups[i].nv; k++)
       if (c->groups[i].steps[k] == st) return &c->groups[i];
   UNREACHABLE("a weight-gradient step outside the groups");
 }
@@ -419,8 +459,6 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
   const OuterGroup *g = outer_group_of(c, st);
   if (g->trigger != st) return;
   Graph *gr = &c->base.p->g;
-  int hG, hV; /* V (the G are each step's) */
-  outer_operands(c, g->steps[0], &hG, &hV);
   size_t mn = (size_t)g->M * (size_t)g->N, len = mn + (g->any_sum ? (size_t)g->M : 0);
   double *part = gemm_scratch_total(&w->scratch[sh->i], len); /* the product, then the column sums */
   memset(part, 0, sizeof(double) * len);
@@ -428,35 +466,45 @@ static void run_outer_acc(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows,
    * cores), each group also splits the outputs' rows (at multiples of 8) */
   int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS, s0 = 0, s1 = 0;
   int mparts = sh->n > nsb ? (int)(sh->n / nsb) : 1, groups = sh->n / mparts, mp = sh->i % mparts;
-  if (sh->i < groups * mparts) share_of(0, nsb, &(Share){sh->i / mparts, groups, 0, 0}, &s0, &s1);
+  if (sh->i < groups * mparts) share_of(0, nsb, &(Share){sh->i / mparts, groups, 0, 0, NULL}, &s0, &s1);
   int m0 = (int)((int64_t)g->M * mp / mparts) / 8 * 8;
   int m1 = mp + 1 == mparts ? g->M : (int)((int64_t)g->M * (mp + 1) / mparts) / 8 * 8;
   int64_t k0 = s0 * GEMM_TN_ROWS, k1 = s1 * GEMM_TN_ROWS < rows ? s1 * GEMM_TN_ROWS : rows;
   if (k1 > k0 && m1 > m0) {
-    GemmCols *a = xmalloc(sizeof(GemmCols) * (size_t)g->n);
+    GemmCols *a = xmalloc(sizeof(GemmCols) * (size_t)(g->na + g->nv)), *v = a + g->na;
     int na = 0;
-    for (int m = 0, off = 0; m < g->n; off += graph_node(gr, g->steps[m]->node)->n[0], m++) {
-      int n = graph_node(gr, g->steps[m]->node)->n[0], lo = m0 > off ? m0 : off, hi = m1 < off + n ? m1 : off + n;
+    for (int m = 0, off = 0; m < g->na; off += graph_node(gr, g->steps[m * g->nv]->node)->n[0], m++) {
+      int n = graph_node(gr, g->steps[m * g->nv]->node)->n[0], lo = m0 > off ? m0 : off, hi = m1 < off + n ? m1 : off + n;
       if (hi <= lo) continue;
       int mG, mV;
-      outer_operands(c, g->steps[m], &mG, &mV);
+      outer_operands(c, g->steps[m * g->nv], &mG, &mV);
       a[na++] = (GemmCols){w->bases[mG] + k0 * width_of(c, mG) + (lo - off), width_of(c, mG), hi - lo};
     }
-    gemm_tn_total(gemm_isa_default(), a, na, g->N, (int)(k1 - k0), w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV),
-                  part + (size_t)m0 * g->N, g->any_sum ? part + mn + m0 : NULL, &w->scratch[sh->i]);
+    for (int j = 0; j < g->nv; j++) {
+      int hG, hV;
+      outer_operands(c, g->steps[j], &hG, &hV);
+      v[j] = (GemmCols){w->bases[hV] + k0 * width_of(c, hV), width_of(c, hV), graph_node(gr, g->steps[j]->node)->n[1]};
+    }
+    gemm_tn_total(gemm_isa_default(), a, na, v, g->nv, (int)(k1 - k0), part + (size_t)m0 * g->N,
+                  g->any_sum ? part + mn + m0 : NULL, &w->scratch[sh->i]);
     free(a);
   }
   barrier(sh);
   int64_t i0, i1;
   share_of(0, g->M, sh, &i0, &i1);
-  int k = 0, first = 0; /* the step whose outputs hold row i, and its first row in the group */
+  int k = 0, first = 0; /* the G block that holds row i, and its first row in the group */
   for (int64_t i = i0; i < i1; i++) {
-    while (i >= first + graph_node(gr, g->steps[k]->node)->n[0]) first += graph_node(gr, g->steps[k++]->node)->n[0];
-    float *acc = w->bases[c->pl->home[c->base.p->bounds[g->steps[k]->bound].acc]] + (i - first) * g->N;
-    for (int j = 0; j < g->N; j++) {
-      double sum = 0;
-      for (int t = 0; t < sh->n; t++) sum += w->scratch[t].total[(size_t)i * (size_t)g->N + (size_t)j];
-      acc[j] += (float)sum;
+    while (i >= first + graph_node(gr, g->steps[k * g->nv]->node)->n[0]) first += graph_node(gr, g->steps[k++ * g->nv]->node)->n[0];
+    for (int l = 0, n0 = 0; l < g->nv; l++) { /* each V block's columns: its step's outputs */
+      const PStep *s = g->steps[k * g->nv + l];
+      int nl = graph_node(gr, s->node)->n[1];
+      float *acc = w->bases[c->pl->home[c->base.p->bounds[s->bound].acc]] + (i - first) * nl;
+      for (int j = 0; j < nl; j++) {
+        double sum = 0;
+        for (int t = 0; t < sh->n; t++) sum += w->scratch[t].total[(size_t)i * (size_t)g->N + (size_t)(n0 + j)];
+        acc[j] += (float)sum;
+      }
+      n0 += nl;
     }
     if (g->sums[k]) {
       double sum = 0;
@@ -501,15 +549,15 @@ static void run_colsum(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, co
 }
 
 /* The node's values (or its constant) copied to slot `dst` over rows [r0, r1). */
-static void run_copy(CpuCell *c, CpuWork *w, const PStep *st, int64_t r0, int64_t r1) {
+static void run_copy(CpuCell *c, float *const *bases, const PStep *st, int64_t r0, int64_t r1) {
   Node *n = graph_node(&c->base.p->g, st->node);
   int e = node_numel(n), h = c->pl->home[st->node];
   for (int64_t r = r0; r < r1; r++) {
-    float *dst = row_ptr(c, w, st->dst, r);
+    float *dst = row_ptr(c, bases, st->dst, r);
     if (h < 0) {
       CHECK(n->op == OP_CONST);
       for (int j = 0; j < e; j++) dst[j] = (float)n->k;
-    } else memcpy(dst, row_ptr(c, w, h, r), sizeof(float) * (size_t)e);
+    } else memcpy(dst, row_ptr(c, bases, h, r), sizeof(float) * (size_t)e);
   }
 }
 
@@ -519,12 +567,12 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
   bool all = region == REG_ALL;
   switch (st->kind) {
   case PS_ELEM:
-    if (c->fns[st->kernel]) c->fns[st->kernel](r0, r1, w->bases);
-    else eval_kernel_rows(c, w, st->kernel, r0, r1);
+    if (c->fns[st->kernel]) c->fns[st->kernel](r0, r1, sh->bases);
+    else eval_kernel_rows(c, sh->bases, st->kernel, r0, r1);
     break;
   case PS_GEMM:
   case PS_GEMM_T:
-    if (r1 > r0) run_gemm(c, w, st, r0, r1);
+    if (r1 > r0) run_gemm(c, w, sh->bases, st, r0, r1);
     break;
   case PS_SCAN:
   case PS_RSCAN: {
@@ -539,10 +587,10 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
     CHECK(all);
     if (!colsum_fused(c, st)) run_colsum(c, w, st, rows, sh);
     break;
-  case PS_COPY: run_copy(c, w, st, r0, r1); break;
+  case PS_COPY: run_copy(c, sh->bases, st, r0, r1); break;
   case PS_ZERO: {
     int e = width_of(c, st->dst);
-    for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, w, st->dst, r), 0, sizeof(float) * (size_t)e);
+    for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, sh->bases, st->dst, r), 0, sizeof(float) * (size_t)e);
     break;
   }
   default: UNREACHABLE("plan step");
@@ -558,6 +606,11 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
   if (ph->region == REG_ALL) share_of(0, (int64_t)w->T * w->B, sh, &r0, &r1);
   else if (ph->region == REG_STEP) r0 = (int64_t)t * w->B + sh->b0, r1 = (int64_t)t * w->B + sh->b1;
   else r0 = sh->b0, r1 = sh->b1;
+  if (ph->region == REG_STEP)
+    for (int i = 0; i < c->nlocal; i++) { /* row r of step t at row r - t B of the slot's B rows */
+      int slot = c->local_slots[i];
+      sh->bases[slot] = w->bases[slot] - (int64_t)t * w->B * width_of(c, slot);
+    }
   for (int i = 0; i < ph->n; i++) {
     double t0 = profiling ? now_s() : 0;
     run_step(c, w, &ph->steps[i], ph->region, r0, r1, sh);
@@ -570,6 +623,7 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
  * first) on this thread's share. */
 static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
   const Plan *pl = c->pl;
+  memcpy(sh->bases, w->bases, sizeof(float *) * (size_t)pl->nslots);
   if (!backward) {
     run_phase(c, w, &pl->fwd_pre, 0, sh);
     for (int t = 0; t < w->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t, sh);
@@ -615,15 +669,19 @@ static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
     memset(w->scratch + w->nscratch, 0, sizeof(GemmScratch) * (size_t)(nt - w->nscratch));
     w->nscratch = nt;
   }
+  if (w->ntbases < nt) {
+    w->tbases = xrealloc(w->tbases, sizeof(float *) * (size_t)nt * (size_t)(c->pl->nslots + 1));
+    w->ntbases = nt;
+  }
   if (nt == 1) {
-    Share sh = {0, 1, 0, w->B};
+    Share sh = {0, 1, 0, w->B, w->tbases};
     run_phases(c, w, backward, &sh);
     return;
   }
 #pragma omp parallel num_threads(nt)
   {
     int i = omp_get_thread_num();
-    Share sh = {i, nt, w->B * i / nt, w->B * (i + 1) / nt};
+    Share sh = {i, nt, w->B * i / nt, w->B * (i + 1) / nt, w->tbases + (size_t)i * (size_t)(c->pl->nslots + 1)};
     run_phases(c, w, backward, &sh);
   }
 }
@@ -636,9 +694,9 @@ static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
     if (!which[id]) continue;
     Node *n = graph_node(g, id);
     if (n->op == OP_PARAM || n->op == OP_ACC || n->op == OP_CONST) continue;
-    const float *a = n->a[0] >= 0 ? value_at(c, w, &sc, n->a[0], 0) : NULL;
-    const float *b = n->a[1] >= 0 ? value_at(c, w, &sc, n->a[1], 0) : NULL;
-    node_eval_f32(g, id, (float *)value_at(c, w, &sc, id, 0), a, b);
+    const float *a = n->a[0] >= 0 ? value_at(c, w->bases, &sc, n->a[0], 0) : NULL;
+    const float *b = n->a[1] >= 0 ? value_at(c, w->bases, &sc, n->a[1], 0) : NULL;
+    node_eval_f32(g, id, (float *)value_at(c, w->bases, &sc, id, 0), a, b);
   }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
   free(sc.val);
@@ -695,7 +753,7 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   for (int i = 0; i < p->npparts; i++) {
     size_t e = (size_t)p->pparts[i].numel;
     if (p->pparts[i].grad < 0) memset(s->grad_params[i], 0, sizeof(float) * e);
-    else memcpy(s->grad_params[i], value_at(c, w, &sc, p->pparts[i].grad, 0), sizeof(float) * e);
+    else memcpy(s->grad_params[i], value_at(c, w->bases, &sc, p->pparts[i].grad, 0), sizeof(float) * e);
   }
   for (int i = 0; i < p->g.nnodes; i++) free(sc.val[i]);
   free(sc.val);
@@ -737,6 +795,10 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   c->nthreads = threads_of(o);
   c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
   outer_groups(c);
+  c->local = plan_step_local(c->pl);
+  c->local_slots = xmalloc(sizeof(int) * (size_t)(c->pl->nslots + 1));
+  for (int i = 0; i < c->pl->nslots; i++)
+    if (c->local[c->pl->slots[i].array]) c->local_slots[c->nlocal++] = i;
   c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
   if (o->portable) return &c->base; /* every fns[k] NULL: the portable evaluator runs the kernels */
   CgModule *m = cg_llvm_build(c->pl, err, errlen);
@@ -753,6 +815,7 @@ static void cpu_free(Compiled *cc) {
   if (!c) return;
   for (int i = 0; i < c->ngroups; i++) free(c->groups[i].steps), free(c->groups[i].sums);
   free(c->groups);
+  free(c->local), free(c->local_slots);
   cg_llvm_jit_free(c->jit);
   plan_free(c->pl);
   free(c->fns);
@@ -775,6 +838,7 @@ static void cpu_work_free(Work *ww) {
   free(w->owned);
   free(w->size);
   free(w->bases);
+  free(w->tbases);
   for (int i = 0; i < w->npacks; i++) gemm_packed_free(&w->packs[i]);
   free(w->packs);
   free(w->pack_step);

@@ -266,7 +266,23 @@ enum { TN_KC = 128 };
  * with `sum`, sum[i] += A[k, i] over the rows too (the bias gradient, for the price of an add in
  * the copy). Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
 INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p, float *sum) {
-  for (int i0 = 0; i0 < M; i0 += mr, p += (size_t)kc * mr) {
+  int i0 = 0;
+  if (mr == 8) /* two panels at a time: each row's cache line of 16 floats read once */
+    for (; i0 + 16 <= M; i0 += 16, p += (size_t)kc * 16) {
+      float s[16] = {0};
+      float *p1 = p + (size_t)kc * 8;
+      for (int k = 0; k < kc; k++) {
+        const float *a = A + (size_t)k * lda + i0;
+        __builtin_prefetch(a + 8 * lda);
+        memcpy(p + (size_t)k * 8, a, sizeof(float) * 8);
+        memcpy(p1 + (size_t)k * 8, a + 8, sizeof(float) * 8);
+        if (sum)
+          for (int r = 0; r < 16; r++) s[r] += a[r];
+      }
+      if (sum)
+        for (int r = 0; r < 16; r++) sum[i0 + r] += s[r];
+    }
+  for (; i0 < M; i0 += mr, p += (size_t)kc * mr) {
     int w = M - i0 < mr ? M - i0 : mr;
     if (w == mr) {
       float s[16] = {0};
@@ -343,67 +359,84 @@ void gemm_scratch_free(GemmScratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* One kernel's driver: total[M, N] += A^T B over K rows, A the column blocks side by side, each
- * superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the same
- * way; mr x nr tiles, rows of A^T in blocks of mb. Each block is packed into whole panels (its last
- * one zero-padded), so the sums are computed in a padded row space and then added row by row. */
-static void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, int N, int K, const float *B,
-                   size_t ldb, double *total, double *colsum, GemmScratch *s) {
-  int Mp = 0; /* rows with every block's padding */
-  for (int b = 0; b < na; b++) Mp += (a[b].n + mr - 1) / mr * mr;
-  size_t mpn = (size_t)Mp * (size_t)N;
+/* The columns of blocks c[0 .. n) with each block padded to whole panels of w. */
+static int padded_cols(const GemmCols *c, int n, int w) {
+  int p = 0;
+  for (int i = 0; i < n; i++) p += (c[i].n + w - 1) / w * w;
+  return p;
+}
+
+/* One kernel's driver: total[M, N] += A^T B over K rows, A and B each column blocks side by side,
+ * each superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the
+ * same way; mr x nr tiles, rows of A^T in blocks of mb. Each block is packed into whole panels (its
+ * last one zero-padded), so the sums are computed in a padded space and then added row by row. */
+static void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K,
+                   double *total, double *colsum, GemmScratch *s) {
+  int Mp = padded_cols(a, na, mr), Np = padded_cols(b, nb, nr); /* with every block's padding */
+  size_t mpn = (size_t)Mp * (size_t)Np;
   float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)Mp * TN_KC, sizeof(float));
-  float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)((N + nr - 1) / nr) * nr * TN_KC, sizeof(float));
+  float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)Np * TN_KC, sizeof(float));
   float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mpn + (size_t)Mp, sizeof(float)), *sum = colsum ? blk + mpn : NULL;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int s1 = K - s0 < GEMM_TN_ROWS ? K : s0 + GEMM_TN_ROWS;
     if (sum) memset(sum, 0, sizeof(float) * (size_t)Mp);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
-      for (int b = 0, p0 = 0; b < na; p0 += (a[b].n + mr - 1) / mr * mr, b++) {
-        const float *ab = a[b].a + (size_t)k0 * (size_t)a[b].lda;
-        if (mr == 8) pack_at(ab, (size_t)a[b].lda, a[b].n, kc, 8, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
-        else pack_at(ab, (size_t)a[b].lda, a[b].n, kc, 6, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
+      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++) {
+        const float *ab = a[i].a + (size_t)k0 * (size_t)a[i].lda;
+        if (mr == 8) pack_at(ab, (size_t)a[i].lda, a[i].n, kc, 8, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
+        else pack_at(ab, (size_t)a[i].lda, a[i].n, kc, 6, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
       }
-      if (nr == 32) pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 32, bt);
-      else pack_b(B + (size_t)k0 * ldb, ldb, N, kc, 16, bt);
+      for (int j = 0, q0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, j++) {
+        const float *bb = b[j].a + (size_t)k0 * (size_t)b[j].lda;
+        if (nr == 32) pack_b(bb, (size_t)b[j].lda, b[j].n, kc, 32, bt + (size_t)q0 * kc);
+        else pack_b(bb, (size_t)b[j].lda, b[j].n, kc, 16, bt + (size_t)q0 * kc);
+      }
       for (int ib = 0; ib < Mp; ib += mb)
-        for (int j0 = 0; j0 < N; j0 += nr)
+        for (int j0 = 0; j0 < Np; j0 += nr)
           for (int i0 = ib; i0 < Mp && i0 < ib + mb; i0 += mr)
-            tiles(mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * N + j0, (size_t)N, N - j0, k0 > s0);
+            tiles(mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * Np + j0, (size_t)Np, nr, k0 > s0);
     }
-    for (int b = 0, p0 = 0, m0 = 0; b < na; p0 += (a[b].n + mr - 1) / mr * mr, m0 += a[b].n, b++) {
-      for (size_t i = 0; i < (size_t)a[b].n * (size_t)N; i++) total[(size_t)m0 * N + i] += blk[(size_t)p0 * N + i];
+    for (int i = 0, p0 = 0, m0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, m0 += a[i].n, i++) {
+      for (int r = 0; r < a[i].n; r++) {
+        double *t = total + (size_t)(m0 + r) * (size_t)N;
+        const float *row = blk + (size_t)(p0 + r) * (size_t)Np;
+        for (int j = 0, q0 = 0, n0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, n0 += b[j].n, j++)
+          for (int e = 0; e < b[j].n; e++) t[n0 + e] += row[q0 + e];
+      }
       if (sum)
-        for (int i = 0; i < a[b].n; i++) colsum[m0 + i] += sum[p0 + i];
+        for (int r = 0; r < a[i].n; r++) colsum[m0 + r] += sum[p0 + r];
     }
   }
 }
 
-void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, int N, int K, const float *B, int ldb, double *total,
-                   double *colsum, GemmScratch *s) {
+void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, int nb, int K, double *total, double *colsum,
+                   GemmScratch *s) {
   CHECK(gemm_isa_runs(isa) && s);
-  int M = 0;
-  for (int b = 0; b < na; b++) M += a[b].n;
+  int M = 0, N = 0;
+  for (int i = 0; i < na; i++) M += a[i].n;
+  for (int j = 0; j < nb; j++) N += b[j].n;
   if (M <= 0 || N <= 0 || K <= 0) return;
   switch (isa) {
-  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, a, na, N, K, B, (size_t)ldb, total, colsum, s); return;
-  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, a, na, N, K, B, (size_t)ldb, total, colsum, s); return;
+  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, a, na, b, nb, N, K, total, colsum, s); return;
+  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, a, na, b, nb, N, K, total, colsum, s); return;
   default: break;
   }
   size_t mn = (size_t)M * (size_t)N;
   float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mn + (size_t)M, sizeof(float)), *sum = blk + mn;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int n = K - s0 < GEMM_TN_ROWS ? K - s0 : GEMM_TN_ROWS;
-    for (int b = 0, m0 = 0; b < na; m0 += a[b].n, b++) {
-      if (!a[b].n) continue;
-      const float *As = a[b].a + (size_t)s0 * (size_t)a[b].lda;
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a[b].n, N, n, 1.0f, As, a[b].lda, B + (size_t)s0 * (size_t)ldb,
-                  ldb, 0.0f, blk + (size_t)m0 * N, N);
+    for (int i = 0, m0 = 0; i < na; m0 += a[i].n, i++) {
+      if (!a[i].n) continue;
+      const float *As = a[i].a + (size_t)s0 * (size_t)a[i].lda;
+      for (int j = 0, n0 = 0; j < nb; n0 += b[j].n, j++)
+        if (b[j].n)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a[i].n, b[j].n, n, 1.0f, As, a[i].lda,
+                      b[j].a + (size_t)s0 * (size_t)b[j].lda, b[j].lda, 0.0f, blk + (size_t)m0 * N + n0, N);
       if (!colsum) continue;
-      memset(sum + m0, 0, sizeof(float) * (size_t)a[b].n);
+      memset(sum + m0, 0, sizeof(float) * (size_t)a[i].n);
       for (int k = 0; k < n; k++)
-        for (int i = 0; i < a[b].n; i++) sum[m0 + i] += As[(size_t)k * (size_t)a[b].lda + i];
+        for (int r = 0; r < a[i].n; r++) sum[m0 + r] += As[(size_t)k * (size_t)a[i].lda + r];
     }
     for (size_t i = 0; i < mn; i++) total[i] += blk[i];
     if (colsum)
@@ -420,7 +453,7 @@ void gemm_tn_acc(GemmIsa isa, int M, int N, int K, const float *A, int lda, cons
   size_t mn = (size_t)M * (size_t)N;
   double *total = scratch_grow((void **)&s->total, &s->cap_total, mn, sizeof(double));
   memset(total, 0, mn * sizeof(double));
-  gemm_tn_total(isa, &(GemmCols){A, lda, M}, 1, N, K, B, ldb, total, NULL, s);
+  gemm_tn_total(isa, &(GemmCols){A, lda, M}, 1, &(GemmCols){B, ldb, N}, 1, K, total, NULL, s);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) C[(size_t)i * (size_t)ldc + j] += (float)total[(size_t)i * (size_t)N + j];
   gemm_scratch_free(&own);

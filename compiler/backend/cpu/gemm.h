@@ -61,15 +61,16 @@ typedef struct GemmCols {
 
 /* The weight gradient in float64: total[M, N] += A^T B over K rows, A [K, M] the na column blocks
  * side by side (M their columns in all; blocks of several arrays: the gate adjoints of products
- * that share B), B [K, N] (row stride ldb), as the float32 sums of superblocks of GEMM_TN_ROWS
+ * that share B), B [K, N] the nb column blocks side by side (N their columns: the inputs of
+ * products that share A, as an LSTM's x and h), as the float32 sums of superblocks of GEMM_TN_ROWS
  * rows (from row 0) added in float64. A caller that splits the rows between threads at multiples
  * of GEMM_TN_ROWS and adds the threads' totals gets the same sums (to the rounding of float64
  * additions of a few float32 values, which are exact unless their magnitudes differ by 2^29).
  * With `colsum`, also colsum[M] += the column sums of A over the rows (the bias gradient), summed
  * the same way, read while A is packed. `s` is required. */
 enum { GEMM_TN_ROWS = 4096 };
-void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, int N, int K, const float *B, int ldb, double *total,
-                   double *colsum, GemmScratch *s);
+void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, int nb, int K, double *total, double *colsum,
+                   GemmScratch *s);
 
 /* The weight gradient: C[M, N] += A^T B, A [K, M] (row stride lda), B [K, N] (row stride ldb),
  * C row stride ldc; single-threaded (the caller splits M between its threads). `s`: buffers
