@@ -20,12 +20,14 @@ void nn_embedding_forward(float *out, const int32_t *ids, const float *wte, int 
   }
 }
 
+/* Each row's gradient into its token's row (dout and dwte do not overlap: the loop is vectorized). */
 void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
   if (!dwte) return;
   for (int r = 0; r < rows; r++) {
     CHECK(ids[r] >= 0 && ids[r] < V);
     float *d = dwte + (size_t)ids[r] * C;
     const float *g = dout + (size_t)r * C;
+#pragma omp simd
     for (int c = 0; c < C; c++) d[c] += g[c];
   }
 }
