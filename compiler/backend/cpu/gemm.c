@@ -266,46 +266,33 @@ enum { TN_KC = 128 };
  * with `sum`, sum[i] += A[k, i] over the rows too (the bias gradient, for the price of an add in
  * the copy). Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
 INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p, float *sum) {
+  size_t panel = (size_t)kc * mr;
   int i0 = 0;
-  if (mr == 8) /* two panels at a time: each row's cache line of 16 floats read once */
-    for (; i0 + 16 <= M; i0 += 16, p += (size_t)kc * 16) {
-      float s[16] = {0};
-      float *p1 = p + (size_t)kc * 8;
-      for (int k = 0; k < kc; k++) {
-        const float *a = A + (size_t)k * lda + i0;
-        __builtin_prefetch(a + 8 * lda);
-        memcpy(p + (size_t)k * 8, a, sizeof(float) * 8);
-        memcpy(p1 + (size_t)k * 8, a + 8, sizeof(float) * 8);
-        if (sum)
-          for (int r = 0; r < 16; r++) s[r] += a[r];
-      }
+  while (i0 + mr <= M) { /* whole panels: two at a time where a row's 16 floats are one cache line */
+    int np = mr == 8 && i0 + 16 <= M ? 2 : 1;
+    float s[16] = {0};
+    for (int k = 0; k < kc; k++) {
+      const float *a = A + (size_t)k * lda + i0;
+      __builtin_prefetch(a + 8 * lda);
+      for (int q = 0; q < np; q++) memcpy(p + q * panel + (size_t)k * mr, a + q * mr, sizeof(float) * (size_t)mr);
       if (sum)
-        for (int r = 0; r < 16; r++) sum[i0 + r] += s[r];
+        for (int r = 0; r < np * mr; r++) s[r] += a[r];
     }
-  for (; i0 < M; i0 += mr, p += (size_t)kc * mr) {
-    int w = M - i0 < mr ? M - i0 : mr;
-    if (w == mr) {
-      float s[16] = {0};
-      for (int k = 0; k < kc; k++) {
-        const float *a = A + (size_t)k * lda + i0;
-        memcpy(p + (size_t)k * mr, a, sizeof(float) * (size_t)mr);
-        if (sum)
-          for (int r = 0; r < mr; r++) s[r] += a[r];
-      }
-      if (sum)
-        for (int r = 0; r < mr; r++) sum[i0 + r] += s[r];
-      continue;
-    }
-    float s[16] = {0}; /* summed as in a full panel, so that a column's sum does not depend on its panel */
-    for (int k = 0; k < kc; k++)
-      for (int r = 0; r < mr; r++) {
-        float a = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
-        p[(size_t)k * mr + r] = a;
-        s[r] += a;
-      }
     if (sum)
-      for (int r = 0; r < w; r++) sum[i0 + r] += s[r];
+      for (int r = 0; r < np * mr; r++) sum[i0 + r] += s[r];
+    i0 += np * mr, p += np * panel;
   }
+  int w = M - i0;
+  if (w <= 0) return;
+  float s[16] = {0}; /* the last panel, zero-padded; summed as in a full panel, so that a column's sum does not depend on its panel */
+  for (int k = 0; k < kc; k++)
+    for (int r = 0; r < mr; r++) {
+      float a = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
+      p[(size_t)k * mr + r] = a;
+      s[r] += a;
+    }
+  if (sum)
+    for (int r = 0; r < w; r++) sum[i0 + r] += s[r];
 }
 
 /* B's rows [0, kc) as panels of nr columns, zero-padded: p[(j0 / nr) kc nr + k nr + j] = B[k, j0 + j]. */
