@@ -262,52 +262,27 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
  * Measured at a GRU layer's shapes in docs/performance.md. */
 enum { TN_KC = 128 };
 
-/* A's rows [0, kc) as panels of mr columns, zero-padded: p[(i0 / mr) kc mr + k mr + r] = A[k, i0 + r];
- * with `sum`, sum[i] += A[k, i] over the rows too (the bias gradient, for the price of an add in
- * the copy). Inlined with mr a constant, so that a full panel row is a fixed-size copy, not a call. */
-INLINE void pack_at(const float *A, size_t lda, int M, int kc, int mr, float *p, float *sum) {
-  size_t panel = (size_t)kc * mr;
-  int i0 = 0;
-  while (i0 + mr <= M) { /* whole panels: two at a time where a row's 16 floats are one cache line */
-    int np = mr == 8 && i0 + 16 <= M ? 2 : 1;
-    float s[16] = {0};
-    for (int k = 0; k < kc; k++) {
-      const float *a = A + (size_t)k * lda + i0;
-      __builtin_prefetch(a + 8 * lda);
-      for (int q = 0; q < np; q++) memcpy(p + q * panel + (size_t)k * mr, a + q * mr, sizeof(float) * (size_t)mr);
-      if (sum)
-        for (int r = 0; r < np * mr; r++) s[r] += a[r];
-    }
-    if (sum)
-      for (int r = 0; r < np * mr; r++) sum[i0 + r] += s[r];
-    i0 += np * mr, p += np * panel;
-  }
-  int w = M - i0;
-  if (w <= 0) return;
-  float s[16] = {0}; /* the last panel, zero-padded; summed as in a full panel, so that a column's sum does not depend on its panel */
-  for (int k = 0; k < kc; k++)
-    for (int r = 0; r < mr; r++) {
-      float a = r < w ? A[(size_t)k * lda + i0 + r] : 0.0f;
-      p[(size_t)k * mr + r] = a;
-      s[r] += a;
-    }
-  if (sum)
-    for (int r = 0; r < w; r++) sum[i0 + r] += s[r];
-}
+/* Packed panels lie one cache line more than their kc rows apart. Whole panels (4 or 16 KB at
+ * AVX-512) would put a row's copies into every panel on the same L1 set, and the row-by-row copy
+ * below would evict its own lines: 5x slower at an LSTM's 512 gate columns. */
+static size_t panel_stride(int w) { return (size_t)TN_KC * (size_t)w + 16; }
 
-/* B's rows [0, kc) as panels of nr columns, zero-padded: p[(j0 / nr) kc nr + k nr + j] = B[k, j0 + j]. */
-INLINE void pack_b(const float *B, size_t ldb, int N, int kc, int nr, float *p) {
-  size_t panel = (size_t)kc * nr;
+/* Rows [0, kc) of the n columns at x (row k at x + k ld) as panels of w columns `stride` apart,
+ * the last one zero-padded: p[(i0 / w) stride + k w + r] = x[k, i0 + r]. Row by row, so that
+ * the source streams from memory in order. With `sum`, also sum[i] += x[k, i] (A's column sums,
+ * the bias gradient, for the price of an add in the copy). Inlined with w a constant, so that a
+ * panel's row is a fixed-size copy, not a call. */
+INLINE void pack_panels(const float *x, size_t ld, int n, int kc, int w, float *p, size_t stride, float *sum) {
+  int full = n / w * w, tail = n - full;
   for (int k = 0; k < kc; k++) {
-    const float *row = B + (size_t)k * ldb;
-    for (int j0 = 0; j0 < N; j0 += nr) {
-      float *dst = p + (size_t)(j0 / nr) * panel + (size_t)k * nr;
-      int w = N - j0 < nr ? N - j0 : nr;
-      if (w == nr) {
-        memcpy(dst, row + j0, sizeof(float) * (size_t)nr);
-        continue;
-      }
-      for (int j = 0; j < nr; j++) dst[j] = j < w ? row[j0 + j] : 0.0f;
+    const float *row = x + (size_t)k * ld;
+    float *d = p + (size_t)k * (size_t)w;
+    for (int i0 = 0; i0 < full; i0 += w, d += stride) memcpy(d, row + i0, sizeof(float) * (size_t)w);
+    if (tail)
+      for (int r = 0; r < w; r++) d[r] = r < tail ? row[full + r] : 0.0f;
+    if (sum) {
+#pragma omp simd
+      for (int i = 0; i < n; i++) sum[i] += row[i];
     }
   }
 }
@@ -356,33 +331,31 @@ static int padded_cols(const GemmCols *c, int n, int w) {
 /* One kernel's driver: total[M, N] += A^T B over K rows, A and B each column blocks side by side,
  * each superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the
  * same way; mr x nr tiles, rows of A^T in blocks of mb. Each block is packed into whole panels (its
- * last one zero-padded), so the sums are computed in a padded space and then added row by row. */
-static void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K,
+ * last one zero-padded), so the sums are computed in a padded space and then added row by row.
+ * (Packing the next block a few rows after each tile, into a second buffer, measured 1.5x slower:
+ * its lines evict the tiles' panels from L1.) */
+INLINE void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K,
                    double *total, double *colsum, GemmScratch *s) {
   int Mp = padded_cols(a, na, mr), Np = padded_cols(b, nb, nr); /* with every block's padding */
-  size_t mpn = (size_t)Mp * (size_t)Np;
-  float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)Mp * TN_KC, sizeof(float));
-  float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)Np * TN_KC, sizeof(float));
+  size_t mpn = (size_t)Mp * (size_t)Np, sa = panel_stride(mr), sb = panel_stride(nr);
+  float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)(Mp / mr) * sa, sizeof(float));
+  float *bt = scratch_grow((void **)&s->bt, &s->cap_bt, (size_t)(Np / nr) * sb, sizeof(float));
   float *blk = scratch_grow((void **)&s->blk, &s->cap_blk, mpn + (size_t)Mp, sizeof(float)), *sum = colsum ? blk + mpn : NULL;
   for (int s0 = 0; s0 < K; s0 += GEMM_TN_ROWS) {
     int s1 = K - s0 < GEMM_TN_ROWS ? K : s0 + GEMM_TN_ROWS;
     if (sum) memset(sum, 0, sizeof(float) * (size_t)Mp);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
-      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++) {
-        const float *ab = a[i].a + (size_t)k0 * (size_t)a[i].lda;
-        if (mr == 8) pack_at(ab, (size_t)a[i].lda, a[i].n, kc, 8, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
-        else pack_at(ab, (size_t)a[i].lda, a[i].n, kc, 6, at + (size_t)p0 * kc, sum ? sum + p0 : NULL);
-      }
-      for (int j = 0, q0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, j++) {
-        const float *bb = b[j].a + (size_t)k0 * (size_t)b[j].lda;
-        if (nr == 32) pack_b(bb, (size_t)b[j].lda, b[j].n, kc, 32, bt + (size_t)q0 * kc);
-        else pack_b(bb, (size_t)b[j].lda, b[j].n, kc, 16, bt + (size_t)q0 * kc);
-      }
+      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++)
+        pack_panels(a[i].a + (size_t)k0 * (size_t)a[i].lda, (size_t)a[i].lda, a[i].n, kc, mr, at + (size_t)(p0 / mr) * sa, sa,
+                    sum ? sum + p0 : NULL);
+      for (int j = 0, q0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, j++)
+        pack_panels(b[j].a + (size_t)k0 * (size_t)b[j].lda, (size_t)b[j].lda, b[j].n, kc, nr, bt + (size_t)(q0 / nr) * sb, sb, NULL);
       for (int ib = 0; ib < Mp; ib += mb)
         for (int j0 = 0; j0 < Np; j0 += nr)
           for (int i0 = ib; i0 < Mp && i0 < ib + mb; i0 += mr)
-            tiles(mr, kc, at + (size_t)i0 * kc, bt + (size_t)j0 * kc, blk + (size_t)i0 * Np + j0, (size_t)Np, nr, k0 > s0);
+            tiles(mr, kc, at + (size_t)(i0 / mr) * sa, bt + (size_t)(j0 / nr) * sb, blk + (size_t)i0 * Np + j0, (size_t)Np, nr,
+                  k0 > s0);
     }
     for (int i = 0, p0 = 0, m0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, m0 += a[i].n, i++) {
       for (int r = 0; r < a[i].n; r++) {
@@ -397,6 +370,17 @@ static void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, in
   }
 }
 
+/* tn_run compiled for each instruction set, so that its copies and sums use the wide vectors too. */
+T512 static void tn_run512(const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K, double *total, double *colsum,
+                           GemmScratch *s) {
+  tn_run(tn_tiles512, 8, 32, 64, a, na, b, nb, N, K, total, colsum, s);
+}
+
+T256 static void tn_run256(const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K, double *total, double *colsum,
+                           GemmScratch *s) {
+  tn_run(tn_tiles256, 6, 16, 48, a, na, b, nb, N, K, total, colsum, s);
+}
+
 void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, int nb, int K, double *total, double *colsum,
                    GemmScratch *s) {
   CHECK(gemm_isa_runs(isa) && s);
@@ -405,8 +389,8 @@ void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, in
   for (int j = 0; j < nb; j++) N += b[j].n;
   if (M <= 0 || N <= 0 || K <= 0) return;
   switch (isa) {
-  case GEMM_AVX512: tn_run(tn_tiles512, 8, 32, 64, a, na, b, nb, N, K, total, colsum, s); return;
-  case GEMM_AVX2: tn_run(tn_tiles256, 6, 16, 48, a, na, b, nb, N, K, total, colsum, s); return;
+  case GEMM_AVX512: tn_run512(a, na, b, nb, N, K, total, colsum, s); return;
+  case GEMM_AVX2: tn_run256(a, na, b, nb, N, K, total, colsum, s); return;
   default: break;
   }
   size_t mn = (size_t)M * (size_t)N;
