@@ -13,7 +13,12 @@
 
 /* ---- embedding ---- */
 
+/* Rows over cellc's threads where there are enough to pay (a training batch's 32768 rows of 128
+ * floats: 1.6 to 0.8 ms on two). */
 void nn_embedding_forward(float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
+  int nt = (int)((double)rows * C / (1 << 18)) + 1;
+  if (nt > support_threads()) nt = support_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int r = 0; r < rows; r++) {
     CHECK(ids[r] >= 0 && ids[r] < V);
     memcpy(out + (size_t)r * C, wte + (size_t)ids[r] * C, sizeof(float) * (size_t)C);

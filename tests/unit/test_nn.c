@@ -120,6 +120,20 @@ Test(embedding, picks_rows) {
   for (int i = 0; i < 8; i++) cr_assert_eq(out[i], want[i]);
 }
 
+/* Enough rows that they split over threads (three asked for): each row still its token's. */
+Test(embedding, picks_rows_on_threads) {
+  setenv("CELLC_THREADS", "3", 1);
+  enum { ROWS = 10007, V = 7, C = 64 };
+  float *wte = randn_like(V * C, 3), *out = zeros(ROWS * C);
+  int32_t *ids = malloc(sizeof(int32_t) * ROWS);
+  for (int r = 0; r < ROWS; r++) ids[r] = (r * 5 + r / 3) % V;
+  nn_embedding_forward(out, ids, wte, ROWS, V, C);
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < C; c++) cr_assert_eq(out[(size_t)r * C + c], wte[ids[r] * C + c], "row %d col %d", r, c);
+  unsetenv("CELLC_THREADS");
+  free(wte), free(out), free(ids);
+}
+
 Test(embedding, backward_sums_repeated_ids) {
   float dwte[3 * 2] = {0};
   int32_t ids[3] = {1, 1, 0};
