@@ -610,3 +610,19 @@ Test(model_errors, unknown_dim_suggests) {
 Test(model_errors, missing_cell_file) {
   expect_model_error("tests/cells/no_such.cell", COPYING "[model]\nlayers = 1\nwidth = 4\n" TRAIN, NEEDLES("no_such.cell"));
 }
+
+/* The host table's zero on a buffer large enough to split over threads (three asked for), at a
+ * length that is no multiple of the slices: every byte zeroed, none past the end touched. */
+Test(host_ops, zero_splits_over_threads) {
+  setenv("CELLC_THREADS", "3", 1);
+  size_t n = (size_t)13 << 20 | 37;
+  unsigned char *p = malloc(n + 64);
+  memset(p, 0xab, n + 64);
+  DevOps *o = model_host_ops();
+  o->zero(o, p, n);
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) cr_assert_fail("byte %zu not zeroed", i);
+  for (size_t i = n; i < n + 64; i++) cr_assert_eq(p[i], 0xab, "byte %zu past the end", i);
+  unsetenv("CELLC_THREADS");
+  free(p);
+}
