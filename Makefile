@@ -33,18 +33,19 @@ LDLIBS   := -fopenmp -lcjson -lplplot -llapack -lopenblas $(LLVM_LIBS) $(MPI_LIB
 # include; they get those folders' -I paths and no others, and mk/layers.sh fails the build on an
 # include of a folder not listed or of another folder's private header. docs/architecture.md
 # draws the same graph.
-FOLDERS := runtime/support lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
+FOLDERS := runtime/support runtime/gemm lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
            runtime/nn runtime/optim runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
            compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
            compiler/backend/cuda/emu compiler/pipeline \
            runtime/model compiler/cmd
 USES_runtime/support     :=
+USES_runtime/gemm        := runtime/support
 USES_lang                := runtime/support
 USES_runtime/init        := runtime/support
 USES_runtime/tasks       := runtime/support
 USES_runtime/safetensors := runtime/support
 USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks
-USES_runtime/nn          := runtime/support
+USES_runtime/nn          := runtime/support runtime/gemm
 USES_runtime/optim       := runtime/support
 USES_runtime/dist        := runtime/support
 USES_compiler/ir         := runtime/support lang
@@ -53,7 +54,7 @@ USES_compiler/lower      := runtime/support lang compiler/ir compiler/check
 USES_compiler/plan       := runtime/support compiler/ir compiler/lower
 USES_compiler/backend    := runtime/support compiler/lower
 USES_compiler/backend/interp := runtime/support compiler/ir compiler/lower compiler/backend
-USES_compiler/backend/cpu    := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
+USES_compiler/backend/cpu    := runtime/support runtime/gemm compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \

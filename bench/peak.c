@@ -7,7 +7,7 @@
  *   OPENBLAS_NUM_THREADS=1 ./build/peak            # the default: the core cellc picks
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --no-apply # the library's own choice
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto    # plus the hand-written AVX-512 prototype
- * The NT and NN products also run on cellc's own kernels (compiler/backend/cpu/gemm.c, the one
+ * The NT and NN products also run on cellc's own kernels (runtime/gemm/gemm.c, the one
  * CPUID features choose; CELLC_GEMM=avx2 forces the AVX2 one, CELLC_GEMM=blas none).
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis     # plus BLIS (libblis4-*, opened with dlopen)
  *   OPENBLAS_CORETYPE=Haswell ./build/peak --override  # unset the pin, then switch: measures
@@ -208,7 +208,7 @@ __attribute__((target("avx512f"))) static void proto_gemm(const Packed *p, int M
   }
 }
 
-/* cellc's own sgemm (compiler/backend/cpu/gemm.c) with the weights packed before the timing, as
+/* cellc's own sgemm (runtime/gemm/gemm.c) with the weights packed before the timing, as
  * the CPU back end packs them once per forward or backward */
 static void gemm_cellc(const Shape *s, const float *A, const float *B, float *C, void *ctx) {
   (void)B;

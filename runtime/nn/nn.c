@@ -1,11 +1,13 @@
 /* nn.c: the model's blocks around the recurrent cell as forward/backward pairs (nn.h has the
- * equations and the shapes); plain loops over channels innermost, cblas_sgemm for the products. */
+ * equations and the shapes); plain loops over channels innermost, cellc's own sgemm (runtime/gemm)
+ * for the products. */
 #include "nn.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "support.h"
 
 #define SQRT1_2 0.70710678118654752440
@@ -42,52 +44,85 @@ void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, i
 /* Below this many multiply-adds a GEMM stays on one thread. */
 #define GEMM_MIN_MACS_PER_THREAD (1 << 20)
 
-/* C (M x N, row-major) = op(A) op(B) + beta C, with C's rows split over cellc's threads when the
- * product is large enough (each share one single-threaded GEMM: OpenBLAS runs single-threaded). */
-static void gemm_rows(bool trans_a, bool trans_b, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc) {
+/* The threads a product of `macs` multiply-adds over `parts` independent parts pays for. */
+static int gemm_threads(double macs, int64_t parts) {
   static bool single;
-  if (!single) openblas_set_num_threads(1), single = true; /* the threads are ours */
+  if (!single) openblas_set_num_threads(1), single = true; /* the threads are ours (gemm.c's cblas fallback) */
   int nt = support_threads();
-  double macs = (double)M * N * K;
-  if (nt > M) nt = M;
+  if (nt > parts) nt = (int)parts;
   if (macs / GEMM_MIN_MACS_PER_THREAD < nt) nt = (int)(macs / GEMM_MIN_MACS_PER_THREAD);
-  if (nt < 1) nt = 1;
+  return nt > 1 ? nt : 1;
+}
+
+/* C[rows, N] (+)= A[rows, K] op(W) with W packed (gemm.h), C's rows split over the threads. */
+static void gemm_rows(const GemmPacked *pk, int rows, const float *A, int lda, float *C, int ldc, bool accumulate) {
+  int nt = gemm_threads((double)rows * pk->N * pk->K, rows);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int i = 0; i < nt; i++) {
-    int m0 = (int)((long)M * i / nt), m1 = (int)((long)M * (i + 1) / nt);
-    const float *Ai = trans_a ? A + m0 : A + (size_t)m0 * lda;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m1 - m0, N, K, 1.0f,
-                Ai, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+    int m0 = (int)((long)rows * i / nt), m1 = (int)((long)rows * (i + 1) / nt);
+    gemm_run(pk, m1 - m0, A + (size_t)m0 * lda, lda, C + (size_t)m0 * ldc, ldc, accumulate);
   }
 }
 
 void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int rows, int nin, int nout) {
   if (rows <= 0 || nout <= 0) return;
-  if (nin <= 0) { /* no inputs: the bias alone */
+  if (b || nin <= 0) /* the bias, or zeros: no inputs */
     for (int r = 0; r < rows; r++)
       for (int o = 0; o < nout; o++) out[(size_t)r * nout + o] = b ? b[o] : 0.0f;
-    return;
+  if (nin <= 0) return;
+  /* out (rows, nout) (+)= inp (rows, nin) W^T, W (nout, nin) */
+  GemmPacked pk = {0};
+  gemm_pack(&pk, gemm_isa_default(), w, nin, nout, nin, true);
+  gemm_rows(&pk, rows, inp, nin, out, nout, b != NULL);
+  gemm_packed_free(&pk);
+}
+
+/* dw (nout, nin) += dout^T inp and db (nout) += dout's column sums over the rows: the rows split
+ * over the threads at multiples of GEMM_TN_ROWS, each thread's float64 totals added in thread
+ * order, so the sums do not depend on the thread count (gemm.h). */
+static void linear_weight_grad(float *dw, float *db, const float *dout, const float *inp, int rows, int nin, int nout) {
+  int64_t nsb = (rows + GEMM_TN_ROWS - 1) / GEMM_TN_ROWS;
+  int nt = gemm_threads((double)rows * nout * nin, nsb);
+  size_t mn = (size_t)nout * (size_t)nin, len = mn + (size_t)nout;
+  double *tot = xcalloc((size_t)nt * len, sizeof(double));
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int i = 0; i < nt; i++) {
+    int64_t k0 = nsb * i / nt * GEMM_TN_ROWS, k1 = nsb * (i + 1) / nt * GEMM_TN_ROWS;
+    if (k1 > rows) k1 = rows;
+    GemmScratch sc = {0};
+    double *t = tot + (size_t)i * len;
+    gemm_tn_total(gemm_isa_default(), &(GemmCols){dout + k0 * nout, nout, nout}, 1, &(GemmCols){inp + k0 * nin, nin, nin}, 1,
+                  (int)(k1 - k0), t, db ? t + mn : NULL, &sc);
+    gemm_scratch_free(&sc);
   }
-  if (b)
-    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * nout, b, sizeof(float) * (size_t)nout);
-  /* out (rows, nout) = inp (rows, nin) W^T (nin, nout) [+ out] */
-  gemm_rows(false, true, rows, nout, nin, inp, nin, w, nin, b ? 1.0f : 0.0f, out, nout);
+  for (size_t e = 0; e < len; e++) {
+    if (e >= mn && !db) break;
+    double sum = 0;
+    for (int i = 0; i < nt; i++) sum += tot[(size_t)i * len + e];
+    if (e < mn) dw[e] += (float)sum;
+    else db[e - mn] += (float)sum;
+  }
+  free(tot);
 }
 
 void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                         int rows, int nin, int nout) {
   if (rows <= 0 || nout <= 0) return;
-  if (db)
-    for (int r = 0; r < rows; r++) {
-      const float *g = dout + (size_t)r * nout;
-      for (int o = 0; o < nout; o++) db[o] += g[o];
-    }
-  if (nin <= 0) return;
-  /* dw (nout, nin) += dout^T (nout, rows) inp (rows, nin) */
-  if (dw) gemm_rows(true, false, nout, nin, rows, dout, nout, inp, nin, 1.0f, dw, nin);
-  /* dinp (rows, nin) += dout (rows, nout) W (nout, nin) */
-  if (dinp) gemm_rows(false, false, rows, nin, nout, dout, nout, w, nin, 1.0f, dinp, nin);
+  if (nin <= 0 || !dw) {
+    if (db)
+      for (int r = 0; r < rows; r++) {
+        const float *g = dout + (size_t)r * nout;
+        for (int o = 0; o < nout; o++) db[o] += g[o];
+      }
+    if (nin <= 0) return;
+  } else
+    linear_weight_grad(dw, db, dout, inp, rows, nin, nout);
+  if (!dinp) return;
+  /* dinp (rows, nin) += dout (rows, nout) W, W (nout, nin) */
+  GemmPacked pk = {0};
+  gemm_pack(&pk, gemm_isa_default(), w, nin, nin, nout, false);
+  gemm_rows(&pk, rows, dout, nout, dinp, nin, true);
+  gemm_packed_free(&pk);
 }
 
 /* y = n (.) w + b over one row of C, w and b optional. */

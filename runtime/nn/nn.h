@@ -17,7 +17,8 @@
  *   zeroes gradients once per step. A NULL gradient pointer skips that gradient.
  *   Scratch buffers are the caller's too (sizes below); their contents in and out do not matter.
  *   Outputs never alias inputs, except where a function says so.
- *   Matrix products go through cblas_sgemm; weights are (out features, in features), y = x W^T. */
+ *   Matrix products go through runtime/gemm (AVX-512 / AVX2 kernels from CPUID, over cellc's threads;
+ *   the weight gradient summed as gemm.h says, the same on any thread count); weights are (out features, in features), y = x W^T. */
 
 #define NN_NORM_EPS 1e-5f    /* layernorm, rmsnorm, batchnorm: added to the (biased) variance */
 #define NN_BN_MOMENTUM 0.1f  /* batchnorm: running = (1 - m) running + m batch statistic */

@@ -1,4 +1,4 @@
-/* test_gemm.c: the CPU back end's own sgemm (compiler/backend/cpu/gemm.c) against a float64
+/* test_gemm.c: cellc's own sgemm (runtime/gemm/gemm.c) against a float64
  * reference, on every kernel this CPU runs (AVX-512 8x32, AVX2 6x16, cblas), forced through
  * gemm_pack's isa: both products (A W^T and A W), M from 1 to 70, N and K off the tiles,
  * row strides wider than the rows, beta 0 and 1; the cells around C are never written. */

@@ -864,3 +864,34 @@ Test(linear, threaded_matches_loops) {
   unsetenv("CELLC_THREADS");
   free(inp), free(w), free(b), free(dy), free(out), free(dinp), free(dw), free(db);
 }
+
+/* The weight and bias gradients over rows that span several superblocks of GEMM_TN_ROWS (split
+ * over threads there): equal to the loops in double, and to the bit on one thread and on three. */
+static void lin_weight_grad(const char *threads, int R, int I, int O, float *dw, float *db) {
+  setenv("CELLC_THREADS", threads, 1);
+  float *inp = randn_like((size_t)R * I, 7), *w = randn_like((size_t)O * I, 8), *dy = randn_like((size_t)R * O, 9);
+  memset(dw, 0, sizeof(float) * (size_t)O * I), memset(db, 0, sizeof(float) * (size_t)O);
+  nn_linear_backward(NULL, dw, db, dy, inp, w, R, I, O);
+  for (int o = 0; o < O; o++) {
+    double sb = 0;
+    for (int r = 0; r < R; r++) sb += dy[(size_t)r * O + o];
+    cr_assert(fabs(db[o] - sb) < 1e-2, "db[%d] %g, loops %g", o, db[o], sb);
+    for (int i = 0; i < I; i++) {
+      double s = 0;
+      for (int r = 0; r < R; r++) s += (double)dy[(size_t)r * O + o] * inp[(size_t)r * I + i];
+      cr_assert(fabs(dw[o * I + i] - s) < 1e-2, "dw[%d,%d] %g, loops %g", o, i, dw[o * I + i], s);
+    }
+  }
+  unsetenv("CELLC_THREADS");
+  free(inp), free(w), free(dy);
+}
+
+Test(linear, weight_gradient_same_on_any_thread_count) {
+  int R = 3 * 4096 + 1000, I = 37, O = 11;
+  float *dw1 = zeros((size_t)O * I), *db1 = zeros(O), *dw3 = zeros((size_t)O * I), *db3 = zeros(O);
+  lin_weight_grad("1", R, I, O, dw1, db1);
+  lin_weight_grad("3", R, I, O, dw3, db3);
+  cr_assert(!memcmp(dw1, dw3, sizeof(float) * (size_t)O * I), "dw differs between 1 and 3 threads");
+  cr_assert(!memcmp(db1, db3, sizeof(float) * (size_t)O), "db differs between 1 and 3 threads");
+  free(dw1), free(db1), free(dw3), free(db3);
+}

@@ -1,14 +1,15 @@
-/* gemm.h: cellc's own single-precision GEMM for the CPU back end's two products with a
- * weight matrix W that stays constant over a forward or a backward (private to the back end):
- *   trans:  C[M, N] (+)= A[M, K] W^T,  W row-major [N, K] (PS_GEMM)
- *   !trans: C[M, N] (+)= A[M, K] W,    W row-major [K, N] (PS_GEMM_T)
- * and the weight gradient C += A^T B over all rows (PS_OUTER_ACC, gemm_tn_acc).
+/* gemm.h: cellc's own single-precision GEMM, for the CPU back end's products with a weight
+ * matrix W that stays constant over a forward or a backward, and for the model's dense layers
+ * (runtime/nn: the head, a linear encoder):
+ *   trans:  C[M, N] (+)= A[M, K] W^T,  W row-major [N, K] (PS_GEMM, nn_linear_forward)
+ *   !trans: C[M, N] (+)= A[M, K] W,    W row-major [K, N] (PS_GEMM_T, the input gradient)
+ * and the weight gradient C += A^T B over all rows (PS_OUTER_ACC, gemm_tn_total).
  * W is packed once (gemm_pack) into column panels of the micro-kernel's width; gemm_run then
  * takes any M rows of A (row stride lda) into C (row stride ldc), single-threaded (the caller
  * splits the rows between its threads). The micro-kernel comes from CPUID features: 8 x 32
  * with AVX-512 F, 6 x 16 with AVX2 + FMA; on a CPU with neither, cblas_sgemm. */
-#ifndef CELLC_CPU_GEMM_H
-#define CELLC_CPU_GEMM_H
+#ifndef CELLC_GEMM_H
+#define CELLC_GEMM_H
 
 #include <stdbool.h>
 #include <stddef.h>
