@@ -287,18 +287,35 @@ INLINE void pack_panels(const float *x, size_t ld, int n, int kc, int w, float *
   }
 }
 
-/* The micro-tile at c: its mr rows and nv of its columns (+)= a panel of A^T times a panel of B
- * over kc rows. */
-typedef void TnTiles(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc);
+/* The micro-tile at c: its mr rows and nv of its columns (+)= A^T times a panel of B over kc
+ * rows, A's element (r, k) at a[r + k aks]: a packed panel (aks = mr, a constant in the
+ * _packed kernels) or A's rows in place (aks = lda). */
+typedef void TnTiles(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv, bool acc);
 
-T512 static void tn_tiles512(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc) {
+T512 static void tn_tiles512_packed(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv,
+                                    bool acc) {
+  (void)aks;
   TILES512(mr, kc, a, 1, 8, b, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
 }
 
-T256 static void tn_tiles256(int mr, int kc, const float *a, const float *b, float *c, size_t ldc, int nv, bool acc) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), lane), m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - 8), lane);
+T512 static void tn_tiles512(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv, bool acc) {
+  TILES512(mr, kc, a, 1, aks, b, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
+}
+
+#define MASKS256(nv)                                                                                                 \
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                                                    \
+  __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), lane), m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((nv) - 8), lane)
+
+T256 static void tn_tiles256_packed(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv,
+                                    bool acc) {
+  (void)aks;
+  MASKS256(nv);
   TILES256(mr, kc, a, 1, 6, b, c, ldc, m0, m1, acc)
+}
+
+T256 static void tn_tiles256(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv, bool acc) {
+  MASKS256(nv);
+  TILES256(mr, kc, a, 1, aks, b, c, ldc, m0, m1, acc)
 }
 
 /* *p with room for n elements of `size` bytes, 64-byte aligned, kept between calls. */
@@ -328,14 +345,22 @@ static int padded_cols(const GemmCols *c, int n, int w) {
   return p;
 }
 
+/* Whether the micro-tiles read a block of A in place instead of packed: where its rows are short
+ * (under 2 KB). A tile then reads kc rows of A at a stride of lda, one page or less for each few
+ * rows; the packing's copy, a third of the product's time at a GRU's shapes (H = 128), is saved:
+ * the weight gradient 165 to 180 GFLOP/s there, mgu's (2H columns) 152 to 177. Longer rows put
+ * each of a tile's kc rows on its own page (and L1 set): 10% slower than packed at an LSTM's
+ * 4 KB rows (H = 256), the same at 2 KB. The sums are the same either way (the same tiles). */
+static bool a_in_place(const GemmCols *c) { return (size_t)c->lda * sizeof(float) < 2048; }
+
 /* One kernel's driver: total[M, N] += A^T B over K rows, A and B each column blocks side by side,
  * each superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the
- * same way; mr x nr tiles, rows of A^T in blocks of mb. Each block is packed into whole panels (its
- * last one zero-padded), so the sums are computed in a padded space and then added row by row.
- * (Packing the next block a few rows after each tile, into a second buffer, measured 1.5x slower:
- * its lines evict the tiles' panels from L1.) */
-INLINE void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K,
-                   double *total, double *colsum, GemmScratch *s) {
+ * same way; mr x nr tiles, each block's columns in blocks of mb. B's blocks are packed into whole
+ * panels (the last one zero-padded), A's too unless read in place, so the sums are computed in a
+ * padded space and then added row by row. (Packing the next block a few rows after each tile,
+ * into a second buffer, measured 1.5x slower: its lines evict the tiles' panels from L1.) */
+INLINE void tn_run(TnTiles *packed, TnTiles *in_place, int mr, int nr, int mb, const GemmCols *a, int na, const GemmCols *b,
+                   int nb, int N, int K, double *total, double *colsum, GemmScratch *s) {
   int Mp = padded_cols(a, na, mr), Np = padded_cols(b, nb, nr); /* with every block's padding */
   size_t mpn = (size_t)Mp * (size_t)Np, sa = panel_stride(mr), sb = panel_stride(nr);
   float *at = scratch_grow((void **)&s->at, &s->cap_at, (size_t)(Mp / mr) * sa, sizeof(float));
@@ -346,16 +371,32 @@ INLINE void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, in
     if (sum) memset(sum, 0, sizeof(float) * (size_t)Mp);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
-      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++)
-        pack_panels(a[i].a + (size_t)k0 * (size_t)a[i].lda, (size_t)a[i].lda, a[i].n, kc, mr, at + (size_t)(p0 / mr) * sa, sa,
-                    sum ? sum + p0 : NULL);
+      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++) {
+        const float *ab = a[i].a + (size_t)k0 * (size_t)a[i].lda;
+        if (!a_in_place(&a[i]))
+          pack_panels(ab, (size_t)a[i].lda, a[i].n, kc, mr, at + (size_t)(p0 / mr) * sa, sa, sum ? sum + p0 : NULL);
+        else if (sum) /* the column sums as pack_panels takes them (and the rows into cache for the tiles) */
+          for (int k = 0; k < kc; k++) {
+            const float *row = ab + (size_t)k * (size_t)a[i].lda;
+            float *sm = sum + p0;
+#pragma omp simd
+            for (int e = 0; e < a[i].n; e++) sm[e] += row[e];
+          }
+      }
       for (int j = 0, q0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, j++)
         pack_panels(b[j].a + (size_t)k0 * (size_t)b[j].lda, (size_t)b[j].lda, b[j].n, kc, nr, bt + (size_t)(q0 / nr) * sb, sb, NULL);
-      for (int ib = 0; ib < Mp; ib += mb)
-        for (int j0 = 0; j0 < Np; j0 += nr)
-          for (int i0 = ib; i0 < Mp && i0 < ib + mb; i0 += mr)
-            tiles(mr, kc, at + (size_t)(i0 / mr) * sa, bt + (size_t)(j0 / nr) * sb, blk + (size_t)i0 * Np + j0, (size_t)Np, nr,
-                  k0 > s0);
+      for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++) {
+        bool ip = a_in_place(&a[i]);
+        const float *ab = a[i].a + (size_t)k0 * (size_t)a[i].lda;
+        for (int cb = 0; cb < a[i].n; cb += mb)
+          for (int j0 = 0; j0 < Np; j0 += nr)
+            for (int c0 = cb; c0 < a[i].n && c0 < cb + mb; c0 += mr) {
+              const float *bp = bt + (size_t)(j0 / nr) * sb;
+              float *c = blk + (size_t)(p0 + c0) * Np + j0;
+              if (ip) in_place(a[i].n - c0 < mr ? a[i].n - c0 : mr, kc, ab + c0, (size_t)a[i].lda, bp, c, (size_t)Np, nr, k0 > s0);
+              else packed(mr, kc, at + (size_t)((p0 + c0) / mr) * sa, (size_t)mr, bp, c, (size_t)Np, nr, k0 > s0);
+            }
+      }
     }
     for (int i = 0, p0 = 0, m0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, m0 += a[i].n, i++) {
       for (int r = 0; r < a[i].n; r++) {
@@ -373,12 +414,12 @@ INLINE void tn_run(TnTiles *tiles, int mr, int nr, int mb, const GemmCols *a, in
 /* tn_run compiled for each instruction set, so that its copies and sums use the wide vectors too. */
 T512 static void tn_run512(const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K, double *total, double *colsum,
                            GemmScratch *s) {
-  tn_run(tn_tiles512, 8, 32, 64, a, na, b, nb, N, K, total, colsum, s);
+  tn_run(tn_tiles512_packed, tn_tiles512, 8, 32, 64, a, na, b, nb, N, K, total, colsum, s);
 }
 
 T256 static void tn_run256(const GemmCols *a, int na, const GemmCols *b, int nb, int N, int K, double *total, double *colsum,
                            GemmScratch *s) {
-  tn_run(tn_tiles256, 6, 16, 48, a, na, b, nb, N, K, total, colsum, s);
+  tn_run(tn_tiles256_packed, tn_tiles256, 6, 16, 48, a, na, b, nb, N, K, total, colsum, s);
 }
 
 void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, int nb, int K, double *total, double *colsum,

@@ -292,3 +292,32 @@ Test(gemm, weight_gradient_superblocks_and_scratch) {
     gemm_scratch_free(&sc);
   }
 }
+
+/* A's blocks with short rows (under 2 KB) are read in place, longer ones packed: the same A at a
+ * stride of M (in place) and of 640 floats (packed) gives the same totals and column sums to the
+ * bit, on every kernel, over two superblocks, for M on and off the tiles; the packed path also
+ * against float64 (check_tn with the stride padded past 2 KB). */
+Test(gemm, weight_gradient_in_place_equals_packed) {
+  static const int shapes[][2] = {{13, 33}, {70, 17}, {384, 128}};
+  int K = 4096 + 300, wide = 640;
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s]) || isas[s] == GEMM_BLAS) continue;
+    GemmScratch sc = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      int M = shapes[i][0], N = shapes[i][1];
+      float *A = malloc(sizeof(float) * (size_t)K * M), *Aw = malloc(sizeof(float) * (size_t)K * wide);
+      float *B = malloc(sizeof(float) * (size_t)K * N);
+      fill(A, (size_t)K * M, 21 + (unsigned)M), fill(B, (size_t)K * N, 22 + (unsigned)N);
+      for (int k = 0; k < K; k++) memcpy(Aw + (size_t)k * wide, A + (size_t)k * M, sizeof(float) * (size_t)M);
+      size_t len = (size_t)M * N + (size_t)M;
+      double *t1 = calloc(len, sizeof(double)), *t2 = calloc(len, sizeof(double));
+      gemm_tn_total(isas[s], &(GemmCols){A, M, M}, 1, &(GemmCols){B, N, N}, 1, K, t1, t1 + (size_t)M * N, &sc);
+      gemm_tn_total(isas[s], &(GemmCols){Aw, wide, M}, 1, &(GemmCols){B, N, N}, 1, K, t2, t2 + (size_t)M * N, &sc);
+      cr_assert(!memcmp(t1, t2, sizeof(double) * len), "%s M %d N %d: in place and packed differ", gemm_isa_name(isas[s]), M, N);
+      free(A), free(Aw), free(B), free(t1), free(t2);
+      double e = check_tn(isas[s], M, N, 300, wide - M, NULL);
+      cr_assert(e < 1e-5, "%s packed A^T B M %d N %d: relative error %g", gemm_isa_name(isas[s]), M, N, e);
+    }
+    gemm_scratch_free(&sc);
+  }
+}
