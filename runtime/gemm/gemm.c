@@ -248,10 +248,11 @@ void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, in
 
 /* ---- the weight gradient: C[M, N] += A^T B ----
  * K (all T * B rows) is far too long for one pass of the accumulators to keep its operands in
- * cache, so it runs in blocks of TN_KC rows. Each block of A is copied into panels of mr columns
- * ([M / mr][kc][mr]) and each block of B into panels of nr columns ([N / nr][kc][nr]), both
- * zero-padded: read in place, a tile's operands would be one cache line per row at a stride of
- * a power of two floats, which maps them onto a few L1 sets and thrashes them. Then, as in
+ * cache, so it runs in blocks of TN_KC rows. Each block of B is copied into panels of nr columns
+ * ([N / nr][kc][nr], zero-padded): read in place, the vectors of a tile's B would be a few cache
+ * lines per row at a stride of a power of two floats, on a few L1 sets that thrash. A's block is
+ * copied into panels of mr columns the same way where its rows are long (a_in_place says where
+ * they are short enough to read in place, a broadcast per row and tile). Then, as in
  * gemm_run, rows of A^T in blocks that stay in L2, each panel of B (kc nr floats, which must fit
  * in L1 beside a tile's panel of A: 16 + 4 KB at kc = 128), the micro-tiles of the block,
  * accumulating into a float32 sum of the superblock (GEMM_TN_ROWS rows). Each superblock's sum goes into
