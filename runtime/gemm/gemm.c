@@ -268,6 +268,13 @@ enum { TN_KC = 128 };
  * below would evict its own lines: 5x slower at an LSTM's 512 gate columns. */
 static size_t panel_stride(int w) { return (size_t)TN_KC * (size_t)w + 16; }
 
+/* sum[i] += row[i] over n columns: A's column sums (the bias gradient), row by row in the same
+ * order whether A is packed or read in place, so that both give the same bits. */
+INLINE void add_row(float *sum, const float *row, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) sum[i] += row[i];
+}
+
 /* Rows [0, kc) of the n columns at x (row k at x + k ld) as panels of w columns `stride` apart,
  * the last one zero-padded: p[(i0 / w) stride + k w + r] = x[k, i0 + r]. Row by row, so that
  * the source streams from memory in order. With `sum`, also sum[i] += x[k, i] (A's column sums,
@@ -281,10 +288,7 @@ INLINE void pack_panels(const float *x, size_t ld, int n, int kc, int w, float *
     for (int i0 = 0; i0 < full; i0 += w, d += stride) memcpy(d, row + i0, sizeof(float) * (size_t)w);
     if (tail)
       for (int r = 0; r < w; r++) d[r] = r < tail ? row[full + r] : 0.0f;
-    if (sum) {
-#pragma omp simd
-      for (int i = 0; i < n; i++) sum[i] += row[i];
-    }
+    if (sum) add_row(sum, row, n);
   }
 }
 
@@ -377,12 +381,7 @@ INLINE void tn_run(TnTiles *packed, TnTiles *in_place, int mr, int nr, int mb, c
         if (!a_in_place(&a[i]))
           pack_panels(ab, (size_t)a[i].lda, a[i].n, kc, mr, at + (size_t)(p0 / mr) * sa, sa, sum ? sum + p0 : NULL);
         else if (sum) /* the column sums as pack_panels takes them (and the rows into cache for the tiles) */
-          for (int k = 0; k < kc; k++) {
-            const float *row = ab + (size_t)k * (size_t)a[i].lda;
-            float *sm = sum + p0;
-#pragma omp simd
-            for (int e = 0; e < a[i].n; e++) sm[e] += row[e];
-          }
+          for (int k = 0; k < kc; k++) add_row(sum + p0, ab + (size_t)k * (size_t)a[i].lda, a[i].n);
       }
       for (int j = 0, q0 = 0; j < nb; q0 += (b[j].n + nr - 1) / nr * nr, j++)
         pack_panels(b[j].a + (size_t)k0 * (size_t)b[j].lda, (size_t)b[j].lda, b[j].n, kc, nr, bt + (size_t)(q0 / nr) * sb, sb, NULL);

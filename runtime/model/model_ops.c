@@ -27,8 +27,7 @@ static void h_copy(DevOps *o, void *dst, const void *src, size_t bytes) {
  * threads: one core's stores do not fill the memory bandwidth. */
 static void h_zero(DevOps *o, void *p, size_t bytes) {
   (void)o;
-  int nt = (int)(bytes >> 22) + 1;
-  if (nt > support_threads()) nt = support_threads();
+  int nt = support_threads_for((double)bytes, 1 << 22);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int i = 0; i < nt; i++) {
     size_t b0 = bytes * (size_t)i / (size_t)nt / 64 * 64, b1 = i + 1 == nt ? bytes : bytes * (size_t)(i + 1) / (size_t)nt / 64 * 64;

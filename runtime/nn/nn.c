@@ -18,8 +18,7 @@
 /* Rows over cellc's threads where there are enough to pay (a training batch's 32768 rows of 128
  * floats: 1.6 to 0.8 ms on two). */
 void nn_embedding_forward(float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
-  int nt = (int)((double)rows * C / (1 << 18)) + 1;
-  if (nt > support_threads()) nt = support_threads();
+  int nt = support_threads_for((double)rows * C, 1 << 18);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int r = 0; r < rows; r++) {
     CHECK(ids[r] >= 0 && ids[r] < V);
@@ -48,10 +47,8 @@ void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, i
 static int gemm_threads(double macs, int64_t parts) {
   static bool single;
   if (!single) openblas_set_num_threads(1), single = true; /* the threads are ours (gemm.c's cblas fallback) */
-  int nt = support_threads();
-  if (nt > parts) nt = (int)parts;
-  if (macs / GEMM_MIN_MACS_PER_THREAD < nt) nt = (int)(macs / GEMM_MIN_MACS_PER_THREAD);
-  return nt > 1 ? nt : 1;
+  int nt = support_threads_for(macs, GEMM_MIN_MACS_PER_THREAD);
+  return nt < parts ? nt : (int)parts;
 }
 
 /* C[rows, N] (+)= A[rows, K] op(W) with W packed (gemm.h), C's rows split over the threads. */
@@ -108,16 +105,13 @@ static void linear_weight_grad(float *dw, float *db, const float *dout, const fl
 void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                         int rows, int nin, int nout) {
   if (rows <= 0 || nout <= 0) return;
-  if (nin <= 0 || !dw) {
-    if (db)
-      for (int r = 0; r < rows; r++) {
-        const float *g = dout + (size_t)r * nout;
-        for (int o = 0; o < nout; o++) db[o] += g[o];
-      }
-    if (nin <= 0) return;
-  } else
-    linear_weight_grad(dw, db, dout, inp, rows, nin, nout);
-  if (!dinp) return;
+  if (dw && nin > 0) linear_weight_grad(dw, db, dout, inp, rows, nin, nout); /* db with it */
+  else if (db)
+    for (int r = 0; r < rows; r++) {
+      const float *g = dout + (size_t)r * nout;
+      for (int o = 0; o < nout; o++) db[o] += g[o];
+    }
+  if (!dinp || nin <= 0) return;
   /* dinp (rows, nin) += dout (rows, nout) W, W (nout, nin) */
   GemmPacked pk = {0};
   gemm_pack(&pk, gemm_isa_default(), w, nin, nin, nout, false);

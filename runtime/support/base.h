@@ -65,6 +65,9 @@ char *read_file(const char *path, size_t *len);
  * its parallelism: OpenBLAS runs single-threaded inside it (one pool of threads, not two that
  * spin against each other). */
 int support_threads(void);
+/* The threads that `units` of work pay for, at least `per_thread` units each: between 1 and
+ * support_threads(). */
+int support_threads_for(double units, double per_thread);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 int edit_distance(const char *a, const char *b);

@@ -13,3 +13,9 @@ int support_threads(void) {
   if (local && atoi(local) > 1) ncpu /= atoi(local);
   return ncpu > 0 ? (int)ncpu : 1;
 }
+
+int support_threads_for(double units, double per_thread) {
+  int nt = support_threads();
+  if (units / per_thread < nt) nt = (int)(units / per_thread);
+  return nt > 1 ? nt : 1;
+}
