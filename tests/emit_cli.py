@@ -277,6 +277,16 @@ def test_custom(work):
         DIMS = keep
 
 
+def test_wide(work):
+    """An LSTM at H = 256: its stacked products' arrays (1024 columns) have longer rows."""
+    global DIMS
+    keep, DIMS = DIMS, "D=6,H=256"
+    try:
+        test_cell(os.path.join(ROOT, "stdlib", "lstm.cell"), work, label="lstm-wide")
+    finally:
+        DIMS = keep
+
+
 def main():
     work = tempfile.mkdtemp(prefix="cellc-emit-")
     try:
@@ -297,6 +307,7 @@ def main():
         test_errors(work)
         test_two_cells(work)
         test_custom(work)
+        test_wide(work)
         test_example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

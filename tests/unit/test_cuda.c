@@ -109,6 +109,8 @@ CUDA_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
 CUDA_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
 CUDA_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
 CUDA_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+/* 1024 gate columns: arrays with rows one cache line longer than their columns */
+Test(cuda, lstm_wide_sequential) { compare("stdlib/lstm.cell", NULL, "H=256,D=3", 3, 2, "sequential"); }
 
 /* Long sequences: 63 chunks of 16 steps. */
 Test(cuda, mgu_auto_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, NULL); }

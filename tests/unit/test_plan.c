@@ -144,3 +144,38 @@ Test(plan, step_local_arrays) {
   free(local);
   plan_free(pl), program_free(p), arena_free(&arena);
 }
+
+/* Arrays of our own per-row values whose rows would lie a multiple of 4 KB apart get one cache line
+ * more per row: an LSTM at H = 256 stacks its four gates' products (1024 columns) in three (the
+ * hoisted input products, the per-step recurrent ones, the gates' adjoints); at H = 7 nothing is
+ * padded. Padded or not, every plan is the same twice
+ * and uses all it holds. */
+Test(plan, rows_off_4k) {
+  const char *dims[] = {"H=256,D=3", "H=7,D=3"};
+  for (int d = 0; d < 2; d++) {
+    Arena arena = {0};
+    Cell *c = h_cell(&arena, "stdlib/lstm.cell", NULL, dims[d], true, "sequential");
+    Program *p = lower_cell(c, true, false);
+    ad_differentiate(p);
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = false, .gates = true});
+    int padded = 0;
+    for (int a = 0; a < pl->narrays; a++) {
+      const PlanArray *arr = &pl->arrays[a];
+      if (arr->kind != ARR_ROWS) continue;
+      int cols = 0; /* its columns: the furthest slot's end */
+      for (int s = 0; s < pl->nslots; s++) {
+        if (pl->slots[s].array != a) continue;
+        for (int id = 0; id < p->g.nnodes; id++)
+          if (pl->home[id] == s && pl->slots[s].col + node_numel(graph_node(&p->g, id)) > cols)
+            cols = pl->slots[s].col + node_numel(graph_node(&p->g, id));
+      }
+      cr_expect(arr->width % 1024 != 0, "%s: array %d's rows %d floats apart", dims[d], a, arr->width);
+      cr_expect(arr->width == cols || (cols % 1024 == 0 && arr->width == cols + 16), "%s: array %d: %d columns, width %d",
+                dims[d], a, cols, arr->width);
+      padded += arr->width != cols;
+    }
+    cr_expect_eq(padded, d == 0 ? 3 : 0, "%s: %d padded arrays", dims[d], padded);
+    expect_all_used(pl, dims[d]);
+    plan_free(pl), program_free(p), cell_free(c), arena_free(&arena);
+  }
+}
