@@ -52,6 +52,7 @@ CPU_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
 CPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
 CPU_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
 CPU_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+CPU_TEST(runs, "tests/cells/runs.cell", NULL, "H=19,D=5")
 /* 1024 gate columns: the stacked products' arrays have rows one cache line longer than their
  * columns (compiler/plan, rows_stride) */
 CPU_TEST(lstm_wide, "stdlib/lstm.cell", NULL, "H=256,D=3")

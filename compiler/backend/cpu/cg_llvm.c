@@ -505,6 +505,68 @@ static void emit_node(Cg *cg, int id) {
   }
 }
 
+/* Whether node id is a plain elementwise op (each element from the same element of its arguments). */
+static bool plain_elementwise(Cg *cg, int id) {
+  Op op = graph_node(cg->g, id)->op;
+  return op_is_elementwise(op) && op != OP_BCAST && op != OP_SUM && op != OP_CONCAT && op != OP_SLICE;
+}
+
+/* A run of plain elementwise nodes of one size, in kernel order: one loop over the row's elements
+ * computes them all, each value kept in a register for the run's later nodes and stored only where
+ * its home or a node after the run reads it. (Node by node, every value went through memory: a
+ * store and a load back per node and vector.) The same operations in the same order, so the same
+ * bits; GRU and LSTM layers at H = 256 3-8% faster (docs/performance.md, fifth session). */
+typedef struct RunCtx {
+  const int *nodes;
+  int n;
+  const bool *keep;    /* per run node: store it */
+  LLVMValueRef *val;   /* per run node: its value at the current elements */
+} RunCtx;
+
+static LLVMValueRef run_arg(Cg *cg, const RunCtx *r, int upto, int id, LLVMValueRef j, bool vec) {
+  for (int i = upto - 1; i >= 0; i--)
+    if (r->nodes[i] == id) return r->val[i];
+  return arg_at(cg, id, j, vec);
+}
+
+static void body_run(Cg *cg, int first, LLVMValueRef j, bool vec, void *ctx) {
+  (void)first;
+  RunCtx *r = ctx;
+  for (int i = 0; i < r->n; i++) {
+    Node *n = graph_node(cg->g, r->nodes[i]);
+    LLVMValueRef a = run_arg(cg, r, i, n->a[0], j, vec);
+    LLVMValueRef b = op_arity(n->op) > 1 ? run_arg(cg, r, i, n->a[1], j, vec) : NULL;
+    r->val[i] = emit_op(cg, n->op, a, b);
+    if (r->keep[i]) store_at(cg, cg->rowp[r->nodes[i]], j, r->val[i]);
+  }
+}
+
+/* A kernel's nodes[0..n): runs of plain elementwise nodes of one size, emit_node for the others. */
+static void emit_nodes(Cg *cg, const int *nodes, int n) {
+  for (int i = 0; i < n;) {
+    int e = node_numel(graph_node(cg->g, nodes[i])), end = i + 1;
+    if (!plain_elementwise(cg, nodes[i])) {
+      emit_node(cg, nodes[i]);
+      i++;
+      continue;
+    }
+    while (end < n && plain_elementwise(cg, nodes[end]) && node_numel(graph_node(cg->g, nodes[end])) == e) end++;
+    bool *keep = xcalloc((size_t)(end - i), sizeof(bool));
+    for (int k = i; k < end; k++) { /* a home, or a reader after the run */
+      keep[k - i] = cg->pl->home[nodes[k]] >= 0;
+      for (int m = end; m < n && !keep[k - i]; m++) {
+        Node *u = graph_node(cg->g, nodes[m]);
+        for (int a = 0; a < op_arity(u->op); a++) keep[k - i] |= u->a[a] == nodes[k];
+      }
+    }
+    LLVMValueRef *val = xcalloc((size_t)(end - i), sizeof(LLVMValueRef));
+    RunCtx r = {nodes + i, end - i, keep, val};
+    for_elements(cg, nodes[i], e, body_run, &r);
+    free(keep), free(val);
+    i = end;
+  }
+}
+
 /* ---- one kernel ---- */
 
 /* A kernel over the nodes of plan kernel k, or (k = -1) over a static list of nodes: the static
@@ -555,7 +617,7 @@ static void emit_kernel(Cg *cg, int k, const CgNodes *list, const char *name) {
     } else if (tmp[id])
       cg->rowp[id] = tmp[id];
   }
-  for (int i = 0; i < K->n; i++) emit_node(cg, K->nodes[i]);
+  emit_nodes(cg, K->nodes, K->n);
   LLVMValueRef rn = LLVMBuildAdd(cg->b, r, LLVMConstInt(cg->i64, 1, 0), "");
   LLVMBasicBlockRef end = LLVMGetInsertBlock(cg->b);
   LLVMAddIncoming(r, &r0, &entry, 1);
