@@ -148,8 +148,7 @@ Test(plan, step_local_arrays) {
 /* Arrays of our own per-row values whose rows would lie a multiple of 4 KB apart get one cache line
  * more per row: an LSTM at H = 256 stacks its four gates' products (1024 columns) in three (the
  * hoisted input products, the per-step recurrent ones, the gates' adjoints); at H = 7 nothing is
- * padded. Padded or not, every plan is the same twice
- * and uses all it holds. */
+ * padded. Padded or not, the plan uses every array and slot it holds. */
 Test(plan, rows_off_4k) {
   const char *dims[] = {"H=256,D=3", "H=7,D=3"};
   for (int d = 0; d < 2; d++) {

@@ -323,14 +323,6 @@ static void for_elements(Cg *cg, int id, int n, ChunkBody body, void *ctx) {
   for (int k = chunks * vw; k < n; k++) body(cg, id, LLVMConstInt(cg->i64, (unsigned long long)k, 0), false, ctx);
 }
 
-static void body_elementwise(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
-  (void)ctx;
-  Node *n = graph_node(cg->g, id);
-  LLVMValueRef a = arg_at(cg, n->a[0], j, vec);
-  LLVMValueRef b = op_arity(n->op) > 1 ? arg_at(cg, n->a[1], j, vec) : NULL;
-  store_at(cg, cg->rowp[id], j, emit_op(cg, n->op, a, b));
-}
-
 static void body_bcast(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
   LLVMValueRef s = ctx;
   store_at(cg, cg->rowp[id], j, vec ? splat(cg, s) : s);
@@ -499,19 +491,16 @@ static void emit_node(Cg *cg, int id) {
     return;
   }
   default:
-    /* elementwise; a matrix product, an outer product or a leaf never reaches a kernel */
-    if (!op_is_elementwise(n->op)) UNREACHABLE(op_name(n->op));
-    for_elements(cg, id, e, body_elementwise, NULL);
+    /* an elementwise op runs in emit_nodes' runs; a matrix product, an outer product or a leaf
+     * never reaches a kernel */
+    UNREACHABLE(op_name(n->op));
   }
 }
 
-/* Whether node id is a plain elementwise op (each element from the same element of its arguments). */
-static bool plain_elementwise(Cg *cg, int id) {
-  Op op = graph_node(cg->g, id)->op;
-  return op_is_elementwise(op) && op != OP_BCAST && op != OP_SUM && op != OP_CONCAT && op != OP_SLICE;
-}
+static bool plain_elementwise(Cg *cg, int id) { return op_is_elementwise(graph_node(cg->g, id)->op); }
 
-/* A run of plain elementwise nodes of one size, in kernel order: one loop over the row's elements
+/* A run of elementwise nodes (each element from the same element of its arguments) of one size,
+ * in kernel order: one loop over the row's elements
  * computes them all, each value kept in a register for the run's later nodes and stored only where
  * its home or a node after the run reads it. (Node by node, every value went through memory: a
  * store and a load back per node and vector.) The same operations in the same order, so the same
@@ -541,7 +530,7 @@ static void body_run(Cg *cg, int first, LLVMValueRef j, bool vec, void *ctx) {
   }
 }
 
-/* A kernel's nodes[0..n): runs of plain elementwise nodes of one size, emit_node for the others. */
+/* A kernel's nodes[0..n): runs of elementwise nodes of one size, emit_node for the others. */
 static void emit_nodes(Cg *cg, const int *nodes, int n) {
   for (int i = 0; i < n;) {
     int e = node_numel(graph_node(cg->g, nodes[i])), end = i + 1;
