@@ -61,8 +61,7 @@ CPU_TEST(lstm_wide, "stdlib/lstm.cell", NULL, "H=256,D=3")
  * T B = 1800 (one superblock): the threads split the outputs' rows instead. Either way 3 threads
  * give the same results as 1, to the bit, and both follow the interpreter. The products of one V
  * are grouped (gru: the input weights, and z and n's recurrent ones; lstm: all eight). */
-static void compare_threads(const char *file, const char *set, const char *dims, const char *mode, int T) {
-  enum { B = 90 };
+static void compare_threads(const char *file, const char *set, const char *dims, const char *mode, int T, int B) {
   Arena arena = {0};
   Cell *c = h_cell(&arena, file, set, dims, false, mode);
   char err[256];
@@ -92,10 +91,22 @@ static void compare_threads(const char *file, const char *set, const char *dims,
 
 Test(cpu, threads_split_weight_gradients) {
   for (int T = 100; T >= 20; T -= 80) {
-    compare_threads("stdlib/gru.cell", NULL, "H=19,D=5", NULL, T);
-    compare_threads("stdlib/lstm.cell", NULL, "H=19,D=5", NULL, T);
-    compare_threads("stdlib/mgu.cell", "see_h=true", "H=19,D=5", NULL, T);
-    compare_threads("stdlib/lru.cell", NULL, "H=19,D=5", NULL, T);
+    compare_threads("stdlib/gru.cell", NULL, "H=19,D=5", NULL, T, 90);
+    compare_threads("stdlib/lstm.cell", NULL, "H=19,D=5", NULL, T, 90);
+    compare_threads("stdlib/mgu.cell", "see_h=true", "H=19,D=5", NULL, T, 90);
+    compare_threads("stdlib/lru.cell", NULL, "H=19,D=5", NULL, T, 90);
+  }
+}
+
+/* Fewer batch rows than threads: the time loop runs on 2 threads (a row each), the products and
+ * kernels over all rows on 3 (the third waits out the loop); 5000 x 2 rows: the weight gradients
+ * split at superblocks, 50 x 2: by output rows. The same bits as 1 thread. */
+Test(cpu, threads_more_than_batch_rows) {
+  for (int T = 5000; T >= 50; T -= 4950) {
+    compare_threads("stdlib/gru.cell", NULL, "H=19,D=5", NULL, T, 2);
+    compare_threads("stdlib/mgu.cell", "see_h=true", "H=19,D=5", NULL, T, 2);
+    compare_threads("stdlib/hgru.cell", "lb=0.25", "D=13", "sequential", T, 2);
+    compare_threads("stdlib/lru.cell", NULL, "H=19,D=5", NULL, T, 2);
   }
 }
 

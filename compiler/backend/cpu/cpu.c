@@ -254,9 +254,10 @@ static double now_s(void) {
 }
 
 /* What one of n threads runs of a sequence: the batch rows [b0, b1) of every step (a thread owns
- * its sequences from the first step to the last, so the time loop needs no barrier), and share i
- * of n of each step over all rows (rows, channels or output rows, by the kind of step), with a
- * barrier after each of those. */
+ * its sequences from the first step to the last, so the time loop needs no barrier; a thread may
+ * have none, when the batch gives fewer threads rows than there are: it waits out the loop), and
+ * share i of n of each step over all rows (rows, channels or output rows, by the kind of step),
+ * with a barrier after each of those. */
 typedef struct Share {
   int i, n;
   int b0, b1;
@@ -626,13 +627,13 @@ static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
   memcpy(sh->bases, w->bases, sizeof(float *) * (size_t)pl->nslots);
   if (!backward) {
     run_phase(c, w, &pl->fwd_pre, 0, sh);
-    for (int t = 0; t < w->T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t, sh);
+    for (int t = 0; t < w->T && pl->fwd_step.n && sh->b1 > sh->b0; t++) run_phase(c, w, &pl->fwd_step, t, sh);
     barrier(sh);
     run_phase(c, w, &pl->fwd_post, 0, sh);
     return;
   }
   run_phase(c, w, &pl->bwd_pre, 0, sh);
-  for (int t = w->T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t, sh);
+  for (int t = w->T - 1; t >= 0 && pl->bwd_step.n && sh->b1 > sh->b0; t--) run_phase(c, w, &pl->bwd_step, t, sh);
   barrier(sh);
   run_phase(c, w, &pl->bwd_post, 0, sh);
   run_phase(c, w, &pl->bwd_first, 0, sh);
@@ -643,16 +644,23 @@ static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
 #define MIN_ROWS_PER_THREAD 8
 #define MIN_FLOATS_PER_THREAD (1 << 16)
 
-/* BackendOptions.threads asks for exactly that many (each with a batch row at least); otherwise as
- * many as pay, up to CELLC_THREADS or the cores. */
-static int threads_for(CpuCell *c, CpuWork *w) {
-  int nt = c->nthreads;
-  if (c->base.opt.threads > 0) return nt < w->B ? nt : w->B;
-  if (c->pl->fwd_step.n || c->pl->bwd_step.n) nt = nt < w->B / MIN_ROWS_PER_THREAD ? nt : w->B / MIN_ROWS_PER_THREAD;
-  double floats = 0;
-  for (int i = 0; i < w->narr; i++) floats += (double)w->size[i];
-  if (floats / MIN_FLOATS_PER_THREAD < nt) nt = (int)(floats / MIN_FLOATS_PER_THREAD);
-  return nt > 1 ? nt : 1;
+/* The threads of a sequence: BackendOptions.threads asks for exactly that many; otherwise as many
+ * as pay, up to CELLC_THREADS or the cores. *loop: how many of them run the time loop (each with
+ * a batch row at least, MIN_ROWS_PER_THREAD unless asked): with 16 cores and a batch of 64, the
+ * loop runs on 8 threads and the products over all rows (the hoisted ones, the weight gradients)
+ * on 16. */
+static int threads_for(CpuCell *c, CpuWork *w, int *loop) {
+  int nt = c->nthreads, per = c->base.opt.threads > 0 ? 1 : MIN_ROWS_PER_THREAD;
+  if (c->base.opt.threads <= 0) {
+    double floats = 0;
+    for (int i = 0; i < w->narr; i++) floats += (double)w->size[i];
+    if (floats / MIN_FLOATS_PER_THREAD < nt) nt = (int)(floats / MIN_FLOATS_PER_THREAD);
+    if (nt < 1) nt = 1;
+  }
+  *loop = nt;
+  if (c->pl->fwd_step.n || c->pl->bwd_step.n) *loop = nt < w->B / per ? nt : w->B / per;
+  if (*loop < 1) *loop = 1;
+  return nt;
 }
 
 /* A forward or backward over the whole sequence on the threads the work pays for; every GEMM runs
@@ -663,7 +671,7 @@ static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
   const Phase *bwd[] = {&pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
   if (backward) pack_gemms(c, w, bwd, 4);
   else pack_gemms(c, w, fwd, 3);
-  int nt = threads_for(c, w);
+  int nl, nt = threads_for(c, w, &nl);
   if (w->nscratch < nt) {
     w->scratch = xrealloc(w->scratch, sizeof(GemmScratch) * (size_t)nt);
     memset(w->scratch + w->nscratch, 0, sizeof(GemmScratch) * (size_t)(nt - w->nscratch));
@@ -681,7 +689,8 @@ static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
 #pragma omp parallel num_threads(nt)
   {
     int i = omp_get_thread_num();
-    Share sh = {i, nt, w->B * i / nt, w->B * (i + 1) / nt, w->tbases + (size_t)i * (size_t)(c->pl->nslots + 1)};
+    int b0 = i < nl ? w->B * i / nl : w->B, b1 = i < nl ? w->B * (i + 1) / nl : w->B;
+    Share sh = {i, nt, b0, b1, w->tbases + (size_t)i * (size_t)(c->pl->nslots + 1)};
     run_phases(c, w, backward, &sh);
   }
 }
