@@ -597,9 +597,10 @@ static void stack_products(Sched *s) {
   }
 }
 
-/* The products M_i^T g_i of sum `root` if they can be one GEMM: at its level, each g_i computed by
- * a kernel, distinct, as wide as its M_i's rows. How many (into leaves, their width into *cols),
- * or -1. */
+/* The products M_i^T g_i of sum `root` if they can be one GEMM: each g_i computed by a kernel,
+ * distinct, as wide as its M_i's rows. How many (into leaves, their width into *cols), or -1. The
+ * products may stand at different levels (mgu's input gradient: one g_i from the backward loop,
+ * one from a kernel after it); the stack then runs at the sum's level, the latest. */
 static int sum_products(Sched *s, int root, int leaves[64], int *cols) {
   int nl = 0;
   *cols = 0;
@@ -607,8 +608,7 @@ static int sum_products(Sched *s, int root, int leaves[64], int *cols) {
     if (s->sum_root[id] != root || !is_gemm(s, id)) continue;
     Node *n = N(s, id);
     int gv = n->a[1];
-    bool ok = nl < 64 && n->op == OP_MATVEC_T && is_elem(s, gv) && s->level[id] == s->level[root] &&
-              node_numel(N(s, gv)) == N(s, n->a[0])->n[0];
+    bool ok = nl < 64 && n->op == OP_MATVEC_T && is_elem(s, gv) && node_numel(N(s, gv)) == N(s, n->a[0])->n[0];
     for (int k = 0; ok && k < nl; k++) ok = N(s, leaves[k])->a[1] != gv;
     if (!ok) return -1;
     leaves[nl++] = id, *cols += N(s, n->a[0])->n[0];
@@ -644,6 +644,7 @@ static void stack_sums(Sched *s) {
     int placed = sum_operands_placed(s, leaves, nl, cols);
     if (placed < 0) continue;
     new_stack(s, leaves, nl, cols, N(s, N(s, leaves[0])->a[0])->n[1]);
+    for (int m = 0; m < nl; m++) s->level[leaves[m]] = s->level[root];
     if (placed) continue;
     int arr = add_array(pl, ARR_ROWS, rows_stride(cols), 0, leaves[0]), col = 0;
     for (int m = 0; m < nl; m++) {

@@ -356,7 +356,7 @@ static int padded_cols(const GemmCols *c, int n, int w) {
  * the weight gradient 165 to 180 GFLOP/s there, mgu's (2H columns) 152 to 177. Longer rows put
  * each of a tile's kc rows on its own page (and L1 set): 10% slower than packed at an LSTM's
  * 4 KB rows (H = 256), the same at 2 KB. The sums are the same either way (the same tiles). */
-static bool a_in_place(const GemmCols *c) { return (size_t)c->lda * sizeof(float) < 2048; }
+static bool a_in_place(const GemmCols *c) { return (size_t)c->lda * sizeof(float) <= 2048; }
 
 /* One kernel's driver: total[M, N] += A^T B over K rows, A and B each column blocks side by side,
  * each superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the

@@ -117,6 +117,41 @@ Test(plan, hoisted_products_stay_hoisted) {
   plan_free(pl), program_free(p), arena_free(&arena);
 }
 
+/* The input gradient of mgu with see_h, Wzx^T dz + Wix^T dxt, is one product after the loop
+ * against the stacked matrices, although dz comes out of the backward loop and dxt out of a
+ * kernel after it (sums at two levels: the stack runs at the later one); hgru's (scan mode) too.
+ * Both adjoints then lie side by side in one array. */
+Test(plan, input_gradient_one_product) {
+  Arena arena = {0};
+  Program *p;
+  Plan *pl = sequential_plan(&arena, "stdlib/mgu.cell", "see_h=true", &p);
+  int gemms = 0, kernel_at = -1, gemm_at = -1;
+  for (int j = 0; j < pl->bwd_post.n; j++) {
+    if (pl->bwd_post.steps[j].kind == PS_GEMM_T) gemms++, gemm_at = j;
+    if (pl->bwd_post.steps[j].kind == PS_ELEM && kernel_at < 0) kernel_at = j;
+  }
+  cr_expect_eq(gemms, 1, "mgu's input gradient: one product after the loop, got %d", gemms);
+  cr_expect(kernel_at >= 0 && gemm_at > kernel_at, "the product runs after the kernel that makes dxt");
+  GemmOperands o = plan_gemm_operands(pl, &pl->bwd_post.steps[gemm_at]);
+  cr_expect_eq(o.nO, 14, "K: both adjoints (2 H), got %d", o.nO);
+  cr_expect_eq(pl->arrays[pl->slots[o.v].array].width, 14, "both adjoints in one array 2 H wide");
+  expect_all_used(pl, "mgu");
+  plan_free(pl), program_free(p), arena_free(&arena);
+  Cell *c = h_cell(&arena, "stdlib/hgru.cell", "lb=0.25", "D=5", true, NULL);
+  p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  cell_free(c);
+  pl = plan_new(p, &(PlanOptions){.scan = true, .gates = true});
+  gemms = 0; /* scan mode: the products after the reverse scan, before the weight gradients */
+  for (int j = 0, after = 0; j < pl->bwd_pre.n; j++) {
+    after |= pl->bwd_pre.steps[j].kind == PS_RSCAN;
+    gemms += after && pl->bwd_pre.steps[j].kind == PS_GEMM_T;
+  }
+  cr_expect_eq(gemms, 1, "hgru's input gradient: one product (of four), got %d", gemms);
+  expect_all_used(pl, "hgru");
+  plan_free(pl), program_free(p), arena_free(&arena);
+}
+
 /* plan_step_local: an LSTM's per-step product h U^T is made and read within a step (step-local);
  * the states, the gates' adjoints (read by the weight gradients after the loop) and the hoisted
  * product (made before the loop) are not. */
