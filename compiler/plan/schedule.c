@@ -627,7 +627,8 @@ static int sum_operands_placed(Sched *s, const int *leaves, int nl, int cols) {
   const Slot *first = &pl->slots[pl->home[N(s, leaves[0])->a[1]]];
   for (int m = 0, col = first->col; m < nl; m++) {
     const Slot *sl = &pl->slots[pl->home[N(s, leaves[m])->a[1]]];
-    if (sl->array != first->array || sl->row_off != 0 || sl->col != col || pl->arrays[sl->array].width != rows_stride(cols) || first->col != 0)
+    if (sl->array != first->array || sl->row_off != 0 || sl->col != col || first->col != 0 ||
+        pl->arrays[sl->array].width != rows_stride(cols))
       return -1;
     col += node_numel(N(s, N(s, leaves[m])->a[1]));
   }

@@ -625,15 +625,16 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
 static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
   const Plan *pl = c->pl;
   memcpy(sh->bases, w->bases, sizeof(float *) * (size_t)pl->nslots);
+  int T = sh->b1 > sh->b0 ? w->T : 0; /* a thread without batch rows skips the time loop */
   if (!backward) {
     run_phase(c, w, &pl->fwd_pre, 0, sh);
-    for (int t = 0; t < w->T && pl->fwd_step.n && sh->b1 > sh->b0; t++) run_phase(c, w, &pl->fwd_step, t, sh);
+    for (int t = 0; t < T && pl->fwd_step.n; t++) run_phase(c, w, &pl->fwd_step, t, sh);
     barrier(sh);
     run_phase(c, w, &pl->fwd_post, 0, sh);
     return;
   }
   run_phase(c, w, &pl->bwd_pre, 0, sh);
-  for (int t = w->T - 1; t >= 0 && pl->bwd_step.n && sh->b1 > sh->b0; t--) run_phase(c, w, &pl->bwd_step, t, sh);
+  for (int t = T - 1; t >= 0 && pl->bwd_step.n; t--) run_phase(c, w, &pl->bwd_step, t, sh);
   barrier(sh);
   run_phase(c, w, &pl->bwd_post, 0, sh);
   run_phase(c, w, &pl->bwd_first, 0, sh);
@@ -650,16 +651,15 @@ static void run_phases(CpuCell *c, CpuWork *w, bool backward, const Share *sh) {
  * loop runs on 8 threads and the products over all rows (the hoisted ones, the weight gradients)
  * on 16. */
 static int threads_for(CpuCell *c, CpuWork *w, int *loop) {
-  int nt = c->nthreads, per = c->base.opt.threads > 0 ? 1 : MIN_ROWS_PER_THREAD;
-  if (c->base.opt.threads <= 0) {
+  bool asked = c->base.opt.threads > 0;
+  int nt = c->nthreads, rows = w->B / (asked ? 1 : MIN_ROWS_PER_THREAD);
+  if (!asked) {
     double floats = 0;
     for (int i = 0; i < w->narr; i++) floats += (double)w->size[i];
-    if (floats / MIN_FLOATS_PER_THREAD < nt) nt = (int)(floats / MIN_FLOATS_PER_THREAD);
-    if (nt < 1) nt = 1;
+    if (floats / MIN_FLOATS_PER_THREAD < nt) nt = floats >= MIN_FLOATS_PER_THREAD ? (int)(floats / MIN_FLOATS_PER_THREAD) : 1;
   }
-  *loop = nt;
-  if (c->pl->fwd_step.n || c->pl->bwd_step.n) *loop = nt < w->B / per ? nt : w->B / per;
-  if (*loop < 1) *loop = 1;
+  bool has_loop = c->pl->fwd_step.n || c->pl->bwd_step.n;
+  *loop = has_loop && rows < nt ? (rows > 1 ? rows : 1) : nt;
   return nt;
 }
 
