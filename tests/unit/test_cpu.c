@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "harness.h"
 #include "interp.h"
+#include "scan.h"
 
 static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode, bool portable,
                     int threads) {
@@ -108,6 +109,83 @@ Test(cpu, threads_more_than_batch_rows) {
     compare_threads("stdlib/hgru.cell", "lb=0.25", "D=13", "sequential", T, 2);
     compare_threads("stdlib/lru.cell", NULL, "H=19,D=5", NULL, T, 2);
   }
+}
+
+/* The scans (compiler/backend/cpu/scan.h), real and complex, forward and reverse, against the
+ * recurrences written out in double: one loop per step's block of batch entries (coefficient rows
+ * one after another), a loop per row (rows 3 floats longer than the channels), the batch entries
+ * split in three and the channels split in three: all the same bits. */
+static void scan_case(bool cplx, bool reverse, int ld, int b0, int b1, int j0, int j1, float *out) {
+  enum { T = 7, B = 5, S = 6 };
+  int parts = cplx ? 2 : 1;
+  int64_t rows = (int64_t)T * B;
+  float *coef = xcalloc((size_t)(4 * rows * ld), sizeof(float));
+  Coef a[2], b[2];
+  for (int k = 0; k < parts; k++) {
+    a[k] = (Coef){coef + (2 * k) * rows * ld, ld, NULL}, b[k] = (Coef){coef + (2 * k + 1) * rows * ld, ld, NULL};
+    for (int64_t r = 0; r < rows; r++)
+      for (int j = 0; j < ld; j++) { /* the value of (row, channel); NaN past the channels */
+        int64_t i = r * S + j;
+        coef[(2 * k) * rows * ld + r * ld + j] = j < S ? 0.9f * sinf((float)(i * 7 + k)) : NAN;
+        coef[(2 * k + 1) * rows * ld + r * ld + j] = j < S ? cosf((float)(i * 3 + k)) : NAN;
+      }
+  }
+  size_t n = (size_t)(rows + B) * S;
+  for (int k = 0; k < parts; k++)
+    for (size_t i = 0; i < n; i++) out[k * n + i] = (reverse ? i >= (size_t)rows * S : i < (size_t)B * S) ? sinf((float)i) : 0.0f;
+  float *S1 = cplx ? out + n : NULL;
+  if (reverse) scan_reverse(rows, B, S, b0, b1, j0, j1, a, b, out, S1);
+  else scan_forward(rows, B, S, b0, b1, j0, j1, a, b, out, S1);
+  free(coef);
+}
+
+Test(cpu, scan_blocks_rows_and_splits) {
+  enum { T = 7, B = 5, S = 6, N = (T + 1) * B * S };
+  for (int cplx = 0; cplx < 2; cplx++)
+    for (int reverse = 0; reverse < 2; reverse++) {
+      float flat[2 * N], rowwise[2 * N], split[2 * N] = {0}, cols[2 * N] = {0}, part[2 * N];
+      scan_case(cplx, reverse, S, 0, B, 0, S, flat);
+      scan_case(cplx, reverse, S + 3, 0, B, 0, S, rowwise);
+      for (int i = 0; i < 3; i++) { /* the threads' shares, each into its own copy, merged */
+        scan_case(cplx, reverse, S, B * i / 3, B * (i + 1) / 3, 0, S, part);
+        for (int q = 0; q < 2 * N; q++)
+          if ((q % N) / S % B >= B * i / 3 && (q % N) / S % B < B * (i + 1) / 3) split[q] = part[q];
+        scan_case(cplx, reverse, S, 0, B, S * i / 3, S * (i + 1) / 3, part);
+        for (int q = 0; q < 2 * N; q++)
+          if (q % S >= S * i / 3 && q % S < S * (i + 1) / 3) cols[q] = part[q];
+      }
+      /* the recurrence in double, from the same coefficients (rows of S: the flat case's) */
+      double ref[2][N];
+      int parts = cplx ? 2 : 1;
+      for (int k = 0; k < parts; k++)
+        for (int q = 0; q < N; q++) ref[k][q] = (reverse ? q >= T * B * S : q < B * S) ? sin((double)(float)q) : 0.0;
+      for (int t = reverse ? T - 1 : 0; reverse ? t >= 0 : t < T; t += reverse ? -1 : 1)
+        for (int q = t * B * S; q < (t + 1) * B * S; q++) {
+          double ar[2], bb[2];
+          for (int k = 0; k < 2; k++) {
+            int64_t i = reverse ? q + B * S : q; /* reverse: the next step's a */
+            ar[k] = k < parts && (!reverse || t + 1 < T) ? 0.9f * sinf((float)(i * 7 + k)) : (k == 0 && reverse ? 1.0 : 0.0);
+            bb[k] = k < parts ? cosf((float)(q * 3 + k)) : 0.0;
+          }
+          double p0 = ref[0][q + (reverse ? B * S : 0)], p1 = cplx ? ref[1][q + (reverse ? B * S : 0)] : 0;
+          int o = reverse ? q : q + B * S;
+          if (!reverse) {
+            ref[0][o] = ar[0] * p0 - ar[1] * p1 + bb[0];
+            if (cplx) ref[1][o] = ar[0] * p1 + ar[1] * p0 + bb[1];
+          } else {
+            ref[0][o] = bb[0] + ar[0] * p0 + ar[1] * p1;
+            if (cplx) ref[1][o] = bb[1] + ar[0] * p1 - ar[1] * p0;
+          }
+        }
+      for (int k = 0; k < parts; k++)
+        for (int q = 0; q < N; q++) {
+          int i = k * N + q;
+          cr_expect(flat[i] == rowwise[i] && flat[i] == split[i] && flat[i] == cols[i],
+                    "cplx %d reverse %d at %d: %g %g %g %g", cplx, reverse, i, flat[i], rowwise[i], split[i], cols[i]);
+          cr_expect(fabs(flat[i] - ref[k][q]) < 1e-4, "cplx %d reverse %d at %d: %g, in double %g", cplx, reverse, i,
+                    flat[i], ref[k][q]);
+        }
+    }
 }
 
 /* A second compile of an equal program (another layer of the same cell) shares the compiled

@@ -228,8 +228,8 @@ static Coef coef_of(CpuCell *c, CpuWork *w, int id, int size) {
 }
 
 
-/* The scan of a state over all rows, on the channels [j0, j1) of its parts. */
-static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse, int j0, int j1) {
+/* The scan of a state over all rows, on the channels [j0, j1) of its parts' batch entries [b0, b1). */
+static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse, int b0, int b1, int j0, int j1) {
   Program *p = c->base.p;
   int q = p->spart_of[state];
   bool cplx = p->sparts[q].cplx;
@@ -241,9 +241,11 @@ static void run_scan(CpuCell *c, CpuWork *w, int state, bool reverse, int j0, in
     b[k] = coef_of(c, w, reverse ? p->sparts[q + k].g : p->sparts[q + k].b, size);
   }
   if (!reverse)
-    scan_forward(rows, B, size, j0, j1, a, b, w->arr[c->pl->state_array[q]], cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
+    scan_forward(rows, B, size, b0, b1, j0, j1, a, b, w->arr[c->pl->state_array[q]],
+                 cplx ? w->arr[c->pl->state_array[q + 1]] : NULL);
   else
-    scan_reverse(rows, B, size, j0, j1, a, b, w->arr[c->pl->dstate_array[q]], cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
+    scan_reverse(rows, B, size, b0, b1, j0, j1, a, b, w->arr[c->pl->dstate_array[q]],
+                 cplx ? w->arr[c->pl->dstate_array[q + 1]] : NULL);
   for (int k = 0; k < parts; k++) free(a[k].fill), free(b[k].fill);
 }
 
@@ -577,10 +579,13 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
     break;
   case PS_SCAN:
   case PS_RSCAN: {
+    /* the threads split the batch entries where there are enough, else the channels */
     CHECK(all);
-    int64_t j0, j1;
-    share_of(0, c->base.p->sparts[c->base.p->spart_of[st->state]].size, sh, &j0, &j1);
-    run_scan(c, w, st->state, st->kind == PS_RSCAN, (int)j0, (int)j1);
+    int size = c->base.p->sparts[c->base.p->spart_of[st->state]].size;
+    int64_t b0 = 0, b1 = w->B, j0 = 0, j1 = size;
+    if (w->B >= sh->n) share_of(0, w->B, sh, &b0, &b1);
+    else share_of(0, size, sh, &j0, &j1);
+    run_scan(c, w, st->state, st->kind == PS_RSCAN, (int)b0, (int)b1, (int)j0, (int)j1);
     break;
   }
   case PS_OUTER_ACC: CHECK(all); run_outer_acc(c, w, st, rows, sh); break;

@@ -192,8 +192,8 @@ static void run_scan(const Run *r, const EtStep *st, bool reverse) {
   Coef a[2], b[2];
   for (int k = 0; k < (st->cplx ? 2 : 1); k++) a[k] = coef(r, &st->a[k], st->size), b[k] = coef(r, &st->b[k], st->size);
   float *S0 = array_base(r, st->arr0), *S1 = st->arr1 >= 0 ? array_base(r, st->arr1) : NULL;
-  if (reverse) scan_reverse(r->rows, r->B, st->size, 0, st->size, a, b, S0, S1);
-  else scan_forward(r->rows, r->B, st->size, 0, st->size, a, b, S0, S1);
+  if (reverse) scan_reverse(r->rows, r->B, st->size, 0, r->B, 0, st->size, a, b, S0, S1);
+  else scan_forward(r->rows, r->B, st->size, 0, r->B, 0, st->size, a, b, S0, S1);
 }
 
 static void run_step(const Run *r, const EtStep *st, int64_t r0, int64_t r1) {
