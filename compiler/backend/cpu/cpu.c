@@ -555,6 +555,10 @@ static void run_colsum(CpuCell *c, CpuWork *w, const PStep *st, int64_t rows, co
 static void run_copy(CpuCell *c, float *const *bases, const PStep *st, int64_t r0, int64_t r1) {
   Node *n = graph_node(&c->base.p->g, st->node);
   int e = node_numel(n), h = c->pl->home[st->node];
+  if (h >= 0 && width_of(c, h) == e && width_of(c, st->dst) == e) { /* rows one after another: one copy */
+    if (r1 > r0) memcpy(row_ptr(c, bases, st->dst, r0), row_ptr(c, bases, h, r0), sizeof(float) * (size_t)(r1 - r0) * (size_t)e);
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     float *dst = row_ptr(c, bases, st->dst, r);
     if (h < 0) {
@@ -595,8 +599,8 @@ static void run_step(CpuCell *c, CpuWork *w, const PStep *st, Region region, int
     break;
   case PS_COPY: run_copy(c, sh->bases, st, r0, r1); break;
   case PS_ZERO: {
-    int e = width_of(c, st->dst);
-    for (int64_t r = r0; r < r1; r++) memset(row_ptr(c, sh->bases, st->dst, r), 0, sizeof(float) * (size_t)e);
+    int e = width_of(c, st->dst); /* whole rows: one memset */
+    if (r1 > r0) memset(row_ptr(c, sh->bases, st->dst, r0), 0, sizeof(float) * (size_t)(r1 - r0) * (size_t)e);
     break;
   }
   default: UNREACHABLE("plan step");
