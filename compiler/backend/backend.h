@@ -95,7 +95,8 @@ struct DevOps {
   /* out[r, :] = wte[ids[r], :];  dwte[ids[r], :] += dout[r, :] */
   void (*embed_fwd)(DevOps *o, float *out, const int32_t *ids, const float *wte, int rows, int V, int C);
   void (*embed_bwd)(DevOps *o, float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C);
-  /* nn_linear_forward / nn_linear_backward (b, dinp, dw, db may be NULL) */
+  /* nn_linear_forward / nn_linear_backward (b, dinp, dw, db may be NULL); linear_bwd WRITES dinp
+   * (dout W, no zeroing first: the head's input gradient), adds to dw and db */
   void (*linear_fwd)(DevOps *o, float *out, const float *inp, const float *w, const float *b, int rows, int nin, int nout);
   void (*linear_bwd)(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                      int rows, int nin, int nout);

@@ -902,10 +902,10 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
 
   o->zero(o, m->tensors[0].dgrad[0], sizeof(float) * m->store_floats);
   float *dcur = m->dact[0], *dnext = m->dact[1];
-  o->zero(o, dcur, sizeof(float) * nrows * (size_t)C);
+  /* the head writes its input gradient (all: dcur itself); the readouts add theirs into dcur */
   if (all) o->linear_bwd(o, dcur, hw->dgrad[0], hb->dgrad[0], m->dlogits, rin, hw->dval[0], R, C, K);
   else {
-    o->zero(o, m->dreadout, sizeof(float) * (size_t)R * (size_t)C);
+    o->zero(o, dcur, sizeof(float) * nrows * (size_t)C);
     o->linear_bwd(o, m->dreadout, hw->dgrad[0], hb->dgrad[0], m->dlogits, rin, hw->dval[0], R, C, K);
     o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
   }

@@ -54,7 +54,7 @@ static void h_linear_fwd(DevOps *o, float *out, const float *inp, const float *w
 static void h_linear_bwd(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                          int rows, int nin, int nout) {
   (void)o;
-  nn_linear_backward(dinp, dw, db, dout, inp, w, rows, nin, nout);
+  nn_linear_backward(dinp, false, dw, db, dout, inp, w, rows, nin, nout);
 }
 static void h_readout_fwd(DevOps *o, int mode, float *out, const float *inp, int T, int B, int C) {
   (void)o;

@@ -102,8 +102,8 @@ static void linear_weight_grad(float *dw, float *db, const float *dout, const fl
   free(tot);
 }
 
-void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                        int rows, int nin, int nout) {
+void nn_linear_backward(float *dinp, bool add_dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, int rows, int nin, int nout) {
   if (rows <= 0 || nout <= 0) return;
   if (dw && nin > 0) linear_weight_grad(dw, db, dout, inp, rows, nin, nout); /* db with it */
   else if (db)
@@ -112,10 +112,10 @@ void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, co
       for (int o = 0; o < nout; o++) db[o] += g[o];
     }
   if (!dinp || nin <= 0) return;
-  /* dinp (rows, nin) += dout (rows, nout) W, W (nout, nin) */
+  /* dinp (rows, nin) (+)= dout (rows, nout) W, W (nout, nin) */
   GemmPacked pk = {0};
   gemm_pack(&pk, gemm_isa_default(), w, nin, nin, nout, false);
-  gemm_rows(&pk, rows, dout, nout, dinp, nin, true);
+  gemm_rows(&pk, rows, dout, nout, dinp, nin, add_dinp);
   gemm_packed_free(&pk);
 }
 
@@ -344,15 +344,15 @@ void nn_glu_backward(float *dinp, const NnGlu *d, float *scratch, const float *d
   float *da = scratch + n; /* (rows, H): dL/da */
   /* y = g W3^T + b3 */
   memset(dg, 0, sizeof(float) * n);
-  nn_linear_backward(dg, d->w3, d->b3, dout, cache->g, p->w3, rows, H, C);
+  nn_linear_backward(dg, true, d->w3, d->b3, dout, cache->g, p->w3, rows, H, C);
   /* g = a (.) s, s = sigmoid(z): da = dg s, dz = dg a s (1 - s) */
   for (size_t i = 0; i < n; i++) {
     da[i] = dg[i] * s[i];
     dg[i] = dg[i] * a[i] * s[i] * (1.0f - s[i]);
   }
   /* z = x W2^T + b2, a = x W1^T + b1 */
-  nn_linear_backward(dinp, d->w2, d->b2, dg, inp, p->w2, rows, C, H);
-  nn_linear_backward(dinp, d->w1, d->b1, da, inp, p->w1, rows, C, H);
+  nn_linear_backward(dinp, true, d->w2, d->b2, dg, inp, p->w2, rows, C, H);
+  nn_linear_backward(dinp, true, d->w1, d->b1, da, inp, p->w1, rows, C, H);
 }
 
 /* ---- MLP mixer ---- */
@@ -385,9 +385,9 @@ void nn_mlp_backward(float *dinp, const NnMlp *d, float *scratch, const float *d
   float *dh = scratch; /* (rows, H): dL/dh, over da in place */
   /* y = a W2^T + b2, a = gelu(h), h = x W1^T + b1: in reverse */
   memset(da, 0, sizeof(float) * n);
-  nn_linear_backward(da, d->w2, d->b2, dout, cache->a, p->w2, rows, H, C);
+  nn_linear_backward(da, true, d->w2, d->b2, dout, cache->a, p->w2, rows, H, C);
   for (size_t i = 0; i < n; i++) dh[i] = da[i] * gelu_grad(cache->h[i]); /* in place over da */
-  nn_linear_backward(dinp, d->w1, d->b1, dh, inp, p->w1, rows, C, H);
+  nn_linear_backward(dinp, true, d->w1, d->b1, dh, inp, p->w1, rows, C, H);
 }
 
 /* ---- dropout ---- */

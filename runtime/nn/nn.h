@@ -40,7 +40,8 @@ void nn_linear_forward(float *out,       /* (rows, O) */
                        const float *w,   /* (O, I) */
                        const float *b,   /* (O) or NULL: no bias */
                        int rows, int nin, int nout);
-void nn_linear_backward(float *dinp,       /* (rows, I) += dout W; or NULL */
+void nn_linear_backward(float *dinp,       /* (rows, I) += dout W (add_dinp) or = dout W; or NULL */
+                        bool add_dinp,
                         float *dw,         /* (O, I) += dout^T inp; or NULL */
                         float *db,         /* (O) += sum over rows of dout; or NULL */
                         const float *dout, /* (rows, O) */

@@ -158,7 +158,7 @@ static double lin_loss(void *p) {
 }
 static void lin_back(void *p) {
   LinCtx *c = p;
-  nn_linear_backward(c->dinp, c->dw, c->db, c->dy, c->inp, c->w, c->rows, c->I, c->O);
+  nn_linear_backward(c->dinp, true, c->dw, c->db, c->dy, c->inp, c->w, c->rows, c->I, c->O);
 }
 
 static LinCtx lin_new(int rows, int I, int O, bool bias) {
@@ -842,7 +842,7 @@ Test(linear, threaded_matches_loops) {
   float *dy = randn_like((size_t)R * O, 4), *out = zeros((size_t)R * O), *dinp = zeros((size_t)R * I);
   float *dw = zeros((size_t)O * I), *db = zeros(O);
   nn_linear_forward(out, inp, w, b, R, I, O);
-  nn_linear_backward(dinp, dw, db, dy, inp, w, R, I, O);
+  nn_linear_backward(dinp, true, dw, db, dy, inp, w, R, I, O);
   for (int r = 0; r < R; r++)
     for (int o = 0; o < O; o++) {
       double s = b[o];
@@ -855,12 +855,19 @@ Test(linear, threaded_matches_loops) {
       for (int r = 0; r < R; r++) s += (double)dy[r * O + o] * inp[r * I + i];
       cr_assert(fabs(dw[o * I + i] - s) < 1e-3, "dw[%d,%d]", o, i);
     }
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < I; i++) {
-      double s = 0;
-      for (int o = 0; o < O; o++) s += (double)dy[r * O + o] * w[o * I + i];
-      cr_assert(fabs(dinp[r * I + i] - s) < 1e-4, "dinp[%d,%d]", r, i);
+  /* dinp added to (from zeros, then from ones), and written over what was there (add_dinp false) */
+  for (int pass = 0; pass < 3; pass++) {
+    if (pass) {
+      for (size_t e = 0; e < (size_t)R * I; e++) dinp[e] = pass == 1 ? 1.0f : 7.0f;
+      nn_linear_backward(dinp, pass == 1, NULL, NULL, dy, inp, w, R, I, O);
     }
+    for (int r = 0; r < R; r++)
+      for (int i = 0; i < I; i++) {
+        double s = pass == 1 ? 1.0 : 0.0;
+        for (int o = 0; o < O; o++) s += (double)dy[r * O + o] * w[o * I + i];
+        cr_assert(fabs(dinp[r * I + i] - s) < 1e-4, "pass %d: dinp[%d,%d]", pass, r, i);
+      }
+  }
   unsetenv("CELLC_THREADS");
   free(inp), free(w), free(b), free(dy), free(out), free(dinp), free(dw), free(db);
 }
@@ -871,7 +878,7 @@ static void lin_weight_grad(const char *threads, int R, int I, int O, float *dw,
   setenv("CELLC_THREADS", threads, 1);
   float *inp = randn_like((size_t)R * I, 7), *w = randn_like((size_t)O * I, 8), *dy = randn_like((size_t)R * O, 9);
   memset(dw, 0, sizeof(float) * (size_t)O * I), memset(db, 0, sizeof(float) * (size_t)O);
-  nn_linear_backward(NULL, dw, db, dy, inp, w, R, I, O);
+  nn_linear_backward(NULL, true, dw, db, dy, inp, w, R, I, O);
   for (int o = 0; o < O; o++) {
     double sb = 0;
     for (int r = 0; r < R; r++) sb += dy[(size_t)r * O + o];

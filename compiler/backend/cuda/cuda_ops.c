@@ -180,8 +180,9 @@ static void c_linear_fwd(DevOps *bo, float *out, const float *inp, const float *
          out, nout);
 }
 
-static void c_linear_bwd(DevOps *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                         int rows, int nin, int nout) {
+/* nn_linear_backward: dinp written (add_dinp false: the DevOps entry) or added to (the blocks') */
+static void linear_bwd(DevOps *bo, float *dinp, bool add_dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int rows, int nin, int nout) {
   CudaOps *o = cur(bo);
   if (rows <= 0 || nout <= 0) return;
   if (db) c_colsum_add(bo, db, dout, rows, nout);
@@ -189,9 +190,15 @@ static void c_linear_bwd(DevOps *bo, float *dinp, float *dw, float *db, const fl
   const float one = 1.0f;
   /* dw (nout, nin) += dout^T inp: column-major dw^T (nin x nout) += inp^T (nin x rows) dout (rows x nout) */
   if (dw) CUBLAS(o, cublasSgemm, o->d->blas, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, rows, &one, inp, nin, dout, nout, &one, dw, nin);
-  /* dinp (rows, nin) += dout W: column-major dinp^T (nin x rows) += W^T (nin x nout) dout^T (nout x rows) */
+  /* dinp (rows, nin) (+)= dout W: column-major dinp^T (nin x rows) (+)= W^T (nin x nout) dout^T (nout x rows) */
+  const float beta = add_dinp ? 1.0f : 0.0f;
   if (dinp)
-    CUBLAS(o, cublasSgemm, o->d->blas, CUBLAS_OP_N, CUBLAS_OP_N, nin, rows, nout, &one, w, nin, dout, nout, &one, dinp, nin);
+    CUBLAS(o, cublasSgemm, o->d->blas, CUBLAS_OP_N, CUBLAS_OP_N, nin, rows, nout, &one, w, nin, dout, nout, &beta, dinp, nin);
+}
+
+static void c_linear_bwd(DevOps *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         int rows, int nin, int nout) {
+  linear_bwd(bo, dinp, false, dw, db, dout, inp, w, rows, nin, nout);
 }
 
 static void c_readout(DevOps *b, bool bwd, int mode, float *dst, const float *src, int T, int B, int C) {
@@ -296,12 +303,12 @@ static void c_glu_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   long long n = (long long)rows * H;
   float *a = cache, *s = cache + n, *g = cache + 2 * n, *dg = scratch, *da = scratch + n;
   c_zero(bo, dg, sizeof(float) * (size_t)n);
-  c_linear_bwd(bo, dg, d[4], d[5], dout, g, p[4], rows, H, C);
+  linear_bwd(bo, dg, true, d[4], d[5], dout, g, p[4], rows, H, C);
   CUdeviceptr pdg = DP(dg), pda = DP(da), pa = DP(a), ps = DP(s);
   void *args[] = {&pdg, &pda, &pa, &ps, &n};
   launch(o, o->k.tr_glu_gate_bwd, n, args);
-  c_linear_bwd(bo, dinp, d[2], d[3], dg, inp, p[2], rows, C, H);
-  c_linear_bwd(bo, dinp, d[0], d[1], da, inp, p[0], rows, C, H);
+  linear_bwd(bo, dinp, true, d[2], d[3], dg, inp, p[2], rows, C, H);
+  linear_bwd(bo, dinp, true, d[0], d[1], da, inp, p[0], rows, C, H);
 }
 
 static void c_mlp_fwd(DevOps *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
@@ -321,11 +328,11 @@ static void c_mlp_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   long long n = (long long)rows * H;
   float *h = cache, *a = cache + n, *da = scratch;
   c_zero(bo, da, sizeof(float) * (size_t)n);
-  c_linear_bwd(bo, da, d[2], d[3], dout, a, p[2], rows, H, C);
+  linear_bwd(bo, da, true, d[2], d[3], dout, a, p[2], rows, H, C);
   CUdeviceptr pd = DP(da), ph = DP(h);
   void *args[] = {&pd, &ph, &n};
   launch(o, o->k.tr_gelu_bwd, n, args);
-  c_linear_bwd(bo, dinp, d[0], d[1], da, inp, p[0], rows, C, H);
+  linear_bwd(bo, dinp, true, d[0], d[1], da, inp, p[0], rows, C, H);
 }
 
 static void c_dropout_fwd(DevOps *bo, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key,
