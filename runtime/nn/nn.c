@@ -26,15 +26,24 @@ void nn_embedding_forward(float *out, const int32_t *ids, const float *wte, int 
   }
 }
 
-/* Each row's gradient into its token's row (dout and dwte do not overlap: the loop is vectorized). */
+/* Each row's gradient into its token's row (dout and dwte do not overlap: the loop is vectorized).
+ * Rows of one token add into the same row, so the threads split the columns (in 16s): each column
+ * sums its rows in row order on any thread count, the same bits (a training batch at C = 128:
+ * 0.6 ms on one thread). */
 void nn_embedding_backward(float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
   if (!dwte) return;
-  for (int r = 0; r < rows; r++) {
-    CHECK(ids[r] >= 0 && ids[r] < V);
-    float *d = dwte + (size_t)ids[r] * C;
-    const float *g = dout + (size_t)r * C;
+  for (int r = 0; r < rows; r++) CHECK(ids[r] >= 0 && ids[r] < V);
+  int nt = support_threads_for((double)rows * C, 1 << 18), nc = (C + 15) / 16;
+  if (nt > nc) nt = nc > 0 ? nc : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int i = 0; i < nt; i++) {
+    int c0 = nc * i / nt * 16, c1 = i + 1 == nt ? C : nc * (i + 1) / nt * 16;
+    for (int r = 0; r < rows; r++) {
+      float *d = dwte + (size_t)ids[r] * C;
+      const float *g = dout + (size_t)r * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) d[c] += g[c];
+      for (int c = c0; c < c1; c++) d[c] += g[c];
+    }
   }
 }
 

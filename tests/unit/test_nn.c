@@ -143,6 +143,28 @@ Test(embedding, backward_sums_repeated_ids) {
   for (int i = 0; i < 6; i++) cr_assert_eq(dwte[i], want[i]);
 }
 
+/* Enough rows to split over three threads (C = 72: column shares of 16, 32 and 24, the last one
+ * not a multiple of 16): the same bits as one thread, and the sums in double. */
+Test(embedding, backward_on_threads_same_bits) {
+  enum { ROWS = 12007, V = 7, C = 72 };
+  float *dout = randn_like((size_t)ROWS * C, 5), *one = zeros(V * C), *three = zeros(V * C);
+  int32_t *ids = malloc(sizeof(int32_t) * ROWS);
+  for (int r = 0; r < ROWS; r++) ids[r] = (r * 5 + r / 3) % V;
+  setenv("CELLC_THREADS", "1", 1);
+  nn_embedding_backward(one, dout, ids, ROWS, V, C);
+  setenv("CELLC_THREADS", "3", 1);
+  nn_embedding_backward(three, dout, ids, ROWS, V, C);
+  unsetenv("CELLC_THREADS");
+  for (int v = 0; v < V; v++)
+    for (int c = 0; c < C; c++) {
+      double s = 0;
+      for (int r = 0; r < ROWS; r++) s += ids[r] == v ? dout[(size_t)r * C + c] : 0.0;
+      cr_assert_eq(three[v * C + c], one[v * C + c], "token %d col %d", v, c);
+      cr_assert(fabs(one[v * C + c] - s) < 1e-3, "token %d col %d: %g, in double %g", v, c, one[v * C + c], s);
+    }
+  free(dout), free(one), free(three), free(ids);
+}
+
 /* ---- linear ---- */
 
 typedef struct {
