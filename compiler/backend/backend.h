@@ -72,7 +72,8 @@ typedef struct Backend Backend;
  * cellc train its gradient norm, clipping and optimizer update, so the same code runs every device.
  * The host table (runtime/model) is runtime/nn's and runtime/optim's code; a device table (the cuda
  * back ends' ops_new) runs CUDA C kernels compiled by NVRTC and cuBLAS for the products.
- * Conventions as runtime/nn's: row-major, rows = T B; a _bwd entry ADDS into its gradients. */
+ * Conventions as runtime/nn's: row-major, rows = T B; a _bwd entry ADDS into its gradients
+ * (linear_bwd writes its input gradient). */
 typedef struct DevAdam {   /* one Adam/AdamW update's coefficients (runtime/optim computes them) */
   float one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, decay;
   bool decoupled;          /* adamw: p *= decay; adam: g += wd p */
