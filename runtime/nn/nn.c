@@ -352,8 +352,7 @@ void nn_glu_backward(float *dinp, const NnGlu *d, float *scratch, const float *d
   float *dg = scratch;     /* (rows, H): dL/dg, then dL/d(pre-sigmoid) */
   float *da = scratch + n; /* (rows, H): dL/da */
   /* y = g W3^T + b3 */
-  memset(dg, 0, sizeof(float) * n);
-  nn_linear_backward(dg, true, d->w3, d->b3, dout, cache->g, p->w3, rows, H, C);
+  nn_linear_backward(dg, false, d->w3, d->b3, dout, cache->g, p->w3, rows, H, C);
   /* g = a (.) s, s = sigmoid(z): da = dg s, dz = dg a s (1 - s) */
   for (size_t i = 0; i < n; i++) {
     da[i] = dg[i] * s[i];
@@ -393,8 +392,7 @@ void nn_mlp_backward(float *dinp, const NnMlp *d, float *scratch, const float *d
   float *da = scratch; /* (rows, H): dL/da */
   float *dh = scratch; /* (rows, H): dL/dh, over da in place */
   /* y = a W2^T + b2, a = gelu(h), h = x W1^T + b1: in reverse */
-  memset(da, 0, sizeof(float) * n);
-  nn_linear_backward(da, true, d->w2, d->b2, dout, cache->a, p->w2, rows, H, C);
+  nn_linear_backward(da, false, d->w2, d->b2, dout, cache->a, p->w2, rows, H, C);
   for (size_t i = 0; i < n; i++) dh[i] = da[i] * gelu_grad(cache->h[i]); /* in place over da */
   nn_linear_backward(dinp, true, d->w1, d->b1, dh, inp, p->w1, rows, C, H);
 }

@@ -302,8 +302,7 @@ static void c_glu_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
   float *a = cache, *s = cache + n, *g = cache + 2 * n, *dg = scratch, *da = scratch + n;
-  c_zero(bo, dg, sizeof(float) * (size_t)n);
-  linear_bwd(bo, dg, true, d[4], d[5], dout, g, p[4], rows, H, C);
+  linear_bwd(bo, dg, false, d[4], d[5], dout, g, p[4], rows, H, C);
   CUdeviceptr pdg = DP(dg), pda = DP(da), pa = DP(a), ps = DP(s);
   void *args[] = {&pdg, &pda, &pa, &ps, &n};
   launch(o, o->k.tr_glu_gate_bwd, n, args);
@@ -327,8 +326,7 @@ static void c_mlp_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
   float *h = cache, *a = cache + n, *da = scratch;
-  c_zero(bo, da, sizeof(float) * (size_t)n);
-  linear_bwd(bo, da, true, d[2], d[3], dout, a, p[2], rows, H, C);
+  linear_bwd(bo, da, false, d[2], d[3], dout, a, p[2], rows, H, C);
   CUdeviceptr pd = DP(da), ph = DP(h);
   void *args[] = {&pd, &ph, &n};
   launch(o, o->k.tr_gelu_bwd, n, args);
