@@ -246,9 +246,13 @@ int main(int argc, char **argv) {
   }
   printf("{\"backend\": \"%s\", \"cell\": \"%s\", \"mode\": \"%s\", \"H\": %d, \"D\": %d, \"T\": %d, \"B\": %d, \"forward_s\": %.6f, "
          "\"backward_s\": %.6f, \"total_s\": %.6f, \"compile_s\": %.4f, \"elem_s\": %.6f, \"gemm_s\": %.6f, "
-         "\"scan_s\": %.6f, \"scan_bytes\": %.0f, \"rscan_s\": %.6f, \"rscan_bytes\": %.0f, \"elem_bytes\": %.0f, \"gemm_flops\": %.6g, \"profiled_s\": %.6f}\n",
+         "\"scan_s\": %.6f, \"scan_bytes\": %.0f, \"rscan_s\": %.6f, \"rscan_bytes\": %.0f, \"elem_bytes\": %.0f, \"gemm_flops\": %.6g, \"profiled_s\": %.6f, "
+         "\"gemm_step_s\": %.6f, \"gemm_step_flops\": %.6g, \"gemm_all_s\": %.6f, \"gemm_all_flops\": %.6g, "
+         "\"gemm_wgrad_s\": %.6f, \"gemm_wgrad_flops\": %.6g}\n",
          be->name, c->name, scan ? "scan" : "sequential", H, D, T, B, best_f, best_b, best_f + best_b, tcompile, pt->elem_s,
-         pt->gemm_s, pt->scan_s, scan ? scan_bytes : 0, pt->rscan_s, scan ? rscan_bytes : 0, pt->elem_bytes, pt->gemm_flops, prof_total);
+         pt->gemm_s, pt->scan_s, scan ? scan_bytes : 0, pt->rscan_s, scan ? rscan_bytes : 0, pt->elem_bytes, pt->gemm_flops, prof_total,
+         pt->kind_s[GEMM_STEPWISE], pt->kind_flops[GEMM_STEPWISE], pt->kind_s[GEMM_ALL_ROWS], pt->kind_flops[GEMM_ALL_ROWS],
+         pt->kind_s[GEMM_WEIGHT_GRAD], pt->kind_flops[GEMM_WEIGHT_GRAD]);
   be->work_free(w);
   pipeline_release(cc);
   return 0;

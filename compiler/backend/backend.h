@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lower.h"
 
@@ -158,11 +159,17 @@ typedef struct Compiled {
 
 /* Where a forward and backward spent their time, accumulated while Work.profiling is on (set by
  * the caller, or by CELLC_PROFILE=1 in the environment, which also prints it when the work is
- * freed). */
+ * freed; CELLC_PROFILE=steps also prints the time of each plan step when the compiled cell is freed,
+ * where the back end keeps that: cpu). */
+/* The products by kind: per time step (the recurrent products and their backward), over all rows
+ * at once (the hoisted input products and input gradients), and the weight gradients. */
+typedef enum { GEMM_STEPWISE, GEMM_ALL_ROWS, GEMM_WEIGHT_GRAD, GEMM_KINDS } GemmKind;
+
 typedef struct Profile {
   double elem_s, gemm_s, scan_s, rscan_s, other_s; /* seconds per kind of step */
   double elem_bytes;       /* bytes the elementwise kernels read and wrote in per-row arrays */
   double gemm_flops;       /* the products' floating-point operations (2 per multiply-add) */
+  double kind_s[GEMM_KINDS], kind_flops[GEMM_KINDS]; /* gemm_s and gemm_flops by kind of product */
 } Profile;
 
 /* The arrays of one sequence in flight (the forward keeps what the backward reads): each back
@@ -170,6 +177,7 @@ typedef struct Profile {
 typedef struct Work {
   const Backend *be;
   bool profiling;
+  bool profile_steps;      /* also per plan step, where the back end keeps that (CELLC_PROFILE=steps) */
   Profile prof;
 } Work;
 
@@ -220,7 +228,9 @@ struct Backend {
 /* A back end's work_new: the base of its Work, profiling when CELLC_PROFILE is set. */
 static inline void work_init(Work *w, const Compiled *c) {
   w->be = c->be;
-  w->profiling = getenv("CELLC_PROFILE") != NULL;
+  const char *p = getenv("CELLC_PROFILE");
+  w->profiling = p != NULL;
+  w->profile_steps = p && !strcmp(p, "steps");
 }
 
 /* A back end's work_free: the profile to stderr when CELLC_PROFILE is set. */
@@ -229,6 +239,10 @@ static inline void work_profile_report(const Work *w) {
   const Profile *pr = &w->prof;
   fprintf(stderr, "profile: elem %.4f s, gemm %.4f s, scan %.4f s, rscan %.4f s, other %.4f s\n", pr->elem_s, pr->gemm_s,
           pr->scan_s, pr->rscan_s, pr->other_s);
+  static const char *const kind[GEMM_KINDS] = {"per step", "all rows", "weight grad"};
+  for (int k = 0; k < GEMM_KINDS; k++)
+    if (pr->kind_s[k] > 0)
+      fprintf(stderr, "profile: gemm %-11s %.4f s, %.1f GFLOP/s\n", kind[k], pr->kind_s[k], pr->kind_flops[k] / pr->kind_s[k] * 1e-9);
 }
 
 #define BACKEND_ENTRY_POINTS(prefix)                                                               \

@@ -208,14 +208,21 @@ static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z
   c->be->mem_free(c, d.y), c->be->mem_free(c, d.grad_x);
 }
 
-void pipeline_run_f64(Compiled *c, const SeqIO *d) {
+/* Forward and backward on w, then w freed (its profile into *prof when given). */
+static void run_and_free(Compiled *c, Work *w, const SeqIO *d, Profile *prof) {
+  c->be->forward(c, w, d);
+  c->be->backward(c, w, d);
+  if (prof) *prof = w->prof;
+  c->be->work_free(w);
+}
+
+static void run_f64(Compiled *c, const SeqIO *d, Profile *prof) {
   CHECK(d->dtype == DT_F64);
   const Backend *be = c->be;
   Work *w = be->work_new(c);
+  if (prof) w->profiling = true;
   if (be->dtype == DT_F64) {
-    be->forward(c, w, d);
-    be->backward(c, w, d);
-    be->work_free(w);
+    run_and_free(c, w, d, prof);
     return;
   }
   Program *p = c->p;
@@ -242,11 +249,10 @@ void pipeline_run_f64(Compiled *c, const SeqIO *d) {
   if (be->device_memory) {
     IoSizes z = {rows * (size_t)p->x_size, rows * (size_t)p->output_size, pn, sn, gn, zn};
     run_on_device(c, w, &s, &z);
-  } else {
-    be->forward(c, w, &s);
-    be->backward(c, w, &s);
-  }
-  be->work_free(w);
+    if (prof) *prof = w->prof;
+    be->work_free(w);
+  } else
+    run_and_free(c, w, &s, prof);
   f64_from(d->y, s.y, rows * (size_t)p->output_size);
   f64_from(d->grad_x, s.grad_x, rows * (size_t)p->x_size);
   for (int i = 0; i < np; i++) f64_from(d->grad_params[i], s.grad_params[i], pn[i]);
@@ -258,4 +264,8 @@ void pipeline_run_f64(Compiled *c, const SeqIO *d) {
   free((void *)s.x), free((void *)s.dy), free(s.y), free(s.grad_x);
   free(pn), free(sn), free(gn), free(zn);
 }
+
+void pipeline_run_f64(Compiled *c, const SeqIO *d) { run_f64(c, d, NULL); }
+
+void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof) { run_f64(c, d, prof); }
 

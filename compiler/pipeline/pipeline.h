@@ -41,6 +41,8 @@ int pipeline_emit(Cell *c, const PipelineOptions *o, const EmitOptions *eo, char
  * (d->dtype DT_F64), converted to float32 and back for a float32 back end (and copied to and from
  * the device for a device-memory one). */
 void pipeline_run_f64(Compiled *c, const SeqIO *d);
+/* pipeline_run_f64 with the work profiling (Work.profiling): where its time went, into *prof. */
+void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof);
 
 /* Lowers and differentiates a cell with no back end (the form `cellc derive` prints). */
 Program *pipeline_derive(Cell *c);

@@ -111,6 +111,36 @@ Test(cpu, threads_more_than_batch_rows) {
   }
 }
 
+/* The profile's products by kind, for a GRU (H = 19, D = 5, T = 7, B = 3; 2 floating-point
+ * operations per multiply-add): per time step the recurrent products forward ([Whz; Whr] h, Whh (r h))
+ * and their three transposes backward, 6 H H per row; over all rows the hoisted input product and
+ * the input gradient, 6 H D; the weight gradients 3 H (D + H). The kinds' seconds and operations sum
+ * to the products'. */
+Test(cpu, profile_products_by_kind) {
+  enum { H = 19, D = 5, T = 7, B = 3 };
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/gru.cell", NULL, "H=19,D=5", false, NULL);
+  char err[256];
+  PipelineOptions o = {0};
+  o.backend = backend_find("cpu"), o.threads = 1;
+  Compiled *cc = pipeline_compile(c, &o, err, sizeof err);
+  cr_assert(cc, "compile: %s", err);
+  HBufs *S = h_bufs_new(cc->p, T, B, 7, 0.4, 0.5);
+  Profile pr;
+  pipeline_run_f64_profiled(cc, &S->io, &pr);
+  double rows2 = 2.0 * T * B;
+  cr_expect_eq(pr.kind_flops[GEMM_STEPWISE], rows2 * 6 * H * H);
+  cr_expect_eq(pr.kind_flops[GEMM_ALL_ROWS], rows2 * 6 * H * D);
+  cr_expect_eq(pr.kind_flops[GEMM_WEIGHT_GRAD], rows2 * 3 * H * (D + H));
+  cr_expect_eq(pr.gemm_flops, pr.kind_flops[0] + pr.kind_flops[1] + pr.kind_flops[2]);
+  cr_expect(fabs(pr.gemm_s - (pr.kind_s[0] + pr.kind_s[1] + pr.kind_s[2])) < 1e-9 && pr.kind_s[GEMM_WEIGHT_GRAD] > 0,
+            "seconds by kind %g %g %g against %g", pr.kind_s[0], pr.kind_s[1], pr.kind_s[2], pr.gemm_s);
+  h_bufs_free(S);
+  pipeline_release(cc);
+  cell_free(c);
+  arena_free(&arena);
+}
+
 /* The scans (compiler/backend/cpu/scan.h), real and complex, forward and reverse, against the
  * recurrences written out in double: one loop per step's block of batch entries (coefficient rows
  * one after another), a loop per row (rows 3 floats longer than the channels), the batch entries

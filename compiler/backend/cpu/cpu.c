@@ -45,6 +45,8 @@ typedef struct CpuCell {
   int *local_slots;        /* the slots of step-local arrays (plan_step_local): B rows, not T * B */
   int nlocal;
   bool *local;             /* per array: step-local */
+  double *step_s, *step_flops; /* CELLC_PROFILE=steps: per plan step (the phases in order), thread 0's
+                                  seconds and all threads' operations; printed when the cell is freed */
 } CpuCell;
 
 /* The arrays of one sequence in flight (forward keeps what backward reads). */
@@ -63,6 +65,8 @@ typedef struct CpuWork {
   int npacks;
   GemmScratch *scratch;    /* per thread: the weight gradients' buffers */
   int nscratch;
+  bool warm;               /* a backward has run: the arrays are allocated and touched (CELLC_PROFILE=steps
+                              leaves out the first sequence, its page faults) */
 } CpuWork;
 
 #define F32(v) ((const float *)(v))
@@ -299,28 +303,80 @@ static double kernel_row_bytes(CpuCell *c, int k) {
   return bytes;
 }
 
+static const OuterGroup *outer_group_of(const CpuCell *c, const PStep *st);
+
+/* A product step's floating-point operations over all_rows rows (0 for other steps); a group of
+ * weight gradients counts at the step that runs it. */
+static double profile_flops(CpuCell *c, const PStep *st, int64_t all_rows) {
+  if (st->kind == PS_GEMM || st->kind == PS_GEMM_T) {
+    GemmOperands op = plan_gemm_operands(c->pl, st);
+    return 2.0 * (double)all_rows * op.nO * op.nI;
+  }
+  if (st->kind != PS_OUTER_ACC) return 0;
+  const OuterGroup *g = outer_group_of(c, st);
+  return g->trigger == st ? 2.0 * (double)all_rows * g->M * g->N : 0;
+}
+
+static void profile_step(CpuCell *c, const Phase *ph, int i, double s, double flops);
+
 /* Adds a step's seconds to the work's profile (thread 0's: `rows` its rows), and the products'
  * operations over the step's rows on every thread (`all_rows`). */
-static void profile_add(CpuCell *c, CpuWork *w, const PStep *st, double s, int64_t rows, int64_t all_rows) {
+static void profile_add(CpuCell *c, CpuWork *w, const Phase *ph, int i, double s, int64_t rows, int64_t all_rows) {
   Profile *pr = &w->base.prof;
+  const PStep *st = &ph->steps[i];
+  Region region = ph->region;
+  double flops = 0;
+  if (w->base.profile_steps && w->warm) profile_step(c, ph, i, s, profile_flops(c, st, all_rows));
+  GemmKind kind = region == REG_ALL ? GEMM_ALL_ROWS : GEMM_STEPWISE;
   switch (st->kind) {
   case PS_ELEM:
     pr->elem_s += s;
     pr->elem_bytes += (double)rows * kernel_row_bytes(c, st->kernel);
-    break;
-  case PS_GEMM: case PS_GEMM_T: pr->gemm_s += s; {
-    GemmOperands op = plan_gemm_operands(c->pl, st);
-    pr->gemm_flops += 2.0 * (double)all_rows * op.nO * op.nI;
-    break;
+    return;
+  case PS_GEMM: case PS_GEMM_T: flops = profile_flops(c, st, all_rows); break;
+  case PS_OUTER_ACC: flops = profile_flops(c, st, all_rows), kind = GEMM_WEIGHT_GRAD; break;
+  case PS_SCAN: pr->scan_s += s; return;
+  case PS_RSCAN: pr->rscan_s += s; return;
+  default: pr->other_s += s; return;
   }
-  case PS_OUTER_ACC: pr->gemm_s += s; {
-    Node *o = graph_node(&c->base.p->g, st->node);
-    pr->gemm_flops += 2.0 * (double)all_rows * o->n[0] * o->n[1];
-    break;
+  pr->gemm_s += s, pr->gemm_flops += flops;
+  pr->kind_s[kind] += s, pr->kind_flops[kind] += flops;
+}
+
+/* The plan's phases in the order the per-step profile numbers their steps. */
+enum { NPHASES = 7 };
+static const Phase *phase_at(const Plan *pl, int k) {
+  const Phase *ph[NPHASES] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  return ph[k];
+}
+
+/* CELLC_PROFILE=steps: step i of phase ph took s seconds (thread 0) for `flops` operations (all
+ * threads). */
+static void profile_step(CpuCell *c, const Phase *ph, int i, double s, double flops) {
+  int n = 0, at = -1;
+  for (int k = 0; k < NPHASES; k++) {
+    const Phase *q = phase_at(c->pl, k);
+    if (q == ph) at = n + i;
+    n += q->n;
   }
-  case PS_SCAN: pr->scan_s += s; break;
-  case PS_RSCAN: pr->rscan_s += s; break;
-  default: pr->other_s += s; break;
+  CHECK(at >= 0);
+  if (!c->step_s) c->step_s = xcalloc((size_t)n, sizeof(double)), c->step_flops = xcalloc((size_t)n, sizeof(double));
+  c->step_s[at] += s, c->step_flops[at] += flops;
+}
+
+static void profile_steps_report(const CpuCell *c) {
+  if (!c->step_s) return;
+  static const char *const phase[NPHASES] = {"fwd_pre", "fwd_step", "fwd_post", "bwd_pre", "bwd_step", "bwd_post", "bwd_first"};
+  static const char *const kind[] = {"elem", "gemm", "gemm_t", "outer_acc", "colsum", "scan", "rscan", "copy", "zero"};
+  for (int k = 0, at = 0; k < NPHASES; k++) {
+    const Phase *ph = phase_at(c->pl, k);
+    for (int i = 0; i < ph->n; i++, at++) {
+      fprintf(stderr, "profile: %-9s %2d %-9s node %4d %9.4f s", phase[k], i, kind[ph->steps[i].kind], ph->steps[i].node,
+              c->step_s[at]);
+      if (c->step_flops[at] > 0 && c->step_s[at] > 0)
+        fprintf(stderr, "  %.2f GFLOP, %.1f GFLOP/s", c->step_flops[at] * 1e-9, c->step_flops[at] / c->step_s[at] * 1e-9);
+      fputc('\n', stderr);
+    }
   }
 }
 
@@ -625,7 +681,7 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
     double t0 = profiling ? now_s() : 0;
     run_step(c, w, &ph->steps[i], ph->region, r0, r1, sh);
     if (ph->region == REG_ALL) barrier(sh);
-    if (profiling) profile_add(c, w, &ph->steps[i], now_s() - t0, r1 - r0, all_rows);
+    if (profiling) profile_add(c, w, ph, i, now_s() - t0, r1 - r0, all_rows);
   }
 }
 
@@ -778,6 +834,7 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   if (!pl->scan)
     for (int q = 0; q < p->nsparts; q++)
       memcpy(s->grad_h0[q], w->arr[pl->dstate_array[q]], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+  w->warm = true;
 }
 
 /* h_0 .. h_T of a state part: its state array, [(T + 1) B, size] (column offset 0). */
@@ -834,6 +891,8 @@ static void cpu_free(Compiled *cc) {
   for (int i = 0; i < c->ngroups; i++) free(c->groups[i].steps), free(c->groups[i].sums);
   free(c->groups);
   free(c->local), free(c->local_slots);
+  profile_steps_report(c);
+  free(c->step_s), free(c->step_flops);
   cg_llvm_jit_free(c->jit);
   plan_free(c->pl);
   free(c->fns);
