@@ -40,7 +40,7 @@ typedef struct SeqIO {
   const void **dfinal;     /* per state part: [B, size] */
   /* backward outputs (overwritten, not accumulated) */
   void **grad_params;      /* per param part: numel */
-  void *grad_x;            /* [T, B, x_size] */
+  void *grad_x;            /* [T, B, x_size]; NULL: left as a product (Backend.xgrad_cols) */
   void **grad_h0;          /* per state part: [B, size] */
 } SeqIO;
 
@@ -221,6 +221,18 @@ struct Backend {
    * with a message in err when it cannot run here); NULL entry for a host back end (runtime/model
    * uses its host table). */
   DevOps *(*ops_new)(char *err, size_t errlen);
+  /* The input gradient as one product (host back ends; NULL entries elsewhere): where a program's
+   * grad_x is G M over all rows, G [T B, cols] an array of the backward (the adjoints of the input
+   * products, side by side) and M [cols, x_size] the input weights stacked, a caller that needs only
+   * sums of grad_x's rows (an embedding's gradient: the rows of one token summed) may pass
+   * grad_x = NULL to backward, sum G's rows instead and multiply the sums by M: the same gradient
+   * with one row per sum instead of per time step and batch entry.
+   * xgrad_cols: G's columns, or 0 where grad_x is not one such product (x read elementwise too). */
+  int (*xgrad_cols)(Compiled *c);
+  /* after a backward with grad_x NULL: G's first row, its row stride in *ld */
+  const float *(*xgrad_rows)(Compiled *c, Work *w, int *ld);
+  /* out[n, x_size] (row stride ldo) += rows[n, cols] (row stride ld) M, after such a backward */
+  void (*xgrad_mul)(Compiled *c, Work *w, const float *rows, int n, int ld, float *out, int ldo);
 };
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,

@@ -74,6 +74,8 @@ struct Model {
   float *d_x, *d_y, *d_on;        /* real inputs, MSE targets, MSE row flags */
   int maxc;
   uint64_t seed;
+  int fold_cols;                  /* > 0: the embedding's gradient folded through layer 0 (model_folds_embedding) */
+  float *fold_sums;               /* [vocab, fold_cols]: layer 0's input adjoints summed by token */
 };
 
 /* ---- tensors ---- */
@@ -111,6 +113,7 @@ static void model_place(Model *m) {
 }
 
 /* A buffer where the model's blocks run (zeroed). */
+static void plan_embedding_fold(Model *m);
 static float *dbuf(Model *m, size_t n) { return m->ops->alloc(m->ops, sizeof(float) * (n ? n : 1)); }
 static void dfree(Model *m, void *p) {
   if (p) m->ops->free(m->ops, p);
@@ -605,6 +608,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
   m->d_targets = m->ops->alloc(m->ops, sizeof(int32_t) * (size_t)R + 1);
   m->d_y = dbuf(m, (size_t)R * (size_t)shape->out_dim);
   m->d_on = dbuf(m, (size_t)R);
+  plan_embedding_fold(m);
 }
 
 /* model_new: the cell found -> the model's shape -> dims against the configuration -> tensors
@@ -681,6 +685,7 @@ void model_free(Model *m) {
   for (int i = 0; i < 2; i++) dfree(m, m->dact[i]), dfree(m, m->dtmp[i]);
   dfree(m, m->scratch), dfree(m, m->readout_out), dfree(m, m->dreadout), dfree(m, m->logits), dfree(m, m->dlogits);
   dfree(m, m->d_ids), dfree(m, m->d_targets), dfree(m, m->d_x), dfree(m, m->d_y), dfree(m, m->d_on), dfree(m, m->dstore);
+  dfree(m, m->fold_sums);
   free(m->targets), free(m->on);
   free(m->layers), free(m->tensors), free(m->store), free(m->source);
   arena_free(&m->arena);
@@ -803,7 +808,27 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   else m->ops->copy(m->ops, m->act[k + 1], branch, sizeof(float) * n);
 }
 
-/* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din. */
+/* The embedding's gradient through layer 0, folded: where the embedding feeds layer 0 directly (stacked
+ * layers) and the layer's back end leaves its input gradient as one product G M (Backend.xgrad_cols),
+ * the gradient of token v's row is the sum of grad_x's rows of that token, (sum of G's rows) M: the
+ * layer's backward skips its input-gradient product over all T B rows, and the model sums G by token
+ * and multiplies the vocab's sums by M. Taken where the vocabulary is at most half the rows, unless
+ * CELLC_EMBED_FOLD=0 (comparisons). The same gradient as the product and the sum by token, summed in
+ * another order. */
+static void plan_embedding_fold(Model *m) {
+  const char *env = getenv("CELLC_EMBED_FOLD");
+  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || (env && !strcmp(env, "0"))) return;
+  if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
+  int cols = m->backend->xgrad_cols(m->layers[0].exe[0]);
+  if (cols <= 0) return;
+  m->fold_cols = cols;
+  m->fold_sums = dbuf(m, (size_t)m->task.vocab * (size_t)cols);
+}
+
+bool model_folds_embedding(const Model *m) { return m->fold_cols > 0; }
+
+/* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din (layer 0 of a folded embedding: leaves it
+ * as the layer's product, plan_embedding_fold). */
 static void layer_backward(Model *m, int k, float *din, const float *dout) {
   Layer *L = &m->layers[k];
   int C = m->block ? m->width : L->out;
@@ -826,7 +851,7 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   }
   s->dy = d;
   if (!m->block) {
-    s->grad_x = din;
+    s->grad_x = k == 0 && m->fold_cols ? NULL : din;
     m->backend->backward(L->exe[0], L->work[0], s);
   } else if (L->norm_w >= 0) {
     float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
@@ -914,7 +939,14 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
     float *t = dcur;
     dcur = dnext, dnext = t;
   }
-  if (m->embed) o->embed_bwd(o, enc->dgrad[0], dcur, m->d_ids, m->rows, m->task.vocab, m->width);
+  if (m->fold_cols) {
+    Layer *L0 = &m->layers[0];
+    int ld, V = m->task.vocab;
+    const float *G = m->backend->xgrad_rows(L0->exe[0], L0->work[0], &ld);
+    o->zero(o, m->fold_sums, sizeof(float) * (size_t)V * (size_t)m->fold_cols);
+    nn_embedding_backward_ld(m->fold_sums, G, (size_t)ld, m->d_ids, m->rows, V, m->fold_cols);
+    m->backend->xgrad_mul(L0->exe[0], L0->work[0], m->fold_sums, V, m->fold_cols, enc->dgrad[0], m->width);
+  } else if (m->embed) o->embed_bwd(o, enc->dgrad[0], dcur, m->d_ids, m->rows, m->task.vocab, m->width);
   else
     o->linear_bwd(o, NULL, enc->dgrad[0], m->tensors[m->enc_b].dgrad[0], dcur, m->d_x, enc->dval[0], m->rows,
                   m->task.in_dim, m->width);

@@ -78,6 +78,9 @@ int model_nlayers(const Model *m);
 /* Layer k's checked cell (the training variant): its mode, options, params. */
 const struct Cell *model_layer_cell(const Model *m, int k);
 
+/* Whether the embedding's gradient is folded through layer 0 (model.c, plan_embedding_fold). */
+bool model_folds_embedding(const Model *m);
+
 /* Layer k as the last model_batch left it, for diagnostics (cellc diag). */
 typedef struct ModelLayerView {
   struct Cell *cell;           /* the evaluation variant of its checked cell */

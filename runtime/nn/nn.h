@@ -32,6 +32,8 @@ void nn_embedding_backward(float *dwte,        /* (V, C) += */
                            const float *dout,  /* (rows, C) */
                            const int32_t *ids, /* (rows) */
                            int rows, int V, int C);
+/* The same with dout's rows ldd floats apart (the rows of a layer's array wider than C). */
+void nn_embedding_backward_ld(float *dwte, const float *dout, size_t ldd, const int32_t *ids, int rows, int V, int C);
 
 /* ---- linear: out = inp W^T + b (the linear encoder, the head, the mixers' projections) ---- */
 /* O = nout, I = nin (named so that <complex.h>'s I cannot clash). */

@@ -111,6 +111,93 @@ Test(cpu, threads_more_than_batch_rows) {
   }
 }
 
+/* Backend.xgrad_*: where grad_x is one product G M, a backward with grad_x NULL leaves G, and G's
+ * rows times M (xgrad_mul) are grad_x to the bit; the other gradients are those of a backward that
+ * writes grad_x. A cell whose input gradient is not one product (lru: x also read elementwise through
+ * complex parts) says 0. */
+static float *f32_random(Rng *r, size_t n) {
+  float *v = xmalloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) v[i] = (float)rng_uniform(r) - 0.5f;
+  return v;
+}
+
+static void xgrad_case(const char *file, const char *set, const char *mode, int threads) {
+  enum { T = 9, B = 5 };
+  Arena arena = {0};
+  Cell *cell = h_cell(&arena, file, set, "H=19,D=5", false, mode);
+  char err[256];
+  PipelineOptions o = {0};
+  o.backend = backend_find("cpu"), o.threads = threads;
+  Compiled *c = pipeline_compile(cell, &o, err, sizeof err);
+  cr_assert(c, "compile: %s", err);
+  const Backend *be = c->be;
+  Program *p = c->p;
+  int cols = be->xgrad_cols(c);
+  cr_assert_gt(cols, 0, "%s", file);
+  Rng r;
+  rng_seed(&r, 11, 0);
+  size_t rows = (size_t)T * B;
+  SeqIO s = {0};
+  s.T = T, s.B = B, s.dtype = DT_F32;
+  s.x = f32_random(&r, rows * (size_t)p->x_size), s.dy = f32_random(&r, rows * (size_t)p->output_size);
+  s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
+  void **params = xcalloc((size_t)p->npparts + 1, sizeof(void *)), **g1 = xcalloc((size_t)p->npparts + 1, sizeof(void *));
+  void **g2 = xcalloc((size_t)p->npparts + 1, sizeof(void *));
+  for (int i = 0; i < p->npparts; i++) {
+    params[i] = f32_random(&r, (size_t)p->pparts[i].numel);
+    g1[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel), g2[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel);
+  }
+  void **h0 = xcalloc((size_t)p->nsparts + 1, sizeof(void *)), **df = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  void **fin = xcalloc((size_t)p->nsparts + 1, sizeof(void *)), **gh = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  for (int i = 0; i < p->nsparts; i++) {
+    size_t n = (size_t)B * (size_t)p->sparts[i].size;
+    h0[i] = f32_random(&r, n), df[i] = f32_random(&r, n), fin[i] = xmalloc(sizeof(float) * n), gh[i] = xmalloc(sizeof(float) * n);
+  }
+  s.params = (const void **)params, s.h0 = (const void **)h0, s.dfinal = (const void **)df, s.final = fin, s.grad_h0 = gh;
+  float *gx = xmalloc(sizeof(float) * rows * (size_t)p->x_size), *prod = xcalloc(rows * (size_t)p->x_size, sizeof(float));
+  Work *w = be->work_new(c);
+  be->forward(c, w, &s);
+  s.grad_x = gx, s.grad_params = g1;
+  be->backward(c, w, &s);
+  s.grad_x = NULL, s.grad_params = g2;
+  be->backward(c, w, &s);
+  int ld;
+  const float *G = be->xgrad_rows(c, w, &ld);
+  cr_assert_geq(ld, cols);
+  be->xgrad_mul(c, w, G, (int)rows, ld, prod, p->x_size);
+  cr_assert_eq(memcmp(prod, gx, sizeof(float) * rows * (size_t)p->x_size), 0, "%s: G M differs from grad_x", file);
+  for (int i = 0; i < p->npparts; i++)
+    cr_assert_eq(memcmp(g1[i], g2[i], sizeof(float) * (size_t)p->pparts[i].numel), 0, "%s: param part %d", file, i);
+  be->work_free(w);
+  for (int i = 0; i < p->npparts; i++) free(params[i]), free(g1[i]), free(g2[i]);
+  for (int i = 0; i < p->nsparts; i++) free(h0[i]), free(df[i]), free(fin[i]), free(gh[i]);
+  free(params), free(g1), free(g2), free(h0), free(df), free(fin), free(gh);
+  free((void *)s.x), free((void *)s.dy), free(s.y), free(gx), free(prod);
+  pipeline_release(c);
+  cell_free(cell);
+  arena_free(&arena);
+}
+
+Test(cpu, input_gradient_left_as_product) {
+  xgrad_case("stdlib/gru.cell", NULL, NULL, 1);
+  xgrad_case("stdlib/lstm.cell", NULL, NULL, 3);
+  xgrad_case("stdlib/mgu.cell", "see_h=true", NULL, 2);
+  xgrad_case("stdlib/mgu.cell", NULL, NULL, 3);   /* scan mode: the product before the reverse scans' phase */
+  xgrad_case("stdlib/elman.cell", NULL, NULL, 1);
+  Arena arena = {0};
+  Cell *cell = h_cell(&arena, "stdlib/lru.cell", NULL, "H=19,D=5", false, NULL);
+  char err[256];
+  PipelineOptions o = {0};
+  o.backend = backend_find("cpu");
+  Compiled *c = pipeline_compile(cell, &o, err, sizeof err);
+  cr_assert(c, "compile: %s", err);
+  cr_assert_eq(c->be->xgrad_cols(c), 0);
+  cr_assert_null(backend_find("interp")->xgrad_cols);
+  pipeline_release(c);
+  cell_free(cell);
+  arena_free(&arena);
+}
+
 /* The profile's products by kind, for a GRU (H = 19, D = 5, T = 7, B = 3; 2 floating-point
  * operations per multiply-add): per time step the recurrent products forward ([Whz; Whr] h, Whh (r h))
  * and their three transposes backward, 6 H H per row; over all rows the hoisted input product and

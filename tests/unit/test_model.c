@@ -386,6 +386,47 @@ static void losses(Fix *f, double *out, int n) {
   }
 }
 
+/* The embedding's gradient folded through layer 0 (model.c, plan_embedding_fold: the layer's input
+ * adjoints summed by token, then times its input weights) against the layer's input gradient summed
+ * by token (CELLC_EMBED_FOLD=0): every gradient within float32 rounding, the losses equal, on a
+ * sequential, an LSTM's, a scan and a two-layer model; a residual model does not fold. (The finite
+ * differences of model_grad check the folded gradients too: their copying task folds.) */
+static void fold_against_product(const char *cell_file, const char *text) {
+  Fix a, b;
+  build_ok(&a, cell_file, text);
+  setenv("CELLC_EMBED_FOLD", "0", 1);
+  build_ok(&b, cell_file, text);
+  unsetenv("CELLC_EMBED_FOLD");
+  cr_assert(model_folds_embedding(a.m) && !model_folds_embedding(b.m), "%s", model_summary(a.m));
+  for (int step = 0; step < 2; step++) {
+    TaskBatch batch = {0};
+    task_batch(a.task, TASK_TRAIN, step, a.B, &batch);
+    double la = model_batch(a.m, &batch, true, step, a.B).loss, lb = model_batch(b.m, &batch, true, step, b.B).loss;
+    task_batch_free(&batch);
+    cr_assert_eq(la, lb, "step %d: loss %.17g folded, %.17g not", step, la, lb);
+    for (int i = 0; i < model_ntensors(a.m); i++) {
+      ModelTensor *ta = model_tensor(a.m, i), *tb = model_tensor(b.m, i);
+      if (!ta->learned) continue;
+      double scale = 0, worst = 0;
+      for (int64_t j = 0; j < ta->numel; j++) scale = fmax(scale, fabs(tb->grad[0][j]));
+      for (int64_t j = 0; j < ta->numel; j++) worst = fmax(worst, fabs(ta->grad[0][j] - tb->grad[0][j]));
+      cr_assert(worst <= 1e-5 * scale + 1e-12, "%s, step %d: folded and not differ by %g (largest %g)", ta->name, step, worst, scale);
+    }
+  }
+  fix_free(&a), fix_free(&b);
+}
+
+Test(model, embedding_gradient_folded_through_layer_0) {
+  fold_against_product("stdlib/gru.cell", COPYING "[model]\nlayers = 1\nwidth = 6\nhidden = 5\n" TRAIN);
+  fold_against_product("stdlib/lstm.cell", COPYING "[model]\nlayers = 2\nwidth = 4\nhidden = 5\n" TRAIN);
+  fold_against_product("stdlib/mgu.cell", COPYING "[model]\nlayers = 1\nwidth = 5\nhidden = 4\n" TRAIN);
+  fold_against_product("stdlib/mgu.cell", COPYING "[model]\nlayers = 1\nwidth = 5\nhidden = 4\noption.see_h = true\n" TRAIN);
+  Fix r;
+  build_ok(&r, "stdlib/gru.cell", COPYING "[model]\nlayers = 1\nwidth = 4\nhidden = 4\nblock = residual\n" TRAIN);
+  cr_assert(!model_folds_embedding(r.m));
+  fix_free(&r);
+}
+
 /* The same seed and configuration give bit-identical params and losses; dropout, noise and batch
  * norm included. */
 Test(model, same_seed_same_losses) {

@@ -175,6 +175,27 @@ Test(embedding, backward_on_threads_same_bits) {
   embedding_threads(5000, 9000, 72, 0);
 }
 
+/* dout's rows wider than C (a layer's array, nn_embedding_backward_ld): the same bits as the rows
+ * copied out, on both paths (a small and a large table). */
+Test(embedding, backward_rows_apart) {
+  static const int Vs[] = {7, 30000};
+  for (int k = 0; k < 2; k++) {
+    enum { ROWS = 5000, C = 24, LD = 29 };
+    int V = Vs[k];
+    float *wide = randn_like((size_t)ROWS * LD, 6), *tight = zeros((size_t)ROWS * C);
+    float *a = zeros((size_t)V * C), *b = zeros((size_t)V * C);
+    int32_t *ids = malloc(sizeof(int32_t) * ROWS);
+    for (int r = 0; r < ROWS; r++) {
+      ids[r] = (r * 11 + r / 7) % V;
+      memcpy(tight + (size_t)r * C, wide + (size_t)r * LD, sizeof(float) * C);
+    }
+    nn_embedding_backward_ld(a, wide, LD, ids, ROWS, V, C);
+    nn_embedding_backward(b, tight, ids, ROWS, V, C);
+    cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)V * C), 0, "V %d", V);
+    free(wide), free(tight), free(a), free(b), free(ids);
+  }
+}
+
 /* ---- linear ---- */
 
 typedef struct {

@@ -45,6 +45,7 @@ typedef struct CpuCell {
   int *local_slots;        /* the slots of step-local arrays (plan_step_local): B rows, not T * B */
   int nlocal;
   bool *local;             /* per array: step-local */
+  const PStep *xg;         /* the one step that writes grad_x, where it is a product G M (Backend.xgrad_cols), or NULL */
   double *step_s, *step_flops; /* CELLC_PROFILE=steps: per plan step (the phases in order), thread 0's
                                   seconds and all threads' operations; printed when the cell is freed */
 } CpuCell;
@@ -65,6 +66,7 @@ typedef struct CpuWork {
   int npacks;
   GemmScratch *scratch;    /* per thread: the weight gradients' buffers */
   int nscratch;
+  bool xgrad_left;         /* the last backward left grad_x as the product of step xg (grad_x NULL) */
   bool warm;               /* a backward has run: the arrays are allocated and touched (CELLC_PROFILE=steps
                               leaves out the first sequence, its page faults) */
 } CpuWork;
@@ -678,6 +680,7 @@ static void run_phase(CpuCell *c, CpuWork *w, const Phase *ph, int t, const Shar
       sh->bases[slot] = w->bases[slot] - (int64_t)t * w->B * width_of(c, slot);
     }
   for (int i = 0; i < ph->n; i++) {
+    if (w->xgrad_left && &ph->steps[i] == c->xg) continue; /* grad_x left to the caller (every thread skips it) */
     double t0 = profiling ? now_s() : 0;
     run_step(c, w, &ph->steps[i], ph->region, r0, r1, sh);
     if (ph->region == REG_ALL) barrier(sh);
@@ -814,6 +817,8 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuWork *w = (CpuWork *)ww;
   Program *p = c->base.p;
   CHECK(w->T == s->T && w->B == s->B);
+  w->xgrad_left = s->grad_x == NULL;
+  CHECK(!w->xgrad_left || c->xg);
   Plan *pl = bind_call(c, w, s);
   for (int i = 0; i < pl->narrays; i++)
     if (pl->arrays[i].kind == ARR_ACC) memset(w->arr[i], 0, sizeof(float) * (size_t)pl->arrays[i].numel);
@@ -858,6 +863,57 @@ static const char *cpu_supports(const Program *p, const BackendOptions *o) {
   return NULL;
 }
 
+/* Whether slot `slot` lies in the caller's grad_x. */
+static bool in_grad_x(const Plan *pl, int slot) { return slot >= 0 && pl->arrays[pl->slots[slot].array].kind == ARR_GX; }
+
+/* The step that writes grad_x where it is the only one and a product G M over all rows that
+ * overwrites it (Backend.xgrad_cols), else NULL. */
+static const PStep *xgrad_step(const Plan *pl) {
+  const PStep *found = NULL;
+  int writers = 0;
+  for (int k = 0; k < NPHASES; k++) {
+    const Phase *ph = phase_at(pl, k);
+    for (int i = 0; i < ph->n; i++) {
+      const PStep *st = &ph->steps[i];
+      bool writes = false;
+      if (st->kind == PS_GEMM || st->kind == PS_GEMM_T) writes = in_grad_x(pl, plan_gemm_operands(pl, st).y);
+      else if (st->kind == PS_COPY || st->kind == PS_ZERO) writes = in_grad_x(pl, st->dst);
+      else if (st->kind == PS_ELEM) {
+        const Kernel *K = &pl->kernels[st->kernel];
+        for (int j = 0; j < K->n; j++) writes = writes || in_grad_x(pl, pl->home[K->nodes[j]]);
+      }
+      if (!writes) continue;
+      writers++;
+      if (st->kind == PS_GEMM_T && !st->accumulate && ph->region == REG_ALL) found = st;
+    }
+  }
+  return writers == 1 ? found : NULL;
+}
+
+static int cpu_xgrad_cols(Compiled *cc) {
+  CpuCell *c = (CpuCell *)cc;
+  return c->xg ? plan_gemm_operands(c->pl, c->xg).nO : 0;
+}
+
+static const float *cpu_xgrad_rows(Compiled *cc, Work *ww, int *ld) {
+  CpuCell *c = (CpuCell *)cc;
+  CpuWork *w = (CpuWork *)ww;
+  CHECK(c->xg && w->xgrad_left);
+  int v = plan_gemm_operands(c->pl, c->xg).v;
+  *ld = width_of(c, v);
+  return w->bases[v];
+}
+
+static void cpu_xgrad_mul(Compiled *cc, Work *ww, const float *rows, int n, int ld, float *out, int ldo) {
+  CpuCell *c = (CpuCell *)cc;
+  CpuWork *w = (CpuWork *)ww;
+  CHECK(c->xg && w->xgrad_left);
+  int e = 0;
+  while (e < w->npacks && w->pack_step[e] != c->xg) e++;
+  CHECK(e < w->npacks);
+  gemm_run(&w->packs[e], n, rows, ld, out, ldo, true);
+}
+
 static int threads_of(const BackendOptions *o) { return o->threads > 0 ? o->threads : support_threads(); }
 
 static void cpu_free(Compiled *cc);
@@ -870,6 +926,7 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   c->nthreads = threads_of(o);
   c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
   outer_groups(c);
+  c->xg = xgrad_step(c->pl);
   c->local = plan_step_local(c->pl);
   c->local_slots = xmalloc(sizeof(int) * (size_t)(c->pl->nslots + 1));
   for (int i = 0; i < c->pl->nslots; i++)
@@ -925,4 +982,5 @@ static void cpu_work_free(Work *ww) {
 }
 
 const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, BACKEND_ENTRY_POINTS(cpu),
-                           .emit = cpu_emit};
+                           .emit = cpu_emit, .xgrad_cols = cpu_xgrad_cols, .xgrad_rows = cpu_xgrad_rows,
+                           .xgrad_mul = cpu_xgrad_mul};
