@@ -33,6 +33,9 @@
 #                              cellc train always flushes denormals on its threads.
 #   CELLC_BENCH_QUICK=1        a short run: gru:nn at H=128 only, PyTorch probed at 1 and nproc,
 #                              10 steps (each unless set explicitly)
+# cellc sums layer 0's input adjoints by token for the embedding's gradient (docs/training.md: the
+# same gradient, with the layer's input-gradient product over all T B rows skipped); PyTorch takes
+# that product. CELLC_EMBED_FOLD=0 in the environment runs cellc without the fold, product for product.
 # cellc's number is tokens_per_s from metrics.jsonl over the measured intervals (B*T tokens per step
 # over the summed step times: batch generation, forward, backward, clip, optimizer step). PyTorch's
 # is the same over its timed steps (forward, backward, clip, optimizer step; its batch generation is
