@@ -112,8 +112,9 @@ static void model_place(Model *m) {
   m->store_floats = total;
 }
 
-/* A buffer where the model's blocks run (zeroed). */
 static void plan_embedding_fold(Model *m);
+
+/* A buffer where the model's blocks run (zeroed). */
 static float *dbuf(Model *m, size_t n) { return m->ops->alloc(m->ops, sizeof(float) * (n ? n : 1)); }
 static void dfree(Model *m, void *p) {
   if (p) m->ops->free(m->ops, p);
