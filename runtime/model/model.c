@@ -112,8 +112,6 @@ static void model_place(Model *m) {
   m->store_floats = total;
 }
 
-static void plan_embedding_fold(Model *m);
-
 /* A buffer where the model's blocks run (zeroed). */
 static float *dbuf(Model *m, size_t n) { return m->ops->alloc(m->ops, sizeof(float) * (n ? n : 1)); }
 static void dfree(Model *m, void *p) {
@@ -609,8 +607,26 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
   m->d_targets = m->ops->alloc(m->ops, sizeof(int32_t) * (size_t)R + 1);
   m->d_y = dbuf(m, (size_t)R * (size_t)shape->out_dim);
   m->d_on = dbuf(m, (size_t)R);
-  plan_embedding_fold(m);
 }
+
+/* The embedding's gradient through layer 0, folded: where the embedding feeds layer 0 directly (stacked
+ * layers) and the layer's back end leaves its input gradient as one product G M (Backend.xgrad_cols),
+ * the gradient of token v's row is the sum of grad_x's rows of that token, (sum of G's rows) M: the
+ * layer's backward skips its input-gradient product over all T B rows, and the model sums G by token
+ * and multiplies the vocab's sums by M. Taken where the vocabulary is at most half the rows, unless
+ * CELLC_EMBED_FOLD=0 (comparisons). The same gradient as the product and the sum by token, summed in
+ * another order. */
+static void plan_embedding_fold(Model *m) {
+  const char *env = getenv("CELLC_EMBED_FOLD");
+  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || (env && !strcmp(env, "0"))) return;
+  if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
+  int cols = m->backend->xgrad_cols(m->layers[0].exe[0]);
+  if (cols <= 0) return;
+  m->fold_cols = cols;
+  m->fold_sums = dbuf(m, (size_t)m->task.vocab * (size_t)cols);
+}
+
+bool model_folds_embedding(const Model *m) { return m->fold_cols > 0; }
 
 /* model_new: the cell found -> the model's shape -> dims against the configuration -> tensors
  * (cells compiled) -> initial values -> activations. */
@@ -655,6 +671,7 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
     return model_free(m), NULL;
   }
   alloc_activations(m, shape, C);
+  plan_embedding_fold(m);
   model_to_device(m);
   *status = 0;
   Cell *c0 = m->layers[0].cell[0];
@@ -809,25 +826,6 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   else m->ops->copy(m->ops, m->act[k + 1], branch, sizeof(float) * n);
 }
 
-/* The embedding's gradient through layer 0, folded: where the embedding feeds layer 0 directly (stacked
- * layers) and the layer's back end leaves its input gradient as one product G M (Backend.xgrad_cols),
- * the gradient of token v's row is the sum of grad_x's rows of that token, (sum of G's rows) M: the
- * layer's backward skips its input-gradient product over all T B rows, and the model sums G by token
- * and multiplies the vocab's sums by M. Taken where the vocabulary is at most half the rows, unless
- * CELLC_EMBED_FOLD=0 (comparisons). The same gradient as the product and the sum by token, summed in
- * another order. */
-static void plan_embedding_fold(Model *m) {
-  const char *env = getenv("CELLC_EMBED_FOLD");
-  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || (env && !strcmp(env, "0"))) return;
-  if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
-  int cols = m->backend->xgrad_cols(m->layers[0].exe[0]);
-  if (cols <= 0) return;
-  m->fold_cols = cols;
-  m->fold_sums = dbuf(m, (size_t)m->task.vocab * (size_t)cols);
-}
-
-bool model_folds_embedding(const Model *m) { return m->fold_cols > 0; }
-
 /* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din (layer 0 of a folded embedding: leaves it
  * as the layer's product, plan_embedding_fold). */
 static void layer_backward(Model *m, int k, float *din, const float *dout) {
@@ -940,7 +938,7 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
     float *t = dcur;
     dcur = dnext, dnext = t;
   }
-  if (m->fold_cols) {
+  if (m->fold_cols) { /* a host back end's (Backend.xgrad_*): G is host memory, summed by runtime/nn */
     Layer *L0 = &m->layers[0];
     int ld, V = m->task.vocab;
     const float *G = m->backend->xgrad_rows(L0->exe[0], L0->work[0], &ld);

@@ -326,17 +326,16 @@ static void profile_step(CpuCell *c, const Phase *ph, int i, double s, double fl
 static void profile_add(CpuCell *c, CpuWork *w, const Phase *ph, int i, double s, int64_t rows, int64_t all_rows) {
   Profile *pr = &w->base.prof;
   const PStep *st = &ph->steps[i];
-  Region region = ph->region;
-  double flops = 0;
-  if (w->base.profile_steps && w->warm) profile_step(c, ph, i, s, profile_flops(c, st, all_rows));
-  GemmKind kind = region == REG_ALL ? GEMM_ALL_ROWS : GEMM_STEPWISE;
+  double flops = profile_flops(c, st, all_rows);
+  if (w->base.profile_steps && w->warm) profile_step(c, ph, i, s, flops);
+  GemmKind kind = ph->region == REG_ALL ? GEMM_ALL_ROWS : GEMM_STEPWISE;
   switch (st->kind) {
   case PS_ELEM:
     pr->elem_s += s;
     pr->elem_bytes += (double)rows * kernel_row_bytes(c, st->kernel);
     return;
-  case PS_GEMM: case PS_GEMM_T: flops = profile_flops(c, st, all_rows); break;
-  case PS_OUTER_ACC: flops = profile_flops(c, st, all_rows), kind = GEMM_WEIGHT_GRAD; break;
+  case PS_GEMM: case PS_GEMM_T: break;
+  case PS_OUTER_ACC: kind = GEMM_WEIGHT_GRAD; break;
   case PS_SCAN: pr->scan_s += s; return;
   case PS_RSCAN: pr->rscan_s += s; return;
   default: pr->other_s += s; return;
