@@ -119,7 +119,6 @@ static void *on_device(Compiled *c, const void *host, size_t bytes) {
 }
 
 int main(int argc, char **argv) {
-  cpu_blas_setup(); /* as cellc does: kernels from the CPU's features */
   if (argc < 6) {
     fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine]\n");
     return 2;

@@ -1,19 +1,17 @@
-/* peak.c: this machine's limits next to the BLAS cellc runs: the FMA peak at the widest
+/* peak.c: this machine's limits next to the GEMMs cellc runs: the FMA peak at the widest
  * vector width CPUID reports (independent FMA chains, 1 core and all cores), STREAM-like
  * copy bandwidth, and sgemm at the shapes of a GRU layer (B = 64, T = 512, H = D = 128 and
- * 256) as a fraction of the single-core peak, with the BLAS core that ran them.
+ * 256) as a fraction of the single-core peak: OpenBLAS with the core it loaded with, and
+ * cellc's own kernels (runtime/gemm/gemm.c, chosen from CPUID features; CELLC_GEMM=avx2 forces
+ * the AVX2 one, CELLC_GEMM=blas none).
  *
- *   make -f runtime/support/cpufeat.mk peak        # builds build/peak
- *   OPENBLAS_NUM_THREADS=1 ./build/peak            # the default: the core cellc picks
- *   OPENBLAS_NUM_THREADS=1 ./build/peak --no-apply # the library's own choice
- *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto    # plus the hand-written AVX-512 prototype
- * The NT and NN products also run on cellc's own kernels (runtime/gemm/gemm.c, the one
- * CPUID features choose; CELLC_GEMM=avx2 forces the AVX2 one, CELLC_GEMM=blas none).
- *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis     # plus BLIS (libblis4-*, opened with dlopen)
- *   OPENBLAS_CORETYPE=Haswell ./build/peak --override  # unset the pin, then switch: measures
- *                                                  # the re-initialization path itself
- * An OPENBLAS_CORETYPE in the environment is respected (the kernels line says so); unset it
- * (env -u OPENBLAS_CORETYPE) to see the choice from CPUID. Prints one line of JSON last. */
+ *   OPENBLAS_NUM_THREADS=1 ./build/peak                # OpenBLAS as the environment loads it
+ *   OPENBLAS_CORETYPE=$(./build/peak --coretype) ./build/peak   # OpenBLAS on the CPUID choice
+ *   ./build/peak --coretype   # only the OpenBLAS core of the CPU's widest width (empty: none)
+ *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto        # plus the hand-written AVX-512 prototype
+ *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis         # plus BLIS (libblis4-*, opened with dlopen)
+ * OpenBLAS picks its core when it loads (OPENBLAS_CORETYPE or its own detection); nothing
+ * here changes it afterwards (cpu_features.h says why). Prints one line of JSON last. */
 #include "support.h"
 #include "gemm.h"
 
@@ -300,7 +298,7 @@ static const char *trans_name(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb) {
 }
 
 int main(int argc, char **argv) {
-  bool apply = true, proto = false, blis = false, override = false;
+  bool proto = false, blis = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--fma") && i + 1 < argc) { /* only the FMA peak of that many threads, as JSON */
       CpuFeatures f = cpu_features_host();
@@ -312,31 +310,29 @@ int main(int argc, char **argv) {
       printf("{\"width\": %d, \"threads\": %d, \"fma_peak\": %.4g}\n", width, n, fma_peak_of(width, n, 40));
       return 0;
     }
-    if (!strcmp(argv[i], "--no-apply")) apply = false;
-    else if (!strcmp(argv[i], "--proto")) proto = true;
+    if (!strcmp(argv[i], "--coretype")) { /* for a peer's OPENBLAS_CORETYPE (bench/blas_env.sh) */
+      CpuFeatures f = cpu_features_host();
+      BlasChoice c = cpu_blas_choose(&f);
+      printf("%s\n", c.core ? c.core : "");
+      return 0;
+    }
+    if (!strcmp(argv[i], "--proto")) proto = true;
     else if (!strcmp(argv[i], "--blis")) blis = true;
-    else if (!strcmp(argv[i], "--override")) override = true;
     else {
-      fprintf(stderr, "usage: peak [--no-apply] [--override] [--proto] [--blis] | --fma THREADS\n");
+      fprintf(stderr, "usage: peak [--proto] [--blis] | --fma THREADS | --coretype\n");
       return 2;
     }
   }
-  /* first, before any BLAS call */
-  BlasState st;
-  memset(&st, 0, sizeof st);
-  if (override) unsetenv("OPENBLAS_CORETYPE"); /* the library has loaded with it already */
-  if (apply) st = *cpu_blas_setup();
   CpuFeatures f = cpu_features_host();
   int width = cpu_fma_width(&f), cores = omp_get_num_procs();
   char line[256];
-  if (apply) cpu_blas_describe(&st, line, sizeof line);
-  else snprintf(line, sizeof line, "kernels: %s (not applied: the library's own choice)", cpu_blas_corename());
+  cpu_blas_describe(line, sizeof line);
   const char *core = cpu_blas_corename();
 
   printf("cpu: %s family %d model %d; AVX2 %d FMA %d AVX-512 F/DQ/BW/VL %d%d%d%d BF16 %d AMX %d; OS saves YMM %d ZMM %d\n",
          f.vendor_id, f.family, f.model, f.avx2, f.fma, f.avx512f, f.avx512dq, f.avx512bw, f.avx512vl,
          f.avx512_bf16, f.amx_tile, f.os_ymm, f.os_zmm);
-  printf("%s\n", line);
+  printf("OpenBLAS %s\ncellc GEMM kernels: %s\n", line, gemm_isa_name(gemm_isa_default()));
   int blas_threads = openblas_get_num_threads();
 
   double peak1 = width >= 256 ? fma_peak(width, 1) : 0, peakn = width >= 256 ? fma_peak(width, cores) : 0;

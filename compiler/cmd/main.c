@@ -24,9 +24,6 @@ static void on_interrupt(int sig) {
 }
 
 int main(int argc, char **argv) {
-  /* first, before any BLAS call or thread: GEMM kernels of the CPU's widest vector width, chosen
-   * from its CPUID features rather than its model name (runtime/support/cpu_features.h) */
-  cpu_blas_setup();
   if (argc < 2) {
     cli_print_usage(stderr);
     return 2;

@@ -1,5 +1,5 @@
-/* cpu_features.c: CPUID decoding, the BLAS kernel choice it implies, and applying that
- * choice to OpenBLAS's DYNAMIC_ARCH dispatch at start-up (see cpu_features.h). */
+/* cpu_features.c: CPUID decoding, the BLAS kernel choice it implies, and what OpenBLAS runs
+ * (see cpu_features.h). */
 #include "cpu_features.h"
 
 #include <dlfcn.h>
@@ -135,85 +135,24 @@ int cpu_blas_core_width(const char *core) {
   return 0;
 }
 
-/* ---- applying it to OpenBLAS ---- */
+/* ---- what OpenBLAS runs ---- */
 
-/* OpenBLAS entry points, found at run time: openblas_get_corename is public;
- * gotoblas_dynamic_init/quit are exported by every DYNAMIC_ARCH build (Debian's included)
- * and are what the library's own constructor calls. */
+/* openblas_get_corename is looked up at run time so that any BLAS links. */
 typedef char *(*CorenameFn)(void);
-typedef void (*VoidFn)(void);
-
-static void *blas_sym(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 
 const char *cpu_blas_corename(void) {
-  CorenameFn fn = (CorenameFn)blas_sym("openblas_get_corename");
+  CorenameFn fn = (CorenameFn)dlsym(RTLD_DEFAULT, "openblas_get_corename");
   const char *s = fn ? fn() : NULL;
   return s ? s : "";
 }
 
-static void copy_name(char *dst, const char *src) { snprintf(dst, 32, "%s", src); }
-
-/* Re-runs the dispatch with OPENBLAS_CORETYPE=core (unset again after); true when the
- * library now runs a core of `width`. */
-static bool blas_switch(VoidFn quit, VoidFn init, const char *core, int width) {
-  setenv("OPENBLAS_CORETYPE", core, 1);
-  quit();
-  init();
-  unsetenv("OPENBLAS_CORETYPE");
-  return cpu_blas_core_width(cpu_blas_corename()) == width;
-}
-
-BlasState cpu_blas_apply(const BlasChoice *choice) {
-  BlasState s;
-  memset(&s, 0, sizeof s);
-  s.choice = *choice;
-  copy_name(s.core_before, cpu_blas_corename());
-  VoidFn quit = (VoidFn)blas_sym("gotoblas_dynamic_quit"), init = (VoidFn)blas_sym("gotoblas_dynamic_init");
-  const char *user = getenv("OPENBLAS_CORETYPE");
-  if (user && *user) s.applied = BLAS_KEPT_USER;
-  else if (!choice->core) s.applied = BLAS_NO_CHOICE;
-  else if (cpu_blas_core_width(s.core_before) == choice->width_bits) s.applied = BLAS_KEPT_LIBRARY;
-  else if (!quit || !init || !*s.core_before) s.applied = BLAS_UNSUPPORTED;
-  else {
-    s.applied = BLAS_SWITCHED;
-    /* A library that does not know a name falls back to Prescott: try the same-width
-     * fallback, and if that fails too, go back to what the library chose itself. */
-    if (!blas_switch(quit, init, choice->core, choice->width_bits) &&
-        !(choice->fallback && blas_switch(quit, init, choice->fallback, choice->width_bits))) {
-      blas_switch(quit, init, s.core_before, cpu_blas_core_width(s.core_before));
-      s.applied = BLAS_UNSUPPORTED;
-    }
-  }
-  copy_name(s.core_after, cpu_blas_corename());
-  s.width_after = cpu_blas_core_width(s.core_after);
-  return s;
-}
-
-const BlasState *cpu_blas_setup(void) {
-  static BlasState state;
-  static bool done;
-  if (!done) {
-    CpuFeatures f = cpu_features_host();
-    BlasChoice c = cpu_blas_choose(&f);
-    state = cpu_blas_apply(&c);
-    done = true;
-  }
-  return &state;
-}
-
-void cpu_blas_describe(const BlasState *s, char *buf, int size) {
-  static const char *how[] = {
-      [BLAS_KEPT_USER] = "kept: OPENBLAS_CORETYPE set by the user",
-      [BLAS_KEPT_LIBRARY] = "the library's own choice has that width",
-      [BLAS_SWITCHED] = "switched from",
-      [BLAS_NO_CHOICE] = "no AVX: the library's own choice",
-      [BLAS_UNSUPPORTED] = "this BLAS cannot be switched",
-  };
-  const char *core = *s->core_after ? s->core_after : "unknown BLAS core";
-  if (s->applied == BLAS_SWITCHED)
-    snprintf(buf, (size_t)size, "kernels: %s (%d-bit; CPU's widest %d-bit; switched from %s)", core, s->width_after,
-             s->choice.width_bits, s->core_before);
-  else
-    snprintf(buf, (size_t)size, "kernels: %s (%d-bit; CPU's widest %d-bit; %s)", core, s->width_after,
-             s->choice.width_bits, how[s->applied]);
+void cpu_blas_describe(char *buf, int size) {
+  CpuFeatures f = cpu_features_host();
+  BlasChoice c = cpu_blas_choose(&f);
+  const char *core = cpu_blas_corename(), *env = getenv("OPENBLAS_CORETYPE");
+  char from[96];
+  if (env && *env) snprintf(from, sizeof from, "OPENBLAS_CORETYPE=%s", env);
+  else snprintf(from, sizeof from, "the library's own choice");
+  snprintf(buf, (size_t)size, "kernels: %s (%d-bit; CPU's widest %d-bit; %s)", *core ? core : "unknown BLAS core",
+           cpu_blas_core_width(core), c.width_bits, from);
 }

@@ -1,6 +1,12 @@
 /* cpu_features.h: what the CPU can do, from CPUID and XGETBV (never from its model name),
- * and the BLAS kernels that follow from it: an OpenBLAS core type of the widest vector
- * width the CPU and the OS support, applied before the first GEMM. */
+ * and the OpenBLAS core type of the widest vector width the CPU and the OS support.
+ *
+ * cellc's own GEMM kernels (runtime/gemm) are chosen from these features; OpenBLAS only runs
+ * the fallbacks (CPUs without AVX2, K = 1 products, float64 in diag). Nothing here changes
+ * OpenBLAS's dispatch inside a running process: the library picks its core in its constructor
+ * and starts its worker threads there, so re-running the dispatch later races with them. A
+ * program that wants the chosen core in OpenBLAS (bench/ for its peers) sets OPENBLAS_CORETYPE
+ * to cpu_blas_choose's core in the environment the process starts with. */
 #ifndef CELLC_CPU_FEATURES_H
 #define CELLC_CPU_FEATURES_H
 
@@ -40,24 +46,6 @@ typedef struct BlasChoice {
   int width_bits;       /* 512, 256 or 128: the widest usable vector width */
 } BlasChoice;
 
-/* What cpu_blas_apply did. */
-typedef enum BlasApplied {
-  BLAS_KEPT_USER,    /* OPENBLAS_CORETYPE was set by the user: left alone */
-  BLAS_KEPT_LIBRARY, /* the library had already chosen a core of the chosen width */
-  BLAS_SWITCHED,     /* the library was re-initialized with the chosen core */
-  BLAS_NO_CHOICE,    /* no core to force (pre-AVX CPU) */
-  BLAS_UNSUPPORTED,  /* the BLAS in this process cannot be re-initialized (not OpenBLAS
-                        with DYNAMIC_ARCH): its own choice stands */
-} BlasApplied;
-
-typedef struct BlasState {
-  BlasApplied applied;
-  BlasChoice choice;
-  char core_before[32]; /* openblas_get_corename() before, "" when unknown */
-  char core_after[32];  /* and after: the core whose kernels run */
-  int width_after;      /* cpu_blas_core_width(core_after) */
-} BlasState;
-
 /* Reads CPUID and XGETBV on this machine (zeros on a non-x86 build). */
 CpuidLeaves cpu_cpuid_read(void);
 /* Decodes leaves into features; pure. */
@@ -72,18 +60,11 @@ BlasChoice cpu_blas_choose(const CpuFeatures *f);
  * 512, 256, 128, or 0 for a name it does not know. */
 int cpu_blas_core_width(const char *core);
 
-/* Applies `choice` to the OpenBLAS loaded in this process: unless the user set
- * OPENBLAS_CORETYPE, and unless the library already runs a core of the chosen width, it
- * re-initializes OpenBLAS's DYNAMIC_ARCH dispatch (gotoblas_dynamic_quit, then
- * gotoblas_dynamic_init with OPENBLAS_CORETYPE set for the call and restored after).
- * Call it first thing in main, before any BLAS call and before any thread runs one.
- * The OpenBLAS entry points are looked up with dlsym, so any BLAS links. */
-BlasState cpu_blas_apply(const BlasChoice *choice);
-/* cpu_blas_apply(cpu_blas_choose(cpu_features_host())), once per process. */
-const BlasState *cpu_blas_setup(void);
-/* The core OpenBLAS runs now (openblas_get_corename), "" when it cannot be asked. */
+/* The core OpenBLAS runs in this process (openblas_get_corename), "" when it cannot be asked. */
 const char *cpu_blas_corename(void);
-/* One line for logs and `make bench`: "kernels: Cooperlake (512-bit; switched from Haswell)". */
-void cpu_blas_describe(const BlasState *s, char *buf, int size);
+/* One line for logs and `make bench`: the core OpenBLAS runs, its width, the CPU's widest and
+ * where the core came from ("kernels: Prescott (128-bit; CPU's widest 512-bit; the library's
+ * own choice)"). */
+void cpu_blas_describe(char *buf, int size);
 
 #endif

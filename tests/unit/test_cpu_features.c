@@ -1,9 +1,8 @@
 /* test_cpu_features.c: the BLAS kernel choice from CPUID features: synthetic CPUs (AVX2 only,
  * AMD family 25 with AVX-512, Intel family 6 model 207) get kernels of their widest vector
- * width, never SSE with AVX2; this machine's choice matches its features and, applied,
- * makes OpenBLAS run a core of that width. The environment's OPENBLAS_CORETYPE is never
- * changed for other tests: the tests that unset it do so in their own process (Criterion
- * runs each test in a fresh process). */
+ * width, never SSE with AVX2; this machine's choice matches its features and, given to a new
+ * process as OPENBLAS_CORETYPE, makes OpenBLAS run a core of that width. The environment's
+ * OPENBLAS_CORETYPE is never changed. */
 #include "support.h"
 
 #include <cblas.h>
@@ -169,52 +168,37 @@ Test(cpu_features, host_choice_matches_host_features) {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_zmm) cr_expect_eq(c.width_bits, 512);
 }
 
-/* As the process starts: a user's OPENBLAS_CORETYPE is kept; without one, the core that runs
- * has the chosen width. */
-Test(cpu_features, setup_respects_the_environment_or_applies_the_choice) {
-  const char *user = getenv("OPENBLAS_CORETYPE");
-  const BlasState *s = cpu_blas_setup();
-  if (!*s->core_before) cr_skip_test("the BLAS in this process is not OpenBLAS");
-  if (user && *user) {
-    cr_expect_eq(s->applied, BLAS_KEPT_USER);
-    cr_expect_str_eq(s->core_after, s->core_before);
-    cr_expect_eq(cpu_blas_core_width(s->core_after), cpu_blas_core_width(user), "%s runs for OPENBLAS_CORETYPE=%s",
-                 s->core_after, user);
-  } else if (s->applied != BLAS_NO_CHOICE && s->applied != BLAS_UNSUPPORTED) {
-    cr_expect_eq(s->width_after, s->choice.width_bits, "%s runs on a %d-bit CPU", s->core_after, s->choice.width_bits);
-  }
+/* The OpenBLAS core this process loaded with computes correctly, and the kernels line names it,
+ * its width, the CPU's widest and where the core came from. */
+Test(cpu_features, describe_names_the_loaded_core) {
+  const char *core = cpu_blas_corename(), *env = getenv("OPENBLAS_CORETYPE");
+  if (!*core) cr_skip_test("the BLAS in this process is not OpenBLAS");
+  char line[256], want[128];
+  cpu_blas_describe(line, sizeof line);
+  CpuFeatures f = cpu_features_host();
+  snprintf(want, sizeof want, "kernels: %s (%d-bit; CPU's widest %d-bit; ", core, cpu_blas_core_width(core),
+           cpu_blas_choose(&f).width_bits);
+  cr_expect(!strncmp(line, want, strlen(want)), "'%s' starts with '%s'", line, want);
+  cr_expect(strstr(line, env && *env ? "OPENBLAS_CORETYPE=" : "the library's own choice"), "%s", line);
   expect_sgemm_correct();
 }
 
-/* The switch itself, on the real library, whatever it chose at load: force a narrower core,
- * then apply this machine's choice; the core that runs afterwards has its width. */
-Test(cpu_features, apply_switches_the_running_core) {
+/* What bench/ does for a peer: OPENBLAS_CORETYPE set to this CPU's choice in the environment a
+ * process starts with makes the OpenBLAS it loads run a core of the choice's width. */
+Test(cpu_features, the_choice_in_a_new_process_runs_at_its_width) {
   CpuFeatures f = cpu_features_host();
   BlasChoice c = cpu_blas_choose(&f);
   if (!c.core) cr_skip_test("no AVX here: nothing to choose");
   if (!*cpu_blas_corename()) cr_skip_test("the BLAS in this process is not OpenBLAS");
-  unsetenv("OPENBLAS_CORETYPE"); /* this test's process only */
-  BlasChoice narrow = {"Prescott", NULL, 128};
-  BlasState s = cpu_blas_apply(&narrow);
-  if (s.applied == BLAS_UNSUPPORTED) cr_skip_test("OpenBLAS without DYNAMIC_ARCH: %s", s.core_after);
-  cr_assert_eq(cpu_blas_core_width(cpu_blas_corename()), 128, "now %s", cpu_blas_corename());
-  s = cpu_blas_apply(&c);
-  cr_expect_eq(s.applied, BLAS_SWITCHED);
-  cr_expect_str_eq(s.core_before, "Prescott");
-  cr_expect_eq(cpu_blas_core_width(cpu_blas_corename()), c.width_bits, "%s runs on a %d-bit CPU", cpu_blas_corename(),
-               c.width_bits);
-  cr_expect_null(getenv("OPENBLAS_CORETYPE"), "the environment is left as it was");
-  expect_sgemm_correct();
-}
-
-/* A user's pin is never overridden, even when it is narrower than the CPU. */
-Test(cpu_features, apply_keeps_a_user_pin) {
-  setenv("OPENBLAS_CORETYPE", "Haswell", 1); /* this test's process only */
-  BlasChoice wide = {"SkylakeX", NULL, 512};
-  const char *before = cpu_blas_corename();
-  char copy[32];
-  snprintf(copy, sizeof copy, "%s", before);
-  BlasState s = cpu_blas_apply(&wide);
-  cr_expect_eq(s.applied, BLAS_KEPT_USER);
-  cr_expect_str_eq(cpu_blas_corename(), copy);
+  char cmd[512], got[64] = "";
+  snprintf(cmd, sizeof cmd,
+           "env OPENBLAS_CORETYPE=%s /usr/bin/python3 -c \"import ctypes; l = ctypes.CDLL('libopenblas.so.0'); "
+           "l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())\"",
+           c.core);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  cr_assert(fgets(got, sizeof got, p), "no answer from %s", cmd);
+  pclose(p);
+  got[strcspn(got, "\n")] = 0;
+  cr_expect_eq(cpu_blas_core_width(got), c.width_bits, "OPENBLAS_CORETYPE=%s loads %s", c.core, got);
 }
