@@ -22,6 +22,11 @@ ifeq ($(SAN),1)
   BUILD  := build/asan
   OPT    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 endif
+# ThreadSanitizer: a bin of its own for `make stress` (tests/stress.py)
+ifeq ($(SAN),tsan)
+  BUILD  := build/tsan
+  OPT    := -O1 -fsanitize=thread -fno-omit-frame-pointer
+endif
 
 CFLAGS   := -std=c11 $(OPT) -g -fopenmp -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP \
             
@@ -80,11 +85,11 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu task_dump
-ifeq ($(SAN),1)
-all: $(BUILD)/cellc $(BUILD)/task_dump
-else
+.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu task_dump stress
+ifeq ($(SAN),0)
 all: bin/cellc $(BUILD)/task_dump
+else
+all: $(BUILD)/cellc $(BUILD)/task_dump
 endif
 
 bin/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
@@ -132,7 +137,8 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
 	re2c -W -Werror --no-generation-date -o $@ $<
 
-$(BUILD)/gen/parser.c $(BUILD)/gen/parser.h: lang/parser.y
+# one bison run writes both (a grouped target: -j must not run it twice at once)
+$(BUILD)/gen/parser.c $(BUILD)/gen/parser.h &: lang/parser.y
 	@mkdir -p $(dir $@)
 	bison -Wall -Werror --header=$(BUILD)/gen/parser.h -o $(BUILD)/gen/parser.c $<
 
@@ -168,6 +174,14 @@ test: deps
 	@sh tests/run_all.sh
 
 fuzz: $(BUILD)/fuzz_frontend
+
+# Every command many times at once under load, on the optimized build, under ASan/UBSan, under
+# TSan and under valgrind (tests/stress.sh; STRESS_RUNS scales it). `make test` runs a smaller
+# one (tests/suite_stress.sh).
+stress: deps all
+	$(MAKE) SAN=1 all
+	$(MAKE) SAN=tsan all
+	@sh tests/stress.sh
 
 # The front-end fuzz target (tests/fuzz.sh runs it): every source it links.
 $(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check/check.c compiler/check/dims.c \
