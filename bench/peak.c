@@ -8,6 +8,7 @@
  *   OPENBLAS_NUM_THREADS=1 ./build/peak                # OpenBLAS as the environment loads it
  *   OPENBLAS_CORETYPE=$(./build/peak --coretype) ./build/peak   # OpenBLAS on the CPUID choice
  *   ./build/peak --coretype   # only the OpenBLAS core of the CPU's widest width (empty: none)
+ *   ./build/peak --gemm       # only the GEMM kernels cellc runs here
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --proto        # plus the hand-written AVX-512 prototype
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis         # plus BLIS (libblis4-*, opened with dlopen)
  * OpenBLAS picks its core when it loads (OPENBLAS_CORETYPE or its own detection); nothing
@@ -316,10 +317,14 @@ int main(int argc, char **argv) {
       printf("%s\n", c.core ? c.core : "");
       return 0;
     }
+    if (!strcmp(argv[i], "--gemm")) { /* the GEMM kernels cellc runs here (bench/blas_env.sh) */
+      printf("%s\n", gemm_isa_name(gemm_isa_default()));
+      return 0;
+    }
     if (!strcmp(argv[i], "--proto")) proto = true;
     else if (!strcmp(argv[i], "--blis")) blis = true;
     else {
-      fprintf(stderr, "usage: peak [--proto] [--blis] | --fma THREADS | --coretype\n");
+      fprintf(stderr, "usage: peak [--proto] [--blis] | --fma THREADS | --coretype | --gemm\n");
       return 2;
     }
   }

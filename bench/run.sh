@@ -16,6 +16,7 @@ set -e
 cd "$(dirname "$0")/.."
 th=${CELLC_BENCH_THREADS:-1}
 export CELLC_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th
+. bench/blas_env.sh
 out=bench/results
 mkdir -p $out
 raw=$out/latest.jsonl
@@ -23,15 +24,11 @@ raw=$out/latest.jsonl
 B=64
 configs="512:128"
 [ -n "$CELLC_BENCH_QUICK" ] || configs="512:128 512:256 2048:128 2048:256"
-# the machine's peak (FMA at its widest vector width, 1 core and all), the BLAS kernels chosen from
-# its CPUID features and the ones that ran, sgemm at the GRU layer's shapes as a fraction of the
-# peak (build/peak, bench/peak.c); an OPENBLAS_CORETYPE in the environment is kept, so a second
-# run shows the CPUID choice without it
-{ echo "Machine limits and BLAS kernels (build/peak):"; echo; OPENBLAS_NUM_THREADS=1 ./build/peak | sed 's/^/    /'
-  if [ -n "$OPENBLAS_CORETYPE" ]; then
-    echo; echo "Without OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (the CPUID choice):"; echo
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 ./build/peak | sed 's/^/    /'
-  fi; } > $out/peak.md
+# the machine's peak (FMA at its widest vector width, 1 core and all), the GEMM kernels cellc runs
+# and the OpenBLAS core the peers run (the CPUID choice, bench/blas_env.sh), sgemm at the GRU
+# layer's shapes as a fraction of the peak on both (build/peak, bench/peak.c)
+{ echo "Machine limits and GEMM kernels (build/peak; OpenBLAS as the peers run it, $peer_env):"; echo
+  env $peer_env OPENBLAS_NUM_THREADS=1 ./build/peak | sed 's/^/    /'; } > $out/peak.md
 # limits first and last (the best of the two counts): this machine is shared and noisy
 ./build/bench_cell x 128 128 512 $B --machine | sed 's/^{/{"kind": "machine", /' >> $raw
 cells="gru lstm mgu mgu_see_h lru hgru mingru"
@@ -47,10 +44,10 @@ for cfg in $configs; do
     # interleaved: cellc, PyTorch, cellc, PyTorch; the table keeps each one's best
     for round in 1 2; do
       ./build/bench_cell $file $H $H $T $B --reps 3 $set | sed "s/^{/{\"kind\": \"cellc\", \"name\": \"$cell\", /" >> $raw
-      /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B $style 2 | sed 's/^{/{"kind": "torch", /' >> $raw
+      env $peer_env /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B $style 2 | sed 's/^{/{"kind": "torch", /' >> $raw
     done
     if [ $T = 512 ] && [ $H = 128 ] && [ $style = unbind ]; then
-      /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B index 1 | sed 's/^{/{"kind": "torch", /' >> $raw
+      env $peer_env /usr/bin/python3 bench/torch_cells.py $cell $H $H $T $B index 1 | sed 's/^{/{"kind": "torch", /' >> $raw
     fi
     echo "bench: $cell T=$T H=$H done" >&2
   done

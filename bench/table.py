@@ -9,6 +9,9 @@ copy_bw = max(m["stream_copy_bytes_per_s"] for m in machines)
 gemm = max(m["sgemm_flops"] for m in machines)
 print(f"Machine limits measured in this run: STREAM copy {copy_bw / 1e9:.2f} GB/s (read + write; memcpy {memcpy_bw / 1e9:.2f} GB/s), "
       f"sgemm {gemm / 1e9:.1f} GFLOP/s ([T*B, D] x [D, 3H] at T=512, B=64, H=D=128).\n")
+cores = sorted({r.get("blas_core", "") for r in rows if r["kind"] == "torch"})
+print(f"PyTorch's OpenBLAS kernels: {', '.join(c or 'unknown' for c in cores)} (bench/blas_env.sh: the CPUID choice); "
+      "cellc's GEMM kernels: in the limits below.\n")
 print("| cell | T | H=D | cellc s | PyTorch s | peer | speedup | PyTorch x[t] loop s | speedup vs x[t] | cellc GEMM share | scan-mode elementwise + scan GB/s (of copy) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 torch = {}

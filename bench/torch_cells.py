@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from blas_core import openblas_core  # noqa: E402
+
 
 def lin(o, i):
     return (torch.randn(o, i) / i ** 0.5).requires_grad_()
@@ -152,7 +154,7 @@ def main():
         sync()
         best = min(best, time.perf_counter() - t0)
     print(json.dumps(dict(cell=cell, H=H, D=D, T=T, B=B, style=style, device=device, threads=torch.get_num_threads(),
-                          total_s=best)))
+                          blas_core=openblas_core(), total_s=best)))
 
 
 if __name__ == "__main__":

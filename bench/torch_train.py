@@ -33,6 +33,8 @@ import time
 
 import torch
 
+from blas_core import openblas_core  # noqa: E402
+
 
 class Model(torch.nn.Module):
     def __init__(self, vocab, width, layers, cell="gru"):
@@ -148,7 +150,7 @@ def main():
     print(json.dumps(dict(
         kind="torch_train", cell=a.cell, peer=f"nn.{NN[a.cell].__name__}" if a.peer == "nn" else "loop (unbind)",
         layers=a.layers, width=a.width, T=a.T, B=a.B,
-        threads=torch.get_num_threads(), torch=torch.__version__, device=a.device, flush_denormal=a.flush_denormal, warmup=a.warmup, steps=a.steps,
+        threads=torch.get_num_threads(), torch=torch.__version__, blas_core=openblas_core(), device=a.device, flush_denormal=a.flush_denormal, warmup=a.warmup, steps=a.steps,
         tokens_per_s=tokens * len(step_s) / sum(step_s),
         step_s_median=statistics.median(step_s), step_s_min=min(step_s), step_s_max=max(step_s),
         data_s_per_step=sum(data_s) / len(data_s),

@@ -4,6 +4,7 @@
 #   (TRAIN_BENCH_STEPS, rounded up to a multiple of the log interval; 10 with CELLC_BENCH_QUICK).
 
 py=/usr/bin/python3
+. bench/blas_env.sh
 # the runs use bin/cellc (`make all` installs it): refuse one older than the build's
 if [ ! -x bin/cellc ] || { [ -e build/cellc ] && [ build/cellc -nt bin/cellc ]; }; then
   echo "bench: bin/cellc is missing or older than build/cellc: run make all first" >&2

@@ -67,7 +67,7 @@ done
 
 # torch_train CELL PEER WIDTH LAYERS THREADS WARMUP STEPS ROUND PROBE(0|1): one PyTorch run
 torch_train() {
-  if ! env OMP_NUM_THREADS=$5 OPENBLAS_NUM_THREADS=$5 MKL_NUM_THREADS=$5 \
+  if ! env $peer_env OMP_NUM_THREADS=$5 OPENBLAS_NUM_THREADS=$5 MKL_NUM_THREADS=$5 \
        $py bench/torch_train.py --cell $1 --peer $2 --width $3 --layers $4 --threads $5 \
        --warmup $6 --steps $7 $ftz > $tmp/torch.out 2> $tmp/torch.err; then
     cat $tmp/torch.err >&2
@@ -126,9 +126,10 @@ for L in $layers; do
 done
 
 [ -n "$out" ] && cat $lines >> "$out"
-$py - $lines "$matrix" <<'PY'
+$py - $lines "$matrix" "$cellc_gemm" "$peer_core" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+gemm, chosen = sys.argv[3], sys.argv[4]
 order = [tuple(p.split(":")) for p in dict.fromkeys(sys.argv[2].split())]
 cellc = [r for r in rows if r["kind"] == "cellc_train"]
 torch = [r for r in rows if r["kind"] == "torch_train" and not r["probe"]]
@@ -138,7 +139,10 @@ ftz = any(r["flush_denormal"] for r in torch)
 print(f"cellc train on {cellc[0]['threads']} threads, PyTorch {torch[0]['torch']} on its best thread count "
       f"(probed: {' '.join(str(t) for t in sorted({r['threads'] for r in probes})) or 'no probe'})"
       f"{', torch.set_flush_denormal(True)' if ftz else ''}; T=512, B=64; best of {max(r['round'] for r in cellc)} "
-      f"interleaved rounds, {cellc[0]['steps']} timed steps each; tokens/s.\n")
+      f"interleaved rounds, {cellc[0]['steps']} timed steps each; tokens/s.")
+ran = sorted({r.get("blas_core", "") for r in torch})
+print(f"Kernels: cellc's own GEMM ({gemm}); PyTorch's OpenBLAS {', '.join(ran) or 'unknown'} "
+      f"(OPENBLAS_CORETYPE={chosen or 'unset'}, the CPUID choice).\n")
 print("| cell | peer | H | layers | cellc tokens/s | PyTorch tokens/s | PyTorch threads | cellc / PyTorch | target |")
 print("|---|---|---|---|---|---|---|---|---|")
 for L in sorted({r["layers"] for r in cellc}):
