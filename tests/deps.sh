@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages cellc needs, when missing (apt-get, no recommends).
-pkgs="re2c bison llvm-dev clang libclang-rt-14-dev libopenblas-dev liblapack-dev libplplot-dev plplot-driver-cairo libcriterion-dev libcjson-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy"
+pkgs="re2c bison llvm-dev clang libclang-rt-14-dev libomp-14-dev valgrind libopenblas-dev liblapack-dev libplplot-dev plplot-driver-cairo libcriterion-dev libcjson-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
