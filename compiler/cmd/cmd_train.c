@@ -1006,6 +1006,13 @@ static void pin_config(Run *r) {
     CHECK(cfg_set(r->cfg, set) == 0);
     free(set);
   }
+  /* model.hidden binds a dim H other than the input's; for any other cell its default sets
+   * nothing, and written out it would be a setting the cell refuses when the run is repeated */
+  bool input_h = false, binds_h = false;
+  for (int i = 0; i < c0->ndims; i++)
+    if (!strcmp(c0->dims[i].name, "H")) input_h = c0->dims[i].from_input, binds_h = !input_h;
+  if (!binds_h && !cfg_is_set(r->cfg, "model.hidden"))
+    cfg_mark_unused(r->cfg, "model.hidden", input_h ? "the cell's input dim is H: model.width sets it" : "the cell has no dim H");
 }
 
 /* --dry-run: the model, as PyTorch's print(model): each tensor with its shape and size, the
