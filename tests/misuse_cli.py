@@ -234,6 +234,22 @@ p = write("notadir", "x")
 r = train(p)
 check("train --out FILE (not a directory): status 3, the file untouched", r.rc == 3 and open(p).read() == "x", r.why())
 
+# missing directories above an output: created, as mkdir -p, by every command that writes one
+OUTS = {"run": lambda o: cellc(*RUN, "--out", os.path.join(o, "o.safetensors")),
+        "train": lambda o: train(o),
+        "diag": lambda o: cellc("diag", GRU, cfg, "--out", o),
+        "emit": lambda o: cellc("emit", GRU, "--dims", "H=4,D=3", "--out", o)}
+for cmd, go in OUTS.items():
+    base = os.path.join(tmp, "parents-" + cmd)
+    o = os.path.join(base, "a", "b")
+    r = go(o)
+    check(f"{cmd} --out under directories that do not exist: created with their parents",
+          r.rc == 0 and os.path.isdir(os.path.join(base, "a")) and os.listdir(o), r.why())
+    blocker = write(f"parents-{cmd}-file", "x")
+    r = go(os.path.join(blocker, "b"))
+    check(f"{cmd} --out under a path that is a file: status 3, naming it, the file untouched",
+          r.rc == 3 and f"'{blocker}'" in r.err and "not a directory" in r.err and open(blocker).read() == "x", r.why())
+
 # ---------------------------------------------------------------- reuse of a run directory
 
 d = os.path.join(tmp, "reuse")
