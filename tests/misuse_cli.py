@@ -234,6 +234,22 @@ p = write("notadir", "x")
 r = train(p)
 check("train --out FILE (not a directory): status 3, the file untouched", r.rc == 3 and open(p).read() == "x", r.why())
 
+# missing directories above an output: created, as mkdir -p, by every command that writes one
+OUTS = {"run": lambda o: cellc(*RUN, "--out", os.path.join(o, "o.safetensors")),
+        "train": lambda o: train(o),
+        "diag": lambda o: cellc("diag", GRU, cfg, "--out", o),
+        "emit": lambda o: cellc("emit", GRU, "--dims", "H=4,D=3", "--out", o)}
+for cmd, go in OUTS.items():
+    base = os.path.join(tmp, "parents-" + cmd)
+    o = os.path.join(base, "a", "b")
+    r = go(o)
+    check(f"{cmd} --out under directories that do not exist: created with their parents",
+          r.rc == 0 and os.path.isdir(os.path.join(base, "a")) and os.listdir(o), r.why())
+    blocker = write(f"parents-{cmd}-file", "x")
+    r = go(os.path.join(blocker, "b"))
+    check(f"{cmd} --out under a path that is a file: status 3, naming it, the file untouched",
+          r.rc == 3 and f"'{blocker}'" in r.err and "not a directory" in r.err and open(blocker).read() == "x", r.why())
+
 # ---------------------------------------------------------------- reuse of a run directory
 
 d = os.path.join(tmp, "reuse")
@@ -381,6 +397,75 @@ check("config.cfg names the cell and its options", re.search(r"^cell\s*=\s*mgu",
 r2 = cellc("train", MGU, os.path.join(d, "config.cfg"), "--out", os.path.join(tmp, "pinned-again"))
 check("a run repeated from its config.cfg gives the same final line", r.rc == 0 and r2.rc == 0 and r2.last() == r.last(),
       r2.why())
+
+# ---------------------------------------------------------------- the configuration against the cell's dims
+
+NOH = write("noh.cell", """cell noh {
+  input x[D]
+  dim   K
+  state h[K]
+  param Wx[K, D] ~ standard
+  param Wh[K, K] ~ standard
+  h = tanh(Wx @ x + Wh @ h)
+}
+""")
+NOH_CFG = TINY.replace("hidden  = 5", "dims.K  = 3")
+noh_cfg = write("noh.cfg", NOH_CFG)
+hidden_line = NOH_CFG.splitlines().index("dims.K  = 3") + 1
+with_hidden = write("noh-hidden.cfg", NOH_CFG.replace("dims.K  = 3", "dims.K  = 3\nhidden  = 16"))
+d = os.path.join(tmp, "noh-hidden")
+r = cellc("train", NOH, with_hidden, "--out", d)
+check("model.hidden in the file for a cell without a dim H: status 1, located at the key, naming the cell's dims, "
+      "nothing written", r.rc == 1 and f"{with_hidden}:{hidden_line + 1}:1: error:" in r.err and "no dim H" in r.err
+      and "its dims are D (the input's size: model.width) and K" in r.err and not os.path.exists(d), r.why())
+d = os.path.join(tmp, "noh-hidden-set")
+r = cellc("train", NOH, noh_cfg, "--out", d, "--set", "model.hidden=16")
+check("--set model.hidden for a cell without a dim H: status 1, naming the --set and the cell's dims",
+      r.rc == 1 and "--set model.hidden=16:" in r.err and "its dims are D (the input's size: model.width) and K" in r.err
+      and not os.path.exists(d), r.why())
+r = cellc("diag", NOH, noh_cfg, "--out", os.path.join(tmp, "noh-diag"), "--set", "model.hidden=16")
+check("diag refuses model.hidden for a cell without a dim H as train does", r.rc == 1 and "no dim H" in r.err, r.why())
+r = cellc("train", NOH, noh_cfg, "--out", os.path.join(tmp, "noh-dims"), "--set", "model.dims.Q=4")
+check("model.dims.NAME for a dim the cell lacks: status 1, naming the cell's dims",
+      r.rc == 1 and "--set model.dims.Q=4:" in r.err and "has no dim 'Q'" in r.err
+      and "its dims are D (the input's size: model.width) and K" in r.err, r.why())
+d = os.path.join(tmp, "noh-run")
+r = cellc("train", NOH, noh_cfg, "--out", d)
+text = open(os.path.join(d, "config.cfg")).read() if r.rc == 0 else ""
+check("a cell without a dim H trains with model.hidden unset; config.cfg does not set model.hidden nor say it binds H",
+      r.rc == 0 and re.search(r"^hidden\s*=", text, re.M) is None and "binds dim H" not in text
+      and re.search(r"^# hidden = 128: unused", text, re.M) is not None, r.why() + text)
+r2 = cellc("train", NOH, os.path.join(d, "config.cfg"), "--out", os.path.join(tmp, "noh-again"))
+check("that run repeated from its config.cfg gives the same final line", r.rc == 0 and r2.rc == 0 and r2.last() == r.last(),
+      r2.why())
+INH = write("inh.cell", "cell inh {\n  input x[H]\n  state h[H]\n  param W[H, H] ~ standard\n  h = tanh(W @ x + h)\n}\n")
+d = os.path.join(tmp, "inh-run")
+r = cellc("train", INH, write("inh.cfg", TINY.replace("hidden  = 5\n", "")), "--out", d)
+r2 = cellc("train", INH, os.path.join(d, "config.cfg"), "--out", os.path.join(tmp, "inh-again"))
+check("a cell whose input dim is H (model.width sizes it): repeated from its config.cfg, the same final line",
+      r.rc == 0 and r2.rc == 0 and r2.last() == r.last(), r.why() + " | " + r2.why())
+
+# the limit on a cell's params: check, run and train refuse it in the same words, however the dims are bound
+BIG = write("big.cell", """cell big {
+  input x[D]
+  dim   H = 40000
+  state h[H]
+  param Wf[H, D] ~ standard
+  param Rf[H, H] ~ standard
+  param Rg[H, H] ~ standard
+  h = tanh(Wf @ x + Rf @ h + Rg @ h)
+}
+""")
+rs = [cellc("check", BIG, "--dims", "D=4,H=40000"), cellc("run", BIG, "--dims", "D=4,H=40000", "--out", os.path.join(tmp, "big.st")),
+      cellc("train", BIG, cfg, "--set", "model.hidden=40000", "--dry-run")]
+first = [r.err.splitlines()[0] if r.err else "" for r in rs]
+check("params over the limit bound by --dims or task.cfg: check, run and train give one message, on the total and its limit",
+      all(r.rc == 1 for r in rs) and len(set(first)) == 1 and "hold 3200160000 elements together" in first[0]
+      and "over the limit of 2147483647" in first[0] and "too large" not in first[0], " | ".join(r.why() for r in rs))
+r = cellc("check", BIG)
+check("check with D unbound refuses the cell too: the params it can size are already over the limit",
+      r.rc == 1 and "hold at least 3200000000 elements together (not counting 'Wf'" in r.err
+      and "over the limit of 2147483647" in r.err, r.why())
 
 # ---------------------------------------------------------------- help
 

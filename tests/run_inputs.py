@@ -100,7 +100,7 @@ if ok:
     b, _ = sft.read(out2)
     ok = set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
 check("replay_out_file", ok, err)
-# an unwritable output: exit 3, nothing left behind
-rc, err = run(cell + ["--out", "/nonexistent-dir/out.st"])
-check("unwritable_out", rc == 3 and "nonexistent-dir" in err, f"rc={rc} {err.strip()[:200]}")
+# an unwritable output (its directory would be a device, which cannot be made a directory): exit 3, naming it
+rc, err = run(cell + ["--out", "/dev/null/out.st"])
+check("unwritable_out", rc == 3 and "'/dev/null'" in err and "not a directory" in err, f"rc={rc} {err.strip()[:200]}")
 finish()

@@ -1347,6 +1347,50 @@ static void analyze(Checker *k) {
 
 /* ---- binding dims to values ---- */
 
+/* The params of a cell together hold at most PARAMS_MAX elements (a complex param counts its real
+ * and imaginary parts): the lowered program, its plan (matrices stacked for one GEMM) and the
+ * back ends count a cell's elements in int. One rule for every command: with every dim bound the
+ * total is exact; with some unbound (check), the params whose sizes are known already count, so a
+ * cell that can never fit is refused by check too, in the same words. */
+#define PARAMS_MAX 2147483647L
+
+static void check_params_total(Checker *k, const long *values, bool all) {
+  Cell *c = k->c;
+  long total = 0, largest = -1;
+  int big = -1;
+  char unknown[256] = "";
+  size_t nu = 0;
+  for (int i = 0; i < c->nparams; i++) {
+    const ParamInfo *p = &c->params[i];
+    long numel = p->cplx ? 2 : 1, v;
+    bool known = true;
+    for (int j = 0; j < p->rank; j++)
+      if (!dims_eval(&c->dt, p->dim[j], values, &v) || v < 1) known = false;
+      else if (__builtin_mul_overflow(numel, v, &numel)) numel = LONG_MAX;
+    if (!known) {
+      if (nu < sizeof unknown) nu += (size_t)snprintf(unknown + nu, sizeof unknown - nu, "%s'%s'", nu ? ", " : "", p->name);
+      continue;
+    }
+    if (__builtin_add_overflow(total, numel, &total)) total = LONG_MAX;
+    if (numel > largest) largest = numel, big = i;
+  }
+  if (total <= PARAMS_MAX) return;
+  const ParamInfo *p = &c->params[big];
+  char shape[64] = "";
+  for (int j = 0, n = 0; j < p->rank; j++) {
+    long v;
+    dims_eval(&c->dt, p->dim[j], values, &v);
+    n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%ld", j ? ", " : "", v);
+  }
+  const char *sat = total == LONG_MAX ? "or more " : "";
+  if (all)
+    fail(k, p->loc, "the params of cell '%s' hold %ld %selements together, over the limit of %ld (2^31 - 1) on a cell's params; "
+         "the largest is '%s' [%s]%s with %ld", c->name, total, sat, PARAMS_MAX, p->name, shape, p->cplx ? " complex" : "", largest);
+  fail(k, p->loc, "the params of cell '%s' hold at least %ld %selements together (not counting %s, sized by unbound dims), "
+       "over the limit of %ld (2^31 - 1) on a cell's params; the largest is '%s' [%s]%s with %ld", c->name, total, sat, unknown,
+       PARAMS_MAX, p->name, shape, p->cplx ? " complex" : "", largest);
+}
+
 static bool bind(Checker *k) {
   Cell *c = k->c;
   long *values = arena_alloc(k->arena, sizeof(long) * (size_t)(c->ndims + 1));
@@ -1368,7 +1412,7 @@ static bool bind(Checker *k) {
         char *end;
         long v = strtol(b->value, &end, 10);
         if (!*b->value || *end || v < 1 || v > 1000000000) {
-          diag_plain("--dims %s=%s: a dim is a positive integer", b->name, b->value);
+          diag_plain("--dims %s=%s: a dim is an integer from 1 to 10^9", b->name, b->value);
           longjmp(k->fail, 1);
         }
         values[c->dims[j].sym] = v;
@@ -1396,13 +1440,15 @@ static bool bind(Checker *k) {
       if (k->o->need_bound && c->dims[i].from_input)
         fail(k, c->dims[i].loc, "unbound dim '%s': the input's size needs a value (--dims %s=..., or `width` in task.cfg)",
              c->dims[i].name, c->dims[i].name);
-      if (k->o->need_bound) {
-        fail(k, c->dims[i].loc, "unbound dim '%s': give it a value (--dims %s=..., or `dims.%s` / `hidden` in task.cfg) or a default (dim %s = 64)",
-             c->dims[i].name, c->dims[i].name, c->dims[i].name, c->dims[i].name);
+      if (k->o->need_bound) { /* in task.cfg, `hidden` binds H and `dims.NAME` any other dim */
+        const char *name = c->dims[i].name, *cfg = strcmp(name, "H") ? arena_printf(k->arena, "dims.%s", name) : "hidden";
+        fail(k, c->dims[i].loc, "unbound dim '%s': give it a value (--dims %s=..., or `%s` in task.cfg) or a default (dim %s = 64)",
+             name, name, cfg, name);
       }
     }
   }
   if (!all) {
+    check_params_total(k, values, false);
     return false;
   }
   /* every size in the graph and the interface */
@@ -1417,22 +1463,19 @@ static bool bind(Checker *k) {
       n->n[i] = (int)v;
     }
   }
-  long total = 0;
   for (int i = 0; i < c->nparams; i++) {
     ParamInfo *p = &c->params[i];
-    long numel = 1;
     for (int j = 0; j < p->rank; j++) {
       long v;
       if (!dims_eval(&c->dt, p->dim[j], values, &v) || v < 1 || v > 1000000000) {
         fail(k, p->loc, "the shape of param '%s' has a size that is not positive with the dims given", p->name);
       }
       p->n[j] = (int)v;
-      numel *= v;
     }
-    total += numel * (p->cplx ? 2 : 1);
-    if (numel > (1L << 31) || total > (1L << 31)) {
-      fail(k, p->loc, "param '%s' is too large (%ld elements)", p->name, numel);
-    }
+  }
+  check_params_total(k, values, true);
+  for (int i = 0; i < c->nparams; i++) {
+    ParamInfo *p = &c->params[i];
     for (int j = 0; j < p->ninit_args && p->ref < 0; j++) {
       if (j >= 8 || !eval_init_expr(c, p->init_args[j], &p->args[j]) || !isfinite(p->args[j])) {
         fail(k, p->init_args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");

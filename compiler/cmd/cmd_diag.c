@@ -710,7 +710,6 @@ static char *out_dir(Diag *d) {
   char stamp[32];
   time_t now = time(NULL);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-  mkdir("runs", 0777);
   return xasprintf("runs/diag-%s-%s-%s", model_cell_name(d->run.model), cfg_word(d->run.cfg, "task.name"), stamp);
 }
 
@@ -743,13 +742,17 @@ static int write_all(Diag *d, const char *dir) {
     diag_plain("%s: exists and is not an empty directory: cellc diag writes a new one (remove it, or give another --out)", dir);
     return 3;
   }
+  char err[1024];
+  if (fsout_make_parents(dir, err, sizeof err) < 0) { /* as every command does for its output */
+    diag_plain("%s", err);
+    return 3;
+  }
   char *tmp = xasprintf("%s.partial-%d", dir, (int)getpid());
   if (mkdir(tmp, 0777) != 0) {
     diag_plain("%s: cannot create: %s", tmp, strerror(errno));
     free(tmp);
     return 3;
   }
-  char err[1024];
   char *text = diag_json(d), *jp = xasprintf("%s/diag.json", tmp), *sp = xasprintf("%s/jacobians.safetensors", tmp);
   int rc = fsout_write_file(jp, text, strlen(text), err, sizeof err) < 0 || write_jacobians(d, sp, err, sizeof err) < 0 ||
            diag_write_plots(d, d->compare, tmp, err, sizeof err) < 0 ? 3 : 0;

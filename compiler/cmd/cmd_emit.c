@@ -93,24 +93,17 @@ static void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
-/* The folders above path that are missing, created (mkdir -p of its parent). */
-static void make_parents(const char *path) {
-  char *p = xstrdup(path);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    mkdir(p, 0777);
-    *s = '/';
-  }
-  free(p);
-}
-
 /* A fresh directory beside out; NULL with a message. */
 static char *make_temp_dir(const char *out) {
   char *t = xmalloc(strlen(out) + 32);
   size_t n = strlen(out);
   while (n > 1 && out[n - 1] == '/') n--;
-  make_parents(out);
+  char err[PATH_MAX + 256];
+  if (fsout_make_parents(out, err, sizeof err) < 0) {
+    diag_plain("%s", err);
+    free(t);
+    return NULL;
+  }
   sprintf(t, "%.*s.tmp-XXXXXX", (int)n, out);
   if (!mkdtemp(t)) {
     diag_plain("cannot create a directory beside %s: %s", out, strerror(errno));

@@ -1,5 +1,6 @@
 /* cmd_run.c: `cellc run` (one cell on data, forward and backward, every
  * tensor of the CLI spec's table written out) and `cellc derive`. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -543,12 +544,15 @@ static int write_outputs(const RunData *r) {
   for (int i = 0; i < r->c->ngates; i++) tensor_write(w, &r->gates[i], dt);
   for (int i = 0; i < r->p->nnoise; i++) tensor_write(w, &r->noise[i], dt);
   set_meta(w, r);
-  char err[512];
+  char err[PATH_MAX + 512];
   int status = 0;
-  if (sft_write(w, r->a->out, err, sizeof err) < 0) {
+  /* the directories above the file (above a link's target, for a link) made as for every output */
+  char *target = fsout_target(r->a->out, err, sizeof err);
+  if (!target || fsout_make_parents(target, err, sizeof err) < 0 || sft_write(w, r->a->out, err, sizeof err) < 0) {
     diag_plain("%s", err);
     status = 3;
   }
+  free(target);
   sft_writer_free(w);
   return status;
 }

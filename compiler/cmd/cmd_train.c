@@ -136,19 +136,6 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
 
 /* ---- setup ---- */
 
-static int make_dirs(const char *path) {
-  char *p = xstrdup(path);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = 0;
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) return free(p), -1;
-      *s = '/';
-    }
-  int rc = mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-  free(p);
-  return rc;
-}
-
 static int build_optimizer(Run *r) {
   Cfg *c = r->cfg;
   OptKind kind = OPT_ADAMW;
@@ -971,8 +958,9 @@ static int take_dir(Run *r) {
     int rc = remove_run(r->dir);
     if (rc) return rc;
   }
-  if (make_dirs(r->dir) < 0) {
-    diag_plain("cannot create %s: %s", r->dir, strerror(errno));
+  char err[PATH_MAX + 256];
+  if (fsout_make_dirs(r->dir, err, sizeof err) < 0) {
+    diag_plain("%s", err);
     return 3;
   }
   return writable_run_files(r->dir);
@@ -1006,6 +994,13 @@ static void pin_config(Run *r) {
     CHECK(cfg_set(r->cfg, set) == 0);
     free(set);
   }
+  /* model.hidden binds a dim H other than the input's; for any other cell its default sets
+   * nothing, and written out it would be a setting the cell refuses when the run is repeated */
+  bool input_h = false, binds_h = false;
+  for (int i = 0; i < c0->ndims; i++)
+    if (!strcmp(c0->dims[i].name, "H")) input_h = c0->dims[i].from_input, binds_h = !input_h;
+  if (!binds_h && !cfg_is_set(r->cfg, "model.hidden"))
+    cfg_mark_unused(r->cfg, "model.hidden", input_h ? "the cell's input dim is H: model.width sets it" : "the cell has no dim H");
 }
 
 /* --dry-run: the model, as PyTorch's print(model): each tensor with its shape and size, the

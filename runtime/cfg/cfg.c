@@ -172,6 +172,8 @@ struct Cfg {
   Header *hdrs;
   int nhdrs, caphdrs;
   Resolved r;
+  const char *unused[8], *unused_why[8]; /* cfg_mark_unused: full keys and why */
+  int nunused;
 };
 
 /* ---- Small helpers ---- */
@@ -1256,7 +1258,26 @@ void cfg_error(const Cfg *c, const char *key, bool at_value, const char *fmt, ..
     diag_plain("%s: %s", key, msg);
 }
 
+void cfg_mark_unused(Cfg *c, const char *key, const char *why) {
+  const CfgKey *k;
+  CHECK(lookup(c, key, &k, NULL, NULL) && !cfg_is_set(c, key));
+  for (int i = 0; i < c->nunused; i++)
+    if (!strcmp(c->unused[i], key)) return;
+  CHECK(c->nunused < COUNT(c->unused));
+  c->unused[c->nunused] = arena_strdup(&c->arena, key);
+  c->unused_why[c->nunused++] = arena_strdup(&c->arena, why);
+}
+
 /* ---- Writing ---- */
+
+/* Why the key of section sec is marked unused, or NULL. */
+static const char *unused_why(const Cfg *c, const char *sec, const char *key) {
+  size_t n = strlen(sec);
+  for (int i = 0; i < c->nunused; i++)
+    if (!strncmp(c->unused[i], sec, n) && c->unused[i][n] == '.' && !strcmp(c->unused[i] + n + 1, key))
+      return c->unused_why[i];
+  return NULL;
+}
 
 static void write_line(FILE *f, const char *key, int width, const char *text, const char *doc) {
   char line[1024];
@@ -1286,7 +1307,12 @@ void cfg_write(const Cfg *c, FILE *f) {
     fprintf(f, "%s[%s]\n", i ? "\n" : "", s->name);
     for (int k = 0; k < s->nkeys; k++) {
       const Val *v = &s->vals[k];
-      if (v->text)
+      const char *why = unused_why(c, s->name, s->keys[k].name);
+      if (why && v->text)
+        fprintf(f, "# %s = %s: unused (%s)\n", s->keys[k].name, v->text, why);
+      else if (why)
+        fprintf(f, "# %s: unused (%s)\n", s->keys[k].name, why);
+      else if (v->text)
         write_line(f, s->keys[k].name, (int)width, v->text, s->keys[k].doc);
       else
         fprintf(f, "# %s: unset (%s)\n", s->keys[k].name, s->keys[k].doc);

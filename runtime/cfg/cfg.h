@@ -97,8 +97,14 @@ int cfg_optim_tags(const Cfg *c, const char *const **tags);
 void cfg_error(const Cfg *c, const char *key, bool at_value, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Writes the resolved configuration, every default written out (an unset optional key as a comment),
- * in a form cfg_parse reads back to the same values. */
+/* Marks a key that holds its default as unused by this run (model.hidden for a cell without a dim
+ * H): the writer comments it out with `why`, so that the written configuration neither claims it
+ * binds anything nor, read back, sets it. Its getters still answer the default. A key given in the
+ * file or by a --set is an internal error (the caller has refused it). */
+void cfg_mark_unused(Cfg *c, const char *key, const char *why);
+
+/* Writes the resolved configuration, every default written out (an unset optional key, or one
+ * marked unused, as a comment), in a form cfg_parse reads back to the same values. */
 void cfg_write(const Cfg *c, FILE *f);
 /* The same text, malloc'ed (the run directory's config.cfg, checkpoints' metadata). */
 char *cfg_write_string(const Cfg *c);

@@ -149,9 +149,23 @@ static int no_such(const Cfg *cfg, const char *key, const char *cell, const char
   return -1;
 }
 
+/* The cell's dims for a message: "D (the input's size: model.width) and K". */
+static const char *dims_text(char *buf, size_t n, const char *const *dims, int ndims, const char *input_dim) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < ndims && used < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%s%s", i == 0 ? "" : i == ndims - 1 ? " and " : ", ", dims[i],
+                     !strcmp(dims[i], input_dim) ? " (the input's size: model.width)" : "");
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  return buf;
+}
+
 /* Checks every dotted [model] entry against the cell: options, dims, layers. Params are checked per
  * layer once the cell is bound. */
-static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, int ndims, int nlayers) {
+static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, int ndims, const char *input_dim,
+                         int nlayers) {
   const CfgEntry *e;
   int n = cfg_entries(cfg, &e);
   for (int i = 0; i < n; i++) {
@@ -177,8 +191,14 @@ static int check_entries(const Cfg *cfg, const CellAst *ast, const char **dims, 
         cfg_error(cfg, e[i].key, true, "option '%s' of cell '%s' is an int", o->name, ast->name);
         return -1;
       }
-    } else if (e[i].kind == CFG_ENTRY_DIM && !has_name(dims, ndims, e[i].name))
-      return no_such(cfg, e[i].key, ast->name, "dim", e[i].name, dims, ndims);
+    } else if (e[i].kind == CFG_ENTRY_DIM && !has_name(dims, ndims, e[i].name)) {
+      char list[512];
+      const char *near = edit_nearest(e[i].name, dims, ndims);
+      cfg_error(cfg, e[i].key, false, "cell '%s' has no dim '%s': its dims are %s%s%s%s", ast->name, e[i].name,
+                dims_text(list, sizeof list, dims, ndims, input_dim), near ? "; did you mean '" : "", near ? near : "",
+                near ? "'?" : "");
+      return -1;
+    }
   }
   return 0;
 }
@@ -490,8 +510,15 @@ static int cell_dims(Model *m, const Cfg *cfg, const char *cell_file, const Cell
     diag_plain("%s: cell '%s' must take its input as `input NAME[DIM]` with a named dim to be trained", cell_file, ast->name);
     return -1;
   }
-  if (check_entries(cfg, ast, dims, ndims, m->nlayers) < 0) return -1;
+  if (check_entries(cfg, ast, dims, ndims, *input_dim, m->nlayers) < 0) return -1;
   *has_h = has_name(dims, ndims, "H");
+  /* only a value the user gave: the default 128 stands for the many cells with an H, not for this one */
+  if (!*has_h && cfg_is_set(cfg, "model.hidden")) {
+    char list[512];
+    cfg_error(cfg, "model.hidden", false, "cell '%s' has no dim H for model.hidden to bind: its dims are %s (model.dims.NAME binds a dim)",
+              ast->name, dims_text(list, sizeof list, dims, ndims, *input_dim));
+    return -1;
+  }
   if (!strcmp(*input_dim, "H") && cfg_is_set(cfg, "model.hidden") && cfg_int(cfg, "model.hidden") != m->width) {
     cfg_error(cfg, "model.hidden", true, "cell '%s' takes an input of size H: model.hidden must equal model.width (%d)", ast->name, m->width);
     return -1;

@@ -31,12 +31,48 @@ static const char *kind_of(mode_t m) {
   return "not a regular file";
 }
 
+/* mkdir -p of the first `len` bytes of `path` (messages name `path`). */
+static int make_dirs_n(const char *path, size_t len, char *err, size_t errlen) {
+  while (len > 1 && path[len - 1] == '/') len--;
+  char *p = xmalloc(len + 1);
+  memcpy(p, path, len);
+  p[len] = 0;
+  int rc = 0;
+  for (size_t i = 1; i <= len && rc == 0; i++) {
+    if (i < len && (p[i] != '/' || p[i - 1] == '/')) continue; /* each prefix ending a component, once */
+    char keep = p[i];
+    p[i] = 0;
+    struct stat st;
+    if (stat(p, &st) != 0 && errno == ENOENT && mkdir(p, 0777) != 0 && errno != EEXIST)
+      rc = (fail(err, errlen, "%s: cannot create directory '%s': %s", path, p, strerror(errno)), -1);
+    else if (stat(p, &st) != 0)
+      rc = (fail(err, errlen, "%s: cannot create directory '%s': %s", path, p, strerror(errno)), -1);
+    else if (!S_ISDIR(st.st_mode))
+      rc = (fail(err, errlen, "%s: cannot create directory '%s': it is %s, not a directory", path, p,
+                 S_ISREG(st.st_mode) ? "a file" : kind_of(st.st_mode)), -1);
+    p[i] = keep;
+  }
+  free(p);
+  return rc;
+}
+
+int fsout_make_dirs(const char *dir, char *err, size_t errlen) { return make_dirs_n(dir, strlen(dir), err, errlen); }
+
+int fsout_make_parents(const char *path, char *err, size_t errlen) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;  /* "a/b/" names b, whose parent is a */
+  while (n > 0 && path[n - 1] != '/') n--;  /* the last component */
+  return n == 0 ? 0 : make_dirs_n(path, n, err, errlen);
+}
+
 char *fsout_target(const char *path, char *err, size_t errlen) {
   char *cur = xstrdup(path);
   for (int hops = 0;; hops++) {
     struct stat st;
     if (lstat(cur, &st) != 0) {
-      if (errno == ENOENT) return cur; /* a new file (a missing directory fails at open) */
+      /* a new file: a missing directory, or a file where one should be, fails at open (and a
+       * command's fsout_make_parents names it first) */
+      if (errno == ENOENT || errno == ENOTDIR) return cur;
       fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
       free(cur);
       return NULL;

@@ -2,7 +2,10 @@
  * existing symbolic link is written through to its target; an existing path that is not a
  * regular file (a directory, FIFO, device, socket) or is read-only is refused and left alone
  * (the caller exits 3); a whole file is replaced atomically: a temporary file in the target's
- * own directory, fsync, rename over the target. */
+ * own directory, fsync, rename over the target. A command creates the missing directories of
+ * the output it is asked for (run, train, diag, emit --out) with fsout_make_dirs or
+ * fsout_make_parents, as `mkdir -p` does: one rule for every command. Below that, a missing
+ * directory is an error (a run directory removed under a running train is not made again). */
 #ifndef CELLC_FSOUT_H
 #define CELLC_FSOUT_H
 
@@ -20,6 +23,13 @@ typedef struct FsOut {
   sigset_t held; /* the signal mask before fsout_begin: SIGINT and SIGTERM wait until the end */
 } FsOut;
 
+/* `dir` and every missing directory above it, created as `mkdir -p` does (mode 0777 less the
+ * umask; an existing directory, or a link to one, is fine): 0, or -1 with "DIR: cannot create
+ * directory 'A': ..." in err, naming the one that failed (a file in the way: "not a directory").
+ * Directories created before a failure stay, as with mkdir -p. */
+int fsout_make_dirs(const char *dir, char *err, size_t errlen);
+/* The same for the directories above `path` (its parent and up), not `path` itself. */
+int fsout_make_parents(const char *path, char *err, size_t errlen);
 /* The file that writing `path` would replace (symbolic links followed; it need not exist):
  * a malloc'd path, or NULL with "PATH: ..." in err when the path is refused. */
 char *fsout_target(const char *path, char *err, size_t errlen);
