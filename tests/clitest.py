@@ -1,12 +1,14 @@
 """clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py, diag_cli.py,
 gpu_train_cli.py, ...):
-one PASS/FAIL line per check, a command's result, and the closing "N passed, M failed" line with
-exit 1 on any failure."""
+one PASS/FAIL line per check, a command's result, the closing "N passed, M failed" line with
+exit 1 on any failure, and waiting for a condition (never for a fixed time) with what it takes to
+watch a process."""
 import json
 import os
 import struct
 import subprocess
 import sys
+import time
 
 counts = {"passed": 0, "failed": 0}
 
@@ -57,3 +59,41 @@ def read_header(path):
         data = f.read()
     n = struct.unpack("<Q", data[:8])[0]
     return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def wait_for(condition, seconds, poll=0.005):
+    """Calls condition() until it is true or `seconds` have passed (a deadline for a condition that
+    normally holds at once or soon, never the expected wait); its last value."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(poll)
+
+
+def proc_stat(pid):
+    """/proc/PID/stat's fields after the command name (state first, then ppid, ...; the start
+    time at [19]), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def running(pid, start):
+    """A process's state letter while the one with that pid and start time (proc_stat()[19]) runs;
+    None once it is gone or a zombie (a later process with its pid is another one)."""
+    st = proc_stat(pid)
+    return st[0] if st and st[19] == start and st[0] not in "ZX" else None
+
+
+def handles_signal(pid, sig):
+    """Whether the process has installed a handler for sig (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = [line for line in f if line.startswith("SigCgt:")][0].split()[1]
+        return int(caught, 16) & (1 << (sig - 1)) != 0
+    except (OSError, IndexError, ValueError):
+        return False

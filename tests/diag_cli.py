@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
@@ -317,7 +316,9 @@ def check_interrupt():
     out = os.path.join(tmp, "d-interrupted")
     p = subprocess.Popen([CELLC, "diag", "stdlib/gru.cell", cfg, "--out", out, "--batches", "100000"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    # until its handler is installed (before that, SIGINT ends it by the signal); from then on the
+    # flag stops it wherever it is, loading or in the batches
+    clitest.wait_for(lambda: clitest.handles_signal(p.pid, signal.SIGINT) or p.poll() is not None, 60)
     p.send_signal(signal.SIGINT)
     try:
         _, err = p.communicate(timeout=TIMEOUT)

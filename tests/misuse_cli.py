@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Result, check, finish  # noqa: E402
+from clitest import Result, check, finish, handles_signal, wait_for  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 60
@@ -310,8 +310,8 @@ for gap_ms in (0, 1, 5, 20, 50):
         d = os.path.join(tmp, f"sig-{gap_ms}-{second.name}")
         p = subprocess.Popen([CELLC, "train", GRU, cfg, "--out", d] + LONG, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
-        p.stdout.readline()  # the run has started
-        time.sleep(0.1)
+        p.stdout.readline()  # the run has started (its handler is installed before setup)
+        p.stdout.readline()  # and taken steps: its first step line
         os.killpg(p.pid, signal.SIGINT)
         time.sleep(gap_ms / 1000)
         try:
@@ -568,19 +568,8 @@ os.makedirs(d)
 p = subprocess.Popen([CELLC, "run", GRU, "--dims", "H=64,D=64", "--T", "3000", "--B", "16", "--backend", "interp",
                       "--out", os.path.join(d, "o.st")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                      start_new_session=True)
-def handles_sigint(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            caught = [line for line in f if line.startswith("SigCgt:")][0].split()[1]
-        return int(caught, 16) & (1 << (signal.SIGINT - 1)) != 0
-    except (OSError, IndexError, ValueError):
-        return False
-
-
-t0 = time.time()
-while not handles_sigint(p.pid) and time.time() - t0 < 20:  # started: its handler is installed
-    time.sleep(0.01)
-time.sleep(0.05)
+wait_for(lambda: handles_signal(p.pid, signal.SIGINT) or p.poll() is not None, 60)  # started: its handler is installed
+time.sleep(0.05)  # not a wait: the check holds for signals at any moment after that; this puts them in the work
 os.killpg(p.pid, signal.SIGINT)
 time.sleep(0.001)
 os.killpg(p.pid, signal.SIGTERM)

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Result, check, finish, read_header  # noqa: E402
+from clitest import Result, check, finish, proc_stat, read_header, running, wait_for  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 TIMEOUT = 120
@@ -201,48 +201,82 @@ check("-np 2 --force over a directory named checkpoint.safetensors: every rank e
       r.rc == 3 and "not a regular file" in r.err and "final:" not in r.out, r.why())
 
 # ---- stopping: Ctrl-C on one rank, SIGKILL of one rank ----
-def start_long(name):
+def start_long(name, *extra):
     out = os.path.join(tmp, name)
     cmd = MPIRUN + ["-np", "2", CELLC, "train", MGU, COPYING, "--out", out, "--set", "train.steps=1000000",
-                    "--set", "eval.every=10", "--set", "eval.batches=1"]
+                    "--set", "eval.every=10", "--set", "eval.batches=1"] + list(extra)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     return out, p
 
 
 def ranks(p):
-    """The pids of the ranks mpirun started, in rank order (each has OMPI_COMM_WORLD_RANK)."""
+    """The ranks mpirun started, in rank order (each has OMPI_COMM_WORLD_RANK): (pid, start time) each."""
     found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != p.pid:
+            st = proc_stat(pid)
+            if not st or int(st[1]) != p.pid:
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = (int(pid), st[19])
         except (OSError, KeyError, ValueError, IndexError):
             continue
     return [found[k] for k in sorted(found)]
 
 
-def wait_checkpoint(d, p, after=0.0):
-    """Until the run has written a checkpoint (then `after` more seconds)."""
-    ck = os.path.join(d, "checkpoint.safetensors")
-    t0 = time.time()
-    while not os.path.exists(ck) and p.poll() is None and time.time() - t0 < 60:
-        time.sleep(0.05)
-    time.sleep(after)
-    return os.path.exists(ck)
+def checkpoint_step(d):
+    """The step of the checkpoint in d; None while there is none."""
+    try:
+        return int(json.loads(read_header(os.path.join(d, "checkpoint.safetensors"))[0]["__metadata__"]["step"]))
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+def wait_checkpoint(d, p, past=0):
+    """Until the run has written a checkpoint of a step after `past` (renamed into place: one that
+    is there is complete); that step, or None when the run ended first or none came in 60 s."""
+    wait_for(lambda: (checkpoint_step(d) or 0) > past or p.poll() is not None, 60)
+    step = checkpoint_step(d)
+    return step if step is not None and step > past else None
+
+
+def wait_logged(d, p):
+    """Until rank 0 has logged a training step to metrics.jsonl (flushed a record at a time); the
+    last one logged, or None when the run ended first or none came in 60 s."""
+    def last():
+        try:
+            return [x["step"] for x in metrics(d) if x["split"] == "train"][-1]
+        except (OSError, ValueError, IndexError):
+            return None
+    wait_for(lambda: last() is not None or p.poll() is not None, 60)
+    return last()
+
+
+def still_running(procs):
+    """Those of the (pid, start time) processes still running, as "pid (state, wchan): command"."""
+    left = []
+    for pid, start in procs:
+        state = running(pid, start)
+        if state:
+            try:
+                with open(f"/proc/{pid}/wchan") as f:
+                    wchan = f.read()
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                wchan, cmd = "?", "?"
+            left.append(f"{pid} ({state}, {wchan}): {cmd}")
+    return left
 
 
 def checkpoint_usable(d):
     r = subprocess.run([CELLC, "eval", MGU, COPYING, "--checkpoint", os.path.join(d, "checkpoint.safetensors"),
                         "--set", "eval.batches=1"], capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
-    step = int(json.loads(read_header(os.path.join(d, "checkpoint.safetensors"))[0]["__metadata__"]["step"]))
-    return r.returncode == 0 and r.stdout.startswith(f"final: step={step} "), step, r
+    step = checkpoint_step(d)
+    return step is not None and r.returncode == 0 and r.stdout.startswith(f"final: step={step} "), step, r
 
 
 def stopped(name, p, seconds):
@@ -256,36 +290,40 @@ def stopped(name, p, seconds):
     return p.returncode, time.time() - t0, Result(p.returncode, out, err)
 
 
-d, p = start_long("sigterm")
-wait_checkpoint(d, p, 0.5)
-pids = ranks(p)
-if len(pids) == 2:
-    os.kill(pids[1], signal.SIGTERM)
+# no eval in this run: a checkpoint on disk can only be the interrupt's
+d, p = start_long("sigterm", "--set", "eval.every=1000000", "--set", "log.every=1")
+logged = wait_logged(d, p)  # a step taken: both ranks are training, their handlers installed (before setup)
+procs = ranks(p)
+if len(procs) == 2:
+    os.kill(procs[1][0], signal.SIGTERM)
 rc, took, r = stopped("sigterm", p, 30)
-check("SIGTERM (Ctrl-C) to rank 1 only: every rank stops, status 130", rc == 130 and len(pids) == 2,
-      f"pids {pids} took {took:.1f}s {r.why()}")
+check("SIGTERM (Ctrl-C) to rank 1 only: every rank stops, status 130", rc == 130 and len(procs) == 2,
+      f"step {logged} logged, ranks {procs} took {took:.1f}s {r.why()}")
 if rc == 130:
     ok, step, e = checkpoint_usable(d)
-    check("SIGTERM: rank 0 wrote the checkpoint of the step reached (not a multiple of eval.every: the interrupt's)",
-          ok and f"interrupted at step {step}:" in r.out, f"step {step} {r.why()} {e.stdout} {e.stderr}")
+    check("SIGTERM: rank 0 wrote the checkpoint of the step reached (no eval before it: the interrupt's)",
+          ok and f"interrupted at step {step}:" in r.out and logged is not None and step >= logged,
+          f"step {step} (step {logged} logged before the signal) {r.why()} {e.stdout} {e.stderr}")
 
 for victim in (0, 1):
     d, p = start_long(f"kill{victim}")
-    had = wait_checkpoint(d, p, 0.7)
-    pids = ranks(p)
-    if len(pids) == 2:
-        os.kill(pids[victim], signal.SIGKILL)
+    first = wait_checkpoint(d, p)
+    had = first and wait_checkpoint(d, p, first)  # a checkpoint replaced: the kill lands in a run under way
+    procs = ranks(p)
+    if len(procs) == 2:
+        os.kill(procs[victim][0], signal.SIGKILL)
     rc, took, r = stopped(f"kill{victim}", p, 30)
     check(f"SIGKILL of rank {victim}: mpirun and the other rank exit non-zero within 10 s (no hang)",
-          had and len(pids) == 2 and rc not in (None, 0) and took < 10,
-          f"checkpoint {had} pids {pids} rc {rc} took {took:.1f}s {r.why()}")
-    left = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    check(f"SIGKILL of rank {victim}: no rank is left running", not left, str(left))
+          had and len(procs) == 2 and rc not in (None, 0) and took < 10,
+          f"checkpoints {first} {had} ranks {procs} rc {rc} took {took:.1f}s {r.why()}")
+    # mpirun may exit before the rank it killed has finished exiting: wait for that, not for a time
+    wait_for(lambda: not still_running(procs), 30)
+    left = still_running(procs)
+    check(f"SIGKILL of rank {victim}: no rank is left running (30 s after mpirun's exit)", not left, "; ".join(left))
     if had:
         ok, step, e = checkpoint_usable(d)
         check(f"SIGKILL of rank {victim}: the checkpoint on disk is the last complete one (loads, a step of eval.every)",
-              ok and step % 10 == 0 and step > 0, f"step {step} {e.stdout} {e.stderr}")
+              ok and step % 10 == 0 and step >= had, f"step {step} (step {had} was on disk before the kill) {e.stdout} {e.stderr}")
 
 shutil.rmtree(tmp, ignore_errors=True)
 finish()
