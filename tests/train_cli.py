@@ -350,8 +350,22 @@ resume_check("adding (sgd momentum, batch norm, glu)", "stdlib/lru.cell", adding
 resume_check("learned state and gumbel noise", "tests/cells/learned_gate.cell", xor, 8,
              ("--set", "model.cell=learned_gate", "--set", "model.block=stack", "--set", "model.norm=none"))
 
+# --resume of a run that is not there: exit 1 (spec: a checkpoint that is missing), saying so; a new
+# run is started without --resume (--force, which starts over a run that is there, is no answer)
 r = cellc("train", MGU, copying, "--out", outdir("nothing-here"), "--resume")
-check("--resume without a checkpoint exits 1 naming it", r.rc == 1 and "checkpoint.safetensors" in r.err, r.why())
+check("--resume of a directory that does not exist: exit 1, it says so and suggests a new run, not --force",
+      r.rc == 1 and "nothing-here does not exist" in r.err and "without --resume" in r.err and "--force" not in r.err
+      and not os.path.exists(outdir("nothing-here")), r.why())
+os.makedirs(outdir("empty-dir"))
+r = cellc("train", MGU, copying, "--out", outdir("empty-dir"), "--resume")
+check("--resume of an empty directory: exit 1, it holds no run (no --force suggested)",
+      r.rc == 1 and "holds no run" in r.err and "--force" not in r.err and os.listdir(outdir("empty-dir")) == [], r.why())
+d = outdir("no-checkpoint")
+os.makedirs(d)
+write(os.path.join(d, "metrics.jsonl"), "")
+r = cellc("train", MGU, copying, "--out", d, "--resume")
+check("--resume of a run without a checkpoint exits 1 naming it (--force starts it over)",
+      r.rc == 1 and "checkpoint.safetensors" in r.err and "--force" in r.err, r.why())
 
 # ---- configuration errors: exit 1, file:line, the nearest key ----
 

@@ -939,8 +939,16 @@ static int take_dir(Run *r) {
   if (r->a.resume) {
     char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
     int rc = 0;
-    if (lstat(ckpt, &st) != 0) {
-      diag_plain("--resume: %s does not exist (--force starts the run in %s over)", ckpt, r->dir);
+    if (stat(r->dir, &st) != 0) {
+      diag_plain("--resume: the run directory %s does not exist: there is no run to continue (without --resume, "
+                 "cellc train starts a new run there)", r->dir);
+      rc = 1;
+    } else if (lstat(ckpt, &st) != 0 && !held_run_file(r->dir)) {
+      diag_plain("--resume: %s holds no run (no checkpoint.safetensors): there is nothing to continue (without "
+                 "--resume, cellc train starts a new run there)", r->dir);
+      rc = 1;
+    } else if (lstat(ckpt, &st) != 0) {
+      diag_plain("--resume: %s does not exist: the run in %s wrote no checkpoint yet (--force starts it over)", ckpt, r->dir);
       rc = 1;
     } else if (stat(ckpt, &st) != 0 || !S_ISREG(st.st_mode)) {
       diag_plain("--resume: %s is not a regular file", ckpt);
