@@ -281,6 +281,59 @@ check("on a terminal: a progress bar with steps/s and ETA, then the final line",
       rc == 0 and "[####" in text and "steps/s" in text and "ETA" in text and FINAL.match(last) is not None,
       repr(text[-300:]))
 
+# ---- progress: a live line only on a terminal, plain lines otherwise; --progress bar|lines|none ----
+ESC_OR_CR = re.compile(r"[\r\x1b]")
+
+
+def raw_run(args, **kw):
+    """A command's exit status and its stdout as written (text mode would read \\r as a newline)."""
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT * 2, **kw)
+    return p.returncode, p.stdout.decode(errors="replace")
+
+
+d = outdir("progress-pipe")
+rc, out = raw_run([CELLC, "train", MGU, copying, "--out", d])
+check("progress into a pipe: plain lines (no \\r, no ESC), one per log interval and evaluation",
+      rc == 0 and not ESC_OR_CR.search(out) and len(re.findall(r"^step \d+/12 loss", out, re.M)) == 6
+      and len(re.findall(r"^step \d+ valid loss", out, re.M)) == 3, repr(out[-300:]))
+d = outdir("progress-none")
+rc, out = raw_run([CELLC, "train", MGU, copying, "--out", d, "--progress", "none"])
+check("--progress none: no progress lines (neither the interval nor the evaluation lines), the final line last",
+      rc == 0 and not re.search(r"^step ", out, re.M) and not ESC_OR_CR.search(out)
+      and FINAL.match(out.strip().splitlines()[-1]) is not None, repr(out[-300:]))
+check("--progress none: metrics.jsonl as without it", os.path.isfile(os.path.join(d, "metrics.jsonl"))
+      and [(row["step"], row["split"]) for row in read_metrics(d)] ==
+      [(row["step"], row["split"]) for row in read_metrics(outdir("progress-pipe"))], d)
+rc, out = raw_run([CELLC, "train", MGU, copying, "--out", outdir("progress-bar"), "--progress", "bar"])
+last = out.split("\x1b[K")[-1].strip()
+check("--progress bar into a pipe: the bar, drawn with \\r and ESC[K, then the final line",
+      rc == 0 and "\r\x1b[K[####" in out and "steps/s" in out and FINAL.match(last) is not None
+      and not re.search(r"^step \d+/12 loss", out, re.M), repr(out[-300:]))
+rc, text = run_on_tty(["train", MGU, copying, "--out", outdir("progress-tty-lines"), "--progress", "lines"])
+check("--progress lines on a terminal: plain lines, no \\r or ESC",
+      rc == 0 and not ESC_OR_CR.search(text.replace("\r\n", "\n")) and "step 12/12 loss" in text, repr(text[-300:]))
+for bad in (["--progress"], ["--progress", "fancy"]):
+    r = cellc("train", MGU, copying, "--out", outdir("progress-bad"), *bad)
+    check(f"train {' '.join(bad)}: a usage error (exit 2) naming the values", r.rc == 2 and "bar, lines or none" in r.err, r.why())
+
+# under mpirun a rank's stdout is a pseudo-terminal of mpirun's, whatever mpirun writes into: by
+# default plain lines there, written by rank 0 alone
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CELLC_THREADS="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+if shutil.which("mpirun"):
+    log = os.path.join(tmp, "mpirun.log")
+    with open(log, "w") as f:
+        p = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", CELLC, "train", MGU, copying,
+                            "--out", outdir("progress-mpi"), "--set", "train.batch=4"], stdout=f, stderr=subprocess.STDOUT, env=MPI_ENV,
+                           timeout=TIMEOUT * 2)
+    with open(log, "rb") as f:
+        text = f.read().decode(errors="replace")
+    check("under mpirun into a file: plain lines (no \\r, no ESC), from rank 0 alone (each line once)",
+          p.returncode == 0 and not ESC_OR_CR.search(text) and len(re.findall(r"^step \d+/12 loss", text, re.M)) == 6
+          and len(re.findall(r"^final: ", text, re.M)) == 1, repr(text[-400:]))
+else:
+    check("mpirun is installed (tests/deps.sh)", False, "no mpirun on PATH")
+
 # an MSE task with a linear encoder, residual blocks and batch norm
 d = outdir("adding")
 r = cellc("train", "stdlib/lru.cell", adding, "--out", d)

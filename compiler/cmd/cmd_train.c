@@ -27,11 +27,16 @@
 #define MAX_SETS 256
 #define CHECKPOINT_FORMAT "cellc-checkpoint-1"
 
+/* How training reports its progress (--progress): auto is a bar on a terminal, lines otherwise
+ * (under mpirun too: a rank's stdout is a terminal of mpirun's wherever mpirun writes). */
+typedef enum { PROGRESS_AUTO, PROGRESS_BAR, PROGRESS_LINES, PROGRESS_NONE } ProgressMode;
+
 typedef struct TrainArgs {
   const char *cell, *cfg, *out, *checkpoint;
   const char *sets[MAX_SETS];
   int nsets;
   bool resume, force, dry_run;
+  ProgressMode progress;
 } TrainArgs;
 
 /* Everything a run holds. */
@@ -57,7 +62,8 @@ typedef struct Run {
   uint64_t seed;
   char *dir;
   FILE *metrics;
-  bool tty;
+  bool bar;         /* progress as one line redrawn in place (\r, ESC[K) */
+  bool lines;       /* progress as plain lines: one per log interval and per evaluation */
   double t0;        /* when training started (this process) */
   double elapsed0;  /* elapsed seconds carried over from a resumed run */
   GradProbe *probe; /* [log] grad_per_step */
@@ -117,6 +123,13 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
     } else if (!strcmp(s, "--checkpoint") && eval) {
       if (!has_value) return usage(eval, "%s needs a file", s);
       a->checkpoint = argv[++i];
+    } else if (!strcmp(s, "--progress") && !eval) {
+      static const char *const modes[] = {[PROGRESS_BAR] = "bar", [PROGRESS_LINES] = "lines", [PROGRESS_NONE] = "none"};
+      int m = PROGRESS_BAR;
+      while (m <= PROGRESS_NONE && !(has_value && !strcmp(argv[i + 1], modes[m]))) m++;
+      if (m > PROGRESS_NONE) return usage(eval, "%s needs bar, lines or none", s);
+      a->progress = (ProgressMode)m;
+      i++;
     } else if (s[0] == '-' && s[1]) {
       return usage(eval, "unknown flag '%s'", s);
     } else if (!a->cell) {
@@ -490,7 +503,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 /* A line above the progress bar (or a plain line off a terminal). */
 static void say(Run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(Run *r, const char *fmt, ...) {
-  if (r->tty) fputs("\r\033[K", stdout);
+  if (r->bar) fputs("\r\033[K", stdout);
   va_list ap;
   va_start(ap, fmt);
   vprintf(fmt, ap);
@@ -646,7 +659,7 @@ static bool average_gradients(Run *r, ModelLoss *l) {
 }
 
 static void print_final(Run *r, EvalResult e) {
-  if (r->tty) fputs("\r\033[K", stdout);
+  if (r->bar) fputs("\r\033[K", stdout);
   printf("final: step=%lld loss=%.6g accuracy=%.6g\n", (long long)r->step, e.loss, e.accuracy);
   fflush(stdout);
 }
@@ -799,14 +812,14 @@ static int train_loop(Run *r) {
     int_loss += l.loss, int_gnorm += gnorm;
     int_counted += l.counted, int_correct += l.correct;
     double acc = classify && int_counted ? (double)int_correct / (double)int_counted : NAN;
-    if (r->tty && (now() - last_bar > 0.1 || r->step == r->steps)) {
+    if (r->bar && (now() - last_bar > 0.1 || r->step == r->steps)) {
       progress(r, int_loss / (double)int_steps, acc, (double)int_steps / int_time);
       last_bar = now();
     }
     if (r->step % log_every == 0 || r->step == r->steps) {
       double tps = tokens * (double)int_steps / int_time;
       metric(r, "train", int_loss / (double)int_steps, acc, lr, int_gnorm / (double)int_steps, tps);
-      if (!r->tty) {
+      if (r->lines) {
         printf("step %lld/%lld loss %.4f", (long long)r->step, (long long)r->steps, int_loss / (double)int_steps);
         if (classify) printf(" acc %.3f", acc);
         printf(" lr %.3g grad_norm %.3g | %.0f tokens/s\n", lr, int_gnorm / (double)int_steps, tps);
@@ -826,8 +839,9 @@ static int train_loop(Run *r) {
         status = 3;
         break;
       }
-      if (classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
-      else say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
+      bool shown = r->bar || r->lines; /* --progress none: metrics.jsonl alone has them */
+      if (shown && classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
+      else if (shown) say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
       if (checkpoint(r, ckpt) < 0) {
         status = 3;
         break;
@@ -1080,7 +1094,11 @@ int cmd_train(int argc, char **argv) {
   }
   if (!complete) rc = rank0_status(rc);
   if (!rc && !complete) {
-    r.tty = isatty(STDOUT_FILENO);
+    /* under mpirun a rank's stdout is a pseudo-terminal of mpirun's, whatever mpirun itself writes
+     * to (a file, a pipe): there the default is lines */
+    bool terminal = isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE");
+    ProgressMode pm = r.a.progress != PROGRESS_AUTO ? r.a.progress : terminal ? PROGRESS_BAR : PROGRESS_LINES;
+    r.bar = pm == PROGRESS_BAR, r.lines = pm == PROGRESS_LINES;
     r.t0 = now();
     printf("cellc train: %s; task %s, T=%d, batch %d, %lld steps%s; writing %s\n", model_summary(r.model),
            cfg_word(r.cfg, "task.name"), r.shape.length, r.B, (long long)r.steps, r.a.resume ? " (resumed)" : "", r.dir);

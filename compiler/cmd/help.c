@@ -52,12 +52,17 @@ static const CmdHelp commands[] = {
      "  2   bad usage: unknown flag, a flag without its value, a value out of range, no --out\n"
      "  3   the run failed: the output cannot be written, a device or library the back end needs is missing, out of memory\n"
      "  70  internal error (a bug)\n"},
-    {"train", "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--dry-run]",
+    {"train",
+     "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--progress bar|lines|none] "
+     "[--dry-run]",
      "train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR",
      "  --set KEY=VALUE         override a configuration key (repeatable): --set train.lr=3e-4\n"
      "  --out DIR               the run directory (default runs/<cell>-<task>-<time>)\n"
      "  --resume                continue the run in DIR from its checkpoint\n"
      "  --force                 start over in a DIR that holds a run (its files are removed first)\n"
+     "  --progress bar|lines|none   bar: one line redrawn in place; lines: a line per log interval\n"
+     "                          and evaluation; none: neither (default: bar on a terminal, lines\n"
+     "                          otherwise and under mpirun)\n"
      "  --dry-run               print the model (each tensor, its shape and size, the parameter\n"
      "                          count, each layer's mode) and stop; nothing is written\n"
      "  -h, --help              this help\n"
