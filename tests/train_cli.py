@@ -247,14 +247,132 @@ check("eval with the run's config.cfg reproduces the final line", re2.rc == 0 an
 r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.hidden=6")
 check("eval of a checkpoint written for another model exits 1 naming a tensor",
       r.rc == 1 and "layer.0." in r.err and "checkpoint" in r.err, r.why())
-r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.option.see_h=true")
-check("eval with a model that has an extra param (see_h) exits 1 naming it",
+# a cell option differs (see_h adds a param): the cell's difference is named first; past it, with
+# --allow-changed-cell, the tensors' own checks still refuse a checkpoint without the model's tensors
+r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.option.see_h=true", "--allow-changed-cell")
+check("eval (--allow-changed-cell) with a model that has an extra param (see_h) exits 1 naming it",
       r.rc == 1 and "layer.0.Wzh" in r.err, r.why())
 d_seeh = outdir("seeh")
 cellc("train", MGU, copying, "--out", d_seeh, "--set", "model.option.see_h=true", "--set", "train.steps=2")
-r = cellc("eval", MGU, copying, "--checkpoint", os.path.join(d_seeh, "checkpoint.safetensors"))
-check("eval of a checkpoint with a tensor the model lacks (see_h) exits 1 naming it",
+r = cellc("eval", MGU, copying, "--checkpoint", os.path.join(d_seeh, "checkpoint.safetensors"), "--allow-changed-cell")
+check("eval (--allow-changed-cell) of a checkpoint with a tensor the model lacks (see_h) exits 1 naming it",
       r.rc == 1 and "layer.0.Wzh" in r.err and "not part of this model" in r.err, r.why())
+
+
+# ---- a cell that changed since the checkpoint was written: refused (exit 1) unless --allow-changed-cell ----
+
+MGU_SRC = open(MGU).read()
+
+
+def cell_variant(name, old, new):
+    assert old in MGU_SRC, old
+    return write(name + ".cell", MGU_SRC.replace(old, new))
+
+
+def changed_refused(name, r, needles):
+    missing = [n for n in needles if n not in r.err]
+    check(f"changed cell ({name}): exit 1 naming what differs {needles}, and the flag that loads it anyway",
+          r.rc == 1 and not missing and "--allow-changed-cell" in r.err and "final:" not in r.out, r.why())
+
+
+# comments, blank lines and spacing are no change: the checkpoint loads and evaluates as before
+reformatted = write("mgu_reformatted.cell", "# the same cell, laid out otherwise\n" + "\n".join(
+    " ".join(line.split("#")[0].split()) + ("  # a comment" if i % 3 == 0 else "") for i, line in enumerate(MGU_SRC.splitlines())))
+r = cellc("eval", reformatted, copying, "--checkpoint", ckpt)
+check("changed cell: comments, blank lines and spacing alone change nothing (eval exits 0, the same final line)",
+      r.rc == 0 and r.last() == re_.last() and "warning" not in r.err, r.why() + " vs " + re_.last())
+# one coefficient of a state's update
+coef = cell_variant("mgu_coef", "h = z * h + (1 - z) * xt", "h = z * h + (1 - 0.5 * z) * xt")
+r = cellc("eval", coef, copying, "--checkpoint", ckpt)
+changed_refused("a coefficient of the update", r, ["the update of state 'h'", "layer 0", "(1 - z)", "(1 - 0.5 * z)"])
+# a coefficient inside a `let` the update reads: the update's formula expands it
+let_coef = cell_variant("mgu_let", "let xt = Wix @ x + bh", "let xt = Wix @ x + 2 * bh")
+r = cellc("eval", let_coef, copying, "--checkpoint", ckpt)
+changed_refused("a coefficient of a let", r, ["the update of state 'h'", "2 * bh"])
+# a gate's formula
+gate = cell_variant("mgu_gate", "gate z = sigmoid(Wzx @ x + bz)", "gate z = sigmoid(Wzx @ x - bz)")
+r = cellc("eval", gate, copying, "--checkpoint", ckpt)
+changed_refused("a gate", r, ["gate 'z'", "Wzx @ x - bz"])
+check("changed cell: a changed gate is one difference per layer, not also the update that reads it",
+      "(and 1 more difference)" in r.err, r.err)
+r = cellc("eval", coef, copying, "--checkpoint", ckpt, "--allow-changed-cell")
+m = FINAL.match(r.last())
+check("changed cell: --allow-changed-cell evaluates it (exit 0) with a warning on stderr naming the difference",
+      r.rc == 0 and m is not None and "warning" in r.err and "the update of state 'h'" in r.err and "warning" not in r.out,
+      r.why())
+# a cell option: a bool (it changes the graph), and a real one the formula reads
+r = cellc("eval", MGU, copying, "--checkpoint", ckpt, "--set", "model.option.see_h=true")
+changed_refused("option see_h", r, ["option 'see_h' is false in the checkpoint's cell, true here"])
+d_leaky = outdir("leaky")
+cellc("train", "stdlib/leaky.cell", copying, "--out", d_leaky, "--set", "train.steps=2")
+leaky_ckpt = os.path.join(d_leaky, "checkpoint.safetensors")
+r = cellc("eval", "stdlib/leaky.cell", copying, "--checkpoint", leaky_ckpt, "--set", "model.option.alpha=0.25")
+changed_refused("real option alpha", r, ["option 'alpha' is 0.5 in the checkpoint's cell, 0.25 here"])
+r = cellc("eval", "stdlib/leaky.cell", copying, "--checkpoint", leaky_ckpt, "--set", "model.layer.1.option.alpha=0.25")
+changed_refused("one layer's option", r, ["layer 1: option 'alpha'"])
+r = cellc("eval", "stdlib/leaky.cell", copying, "--checkpoint", leaky_ckpt, "--set", "model.option.alpha=0.5")
+check("changed cell: an option set to the value it had is no change", r.rc == 0 and FINAL.match(r.last()), r.why())
+# another cell altogether
+r = cellc("eval", "stdlib/leaky.cell", copying, "--checkpoint", ckpt)
+changed_refused("another cell", r, ["another model, of cell 'mgu'; this one is of cell 'leaky'"])
+check("changed cell: another cell is one difference (its definitions are not listed)", "more difference" not in r.err, r.err)
+
+# --resume of a changed cell: refused, the run left as it was; with the flag it goes on (a warning)
+d_ch = outdir("changed-resume")
+cellc("train", MGU, copying, "--out", d_ch, "--set", "train.steps=4")
+ck_ch = os.path.join(d_ch, "checkpoint.safetensors")
+before = open(ck_ch, "rb").read()
+r = cellc("train", coef, copying, "--out", d_ch, "--resume", "--set", "train.steps=8")
+changed_refused("--resume", r, ["the update of state 'h'"])
+check("changed cell: a refused --resume leaves the checkpoint as it was", open(ck_ch, "rb").read() == before)
+r = cellc("train", reformatted, copying, "--out", d_ch, "--resume", "--set", "train.steps=6")
+check("changed cell: --resume of a reformatted cell goes on", r.rc == 0 and "resuming at step 4" in r.out, r.why())
+r = cellc("train", coef, copying, "--out", d_ch, "--resume", "--set", "train.steps=8", "--allow-changed-cell")
+check("changed cell: --resume --allow-changed-cell goes on with a warning",
+      r.rc == 0 and "resuming at step 6" in r.out and "warning" in r.err and r.last().startswith("final: step=8 "), r.why())
+r = cellc("eval", coef, copying, "--checkpoint", ck_ch)
+check("changed cell: the checkpoint written after --allow-changed-cell is the new cell's", r.rc == 0, r.why())
+r = cellc("train", MGU, copying, "--out", outdir("allow-new"), "--allow-changed-cell")
+check("--allow-changed-cell without --resume is a usage error (exit 2)", r.rc == 2 and "--resume" in r.err, r.why())
+
+# cellc diag loads checkpoints the same way
+r = cellc("diag", coef, copying, "--checkpoint", ckpt, "--out", outdir("diag-changed"))
+changed_refused("diag --checkpoint", r, ["the update of state 'h'"])
+r = cellc("diag", coef, copying, "--checkpoint", ckpt, "--out", outdir("diag-allowed"), "--allow-changed-cell")
+check("changed cell: diag --allow-changed-cell loads it with a warning",
+      r.rc == 0 and "warning" in r.err and os.path.isfile(os.path.join(outdir("diag-allowed"), "diag.json")), r.why())
+
+
+# a checkpoint written before checkpoints held cell_program: its cell_source is checked with the
+# options of its configuration, and compared the same way
+def without_cell_program(src, dst, **meta):
+    header, data = read_header(src)
+    header["__metadata__"].pop("cell_program", None)
+    header["__metadata__"].update(meta)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+    return dst
+
+
+old_ckpt = without_cell_program(ckpt, os.path.join(tmp, "old.safetensors"))
+r = cellc("eval", MGU, copying, "--checkpoint", old_ckpt)
+check("checkpoint without cell_program: the same cell evaluates (exit 0, the same final line)",
+      r.rc == 0 and r.last() == re_.last(), r.why())
+r = cellc("eval", reformatted, copying, "--checkpoint", old_ckpt)
+check("checkpoint without cell_program: a reformatted cell evaluates", r.rc == 0 and r.last() == re_.last(), r.why())
+r = cellc("eval", coef, copying, "--checkpoint", old_ckpt)
+changed_refused("checkpoint without cell_program", r, ["the update of state 'h'", "(1 - 0.5 * z)"])
+r = cellc("eval", MGU, copying, "--checkpoint", old_ckpt, "--set", "model.option.see_h=true")
+changed_refused("checkpoint without cell_program, an option", r, ["option 'see_h'"])
+bad_src = without_cell_program(ckpt, os.path.join(tmp, "old-bad.safetensors"), cell_source="cell mgu {")
+r = cellc("eval", MGU, copying, "--checkpoint", bad_src)
+check("checkpoint whose cell_source does not check: exit 1, it cannot tell (and names the flag)",
+      r.rc == 1 and "cannot tell" in r.err and "--allow-changed-cell" in r.err and "final:" not in r.out, r.why())
+r = cellc("eval", MGU, copying, "--checkpoint", bad_src, "--allow-changed-cell")
+check("checkpoint whose cell_source does not check: --allow-changed-cell evaluates it with a warning",
+      r.rc == 0 and r.last() == re_.last() and "warning" in r.err, r.why())
 
 
 # on a terminal: a progress bar, and still the final line last

@@ -35,6 +35,7 @@ typedef struct DiagArgs {
   int nsets;
   int batches;
   bool by_token;
+  bool allow_changed_cell;
 } DiagArgs;
 
 /* What one layer's diagnostics accumulate. */
@@ -109,6 +110,8 @@ static int parse_args(int argc, char **argv, DiagArgs *a) {
       i++;
     } else if (!strcmp(s, "--by-token")) {
       a->by_token = true;
+    } else if (!strcmp(s, "--allow-changed-cell")) {
+      a->allow_changed_cell = true;
     } else if (s[0] == '-' && s[1]) {
       return usage("unknown flag '%s'", s);
     } else if (!a->cell) {
@@ -120,6 +123,7 @@ static int parse_args(int argc, char **argv, DiagArgs *a) {
     }
   }
   if (!a->cell || !a->cfg) return usage("%s", "needs MODEL.cell and TASK.cfg");
+  if (a->allow_changed_cell && !a->checkpoint) return usage("%s", "--allow-changed-cell goes with --checkpoint FILE");
   return 0;
 }
 
@@ -805,7 +809,7 @@ int cmd_diag(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  rc = run_load(d.a.cell, d.a.cfg, d.a.sets, d.a.nsets, d.a.checkpoint, &d.run);
+  rc = run_load(d.a.cell, d.a.cfg, d.a.sets, d.a.nsets, d.a.checkpoint, d.a.allow_changed_cell, &d.run);
   if (!rc) rc = diag_open(&d);
   for (int64_t i = 0; !rc && i < d.a.batches; i++) {
     if (interrupted) {

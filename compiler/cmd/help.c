@@ -53,12 +53,14 @@ static const CmdHelp commands[] = {
      "  3   the run failed: the output cannot be written, a device or library the back end needs is missing, out of memory\n"
      "  70  internal error (a bug)\n"},
     {"train",
-     "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume | --force] [--progress bar|lines|none] "
-     "[--dry-run]",
+     "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume [--allow-changed-cell] | --force] "
+     "[--progress bar|lines|none] [--dry-run]",
      "train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR",
      "  --set KEY=VALUE         override a configuration key (repeatable): --set train.lr=3e-4\n"
      "  --out DIR               the run directory (default runs/<cell>-<task>-<time>)\n"
      "  --resume                continue the run in DIR from its checkpoint\n"
+     "  --allow-changed-cell    with --resume: continue even though the cell (its formulas, options,\n"
+     "                          params or states) differs from the checkpoint's; a warning says how\n"
      "  --force                 start over in a DIR that holds a run (its files are removed first)\n"
      "  --progress bar|lines|none   bar: one line redrawn in place; lines: a line per log interval\n"
      "                          and evaluation; none: neither (default: bar on a terminal, lines\n"
@@ -71,27 +73,32 @@ static const CmdHelp commands[] = {
      "rank 0 writes the run's files; docs/distributed.md).\n",
      "  0   success (or, with --resume, a run that is already complete: nothing written)\n"
      "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
-     "      or --force), a checkpoint that is missing, for another model or not finite\n"
+     "      or --force), a checkpoint that is missing, for another model or not finite, a cell that\n"
+     "      differs from the checkpoint's (without --allow-changed-cell)\n"
      "  2   bad usage: unknown flag, a flag without its value, --resume without --out\n"
      "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory,\n"
      "      train.device = cuda without a driver or GPU (named), not enough device memory (the bytes)\n"
      "  70  internal error (a bug)\n"
      "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"},
-    {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]...",
+    {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]... [--allow-changed-cell]",
      "evaluate a checkpoint on the task's test split",
      "  --checkpoint FILE       the checkpoint to evaluate (required)\n"
+     "  --allow-changed-cell    evaluate it even though the cell (its formulas, options, params or\n"
+     "                          states) differs from the one it was trained with; a warning says how\n"
      "  --set KEY=VALUE         override a configuration key (repeatable)\n"
      "  -h, --help              this help\n",
      "  0   success\n"
      "  1   bad input: an error in the .cell or .cfg file, a checkpoint that is unreadable, for another\n"
-     "      model, or holds a value that is not finite\n"
+     "      model, or holds a value that is not finite, a cell that differs from the checkpoint's\n"
+     "      (without --allow-changed-cell)\n"
      "  2   bad usage: unknown flag, no --checkpoint\n"
      "  3   out of memory; train.device = cuda without a driver or GPU, or its memory\n"
      "  70  internal error (a bug)\n"},
-    {"diag", "diag MODEL.cell TASK.cfg [--checkpoint FILE] [--out DIR] [--batches N] [--compare DIR] [--by-token] "
-             "[--set KEY=VALUE]...",
+    {"diag", "diag MODEL.cell TASK.cfg [--checkpoint FILE [--allow-changed-cell]] [--out DIR] [--batches N] "
+             "[--compare DIR] [--by-token] [--set KEY=VALUE]...",
      "the diagnostics of seeds.md section 5 (gates, gradients per step, Jacobian products), with plots",
      "  --checkpoint FILE       the model's params (default: its initialization from train.seed)\n"
+     "  --allow-changed-cell    load the checkpoint even though the cell differs from its own (a warning)\n"
      "  --out DIR               where to write (default runs/diag-<cell>-<task>-<time>); must not hold files\n"
      "  --batches N             validation batches to average over (default 1)\n"
      "  --compare DIR           a directory an earlier cellc diag wrote: its gate histograms are drawn\n"
@@ -101,7 +108,8 @@ static const CmdHelp commands[] = {
      "  -h, --help              this help\n",
      "  0   success\n"
      "  1   bad input: an error in the .cell or .cfg file, a checkpoint that is unreadable or for another\n"
-     "      model, --by-token on a task without tokens, --compare without a diag.json\n"
+     "      model (or cell, without --allow-changed-cell), --by-token on a task without tokens, --compare\n"
+     "      without a diag.json\n"
      "  2   bad usage: unknown flag, a missing argument\n"
      "  3   a file could not be written (or --out holds files), out of memory\n"
      "  70  internal error (a bug)\n"
