@@ -604,6 +604,47 @@ check("NaN: sgd with lr 1e30 exits 3 naming the step",
 check("NaN: no checkpoint and no temporary file are left",
       not os.path.exists(os.path.join(d, "checkpoint.safetensors")) and not no_temporaries(d), str(os.listdir(d)))
 
+check("NaN: the stop names the first value that is not finite (sgd with lr 1e30: layer 0's state h, at a step)",
+      re.search(r"The first value that is not finite: layer 0, state 'h' \(infinite at step \d of 6, sequence \d\)",
+                r.out + r.err) is not None, r.why())
+
+# A cell whose state g grows as exp(k)^t, k = 40 in layer 1 only: g_3 ~ e^80 is finite, g_4 ~ e^120 is
+# not; h beside it stays finite. The stop names layer 1, state g, step 4.
+BLOW = """cell blow(k: real = 0) {
+  input x[D]
+  dim   H
+  state h[H]
+  state g[H]
+  param W[H, D] ~ glorot
+  h = 0.5 * h + tanh(W @ x)
+  g = exp(k) * g + tanh(W @ x)
+  output h + g
+}
+"""
+blow = write("blow.cell", BLOW)
+for mode, device in (("scan", "cpu"), ("sequential", "cpu"), ("scan", "cuda-emu")):
+    r = cellc("train", blow, copying, "--out", outdir(f"nan-blow-{mode}-{device}"), "--set", "model.layer.1.option.k=40",
+              "--set", f"train.mode={mode}", "--set", "model.dropout=0", "--set", f"train.device={device}")
+    check(f"NaN in the forward ({mode}, {device}): exit 3 naming layer 1, state 'g', step 4 of 6",
+          r.rc == 3 and re.search(r"step 1: the loss is (NaN|infinite); stopping\. The first value that is not finite: "
+                                  r"layer 1, state 'g' \(infinite at step 4 of 6, sequence \d\)", r.out) is not None, r.why())
+# A forward that stays finite (the term 1e-35 / b is at most 667 for b >= 1.5e-38) whose backward
+# overflows (d/db = -G (a / b) / b); U is declared first and its gradient stays finite: the stop names
+# the first gradient in the order the backward computes them, layer 1's (the last layer's) W.
+GRAD = """cell dv {
+  input x[D]
+  dim   H
+  state h[H]
+  param U[H, D] ~ glorot
+  param W[H, D] ~ glorot
+  h = 0.5 * h + tanh(U @ x) + 1e-35 / (1.5e-38 * (1 + sigmoid(W @ x)))
+}
+"""
+r = cellc("train", write("dv.cell", GRAD), copying, "--out", outdir("nan-grad"), "--set", "model.dropout=0")
+check("NaN in the backward only: the gradient norm stops it, naming the gradient of layer.1.W",
+      r.rc == 3 and re.search(r"the gradient norm is (NaN|infinite); stopping\. The first value that is not finite: "
+                              r"the gradient of layer\.1\.W \(", r.out) is not None, r.why())
+
 # The run blows up after a good checkpoint (resumed with a huge learning rate, evaluating every step):
 # the checkpoint left behind is still the good one.
 d = outdir("nan-later")
@@ -613,6 +654,8 @@ r2 = cellc("train", MGU, copying, "--out", d, "--resume", "--set", "train.steps=
            "--set", "eval.every=1")
 check("NaN after a checkpoint: exits 3 naming the step",
       r1.rc == 0 and r2.rc == 3 and re.search(r"step \d+: .*(NaN|infinite)", r2.out + r2.err) is not None, r2.why())
+check("NaN after a checkpoint: the stop names the first value that is not finite",
+      re.search(r"The first value that is not finite: (layer \d|param|the )", r2.out) is not None, r2.why())
 after = cellc("eval", MGU, copying, "--checkpoint", os.path.join(d, "checkpoint.safetensors"))
 m = FINAL.match(after.last())
 check("NaN after a checkpoint: the checkpoint left is readable and holds finite params",

@@ -903,6 +903,8 @@ static void progress(Run *r, double loss, double acc, double rate) {
 
 typedef struct EvalResult {
   double loss, accuracy;
+  int64_t bad;      /* the first batch whose loss is not finite (this rank's share), or -1 */
+  int bad_rows;     /* its rows that count */
 } EvalResult;
 
 /* The mean loss and accuracy over a split: `batches` batches of a generated task, or the whole
@@ -912,7 +914,8 @@ static EvalResult evaluate(Run *r, TaskSplit split, int64_t batches) {
   int64_t size = r->shape.split_size[split], n = batches;
   if (size > 0) n = (size + r->B - 1) / r->B;
   double sum[3] = {0, 0, 0}; /* loss * counted, counted, correct */
-  int first = r->rank * r->Bl;
+  int first = r->rank * r->Bl, bad_rows = 0;
+  int64_t bad = -1;
   for (int64_t i = 0; i < n; i++) {
     int rows = size > 0 && (i + 1) * r->B > size ? (int)(size - i * r->B) : r->B;
     int mine = rows - first < r->Bl ? rows - first : r->Bl; /* this rank's rows that count */
@@ -921,13 +924,24 @@ static EvalResult evaluate(Run *r, TaskSplit split, int64_t batches) {
     task_batch_part(r->task, split, i, r->B, first, r->Bl, &b);
     ModelLoss l = model_batch(r->model, &b, false, 0, mine);
     task_batch_free(&b);
+    if (bad < 0 && !isfinite(l.loss)) bad = i, bad_rows = mine;
     if (l.counted) sum[0] += l.loss * (double)l.counted;
     sum[1] += (double)l.counted, sum[2] += (double)l.correct;
   }
   dist_allreduce_sum(sum, 3, DIST_F64);
   bool classify = r->shape.loss == TASK_LOSS_CE;
-  EvalResult e = {sum[1] > 0 ? sum[0] / sum[1] : NAN, classify && sum[1] > 0 ? sum[2] / sum[1] : NAN};
+  EvalResult e = {sum[1] > 0 ? sum[0] / sum[1] : NAN, classify && sum[1] > 0 ? sum[2] / sum[1] : NAN, bad, bad_rows};
   return e;
+}
+
+/* After a step stopped on a value that is not finite: " The first value that is not finite: ...",
+ * from batch b run as the step ran it (model_find_nonfinite), or "" where this rank's share of the
+ * batch was finite throughout. */
+static void nonfinite_where(Run *r, const TaskBatch *b, bool training, int64_t step, int rows, char *buf, size_t n) {
+  char what[512];
+  if (model_find_nonfinite(r->model, b, training, step, rows, what, sizeof what))
+    snprintf(buf, n, " The first value that is not finite: %s.", what);
+  else snprintf(buf, n, "%s", "");
 }
 
 /* ---- the ranks of a data-parallel run (one rank without mpirun: each of these is a no-op) ---- */
@@ -1162,10 +1176,10 @@ static int train_loop(Run *r) {
     TaskBatch b = {0};
     next_batch(r, &pf, &b);
     ModelLoss l = model_batch(r->model, &b, true, r->step, r->Bl);
-    task_batch_free(&b);
     if (r->probe && ((r->step + 1) % log_every == 0 || r->step + 1 == r->steps)) grad_probe_update(r->probe, r->model, r->Bl);
     /* several ranks: Ctrl-C on any of them stops all at the same step, before its update */
     if (r->world > 1 && average_gradients(r, &l)) {
+      task_batch_free(&b);
       prefetch_wait(&pf);
       status = stop_interrupted(r, ckpt);
       break;
@@ -1174,12 +1188,16 @@ static int train_loop(Run *r) {
     double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
     prefetch_wait(&pf); /* the task is ours again (evaluation reads it) */
     if (!isfinite(l.loss) || !isfinite(gnorm)) {
-      say(r, "step %lld: the %s is %s; stopping. %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
-          isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite",
+      char where[600] = "";
+      if (r->rank == 0) nonfinite_where(r, &b, true, r->step, r->Bl, where, sizeof where);
+      say(r, "step %lld: the %s is %s; stopping.%s %s%s\n", (long long)r->step + 1, isfinite(l.loss) ? "gradient norm" : "loss",
+          isnan(isfinite(l.loss) ? gnorm : l.loss) ? "NaN" : "infinite", where,
           have_ckpt ? "The last good checkpoint is " : "No checkpoint was written yet", have_ckpt ? ckpt : "");
+      task_batch_free(&b);
       status = 3;
       break;
     }
+    task_batch_free(&b);
     double lr = opt_lr_at(&r->sched, r->step);
     opt_step_on(r->opt, lr, r->state, &apply);
     r->step++;
@@ -1210,8 +1228,15 @@ static int train_loop(Run *r) {
       if (!isfinite(e.loss)) {
         /* an update can blow the params up while the training loss and gradient were finite:
          * keep the last good checkpoint rather than overwrite it with this model */
-        say(r, "step %lld: the valid loss is %s; stopping. %s%s\n", (long long)r->step, isnan(e.loss) ? "NaN" : "infinite",
-            have_ckpt ? "The last good checkpoint is " : "No checkpoint was written yet", have_ckpt ? ckpt : "");
+        char where[600] = "";
+        if (r->rank == 0 && e.bad >= 0) {
+          TaskBatch b = {0};
+          task_batch_part(r->task, TASK_VALID, e.bad, r->B, r->rank * r->Bl, r->Bl, &b);
+          nonfinite_where(r, &b, false, 0, e.bad_rows, where, sizeof where);
+          task_batch_free(&b);
+        }
+        say(r, "step %lld: the valid loss is %s; stopping.%s %s%s\n", (long long)r->step, isnan(e.loss) ? "NaN" : "infinite",
+            where, have_ckpt ? "The last good checkpoint is " : "No checkpoint was written yet", have_ckpt ? ckpt : "");
         status = 3;
         break;
       }

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -921,10 +922,11 @@ static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
   return counted;
 }
 
-ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows) {
+/* The forward of a batch: the encoder, the layers, the readout, the head and the loss, with the
+ * loss's gradient in dlogits when `dlogits`. */
+static ModelLoss forward(Model *m, const TaskBatch *b, bool training, int64_t step, int rows, bool dlogits) {
   CHECK(b->T == m->T && b->B == m->B);
   DevOps *o = m->ops;
-  size_t nrows = (size_t)m->rows;
   int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
   int64_t counted = upload_batch(m, b, rows);
@@ -943,14 +945,26 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
   double sum = 0;
   out.counted = counted;
   if (m->task.loss == TASK_LOSS_CE) {
-    o->crossentropy(o, training ? m->dlogits : NULL, m->logits, m->d_targets, R, K, counted, &sum, &out.correct);
+    o->crossentropy(o, dlogits ? m->dlogits : NULL, m->logits, m->d_targets, R, K, counted, &sum, &out.correct);
     out.classify = true;
   } else if (counted) {
-    o->mse(o, training ? m->dlogits : NULL, m->logits, m->d_y, m->d_on, R, K, counted, &sum);
+    o->mse(o, dlogits ? m->dlogits : NULL, m->logits, m->d_y, m->d_on, R, K, counted, &sum);
   }
   out.loss = counted ? sum / (double)counted : 0.0;
+  return out;
+}
+
+ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows) {
+  ModelLoss out = forward(m, b, training, step, rows, training);
   if (!training) return out;
 
+  DevOps *o = m->ops;
+  size_t nrows = (size_t)m->rows;
+  int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
+  int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
+  bool all = m->readout == NN_READOUT_ALL;
+  const float *rin = all ? m->act[m->nlayers] : m->readout_out;
+  ModelTensor *enc = &m->tensors[m->enc_w], *hw = &m->tensors[m->head_w], *hb = &m->tensors[m->head_b];
   o->zero(o, m->tensors[0].dgrad[0], sizeof(float) * m->store_floats);
   float *dcur = m->dact[0], *dnext = m->dact[1];
   /* the head writes its input gradient (all: dcur itself); the readouts add theirs into dcur */
@@ -989,4 +1003,138 @@ void model_to_device(Model *m) {
 
 void model_to_host(Model *m) {
   if (m->dstore) m->ops->download(m->ops, m->store, m->dstore, sizeof(float) * m->store_floats);
+}
+
+/* ---- where a batch went non-finite ---- */
+
+/* The first of n floats where the model's buffers live that is not finite: its index, or -1, with
+ * its value in *v. */
+static int64_t first_bad(Model *m, const float *x, size_t n, float *v) {
+  float *tmp = NULL;
+  const float *h = x;
+  if (m->ops->device) {
+    tmp = xmalloc(sizeof(float) * n + 1);
+    m->ops->download(m->ops, tmp, x, sizeof(float) * n);
+    h = tmp;
+  }
+  int64_t at = -1;
+  for (size_t i = 0; i < n && at < 0; i++)
+    if (!isfinite(h[i])) at = (int64_t)i, *v = h[i];
+  free(tmp);
+  return at;
+}
+
+static const char *bad_word(float v) { return isnan(v) ? "NaN" : "infinite"; }
+
+/* A tensor's values (grad false) or gradient: "the gradient of layer.0.Wzx (NaN at element 3)" into
+ * buf when one of its elements is not finite. */
+static bool tensor_bad(Model *m, int i, bool grad, char *buf, size_t n) {
+  const ModelTensor *t = &m->tensors[i];
+  for (int part = 0; part < (t->cplx ? 2 : 1); part++) {
+    float v;
+    int64_t at = first_bad(m, grad ? t->dgrad[part] : t->dval[part], (size_t)t->numel, &v);
+    if (at < 0) continue;
+    snprintf(buf, n, "%s %s (%s at element %lld%s)", grad ? "the gradient of" : t->learned ? "param" : "buffer", t->name,
+             bad_word(v), (long long)at, part ? " of its imaginary part" : "");
+    return true;
+  }
+  return false;
+}
+
+/* An activation [rows, width]: "layer 1: the mixer's output (NaN at step 3 of 6, sequence 2)". */
+static bool act_bad(Model *m, const float *x, int width, const char *what, char *buf, size_t n) {
+  float v;
+  int64_t at = first_bad(m, x, (size_t)m->rows * (size_t)width, &v);
+  if (at < 0) return false;
+  int64_t row = at / width;
+  snprintf(buf, n, "%s (%s at step %lld of %d, sequence %lld)", what, bad_word(v), (long long)(row / m->B + 1), m->T,
+           (long long)(row % m->B + 1));
+  return true;
+}
+
+/* Layer k's states h_0 .. h_T as the last forward left them, step by step and, at each step, in
+ * the order the cell declares them. */
+static bool states_bad(Model *m, int k, bool training, char *buf, size_t n) {
+  Layer *L = &m->layers[k];
+  int v = training ? 0 : 1;
+  Program *p = L->exe[v]->p;
+  Cell *c = L->cell[v];
+  size_t B = (size_t)m->B;
+  float **h = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
+  bool kept = true;
+  for (int q = 0; q < p->nsparts && kept; q++) {
+    h[q] = xmalloc(sizeof(float) * ((size_t)m->T + 1) * B * (size_t)p->sparts[q].size + 1);
+    kept = m->backend->read_steps(L->exe[v], L->work[v], STEPS_STATE, q, h[q]) == 0;
+  }
+  bool found = false;
+  for (int t = 0; t <= m->T && kept && !found; t++)
+    for (int q = 0; q < p->nsparts && !found; q++) {
+      size_t size = (size_t)p->sparts[q].size, row = (size_t)t * B * size;
+      for (size_t j = 0; j < B * size && !found; j++)
+        if (!isfinite(h[q][row + j])) {
+          const StateInfo *si = &c->states[p->sparts[q].state];
+          char when[64];
+          if (t) snprintf(when, sizeof when, "at step %d of %d", t, m->T);
+          else snprintf(when, sizeof when, "in its initial value");
+          snprintf(buf, n, "layer %d, state '%s'%s (%s %s, sequence %zu)", k, si->name,
+                   si->cplx ? (p->sparts[q].part ? " (imaginary part)" : " (real part)") : "", bad_word(h[q][row + j]), when,
+                   j / size + 1);
+          found = true;
+        }
+    }
+  for (int q = 0; q < p->nsparts; q++) free(h[q]);
+  free(h);
+  return found;
+}
+
+bool model_find_nonfinite(Model *m, const TaskBatch *b, bool training, int64_t step, int rows, char *buf, size_t n) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (tensor_bad(m, i, false, buf, n)) return true;
+  ModelLoss l = forward(m, b, training, step, rows, false);
+  if (act_bad(m, m->act[0], m->width, "the encoder's output", buf, n)) return true;
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    int C = m->block ? m->width : L->out;
+    bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
+    bool direct = !m->block && L->mix_w < 0 && !drop; /* as layer_forward */
+    char what[64];
+    snprintf(what, sizeof what, "layer %d: the norm's output", k);
+    if (L->norm_w >= 0 && act_bad(m, L->normed, m->width, what, buf, n)) return true;
+    if (states_bad(m, k, training, buf, n)) return true;
+    snprintf(what, sizeof what, "layer %d: the cell's output", k);
+    if (act_bad(m, direct ? m->act[k + 1] : L->y, L->out, what, buf, n)) return true;
+    snprintf(what, sizeof what, "layer %d: the mixer's output", k);
+    if (L->mix_w >= 0 && act_bad(m, L->mixed, m->width, what, buf, n)) return true;
+    snprintf(what, sizeof what, "layer %d: the block's output", k);
+    if (!direct && act_bad(m, m->act[k + 1], C, what, buf, n)) return true;
+  }
+  int C = m->block ? m->width : m->layers[m->nlayers - 1].out, R = nn_readout_rows(m->readout, m->T, m->B);
+  float v;
+  int64_t at = m->readout == NN_READOUT_ALL ? -1 : first_bad(m, m->readout_out, (size_t)R * (size_t)C, &v);
+  if (at >= 0) {
+    snprintf(buf, n, "the readout (%s)", bad_word(v));
+    return true;
+  }
+  at = first_bad(m, m->logits, (size_t)R * (size_t)m->task.out_dim, &v);
+  if (at >= 0) {
+    snprintf(buf, n, "the head's output, the logits (%s at row %lld of %d)", bad_word(v), (long long)(at / m->task.out_dim + 1), R);
+    return true;
+  }
+  if (!isfinite(l.loss)) {
+    snprintf(buf, n, "the loss (%s)", isnan(l.loss) ? "NaN" : "infinite");
+    return true;
+  }
+  if (!training) return false;
+  /* the gradients, in the order the backward computes them */
+  if (tensor_bad(m, m->head_w, true, buf, n) || tensor_bad(m, m->head_b, true, buf, n)) return true;
+  for (int k = m->nlayers - 1; k >= 0; k--) {
+    Layer *L = &m->layers[k];
+    for (int i = 0; L->mix_w >= 0 && i < (m->mix == MIX_GLU ? 6 : 4); i++)
+      if (tensor_bad(m, L->mix_w + i, true, buf, n)) return true;
+    for (int i = 0; i < L->cell[0]->nparams; i++)
+      if (tensor_bad(m, L->first + i, true, buf, n)) return true;
+    for (int i = 0; L->norm_w >= 0 && i < 2; i++)
+      if (tensor_bad(m, L->norm_w + i, true, buf, n)) return true;
+  }
+  return tensor_bad(m, m->enc_w, true, buf, n) || (m->enc_b >= 0 && tensor_bad(m, m->enc_b, true, buf, n));
 }

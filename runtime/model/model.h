@@ -104,4 +104,17 @@ typedef struct ModelLoss {
 } ModelLoss;
 ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step, int rows);
 
+/* After a model_batch whose loss or gradient was not finite, with the params it saw: where the
+ * first value that is not finite arose, in the order the batch computes them: the params and
+ * buffers as the batch began (in tensor order); the forward (the encoder's output; per layer its
+ * norm's output, the cell's states step by step, at each step in the order the cell declares them,
+ * the cell's output, its mixer's output, the block's output; the readout, the logits, the loss);
+ * after a training batch, the gradients in the order the backward computes them (the head, then
+ * the layers from the last, each its mixer's, its cell's params in declaration order, its norm's,
+ * then the encoder's). The forward runs again as model_batch ran it (the same step's draws): batch
+ * norm's running statistics take the batch a second time, so it is for a run that stops. A phrase
+ * into buf ("layer 1, state 'h' (infinite at step 4 of 6, sequence 2)"), or false when every value
+ * is finite (another rank's share of a batch went non-finite). */
+bool model_find_nonfinite(Model *m, const TaskBatch *b, bool training, int64_t step, int rows, char *buf, size_t n);
+
 #endif
