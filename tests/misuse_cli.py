@@ -284,7 +284,8 @@ os.makedirs(d)
 r = train(d)
 check("train --out an empty existing directory: fine", r.rc == 0, r.why())
 r = train(os.path.join(tmp, "nothing-here"), "--resume")
-check("train --resume with no checkpoint: status 1, naming --force", r.rc == 1 and "--force" in r.err, r.why())
+check("train --resume of a directory that does not exist: status 1, saying so (not --force)",
+      r.rc == 1 and "does not exist" in r.err and "--force" not in r.err, r.why())
 
 # ---------------------------------------------------------------- --resume of a complete run
 
