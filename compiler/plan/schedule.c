@@ -472,6 +472,10 @@ static void mark_stored(Sched *s) {
       s->must_store[sp->b] = s->dyn[sp->b];
       if (sp->g >= 0) s->must_store[sp->g] = s->dyn[sp->g];
     }
+    /* scan mode: a dprev computed over all rows (hash-consing made it a value the rest of the
+     * backward reads too) keeps an array of its own; the first rows' phase copies grad_h0 from it */
+    if (s->pl->scan && sp->dprev >= 0 && s->dyn[sp->dprev] && s->region[sp->dprev] != R_BWD_FIRST)
+      s->must_store[sp->dprev] = true;
   }
 }
 
@@ -513,7 +517,10 @@ static void place_leaves(Sched *s) {
 }
 
 /* New state values into the state arrays (scans write there themselves), then each dprev into
- * the caller's grad_h0 (scan mode) or the dstate array (sequential), zeros where there is none. */
+ * the caller's grad_h0 (scan mode) or the dstate array (sequential), zeros where there is none.
+ * grad_h0 holds B rows: a dprev is computed straight there only where it is computed for the
+ * first rows alone (R_BWD_FIRST), else copied there from its own array; 0.5 * dtotal is also
+ * sqrt's derivative in h = 0.5 * h + sqrt(u), read on every row. */
 static void place_states(Sched *s) {
   Plan *pl = s->pl;
   Program *p = s->p;
@@ -527,7 +534,8 @@ static void place_states(Sched *s) {
     if (pl->scan) {
       if (s->scan_dtot[sp->dtotal] >= 0) pl->home[sp->dtotal] = add_slot(pl, pl->dstate_array[q], 0, 0);
       int dst = add_array_slot(pl, ARR_GH0, sp->size, 0, q);
-      deliver(s, sp->dprev, dst, &pl->bwd_first, sp->dprev >= 0 && is_elem(s, sp->dprev));
+      bool first_rows_only = sp->dprev >= 0 && s->region[sp->dprev] == R_BWD_FIRST;
+      deliver(s, sp->dprev, dst, &pl->bwd_first, first_rows_only && is_elem(s, sp->dprev));
     } else
       deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
   }

@@ -1,7 +1,8 @@
 /* test_cpu.c: the CPU back end (float32) against the interpreter (float64) for every stdlib cell:
  * outputs, final states, gates and every gradient, with nonzero initial states, in auto mode and
- * (for scan cells) sequential mode, with generated code and with the portable evaluator; and the
- * pipeline's cache of compiled programs. */
+ * (for scan cells) sequential mode, with generated code and with the portable evaluator; scan
+ * cells whose grad_h0 shares its node with the backward (also on cuda-emu, which runs the same
+ * plan); and the pipeline's cache of compiled programs. */
 #include "cpu.h"
 #include "gemm.h"
 #include "harness.h"
@@ -54,6 +55,14 @@ CPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
 CPU_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
 CPU_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
 CPU_TEST(runs, "tests/cells/runs.cell", NULL, "H=19,D=5")
+/* Scan cells whose dprev (a times the reverse scan's output) is also a value the rest of the
+ * backward reads on every row: hash-consing makes 0.5 * dtotal sqrt's derivative too
+ * (scan_dprev_sqrt), the adjoint of the new term where both terms share the factor 0.5
+ * (scan_dprev_scale) or a per-row gate z (scan_dprev_gate). The caller's grad_h0 holds the first
+ * step's rows only (test_plan: expect_first_rows_only; below: scan_grad_h0_first_rows_only). */
+CPU_TEST(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
+CPU_TEST(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
+CPU_TEST(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
 /* 1024 gate columns: the stacked products' arrays have rows one cache line longer than their
  * columns (compiler/plan, rows_stride) */
 CPU_TEST(lstm_wide, "stdlib/lstm.cell", NULL, "H=256,D=3")
@@ -196,6 +205,113 @@ Test(cpu, input_gradient_left_as_product) {
   pipeline_release(c);
   cell_free(cell);
   arena_free(&arena);
+}
+
+/* A scan cell's backward writes the caller's grad_h0 in its B rows and nowhere past them (the
+ * buffers past them hold a guard value that must stay), with generated code and the portable
+ * evaluator, on 1 and 3 threads; the guard lies in the same allocation, so an overrun shows here
+ * without a sanitizer (the generated kernels have none). */
+static void grad_h0_guard_case(const char *file, const char *dims, bool portable, int threads) {
+  enum { T = 6, B = 11 };
+  const float guard = 12345.0f;
+  Arena arena = {0};
+  Cell *cell = h_cell(&arena, file, NULL, dims, false, NULL);
+  char err[256];
+  PipelineOptions o = {0};
+  o.backend = backend_find("cpu"), o.threads = threads, o.portable = portable;
+  Compiled *c = pipeline_compile(cell, &o, err, sizeof err);
+  cr_assert(c, "compile: %s", err);
+  cr_assert(c->opt.scan, "%s runs as a scan", file);
+  const Backend *be = c->be;
+  Program *p = c->p;
+  Rng r;
+  rng_seed(&r, 5, 0);
+  size_t rows = (size_t)T * B;
+  SeqIO s = {0};
+  s.T = T, s.B = B, s.dtype = DT_F32;
+  s.x = f32_random(&r, rows * (size_t)p->x_size), s.dy = f32_random(&r, rows * (size_t)p->output_size);
+  s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
+  s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
+  void **params = xcalloc((size_t)p->npparts + 1, sizeof(void *)), **gp = xcalloc((size_t)p->npparts + 1, sizeof(void *));
+  for (int i = 0; i < p->npparts; i++)
+    params[i] = f32_random(&r, (size_t)p->pparts[i].numel), gp[i] = xmalloc(sizeof(float) * (size_t)p->pparts[i].numel);
+  void **h0 = xcalloc((size_t)p->nsparts + 1, sizeof(void *)), **df = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  void **fin = xcalloc((size_t)p->nsparts + 1, sizeof(void *)), **gh = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  for (int i = 0; i < p->nsparts; i++) {
+    size_t n = (size_t)B * (size_t)p->sparts[i].size;
+    h0[i] = f32_random(&r, n), df[i] = f32_random(&r, n), fin[i] = xmalloc(sizeof(float) * n);
+    gh[i] = xmalloc(sizeof(float) * rows * (size_t)p->sparts[i].size); /* B rows, then T - 1 steps of guard */
+    for (size_t j = 0; j < rows * (size_t)p->sparts[i].size; j++) ((float *)gh[i])[j] = guard;
+  }
+  s.params = (const void **)params, s.grad_params = gp, s.h0 = (const void **)h0, s.dfinal = (const void **)df;
+  s.final = fin, s.grad_h0 = gh;
+  Work *w = be->work_new(c);
+  be->forward(c, w, &s);
+  be->backward(c, w, &s);
+  for (int i = 0; i < p->nsparts; i++) {
+    size_t n = (size_t)B * (size_t)p->sparts[i].size, past = 0;
+    for (size_t j = n; j < rows * (size_t)p->sparts[i].size; j++) past += ((float *)gh[i])[j] != guard;
+    cr_expect_eq(past, 0, "%s%s, %d threads: %zu floats written past grad_h0 part %d", file, portable ? " (portable)" : "",
+                 threads, past, i);
+    cr_expect(((float *)gh[i])[0] != guard, "%s: grad_h0 part %d written", file, i);
+  }
+  be->work_free(w);
+  for (int i = 0; i < p->npparts; i++) free(params[i]), free(gp[i]);
+  for (int i = 0; i < p->nsparts; i++) free(h0[i]), free(df[i]), free(fin[i]), free(gh[i]);
+  free(params), free(gp), free(h0), free(df), free(fin), free(gh);
+  free((void *)s.x), free((void *)s.dy), free(s.y), free(s.grad_x);
+  pipeline_release(c);
+  cell_free(cell);
+  arena_free(&arena);
+}
+
+Test(cpu, scan_grad_h0_first_rows_only) {
+  const char *cells[][2] = {{"tests/cells/scan_dprev_sqrt.cell", "H=5,D=4"},
+                            {"tests/cells/scan_dprev_scale.cell", "H=5,D=4"},
+                            {"tests/cells/scan_dprev_gate.cell", "H=19,D=5"},
+                            {"stdlib/mingru.cell", "H=19,D=5"}};
+  for (int i = 0; i < 4; i++)
+    for (int portable = 0; portable < 2; portable++) {
+      grad_h0_guard_case(cells[i][0], cells[i][1], portable, 1);
+      grad_h0_guard_case(cells[i][0], cells[i][1], portable, 3);
+    }
+}
+
+/* The CUDA back end runs the same plan: the scan_dprev cells on cuda-emu against the interpreter,
+ * in scan mode, at T = 9 and at T = 130 (several scan chunks). */
+static void compare_cuda_emu(const char *file, const char *dims, int T, int B) {
+  h_use_cuda_test_cache();
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, file, NULL, dims, false, "scan");
+  char err[2048];
+  PipelineOptions ro = {0}, co = {0};
+  ro.backend = backend_find("interp"), ro.gates = true;
+  co.backend = backend_find("cuda-emu"), co.gates = true;
+  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
+  cr_assert(ref, "compile: %s", err);
+  Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
+  cr_assert(cu && cu->opt.scan, "compile: %s", err);
+  HBufs *R = h_bufs_new(ref->p, T, B, 7, 0.4, 0.5), *S = h_bufs_new(cu->p, T, B, 7, 0.4, 0.5);
+  h_bufs_copy_inputs(S, R, ref->p);
+  pipeline_run_f64(ref, &R->io);
+  pipeline_run_f64(cu, &S->io);
+  const char *what;
+  double e = h_compare(R, S, ref->p, &what);
+  cr_expect(e < 1e-4, "%s on cuda-emu, T=%d: %s relative error %g", file, T, what, e);
+  h_bufs_free(R), h_bufs_free(S);
+  pipeline_release(ref), pipeline_release(cu);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+Test(cpu, scan_dprev_cells_on_cuda_emu, .timeout = 600) {
+  const char *cells[][2] = {{"tests/cells/scan_dprev_sqrt.cell", "H=5,D=4"},
+                            {"tests/cells/scan_dprev_scale.cell", "H=5,D=4"},
+                            {"tests/cells/scan_dprev_gate.cell", "H=19,D=5"}};
+  for (int i = 0; i < 3; i++) {
+    compare_cuda_emu(cells[i][0], cells[i][1], 9, 3);
+    compare_cuda_emu(cells[i][0], cells[i][1], 130, 2);
+  }
 }
 
 /* The profile's products by kind, for a GRU (H = 19, D = 5, T = 7, B = 3; 2 floating-point

@@ -44,6 +44,30 @@ static void expect_all_used(const Plan *pl, const char *what) {
   free(array_used), free(slot_used);
 }
 
+/* The caller's grad_h0 (ARR_GH0) holds B rows: only the phase of the first step's rows writes it.
+ * A kernel over all rows that computed a value there would write T B rows into B. */
+static void expect_gh0_first_rows(const Plan *pl, int slot, const Phase *ph, const char *what, const char *step) {
+  if (slot < 0 || pl->arrays[pl->slots[slot].array].kind != ARR_GH0) return;
+  cr_expect(ph->region == REG_FIRST, "%s: %s writes grad_h0 over more than the first step's rows", what, step);
+}
+
+static void expect_first_rows_only(const Plan *pl, const char *what) {
+  const Phase *phases[] = {&pl->fwd_pre, &pl->fwd_step, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_step, &pl->bwd_post, &pl->bwd_first};
+  for (int i = 0; i < 7; i++)
+    for (int j = 0; j < phases[i]->n; j++) {
+      const PStep *st = &phases[i]->steps[j];
+      char step[64];
+      snprintf(step, sizeof step, "phase %d step %d", i, j);
+      if (st->kind == PS_ELEM) {
+        const Kernel *k = &pl->kernels[st->kernel];
+        for (int n = 0; n < k->n; n++) expect_gh0_first_rows(pl, pl->home[k->nodes[n]], phases[i], what, step);
+      } else if (st->kind == PS_GEMM || st->kind == PS_GEMM_T)
+        expect_gh0_first_rows(pl, plan_gemm_operands(pl, st).y, phases[i], what, step);
+      else if (st->kind == PS_COPY || st->kind == PS_ZERO)
+        expect_gh0_first_rows(pl, st->dst, phases[i], what, step);
+    }
+}
+
 static void check_plans(const char *file, const char *set, const char *dims) {
   for (int sequential = 0; sequential < 2; sequential++) {
     Arena arena = {0};
@@ -59,6 +83,7 @@ static void check_plans(const char *file, const char *set, const char *dims) {
       char *ta = plan_text(a), *tb = plan_text(b);
       cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
       expect_all_used(a, what);
+      expect_first_rows_only(a, what);
       free(ta), free(tb);
       plan_free(a), plan_free(b);
       program_free(p);
@@ -79,6 +104,10 @@ Test(plan, lru) { check_plans("stdlib/lru.cell", NULL, "H=7,D=3"); }
 Test(plan, hgru) { check_plans("stdlib/hgru.cell", "lb=0.25", "D=5"); }
 Test(plan, mingru) { check_plans("stdlib/mingru.cell", NULL, "H=7,D=3"); }
 Test(plan, ops) { check_plans("tests/cells/ops.cell", NULL, "H=5,D=3"); }
+/* scan cells whose dprev is also read on every row by the rest of the backward */
+Test(plan, scan_dprev_sqrt) { check_plans("tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4"); }
+Test(plan, scan_dprev_scale) { check_plans("tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4"); }
+Test(plan, scan_dprev_gate) { check_plans("tests/cells/scan_dprev_gate.cell", NULL, "H=5,D=4"); }
 
 /* The sequential plan of a stdlib cell (H = 7, D = 3); *arena and the program are the caller's. */
 static Plan *sequential_plan(Arena *arena, const char *file, const char *set, Program **p) {
