@@ -299,6 +299,10 @@ def main():
             test_cell(os.path.join(tc, "ops.cell"), work, extra=["--set", "use_gumbel=true"], label="ops-gumbel-eval")
             for c in ("learned_gate", "learned_scan", "drawn_state"):
                 test_cell(os.path.join(tc, "learned_gate.cell"), work, cell=c)
+            # scan cells whose state's coefficient times its gradient is also another gradient
+            # (the plan once wrote that shared value over all rows into the B rows of dh0)
+            for c in ("scan_dprev_sqrt", "scan_dprev_scale", "scan_dprev_gate"):
+                test_cell(os.path.join(tc, c + ".cell"), work)
             test_cell(os.path.join(ROOT, "stdlib", "lru.cell"), work, extra=["--mode", "sequential"], label="lru-sequential")
             test_cell(os.path.join(ROOT, "stdlib", "mgu.cell"), work, extra=["--set", "see_h=true"], label="mgu-see_h")
             test_cell(os.path.join(tc, "ops.cell"), work, extra=["--set", "use_gumbel=true", "--set", "train_noise=true"],
