@@ -18,6 +18,7 @@ One PASS/FAIL line per command with its run count and time; the last line is
 "N passed, M failed"; exit 1 on any failure. A failed run's command, status and the end of
 its stderr are printed (the first three per command)."""
 import argparse
+import glob
 import os
 import shlex
 import shutil
@@ -46,12 +47,13 @@ REPORT_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSan
 SMALL = ["--set", "train.steps=4", "--set", "log.every=2", "--set", "eval.every=4", "--set", "eval.batches=1",
          "--set", "model.width=16", "--set", "model.hidden=16", "--set", "train.batch=8"]
 COPYING = "examples/small/copying.cfg"
-CELLS = ["elman", "gru", "hgru", "leaky", "lru", "lstm", "mgu", "mingru", "multi_gate", "scalar_gate"]
+# every cell of the stdlib and of tests/cells (which hold the shapes of plan that went wrong once)
+CELLS = [os.path.relpath(p, ROOT) for d in ("stdlib", "tests/cells") for p in sorted(glob.glob(os.path.join(ROOT, d, "*.cell")))]
 
 
 def commands(tmp, ckpt):
     """(name, expected status, argv builder of the run index and its scratch folder)."""
-    cell = lambda i: f"stdlib/{CELLS[i % len(CELLS)]}.cell"  # noqa: E731
+    cell = lambda i: CELLS[i % len(CELLS)]  # noqa: E731
     bad = os.path.join(tmp, "bad.cell")
     with open(bad, "w") as f:
         f.write("cell bad {\n  input x[D]; dim H; state h[H]\n  h = tanh(W @ x)\n}\n")
