@@ -16,10 +16,14 @@ int cli_usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-/* SIGINT or SIGTERM outside `train` (which checkpoints first): status 130, never death by the
- * signal. A file being written holds the signals back until it is complete (fsout.c). */
+/* SIGINT or SIGTERM outside `train` and `diag` (which install their own handlers once they
+ * start): status 130 and a word on stderr, never death by the signal. A file being written
+ * holds the signals back until it is complete (fsout.c). */
 static void on_interrupt(int sig) {
   (void)sig;
+  static const char msg[] = "cellc: interrupted\n";
+  ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1); /* async-signal-safe */
+  (void)n;
   _exit(130);
 }
 
