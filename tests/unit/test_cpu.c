@@ -1,8 +1,8 @@
 /* test_cpu.c: the CPU back end (float32) against the interpreter (float64) for every stdlib cell:
  * outputs, final states, gates and every gradient, with nonzero initial states, in auto mode and
  * (for scan cells) sequential mode, with generated code and with the portable evaluator; scan
- * cells whose grad_h0 shares its node with the backward (also on cuda-emu, which runs the same
- * plan); and the pipeline's cache of compiled programs. */
+ * cells whose grad_h0 shares its node with the backward (test_cuda.c runs them on cuda-emu); and
+ * the pipeline's cache of compiled programs. */
 #include "cpu.h"
 #include "gemm.h"
 #include "harness.h"
@@ -275,43 +275,6 @@ Test(cpu, scan_grad_h0_first_rows_only) {
       grad_h0_guard_case(cells[i][0], cells[i][1], portable, 1);
       grad_h0_guard_case(cells[i][0], cells[i][1], portable, 3);
     }
-}
-
-/* The CUDA back end runs the same plan: the scan_dprev cells on cuda-emu against the interpreter,
- * in scan mode, at T = 9 and at T = 130 (several scan chunks). */
-static void compare_cuda_emu(const char *file, const char *dims, int T, int B) {
-  h_use_cuda_test_cache();
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, file, NULL, dims, false, "scan");
-  char err[2048];
-  PipelineOptions ro = {0}, co = {0};
-  ro.backend = backend_find("interp"), ro.gates = true;
-  co.backend = backend_find("cuda-emu"), co.gates = true;
-  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
-  cr_assert(ref, "compile: %s", err);
-  Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
-  cr_assert(cu && cu->opt.scan, "compile: %s", err);
-  HBufs *R = h_bufs_new(ref->p, T, B, 7, 0.4, 0.5), *S = h_bufs_new(cu->p, T, B, 7, 0.4, 0.5);
-  h_bufs_copy_inputs(S, R, ref->p);
-  pipeline_run_f64(ref, &R->io);
-  pipeline_run_f64(cu, &S->io);
-  const char *what;
-  double e = h_compare(R, S, ref->p, &what);
-  cr_expect(e < 1e-4, "%s on cuda-emu, T=%d: %s relative error %g", file, T, what, e);
-  h_bufs_free(R), h_bufs_free(S);
-  pipeline_release(ref), pipeline_release(cu);
-  cell_free(c);
-  arena_free(&arena);
-}
-
-Test(cpu, scan_dprev_cells_on_cuda_emu, .timeout = 600) {
-  const char *cells[][2] = {{"tests/cells/scan_dprev_sqrt.cell", "H=5,D=4"},
-                            {"tests/cells/scan_dprev_scale.cell", "H=5,D=4"},
-                            {"tests/cells/scan_dprev_gate.cell", "H=19,D=5"}};
-  for (int i = 0; i < 3; i++) {
-    compare_cuda_emu(cells[i][0], cells[i][1], 9, 3);
-    compare_cuda_emu(cells[i][0], cells[i][1], 130, 2);
-  }
 }
 
 /* The profile's products by kind, for a GRU (H = 19, D = 5, T = 7, B = 3; 2 floating-point

@@ -109,6 +109,11 @@ CUDA_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
 CUDA_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
 CUDA_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
 CUDA_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+/* scan cells whose state's coefficient times its gradient is also another gradient: the plan once
+ * wrote that shared value over all rows into grad_h0's B rows (a bad copy on cuda-emu) */
+CUDA_TEST(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
+CUDA_TEST(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
+CUDA_TEST(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
 /* 1024 gate columns: arrays with rows one cache line longer than their columns */
 Test(cuda, lstm_wide_sequential) { compare("stdlib/lstm.cell", NULL, "H=256,D=3", 3, 2, "sequential"); }
 
