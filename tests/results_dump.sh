@@ -1,0 +1,46 @@
+#!/bin/sh
+# results_dump.sh BIN OUTDIR: every result cellc computes for every stdlib cell (and tests/cells) on
+# every back end that runs here (interp in f64 and f32, cpu, cuda-emu), in each mode that applies,
+# plus short training runs on the CPU and on cuda-emu, written under OUTDIR. A refactoring that must
+# not change a bit compares two such directories: `cmp -s` per file (tests/results_compare.py).
+# Thread counts are fixed (CELLC_THREADS=2): the CPU back end's sums do not depend on them, but a
+# fixed count keeps the comparison about the code alone.
+set -u
+BIN=${1:?usage: results_dump.sh BIN OUTDIR}
+OUT=${2:?usage: results_dump.sh BIN OUTDIR}
+cd "$(dirname "$0")/.." || exit 1
+mkdir -p "$OUT"
+export CELLC_THREADS=2
+fail=0
+for f in stdlib/*.cell tests/cells/*.cell; do
+  c=$(basename "$f" .cell)
+  for be in interp cpu cuda-emu; do
+    for mode in auto sequential; do
+      case $be in interp) precs="f64 f32" ;; *) precs=f32 ;; esac
+      for prec in $precs; do
+        T=12; [ "$be" = cuda-emu ] && T=6
+        o="$OUT/run.$c.$be.$mode.$prec.safetensors"
+        if ! "$BIN" run "$f" --backend "$be" --mode "$mode" --precision "$prec" --T $T --B 3 --seed 5 \
+             --dims D=5,H=7 --out "$o" >"$o.log" 2>&1; then
+          echo "results_dump: run $c $be $mode $prec failed: $(head -c 300 "$o.log")" >&2
+          fail=1
+        fi
+        rm -f "$o.log"
+      done
+    done
+  done
+done
+for c in gru lstm lru; do
+  for dev in cpu cuda-emu; do
+    steps=6; [ $dev = cuda-emu ] && steps=2
+    d="$OUT/train.$c.$dev"
+    rm -rf "$d"
+    if ! "$BIN" train "stdlib/$c.cell" examples/adding.cfg --out "$d" --progress none \
+         --set train.steps=$steps --set train.batch=8 --set task.length=10 --set model.hidden=16 \
+         --set eval.every=3 --set eval.batches=1 --set log.every=1 --set train.device=$dev >"$d.log" 2>&1; then
+      echo "results_dump: train $c $dev failed (see $d.log)" >&2
+      fail=1
+    fi
+  done
+done
+exit $fail
