@@ -125,7 +125,7 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
 # The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
 # for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin.
 CLANG ?= clang-14
-$(BUILD)/emit/executor.bc: compiler/backend/cpu/standalone/executor.c compiler/backend/cpu/emit_table.h \
+$(BUILD)/emit/executor.bc: compiler/backend/cpu/standalone/executor.c compiler/plan/plan_table.h \
                            compiler/backend/cpu/scan.h
 	@mkdir -p $(dir $@)
 	$(CLANG) -std=c11 -O2 -Xclang -disable-llvm-passes -fPIC -Wall -Wextra -Werror -target x86_64-pc-linux-gnu \

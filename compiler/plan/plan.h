@@ -9,6 +9,7 @@
 #define CELLC_PLAN_H
 
 #include "lower.h"
+#include "plan_table.h"
 
 typedef enum {
   ARR_ROWS,    /* [T*B, width]: a per-row value */
@@ -128,5 +129,13 @@ size_t plan_array_floats(const PlanArray *a, int T, int B);
 void plan_free(Plan *pl);
 /* The plan, for --debug output. */
 void plan_dump(const Plan *pl, FILE *f);
+
+/* The plan as the flat table every executor reads (plan_table.h): its bytes (malloc'd; free them).
+ * kstatic_fwd and kstatic_bwd are -1: a back end that runs the static values as kernels sets them. */
+typedef struct PlanTable {
+  char *data;
+  size_t n;
+} PlanTable;
+PlanTable plan_table_build(const Plan *pl, Program *p);
 
 #endif

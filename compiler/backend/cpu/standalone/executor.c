@@ -1,15 +1,15 @@
 /* executor.c: the driver of an emitted cell (`cellc emit --target cpu`): runs the plan that
- * emit_cpu.c wrote as a table (emit_table.h) with the generated kernels, cblas for the products
+ * emit_cpu.c wrote as a table (plan_table.h) with the generated kernels, cblas for the products
  * and scan.h's scans, over the caller's buffers and workspace. The build compiles it to LLVM
  * bitcode (clang -emit-llvm) once; emit links it into each cell's module, renames the four entry
  * points below to P_forward, P_backward, P_workspace_bytes and P_strerror, and makes every other
  * symbol internal. No global state, no allocation, nothing printed: single-threaded code over what
- * the caller passes in. It includes only emit_table.h and scan.h (freestanding headers). */
+ * the caller passes in. It includes only plan_table.h and scan.h (freestanding headers). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../emit_table.h"
+#include "../../../plan/plan_table.h"
 #include "../scan.h"
 
 /* cblas, declared here (the object links with -lopenblas) */

@@ -1,10 +1,11 @@
-/* emit_table.h: the plan of one program as a flat, pointer-free table, the form `cellc emit`
- * writes into an object file next to the generated kernels (emit_cpu.c builds it) and the
- * standalone executor (standalone/executor.c, compiled to LLVM bitcode at build time) reads. Every
+/* plan_table.h: the plan of one program as a flat, pointer-free table (plan_table_build writes
+ * it), the one form every executor of a plan reads: `cellc emit` writes it into an object file
+ * next to the generated kernels, and the standalone executor (compiler/backend/cpu/standalone,
+ * compiled to LLVM bitcode at build time) reads it. Every
  * part of it is an array of the structs below at a byte offset from the table's start; slots,
  * kernels and steps keep the plan's numbering. Freestanding: stdint only. */
-#ifndef CELLC_EMIT_TABLE_H
-#define CELLC_EMIT_TABLE_H
+#ifndef CELLC_PLAN_TABLE_H
+#define CELLC_PLAN_TABLE_H
 
 #include <stdint.h>
 
