@@ -5,17 +5,21 @@
 #include "cli.h"
 
 static const CmdHelp commands[] = {
-    {"check", "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] [--json]",
+    {"check",
+     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] "
+     "[--json | --dump typed|lower|ad|plan]",
      "check every cell; print dims, options, params, states (recurrence class), gates, mode",
      "  --cell NAME             only this cell (it may be one the file imports)\n"
      "  --set NAME=VALUE        set an option (repeatable)\n"
      "  --dims H=128,...        bind dims (repeatable); a name no cell declares is an error\n"
      "  --mode auto|scan|sequential   force the mode (scan on a nonlinear cell is an error)\n"
      "  --json                  one JSON document on stdout\n"
+     "  --dump typed|lower|ad|plan   print one cell (--cell, default the last) after a pass, every dim\n"
+     "                          bound: typed step graph, lowered program, with its backward, plan\n"
      "  -h, --help              this help\n",
      "  0   the file checks (warnings, such as an unused param, go to stderr)\n"
      "  1   bad input: an error in the .cell file (located), a file with no cell, a bad --set, --dims or --cell\n"
-     "  2   bad usage: unknown flag, a flag without its value\n"
+     "  2   bad usage: unknown flag, a flag without its value, an unknown --dump\n"
      "  70  internal error (a bug)\n"},
     {"derive", "derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...] [--mode auto|scan|sequential]",
      "print the derived backward step as math",

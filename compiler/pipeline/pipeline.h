@@ -47,4 +47,14 @@ void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof);
 /* Lowers and differentiates a cell with no back end (the form `cellc derive` prints). */
 Program *pipeline_derive(Cell *c);
 
+/* The graph after a pass, as text (`cellc check --dump NAME`; QBE's -d): "typed" the checked
+ * cell's step graph, "lower" the lowered Program, "ad" it differentiated (forward and backward),
+ * "plan" its execution plan (phases and steps). The lowering and the plan follow the cell's mode
+ * (scan form in scan mode), as a back end that runs scans compiles it; the cell's dims bound. */
+bool pipeline_dump_known(const char *name);
+/* The names, for messages: "typed, lower, ad, plan". */
+const char *pipeline_dump_names(void);
+/* Prints dump `name` (one pipeline_dump_known accepts) of a checked, bound cell to f. */
+void pipeline_dump(Cell *c, const char *name, FILE *f);
+
 #endif
