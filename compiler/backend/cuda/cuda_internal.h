@@ -1,16 +1,11 @@
 /* cuda_internal.h: helpers shared by the CUDA call layer and its emulator, not by the back
- * end: hashing, subprocesses, atomic files, temporary directories, the embedded headers. */
+ * end: subprocesses, atomic files, temporary directories, the embedded headers. */
 #ifndef CELLC_CUDA_INTERNAL_H
 #define CELLC_CUDA_INTERNAL_H
 
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* FNV-1a, 64 bits: start from CUDA_FNV_INIT and feed bytes. */
-#define CUDA_FNV_INIT 0xcbf29ce484222325ull
-uint64_t cuda_fnv(uint64_t h, const void *data, size_t n);
-uint64_t cuda_fnv_str(uint64_t h, const char *s); /* the bytes and the terminating NUL */
 
 /* snprintf into err (errlen may be 0); returns -1 so callers can `return cuda_fail(...)`. */
 int cuda_fail(char *err, size_t errlen, const char *fmt, ...)

@@ -1,4 +1,4 @@
-/* cuda_util.c: hashing, subprocesses, atomic files and temporary directories for the CUDA
+/* cuda_util.c: subprocesses, atomic files and temporary directories for the CUDA
  * call layer and its emulator. */
 #include <dirent.h>
 #include <errno.h>
@@ -14,19 +14,6 @@
 #include "cuda_internal.h"
 
 extern char **environ;
-
-uint64_t cuda_fnv(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-uint64_t cuda_fnv_str(uint64_t h, const char *s) {
-  return cuda_fnv(h, s, strlen(s) + 1);
-}
 
 int cuda_fail(char *err, size_t errlen, const char *fmt, ...) {
   if (errlen > 0) {
