@@ -94,7 +94,7 @@ static void cache_write(const char *path, uint64_t key, const CudaImage *img) {
   char *buf = xmalloc(hlen + img->size);
   memcpy(buf, head, hlen);
   memcpy(buf + hlen, img->data, img->size);
-  cuda_write_atomic(path, buf, hlen + img->size); /* a cache that cannot be written is no error */
+  fsout_write_file(path, buf, hlen + img->size, NULL, 0); /* a cache that cannot be written is no error */
   free(buf);
   free(head);
 }

@@ -73,7 +73,7 @@ int cuda_ptxas_check(const char *ptx, const char *arch, CudaKernelResources **ou
   char *arch_opt = xasprintf("-arch=%s", arch);
   char *ptxas = find_ptxas();
   int rc = -1;
-  if (cuda_write_atomic(file, ptx, strlen(ptx)) != 0) {
+  if (fsout_write_file(file, ptx, strlen(ptx), NULL, 0) != 0) {
     cuda_fail(err, errlen, "ptxas: cannot write %s", file);
   } else {
     char *argv[] = {ptxas, "-v", arch_opt, "-o", "/dev/null", file, NULL};
