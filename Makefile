@@ -153,7 +153,15 @@ $(BUILD)/%.o: %.c | $(BUILD)/gen/parser.h
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(filter %.o,$^) $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+
+# Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
+# report of generated kernels (tests/unit/ptxas.c).
+PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
+$(PTXAS_TESTS): $(BUILD)/tests/ptxas.o
+$(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ALL_INCS) -c -o $@ $<
 
 # A test tool: the splits of a fixed dataset as `cellc train` builds them, as safetensors
 # (tests/task_dump.c; tests/suite_mnist1d.sh uses it).
@@ -215,7 +223,7 @@ test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
 $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(filter %.o,$^) $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
 bench-gpu: all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/gpu.sh
@@ -228,4 +236,4 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d
+-include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d $(BUILD)/tests/ptxas.d

@@ -14,6 +14,7 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "harness.h"
+#include "ptxas.h"
 #include "interp.h"
 #include "plan.h"
 

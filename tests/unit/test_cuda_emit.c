@@ -14,6 +14,7 @@
 #include "cuda_internal.h"
 #include "emit_shim.h"
 #include "harness.h"
+#include "ptxas.h"
 
 #define KERNELS_BEGIN "/* ---- cellc kernels: begin ---- */\n"
 #define KERNELS_END "/* ---- cellc kernels: end ---- */\n"

@@ -1,12 +1,11 @@
-/* cuda_ptxas.c: the resource check of generated kernels: ptxas -v on a PTX module, its
- * report parsed into registers, shared memory, stack and spill bytes per kernel. */
+/* ptxas.c: the resource check of generated kernels (ptxas.h), a helper of the CUDA tests. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "support.h"
-#include "cuda_api.h"
 #include "cuda_internal.h"
+#include "ptxas.h"
 
 /* $CUDA_HOME/bin/ptxas, /usr/local/cuda/bin/ptxas, else "ptxas" from PATH. */
 static char *find_ptxas(void) {
