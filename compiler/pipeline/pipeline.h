@@ -11,10 +11,21 @@
 #include "backend.h"
 #include "check.h"
 
-/* The back ends, by name: "interp", "cpu", "cuda", "cuda-emu". NULL when there is none of that name. */
+/* The back ends: the one list of them (pipeline.c), in the order help and messages name them,
+ * each with whether `cellc train` runs on it (a train.device). The commands' flags and help, the
+ * configuration's train.device and the tests read it; a new back end is one entry there. */
+int backend_count(void);
+const Backend *backend_at(int i);
+bool backend_trains(const Backend *be);
+/* By name: "interp", "cpu", "cuda", "cuda-emu". NULL when there is none of that name. */
 const Backend *backend_find(const char *name);
 /* Their names, for messages: "interp, cpu, cuda, cuda-emu". */
 const char *backend_names(void);
+/* Their names joined by sep into buf ("interp|cpu|cuda|cuda-emu"); only the devices of training
+ * when trains_only. */
+void backend_join(char *buf, size_t n, const char *sep, bool trains_only);
+/* The names of the devices of training, NULL-terminated (train.device's choices). */
+const char *const *backend_device_names(void);
 
 typedef struct PipelineOptions {
   const Backend *backend;
