@@ -155,6 +155,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(filter %.o,$^) $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
+# The stdlib cells the tests run, listed once (stdlib/cells.list), as the C tests' X-macro
+$(BUILD)/gen/stdlib_cells.h: stdlib/cells.list mk/cells_h.awk
+	@mkdir -p $(dir $@)
+	awk -f mk/cells_h.awk stdlib/cells.list > $@
+$(TESTS) $(BUILD)/tests/gpu_cuda_emit: $(BUILD)/gen/stdlib_cells.h
+
 # Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
 # report of generated kernels (tests/unit/ptxas.c).
 PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
@@ -217,7 +223,7 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
 
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
