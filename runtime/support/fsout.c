@@ -247,6 +247,10 @@ char *fsout_dir_begin(const char *dir, char *err, size_t errlen) {
     free(tmp);
     return NULL;
   }
+  /* it becomes `dir`: the mode mkdir(2) gives (0777 less the umask), not mkdtemp's 0700 */
+  mode_t mask = umask(0);
+  umask(mask);
+  (void)chmod(tmp, 0777 & ~mask);
   return tmp;
 }
 
@@ -255,9 +259,9 @@ int fsout_dir_commit(const char *tmp, const char *dir, int merge, char *err, siz
   bool exists = lstat(dir, &lst) == 0;
   if (exists && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
     return fail(err, errlen, "%s: exists and is not a directory", dir), -1;
-  /* a missing directory, or an empty one (not a link to one: that is written through), is
-   * replaced whole: rename(2) replaces an empty directory */
-  if (!exists || S_ISDIR(lst.st_mode)) {
+  /* a missing directory is the temporary one renamed; without merge, so is an empty one (not a
+   * link to one): rename(2) replaces an empty directory and refuses a full one */
+  if (!exists || (!merge && S_ISDIR(lst.st_mode))) {
     if (rename(tmp, dir) == 0) return 0;
     if (!exists || (errno != ENOTEMPTY && errno != EEXIST))
       return fail(err, errlen, "%s: cannot rename into place: %s", dir, strerror(errno)), -1;

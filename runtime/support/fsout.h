@@ -50,9 +50,10 @@ int fsout_write_file(const char *path, const void *data, size_t n, char *err, si
  * directory `DIR.tmp-XXXXXX` beside `dir` (the missing directories above `dir` created first)
  * and returns it (malloc'd; NULL with a message in err); the caller writes its files there;
  * fsout_dir_commit puts them in place: a rename of the whole directory to `dir` when `dir` does
- * not exist or is an empty directory, else (`merge`, and `dir` a directory) each file renamed
- * into `dir`, replacing its old version whole and leaving other files alone. 0, or -1 with a
- * message in err: `dir` is not a directory, or not empty without `merge`, or a rename failed.
+ * not exist (or, without `merge`, is an empty directory), else (`merge`, and `dir` a directory)
+ * each file renamed into `dir`, replacing its old version whole and leaving other files alone.
+ * `dir` gets mkdir's mode (0777 less the umask). 0, or -1 with a message in err: `dir` is not a
+ * directory, or not empty without `merge`, or a rename failed.
  * The temporary directory is gone after a commit that renamed it; fsout_remove_dir removes it
  * otherwise. */
 char *fsout_dir_begin(const char *dir, char *err, size_t errlen);

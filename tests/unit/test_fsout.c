@@ -116,6 +116,11 @@ Test(fsout, a_directory_written_whole) {
   cr_assert_eq(fsout_dir_commit(tmp, out, 0, err, sizeof err), 0, "%s", err);
   char *got = xasprintf("%s/one.txt", out), *text = slurp(got);
   cr_assert_str_eq(text, "1");
+  mode_t mask = umask(0);
+  umask(mask);
+  struct stat st;
+  cr_assert_eq(stat(out, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0777 & ~mask, "mode %o: mkdir's, not mkdtemp's 0700", st.st_mode & 0777);
   char *parent = xasprintf("%s/a/b", dir);
   cr_assert_eq(count_entries(parent, ".tmp-"), 0, "the temporary directory is gone");
   free(text), free(f), free(tmp);
@@ -161,7 +166,21 @@ Test(fsout, a_directory_written_whole) {
   free(text);
   cr_assert_eq(count_entries(dir, ".tmp-"), 0);
 
-  /* an empty directory is replaced whole */
+  /* merged into an empty directory: the directory stays (a link to one is written through) */
+  char *kept = xasprintf("%s/kept", dir);
+  cr_assert_eq(mkdir(kept, 0700), 0);
+  struct stat before, after;
+  cr_assert_eq(stat(kept, &before), 0);
+  char *t4 = fsout_dir_begin(kept, err, sizeof err);
+  char *k4 = xasprintf("%s/k.txt", t4);
+  cr_assert_eq(fsout_write_file(k4, "k", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(t4, kept, 1, err, sizeof err), 0, "%s", err);
+  fsout_remove_dir(t4);
+  cr_assert_eq(stat(kept, &after), 0);
+  cr_assert(before.st_ino == after.st_ino && (after.st_mode & 0777) == 0700, "the directory was replaced");
+  free(kept), free(t4), free(k4);
+
+  /* without merge, an empty directory is replaced whole */
   char *empty = xasprintf("%s/empty", dir);
   cr_assert_eq(mkdir(empty, 0777), 0);
   char *t3 = fsout_dir_begin(empty, err, sizeof err);
