@@ -49,7 +49,7 @@ USES_lang                := runtime/support
 USES_runtime/init        := runtime/support
 USES_runtime/tasks       := runtime/support
 USES_runtime/safetensors := runtime/support
-USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks
+USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks compiler/pipeline
 USES_runtime/nn          := runtime/support runtime/gemm
 USES_runtime/optim       := runtime/support
 USES_runtime/dist        := runtime/support
@@ -153,7 +153,21 @@ $(BUILD)/%.o: %.c | $(BUILD)/gen/parser.h
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(filter %.o,$^) $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+
+# The stdlib cells the tests run, listed once (stdlib/cells.list), as the C tests' X-macro
+$(BUILD)/gen/stdlib_cells.h: stdlib/cells.list mk/cells_h.awk
+	@mkdir -p $(dir $@)
+	awk -f mk/cells_h.awk stdlib/cells.list > $@
+$(TESTS) $(BUILD)/tests/gpu_cuda_emit: $(BUILD)/gen/stdlib_cells.h
+
+# Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
+# report of generated kernels (tests/unit/ptxas.c).
+PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
+$(PTXAS_TESTS): $(BUILD)/tests/ptxas.o
+$(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ALL_INCS) -c -o $@ $<
 
 # A test tool: the splits of a fixed dataset as `cellc train` builds them, as safetensors
 # (tests/task_dump.c; tests/suite_mnist1d.sh uses it).
@@ -185,7 +199,8 @@ stress: deps all
 
 # The front-end fuzz target (tests/fuzz.sh runs it): every source it links.
 $(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check/check.c compiler/check/dims.c \
-                        compiler/ir/graph.c compiler/ir/ops.c runtime/support/base.c runtime/init/init.c runtime/support/rng.c $(GEN_SRCS)
+                        compiler/ir/graph.c compiler/ir/ops.c runtime/support/base.c runtime/init/init.c runtime/support/rng.c \
+                        runtime/support/hash.c $(GEN_SRCS)
 	clang -std=c11 -g -O1 -Wall -Wextra -Werror -Wno-unused-const-variable -D_GNU_SOURCE \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	  $(ALL_INCS) -o $@ $^ -lm
@@ -208,13 +223,13 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
 
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
 $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) -DCELLC_EMIT_GPU $(ALL_INCS) -o $@ $< $(filter %.o,$^) $(BUILD)/libcellc.a -lcriterion $(LDLIBS)
 
 bench-gpu: all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/gpu.sh
@@ -227,4 +242,4 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d
+-include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d $(BUILD)/tests/ptxas.d

@@ -1,8 +1,8 @@
 """clitest.py: what the end-to-end CLI suites share (train_cli.py, misuse_cli.py, run_inputs.py, diag_cli.py,
 gpu_train_cli.py, ...):
 one PASS/FAIL line per check, a command's result, the closing "N passed, M failed" line with
-exit 1 on any failure, and waiting for a condition (never for a fixed time) with what it takes to
-watch a process."""
+exit 1 on any failure, waiting for a condition (never for a fixed time) with what it takes to
+watch a process, and the stdlib cells the tests run (stdlib/cells.list)."""
 import json
 import os
 import struct
@@ -11,6 +11,43 @@ import sys
 import time
 
 counts = {"passed": 0, "failed": 0}
+
+
+class StdlibCell:
+    """A case of stdlib/cells.list: name, file (relative to the repository), cell (the file's cell
+    name), opts ({} or {option: value}, values as the tests' Python types), mode ("scan" or
+    "sequential") and dims(H, D), its --dims text for a test's sizes."""
+
+    def __init__(self, name, file, opts, dims, mode):
+        self.name, self.file, self.opts, self._dims, self.mode = name, file, opts, dims, mode
+        self.cell = os.path.basename(file)[:-len(".cell")]
+
+    def dims(self, H, D):
+        return self._dims.replace("%H", str(H)).replace("%D", str(D))
+
+
+def _value(text):
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def stdlib_cells():
+    """Every case of stdlib/cells.list, in its order: the one list of the stdlib cells the tests run."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    with open(os.path.join(root, "stdlib", "cells.list")) as f:
+        for line in f:
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            name, file, setting, dims, mode = fields
+            opts = {} if setting == "-" else {setting.split("=")[0]: _value(setting.split("=", 1)[1])}
+            out.append(StdlibCell(name, file, opts, dims, mode))
+    return out
 
 
 def check(name, ok, detail=""):

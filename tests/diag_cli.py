@@ -281,7 +281,7 @@ def check_errors():
     write("full/keep.txt", "x")
     r = cellc("diag", "stdlib/gru.cell", cfg, "--out", full)
     check("--out holding files: exit 3, the files left alone", r.rc == 3 and os.path.exists(os.path.join(full, "keep.txt")) and
-          not [f for f in os.listdir(tmp) if ".partial-" in f], r.why())
+          not [f for f in os.listdir(tmp) if ".tmp-" in f], r.why())
     r = cellc("diag", "stdlib/gru.cell", cfg, "--compare", tmp, "--out", os.path.join(tmp, "e5"))
     check("--compare without a diag.json: exit 1", r.rc == 1 and "diag.json" in r.err, r.why())
     r = cellc("diag", "--help")

@@ -17,12 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch"))
 sys.path.insert(0, HERE)
 import cells  # noqa: E402
-from clitest import check, finish  # noqa: E402
+from clitest import check, finish, stdlib_cells  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 CELLC = os.environ.get("CELLC_BIN", os.path.join(ROOT, "bin", "cellc"))
 D, H, T, B = 5, 7, 6, 3
-CELLS = ["gru", "lstm", "elman", "mgu", "lru", "hgru", "mingru"]
+# every stdlib cell of stdlib/cells.list at its defaults (the torch reference of tests/torch/cells.py)
+CELLS = list(dict.fromkeys(c.cell for c in stdlib_cells()))
 
 
 def load_module(cell, work):

@@ -1,6 +1,6 @@
 #!/bin/sh
-# make test-gpu: the CUDA back end on this machine's GPU. test_cuda again with the real driver
-# (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
+# make test-gpu: the CUDA back end on this machine's GPU. test_cuda and test_backends' cuda suite
+# again with the real driver (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
 # against sequential, and the benchmark's sizes against the CPU back end), the emitted P.cu of every
 # stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), `cellc run --backend
 # cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
@@ -32,6 +32,9 @@ criterion() {
 }
 out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_cuda --jobs 1 2>&1); rc=$?
 criterion test_cuda
+# the conformance test's cuda suite (every cell against the interpreter at T = 9 and 130) on the GPU
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_backends --jobs 1 --filter 'cuda/*' 2>&1); rc=$?
+criterion test_backends
 # cellc emit --target cuda: every stdlib cell's P.cu built by nvcc (-shared, -lcublas) for this GPU's
 # arch and run through its C API against the CPU back end (test_cuda_emit.c with CELLC_EMIT_GPU)
 out=$(timeout 1800 build/tests/gpu_cuda_emit --jobs 1 2>&1); rc=$?

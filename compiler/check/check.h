@@ -140,6 +140,8 @@ char *expr_text(Arena *a, const Expr *e);
 /* A symbolic size as text ("2*H"), or its value when bound. */
 void cell_dim_text(const Cell *c, int dim, char *buf, int size);
 void cell_shape_text(const Cell *c, int rank, const int *dim, char *buf, int size);
+/* check_dump.c: the typed step graph as text, shapes symbolic (`cellc check --dump typed`). */
+void cell_dump(const Cell *c, FILE *f);
 
 /* init_values.c: a cell's initial values (re, im interleaved for complex ones), drawn from rng.
  * A param from its declared initializer, or from `over` (a configuration's override; NULL: the

@@ -27,11 +27,8 @@ void cell_form_add_name(CellForm *f, const char *name) {
   form_add(f, -1, xstrdup("cell"), xstrdup(name), xstrdup(name));
 }
 
-/* FNV-1a over a string and its end. */
-static uint64_t fnv(uint64_t h, const char *s) {
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return (h ^ 0xffu) * 0x100000001b3ULL;
-}
+/* FNV-1a over a string and its end (0xff, a byte no text holds). */
+static uint64_t fnv(uint64_t h, const char *s) { return fnv1a(fnv1a(h, s, strlen(s)), "\xff", 1); }
 
 /* The gate whose value node `id` is, or -1. */
 static int gate_at(const Cell *c, int id) {
@@ -46,7 +43,7 @@ static int gate_at(const Cell *c, int id) {
  * hashes of nodes that are neither (they do not depend on the root: it is never below them). */
 static uint64_t node_hash(const Cell *c, int id, int root, uint64_t *memo, bool *have) {
   const Node *n = &c->g.nodes[id];
-  uint64_t h = 0xcbf29ce484222325ULL;
+  uint64_t h = FNV1A_INIT;
   int g = gate_at(c, id);
   if (id != root && g >= 0) return fnv(fnv(h, "gate"), c->gates[g].name);
   if (id != root && n->op == OP_NEWVAL) return fnv(fnv(h, "new"), c->states[n->idx].name);

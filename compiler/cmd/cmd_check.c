@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pipeline.h"
 
 static char stdlib_buf[PATH_MAX];
 
@@ -251,19 +252,41 @@ static void cell_human(const Cell *c, FILE *f) {
   }
 }
 
+/* --dump: the chosen cell, checked as `run` checks it (every dim bound), after the pass named. */
+static int check_dump(const CellArgs *a, const char *dump) {
+  Arena arena = {0};
+  Cell *c = cli_compile_cell(&arena, a, false);
+  if (c) pipeline_dump(c, dump, stdout);
+  if (c) cell_free(c);
+  arena_free(&arena);
+  return c ? 0 : 1;
+}
+
 int cmd_check(int argc, char **argv) {
   CellArgs a = {0};
   bool json = false;
+  const char *dump = NULL;
   for (int i = 0; i < argc; i++) {
     int r = cli_cell_arg(&a, argc, argv, &i);
     if (r < 0) return 2;
     if (r) continue;
     if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--dump")) {
+      if (i + 1 == argc) return cli_usage_error("%s needs a value", "--dump");
+      dump = argv[++i];
+      if (!pipeline_dump_known(dump)) {
+        char fmt[160];
+        snprintf(fmt, sizeof fmt, "--dump is one of %s, not '%%s'", pipeline_dump_names());
+        return cli_usage_error(fmt, dump);
+      }
+    }
     else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("unknown flag '%s'", argv[i]);
     else if (!a.file) a.file = argv[i];
     else return cli_usage_error("unexpected argument '%s'", argv[i]);
   }
   if (!a.file) return cli_usage_error("%s", "check needs a .cell file");
+  if (dump && json) return cli_usage_error("%s", "--dump prints text: it does not go with --json");
+  if (dump) return check_dump(&a, dump);
   Arena arena = {0};
   Module *m = check_load(&arena, a.file, cli_stdlib_dir());
   if (!m || !sets_known(m, &a)) {

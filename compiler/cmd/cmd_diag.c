@@ -724,20 +724,6 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
-/* Removes the partial directory (it holds only the files diag wrote, no subdirectory). */
-static void remove_partial(const char *tmp) {
-  DIR *dp = opendir(tmp);
-  struct dirent *e;
-  while (dp && (e = readdir(dp))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *f = xasprintf("%s/%s", tmp, e->d_name);
-    unlink(f);
-    free(f);
-  }
-  if (dp) closedir(dp);
-  if (rmdir(tmp) != 0) diag_plain("%s: could not remove: %s", tmp, strerror(errno));
-}
-
 /* Every file into a fresh directory next to dir, renamed to dir at the end. 0 or 3 (130 when
  * interrupted: nothing written). */
 static int write_all(Diag *d, const char *dir) {
@@ -747,24 +733,19 @@ static int write_all(Diag *d, const char *dir) {
     return 3;
   }
   char err[1024];
-  if (fsout_make_parents(dir, err, sizeof err) < 0) { /* as every command does for its output */
+  char *tmp = fsout_dir_begin(dir, err, sizeof err); /* the missing parents too, as every command makes them */
+  if (!tmp) {
     diag_plain("%s", err);
-    return 3;
-  }
-  char *tmp = xasprintf("%s.partial-%d", dir, (int)getpid());
-  if (mkdir(tmp, 0777) != 0) {
-    diag_plain("%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
     return 3;
   }
   char *text = diag_json(d), *jp = xasprintf("%s/diag.json", tmp), *sp = xasprintf("%s/jacobians.safetensors", tmp);
   int rc = fsout_write_file(jp, text, strlen(text), err, sizeof err) < 0 || write_jacobians(d, sp, err, sizeof err) < 0 ||
            diag_write_plots(d, d->compare, tmp, err, sizeof err) < 0 ? 3 : 0;
   if (!rc && interrupted) snprintf(err, sizeof err, "interrupted: nothing written to %s", dir), rc = 130;
-  if (!rc && rename(tmp, dir) != 0) snprintf(err, sizeof err, "%s: cannot rename into place: %s", dir, strerror(errno)), rc = 3;
+  if (!rc && fsout_dir_commit(tmp, dir, false, err, sizeof err) < 0) rc = 3;
   if (rc) {
     diag_plain("%s", err);
-    remove_partial(tmp);
+    fsout_remove_dir(tmp);
   }
   free(text), free(jp), free(sp), free(tmp);
   return rc;

@@ -78,69 +78,6 @@ static int parse_emit_args(int argc, char **argv, EmitArgs *a) {
 
 /* ---- the output directory: a fresh one beside --out, moved into place at the end ---- */
 
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *p = xmalloc(strlen(dir) + strlen(e->d_name) + 2);
-    sprintf(p, "%s/%s", dir, e->d_name);
-    unlink(p);
-    free(p);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
-/* A fresh directory beside out; NULL with a message. */
-static char *make_temp_dir(const char *out) {
-  char *t = xmalloc(strlen(out) + 32);
-  size_t n = strlen(out);
-  while (n > 1 && out[n - 1] == '/') n--;
-  char err[PATH_MAX + 256];
-  if (fsout_make_parents(out, err, sizeof err) < 0) {
-    diag_plain("%s", err);
-    free(t);
-    return NULL;
-  }
-  sprintf(t, "%.*s.tmp-XXXXXX", (int)n, out);
-  if (!mkdtemp(t)) {
-    diag_plain("cannot create a directory beside %s: %s", out, strerror(errno));
-    free(t);
-    return NULL;
-  }
-  return t;
-}
-
-/* The finished files into out: a rename of the directory, or (out is an existing directory) of
- * each file. 0 or 3. */
-static int commit_dir(const char *tmp, const char *out) {
-  struct stat st;
-  if (stat(out, &st) < 0) {
-    if (rename(tmp, out) == 0) return 0;
-    diag_plain("cannot create %s: %s", out, strerror(errno));
-    return 3;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    diag_plain("%s exists and is not a directory", out);
-    return 3;
-  }
-  DIR *d = opendir(tmp);
-  if (!d) return diag_plain("cannot read %s: %s", tmp, strerror(errno)), 3;
-  int rc = 0;
-  struct dirent *e;
-  while (!rc && (e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *from = xmalloc(strlen(tmp) + strlen(e->d_name) + 2), *to = xmalloc(strlen(out) + strlen(e->d_name) + 2);
-    sprintf(from, "%s/%s", tmp, e->d_name), sprintf(to, "%s/%s", out, e->d_name);
-    if (rename(from, to) < 0) diag_plain("cannot write %s: %s", to, strerror(errno)), rc = 3;
-    free(from), free(to);
-  }
-  closedir(d);
-  return rc;
-}
-
 /* ---- P.json ---- */
 
 static cJSON *shape_of(int rank, const int *n, bool lead_b) {
@@ -270,10 +207,11 @@ int cmd_emit(int argc, char **argv) {
   Cell *c = cli_compile_cell(&arena, &a.cell, a.train_noise);
   if (!c) return arena_free(&arena), 1;
   if (!a.name) a.name = c->name;
-  char *tmp = make_temp_dir(a.out);
-  rc = tmp ? emit_files(c, &a, tmp) : 3;
-  if (!rc) rc = commit_dir(tmp, a.out);
-  if (tmp) remove_tree(tmp); /* gone already after a rename of the whole directory */
+  char err[PATH_MAX + 256];
+  char *tmp = fsout_dir_begin(a.out, err, sizeof err);
+  rc = tmp ? emit_files(c, &a, tmp) : (diag_plain("%s", err), 3);
+  if (!rc && fsout_dir_commit(tmp, a.out, true, err, sizeof err) < 0) rc = (diag_plain("%s", err), 3);
+  if (tmp) fsout_remove_dir(tmp); /* gone already after a rename of the whole directory */
   if (!rc) printf("emitted %s (cell '%s', target %s) into %s\n", a.name, c->name, a.target, a.out);
   free(tmp);
   cell_free(c);

@@ -1,21 +1,27 @@
 /* help.c: the table of commands (usage, flags, exit statuses), the one place their help lives:
- * `cellc CMD --help` and `cellc help CMD` print an entry, the global usage is drawn from all. */
+ * `cellc CMD --help` and `cellc help CMD` print an entry, the global usage is drawn from all.
+ * The word BACKENDS in an entry stands for the back ends' names (pipeline.h's list), a|b|c. */
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline.h"
 
 static const CmdHelp commands[] = {
-    {"check", "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] [--json]",
+    {"check",
+     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] "
+     "[--json | --dump typed|lower|ad|plan]",
      "check every cell; print dims, options, params, states (recurrence class), gates, mode",
      "  --cell NAME             only this cell (it may be one the file imports)\n"
      "  --set NAME=VALUE        set an option (repeatable)\n"
      "  --dims H=128,...        bind dims (repeatable); a name no cell declares is an error\n"
      "  --mode auto|scan|sequential   force the mode (scan on a nonlinear cell is an error)\n"
      "  --json                  one JSON document on stdout\n"
+     "  --dump typed|lower|ad|plan   print one cell (--cell, default the last) after a pass, every dim\n"
+     "                          bound: typed step graph, lowered program, with its backward, plan\n"
      "  -h, --help              this help\n",
      "  0   the file checks (warnings, such as an unused param, go to stderr)\n"
      "  1   bad input: an error in the .cell file (located), a file with no cell, a bad --set, --dims or --cell\n"
-     "  2   bad usage: unknown flag, a flag without its value\n"
+     "  2   bad usage: unknown flag, a flag without its value, an unknown --dump\n"
      "  70  internal error (a bug)\n"},
     {"derive", "derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...] [--mode auto|scan|sequential]",
      "print the derived backward step as math",
@@ -30,7 +36,7 @@ static const CmdHelp commands[] = {
      "  70  internal error (a bug)\n"},
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
-     "[--seed 7] [--inputs IN.safetensors] [--backend interp|cpu|cuda|cuda-emu] [--mode auto|scan|sequential] "
+     "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential] "
      "[--precision f32|f64] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
@@ -41,7 +47,7 @@ static const CmdHelp commands[] = {
      "  --T N, --B N            sequence length and batch for generated data (16, 3)\n"
      "  --seed N                seed of every generated tensor (0)\n"
      "  --inputs FILE           take params and data from this safetensors file\n"
-     "  --backend interp|cpu|cuda|cuda-emu   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
+     "  --backend BACKENDS   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
      "               the same CUDA code on the CPU: slow, for tests)\n"
      "  --mode auto|scan|sequential\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
@@ -144,17 +150,34 @@ const CmdHelp *cli_help(const char *cmd) {
   return NULL;
 }
 
+/* text with every BACKENDS replaced by the back ends' names, "interp|cpu|cuda|cuda-emu"
+ * (malloc'd) */
+static char *expand(const char *text) {
+  char names[256];
+  backend_join(names, sizeof names, "|", false);
+  char *out = xmalloc(strlen(text) * (strlen(names) + 1) + 1), *o = out;
+  for (const char *t = text; *t;) {
+    if (!strncmp(t, "BACKENDS", 8)) o += sprintf(o, "%s", names), t += 8;
+    else *o++ = *t++;
+  }
+  *o = 0;
+  return out;
+}
+
 void cli_print_help(const CmdHelp *h, FILE *f) {
-  fprintf(f, "usage: cellc %s\n\n%s\n", h->usage, h->summary);
-  if (*h->flags) fprintf(f, "\nflags:\n%s", h->flags);
+  char *usage = expand(h->usage), *flags = expand(h->flags);
+  fprintf(f, "usage: cellc %s\n\n%s\n", usage, h->summary);
+  if (*flags) fprintf(f, "\nflags:\n%s", flags);
   fprintf(f, "\nexit status:\n%s", h->exits);
+  free(usage), free(flags);
 }
 
 void cli_print_usage(FILE *f) {
   fprintf(f, "usage: cellc COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
     /* the synopsis wrapped before a " [" past column 96, continued indented */
-    const char *u = commands[i].usage;
+    char *usage = expand(commands[i].usage);
+    const char *u = usage;
     int col = fprintf(f, "  ");
     while (*u) {
       const char *next = strstr(u + 1, " [");
@@ -166,6 +189,7 @@ void cli_print_usage(FILE *f) {
       col += fprintf(f, "%.*s", n, u);
       u += n;
     }
+    free(usage);
     fprintf(f, "\n      %s\n", commands[i].summary);
   }
   fprintf(f, "\n`cellc COMMAND --help` (or `cellc help COMMAND`) describes a command's flags and exit statuses;\n"

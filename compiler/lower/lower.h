@@ -91,4 +91,8 @@ void ad_differentiate(Program *p);
 /* Prints the backward step as math (`cellc derive`). */
 void ad_print(Program *p, FILE *f);
 
+/* lower_dump.c: the program as text, one node a line, the backward after the forward once
+ * differentiated (`cellc check --dump lower|ad`). */
+void program_dump(const Program *p, FILE *f);
+
 #endif

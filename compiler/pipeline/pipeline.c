@@ -9,16 +9,63 @@
 #include "interp.h"
 #include "lower.h"
 
-static const Backend *const backends[] = {&interp_backend, &cpu_backend, &cuda_backend, &cuda_emu_backend};
+/* The back ends, written once: everything that lists them reads this. */
+static const struct {
+  const Backend *be;
+  bool trains;             /* a train.device: `cellc train` runs its model on it */
+} backends[] = {
+    {&interp_backend, false},
+    {&cpu_backend, true},
+    {&cuda_backend, true},
+    {&cuda_emu_backend, true},
+};
 #define NBACKENDS (int)(sizeof backends / sizeof backends[0])
+
+int backend_count(void) { return NBACKENDS; }
+
+const Backend *backend_at(int i) {
+  CHECK(i >= 0 && i < NBACKENDS);
+  return backends[i].be;
+}
+
+bool backend_trains(const Backend *be) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (backends[i].be == be) return backends[i].trains;
+  return false;
+}
 
 const Backend *backend_find(const char *name) {
   for (int i = 0; i < NBACKENDS; i++)
-    if (!strcmp(backends[i]->name, name)) return backends[i];
+    if (!strcmp(backends[i].be->name, name)) return backends[i].be;
   return NULL;
 }
 
-const char *backend_names(void) { return "interp, cpu, cuda, cuda-emu"; }
+void backend_join(char *buf, size_t n, const char *sep, bool trains_only) {
+  size_t len = 0;
+  if (n) buf[0] = 0;
+  for (int i = 0; i < NBACKENDS; i++) {
+    if (trains_only && !backends[i].trains) continue;
+    int k = snprintf(buf + len, len < n ? n - len : 0, "%s%s", len ? sep : "", backends[i].be->name);
+    len += k > 0 ? (size_t)k : 0;
+  }
+}
+
+const char *backend_names(void) {
+  static char names[256];
+  if (!names[0]) backend_join(names, sizeof names, ", ", false);
+  return names;
+}
+
+const char *const *backend_device_names(void) {
+  static const char *names[NBACKENDS + 1];
+  if (!names[0]) {
+    int n = 0;
+    for (int i = 0; i < NBACKENDS; i++)
+      if (backends[i].trains) names[n++] = backends[i].be->name;
+    names[n] = NULL;
+  }
+  return names;
+}
 
 /* ---- the cache ---- */
 

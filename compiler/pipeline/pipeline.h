@@ -11,10 +11,21 @@
 #include "backend.h"
 #include "check.h"
 
-/* The back ends, by name: "interp", "cpu", "cuda", "cuda-emu". NULL when there is none of that name. */
+/* The back ends: the one list of them (pipeline.c), in the order help and messages name them,
+ * each with whether `cellc train` runs on it (a train.device). The commands' flags and help, the
+ * configuration's train.device and the tests read it; a new back end is one entry there. */
+int backend_count(void);
+const Backend *backend_at(int i);
+bool backend_trains(const Backend *be);
+/* By name: "interp", "cpu", "cuda", "cuda-emu". NULL when there is none of that name. */
 const Backend *backend_find(const char *name);
 /* Their names, for messages: "interp, cpu, cuda, cuda-emu". */
 const char *backend_names(void);
+/* Their names joined by sep into buf ("interp|cpu|cuda|cuda-emu"); only the devices of training
+ * when trains_only. */
+void backend_join(char *buf, size_t n, const char *sep, bool trains_only);
+/* The names of the devices of training, NULL-terminated (train.device's choices). */
+const char *const *backend_device_names(void);
 
 typedef struct PipelineOptions {
   const Backend *backend;
@@ -46,5 +57,15 @@ void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof);
 
 /* Lowers and differentiates a cell with no back end (the form `cellc derive` prints). */
 Program *pipeline_derive(Cell *c);
+
+/* The graph after a pass, as text (`cellc check --dump NAME`; QBE's -d): "typed" the checked
+ * cell's step graph, "lower" the lowered Program, "ad" it differentiated (forward and backward),
+ * "plan" its execution plan (phases and steps). The lowering and the plan follow the cell's mode
+ * (scan form in scan mode), as a back end that runs scans compiles it; the cell's dims bound. */
+bool pipeline_dump_known(const char *name);
+/* The names, for messages: "typed, lower, ad, plan". */
+const char *pipeline_dump_names(void);
+/* Prints dump `name` (one pipeline_dump_known accepts) of a checked, bound cell to f. */
+void pipeline_dump(Cell *c, const char *name, FILE *f);
 
 #endif

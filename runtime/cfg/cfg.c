@@ -10,6 +10,7 @@
 
 #include "support.h"
 #include "init.h"
+#include "pipeline.h" /* the back ends that train: train.device */
 
 /* ---- The schema ---- */
 
@@ -20,7 +21,6 @@
 
 static const char *const optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedules[] = {"constant", "cosine", "inverse_sqrt", "linear", NULL};
-static const char *const devices[] = {"cpu", "cuda", "cuda-emu", NULL};
 static const char *const modes[] = {"auto", "scan", "sequential", NULL};
 static const char *const encoders[] = {"auto", "embed", "linear", NULL};
 static const char *const blocks[] = {"stack", "residual", NULL};
@@ -64,7 +64,7 @@ static const CfgKey train_keys[] = {
     {"min_lr", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "cosine and linear end here; warmup starts here"},
     {"clip", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "global gradient-norm clip; 0 = off"},
     {"seed", CFG_INT, "1", 0, MAX_EXACT, false, false, 0, NULL, NULL, "seed of the params and the data"},
-    {"device", CFG_CHOICE, "cpu", 0, 0, false, false, 0, devices, NULL, "cpu | cuda | cuda-emu"},
+    {"device", CFG_DEVICE, "cpu", 0, 0, false, false, 0, NULL, NULL, NULL},
     {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential"},
 };
 
@@ -245,6 +245,19 @@ static int count_names(const char *const *names) {
   return n;
 }
 
+/* A key's doc; a device's its choices, "cpu | cuda | cuda-emu" (static storage). */
+static const char *key_doc(const CfgKey *k) {
+  if (k->type != CFG_DEVICE)
+    return k->doc;
+  static char buf[256];
+  const char *const *names = backend_device_names();
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; names[i] && used < sizeof buf; i++)
+    used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", i ? " | " : "", names[i]);
+  return buf;
+}
+
 /* Parses s[0, n) as a decimal number: [+-] digits [. digits] [e [+-] digits], finite. */
 static bool scan_number(const char *s, size_t n, double *out) {
   size_t i = 0, digits = 0;
@@ -364,8 +377,9 @@ static int parse_value(Arena *a, const CfgKey *k, const char *s, Val *v, char *w
     v->num = strcmp(s, "true") == 0;
     return 0;
   case CFG_CHOICE:
+  case CFG_DEVICE:
   case CFG_TASK: {
-    const char *const *names = k->choices;
+    const char *const *names = k->type == CFG_DEVICE ? backend_device_names() : k->choices;
     int nn = 0;
     if (k->type == CFG_TASK)
       nn = task_names(&names);
@@ -896,9 +910,9 @@ static int fill_defaults(Cfg *c, Resolved *r, RSec *s) {
     if (!k->def) {
       int h = find_header(c, s->name);
       if (h >= 0)
-        diag_error(c->hdrs[h].loc, "[%s] %s needs the key '%s' (%s)", s->name, r->task->name, k->name, k->doc);
+        diag_error(c->hdrs[h].loc, "[%s] %s needs the key '%s' (%s)", s->name, r->task->name, k->name, key_doc(k));
       else
-        diag_plain("[%s] %s needs the key '%s' (%s)", s->name, r->task->name, k->name, k->doc);
+        diag_plain("[%s] %s needs the key '%s' (%s)", s->name, r->task->name, k->name, key_doc(k));
       return -1;
     }
     if (!*k->def && (k->type == CFG_WORD || k->type == CFG_PATH)) {
@@ -1174,7 +1188,7 @@ const char *cfg_word(const Cfg *c, const char *key) {
   }
   const CfgKey *k;
   const Val *v = get(c, key, &k);
-  CHECK(k->type == CFG_CHOICE || k->type == CFG_TASK || k->type == CFG_WORD || k->type == CFG_INIT ||
+  CHECK(k->type == CFG_CHOICE || k->type == CFG_DEVICE || k->type == CFG_TASK || k->type == CFG_WORD || k->type == CFG_INIT ||
         k->type == CFG_PATH);
   return v->text;
 }
@@ -1313,9 +1327,9 @@ void cfg_write(const Cfg *c, FILE *f) {
       else if (why)
         fprintf(f, "# %s: unused (%s)\n", s->keys[k].name, why);
       else if (v->text)
-        write_line(f, s->keys[k].name, (int)width, v->text, s->keys[k].doc);
+        write_line(f, s->keys[k].name, (int)width, v->text, key_doc(&s->keys[k]));
       else
-        fprintf(f, "# %s: unset (%s)\n", s->keys[k].name, s->keys[k].doc);
+        fprintf(f, "# %s: unset (%s)\n", s->keys[k].name, key_doc(&s->keys[k]));
     }
     if (model)
       for (int j = 0; j < r->nentries; j++)

@@ -16,6 +16,7 @@ typedef enum {
   CFG_STEPS,  /* a number of steps, or a fraction < 1 of train.steps (train.warmup) */
   CFG_BOOL,   /* true | false */
   CFG_CHOICE, /* one word of `choices` */
+  CFG_DEVICE, /* a device of training: a back end that trains (pipeline.h's list); no doc: its names */
   CFG_TASK,   /* a task name (task_names) */
   CFG_WORD,   /* one bare word: letters, digits, _ . + - */
   CFG_REALS,  /* a comma list of numbers */

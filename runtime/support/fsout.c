@@ -1,6 +1,7 @@
 /* fsout.c: writing output files without clobbering what is not ours (see fsout.h). */
 #include "fsout.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -234,4 +235,62 @@ FILE *fsout_append(const char *path, int truncate, char *err, size_t errlen) {
     close(fd);
   }
   return f;
+}
+
+char *fsout_dir_begin(const char *dir, char *err, size_t errlen) {
+  if (fsout_make_parents(dir, err, errlen) < 0) return NULL;
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  char *tmp = xasprintf("%.*s.tmp-XXXXXX", (int)n, dir);
+  if (!mkdtemp(tmp)) {
+    fail(err, errlen, "%s: cannot create a directory beside it: %s", dir, strerror(errno));
+    free(tmp);
+    return NULL;
+  }
+  /* it becomes `dir`: the mode mkdir(2) gives (0777 less the umask), not mkdtemp's 0700 */
+  mode_t mask = umask(0);
+  umask(mask);
+  (void)chmod(tmp, 0777 & ~mask);
+  return tmp;
+}
+
+int fsout_dir_commit(const char *tmp, const char *dir, int merge, char *err, size_t errlen) {
+  struct stat st, lst;
+  bool exists = lstat(dir, &lst) == 0;
+  if (exists && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+    return fail(err, errlen, "%s: exists and is not a directory", dir), -1;
+  /* a missing directory is the temporary one renamed; without merge, so is an empty one (not a
+   * link to one): rename(2) replaces an empty directory and refuses a full one */
+  if (!exists || (!merge && S_ISDIR(lst.st_mode))) {
+    if (rename(tmp, dir) == 0) return 0;
+    if (!exists || (errno != ENOTEMPTY && errno != EEXIST))
+      return fail(err, errlen, "%s: cannot rename into place: %s", dir, strerror(errno)), -1;
+  }
+  if (!merge) return fail(err, errlen, "%s: exists and is not an empty directory", dir), -1;
+  DIR *d = opendir(tmp);
+  if (!d) return fail(err, errlen, "%s: cannot read: %s", tmp, strerror(errno)), -1;
+  int rc = 0;
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *from = xasprintf("%s/%s", tmp, e->d_name), *to = xasprintf("%s/%s", dir, e->d_name);
+    if (rename(from, to) < 0) rc = (fail(err, errlen, "%s: cannot write: %s", to, strerror(errno)), -1);
+    free(from), free(to);
+  }
+  closedir(d);
+  return rc;
+}
+
+void fsout_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char *p = xasprintf("%s/%s", dir, e->d_name);
+      unlink(p);
+      free(p);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
 }

@@ -46,6 +46,21 @@ void fsout_abort(FsOut *o);
 int fsout_write_all(int fd, const void *p, size_t n);
 /* The whole of `data` as the new contents of `path`, atomically. */
 int fsout_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen);
+/* A directory written whole (emit --out, diag --out): fsout_dir_begin makes a fresh private
+ * directory `DIR.tmp-XXXXXX` beside `dir` (the missing directories above `dir` created first)
+ * and returns it (malloc'd; NULL with a message in err); the caller writes its files there;
+ * fsout_dir_commit puts them in place: a rename of the whole directory to `dir` when `dir` does
+ * not exist (or, without `merge`, is an empty directory), else (`merge`, and `dir` a directory)
+ * each file renamed into `dir`, replacing its old version whole and leaving other files alone.
+ * `dir` gets mkdir's mode (0777 less the umask). 0, or -1 with a message in err: `dir` is not a
+ * directory, or not empty without `merge`, or a rename failed.
+ * The temporary directory is gone after a commit that renamed it; fsout_remove_dir removes it
+ * otherwise. */
+char *fsout_dir_begin(const char *dir, char *err, size_t errlen);
+int fsout_dir_commit(const char *tmp, const char *dir, int merge, char *err, size_t errlen);
+/* Removes a directory and the plain files directly in it (a temporary directory's cleanup);
+ * no message. */
+void fsout_remove_dir(const char *dir);
 /* `path` opened for appending (created when absent; truncated first when `truncate`), with the
  * same refusals; NULL with a message in err. */
 FILE *fsout_append(const char *path, int truncate, char *err, size_t errlen);

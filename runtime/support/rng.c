@@ -2,6 +2,9 @@
 #include "rng.h"
 
 #include <math.h>
+#include <string.h>
+
+#include "hash.h"
 
 static uint64_t splitmix64(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -48,9 +51,9 @@ uint64_t rng_below(Rng *r, uint64_t n) {
 }
 
 uint64_t rng_stream_of(const char *name) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
-  return h;
+  /* FNV-1a of the bytes (no NUL) from a start a digit short of FNV's offset basis: every stream,
+   * and so every drawn number, depends on it */
+  return fnv1a(1469598103934665603ull, name, strlen(name));
 }
 
 uint64_t rng_key(uint64_t seed, uint64_t step, uint64_t stream) {

@@ -16,6 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import cells  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+import clitest  # noqa: E402  (stdlib/cells.list)
 import sft  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -127,9 +129,19 @@ def rand_inputs(name, H, D, T, B, opts, seed, scale=0.5):
     return params, x, h0
 
 
-GRAD_CONFIGS = [("elman", {}), ("gru", {}), ("lstm", {}), ("mgu", {}), ("mgu", {"see_h": True}),
-                ("leaky", {}), ("leaky", {"alpha": 0.3}), ("scalar_gate", {}), ("multi_gate", {}), ("lru", {}),
-                ("hgru", {}), ("hgru", {"lb": 0.25}), ("mingru", {})]
+def grad_configs():
+    """Every stdlib cell (stdlib/cells.list) at its defaults, then with the list's option where it
+    gives one: (cell, opts)."""
+    out = []
+    for c in clitest.stdlib_cells():
+        if (c.cell, {}) not in out:
+            out.append((c.cell, {}))
+        if c.opts:
+            out.append((c.cell, c.opts))
+    return out
+
+
+GRAD_CONFIGS = grad_configs()
 
 
 def gradchecks():

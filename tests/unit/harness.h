@@ -12,6 +12,19 @@
 #include "pipeline.h"
 #include "support.h"
 
+/* A DIMS of stdlib/cells.list (stdlib_cells.h) for a test's sizes: %H -> H, %D -> D ("H=%H,D=%D"
+ * -> "H=19,D=5"). Static storage: the next call overwrites it. */
+static inline const char *h_dims(const char *tmpl, int H, int D) {
+  static char buf[128];
+  size_t n = 0;
+  for (const char *t = tmpl; *t && n < sizeof buf - 16; t++) {
+    if (t[0] == '%' && (t[1] == 'H' || t[1] == 'D')) n += (size_t)snprintf(buf + n, sizeof buf - n, "%d", *++t == 'H' ? H : D);
+    else buf[n++] = *t;
+  }
+  buf[n] = 0;
+  return buf;
+}
+
 /* set: one "name=value" or NULL; mode: NULL (auto), "scan" or "sequential". */
 /* Kernels compile once per cache directory (the emulator's shared objects, NVRTC's PTX): the CUDA
  * tests share one under $TMPDIR, as XDG_CACHE_HOME. */

@@ -9,6 +9,7 @@
 #include "support.h"
 #include "cfg.h"
 #include "lang.h"
+#include "pipeline.h"
 
 /* The example of spec/cli.md, as written there. */
 static const char *spec_example =
@@ -871,4 +872,41 @@ Test(cfg_garbage, random_token_soup_never_crashes) {
   cr_assert_gt(accepted, 0);
   fclose(null);
   diag_out = NULL;
+}
+
+/* train.device's choices are the back ends that train, read from the one list of back ends
+ * (pipeline.h): each of them loads, every other back end is refused naming the list, and the
+ * written configuration documents the list. */
+Test(cfg_device, choices_from_the_back_end_list) {
+  char names[256];
+  backend_join(names, sizeof names, ", ", true);
+  int trainers = 0;
+  for (int i = 0; i < backend_count(); i++) {
+    const Backend *be = backend_at(i);
+    char *set = xasprintf("train.device=%s", be->name);
+    const char *sets[] = {set};
+    Cfg *c = parse_sets(TASK, sets, 1);
+    if (backend_trains(be)) {
+      trainers++;
+      cr_assert_not_null(c, "%s: %s", set, captured());
+      cr_assert_str_eq(cfg_word(c, "train.device"), be->name);
+      cfg_free(c);
+    } else {
+      cr_assert_null(c, "%s loads", set);
+      char *want = xasprintf("expected one of %s", names);
+      cr_assert(strstr(captured(), want) != NULL, "%s: %s", want, captured());
+      free(want);
+    }
+    free(set);
+  }
+  cr_assert_geq(trainers, 1);
+  Cfg *c = parse(TASK);
+  cr_assert_not_null(c);
+  char *text = cfg_write_string(c);
+  char doc[256];
+  backend_join(doc, sizeof doc, " | ", true);
+  cr_assert(strstr(text, doc) != NULL, "'%s' not in\n%s", doc, text);
+  cr_assert(strstr(text, "cpu | cuda | cuda-emu") != NULL, "%s", text); /* as written before the list */
+  free(text);
+  cfg_free(c);
 }

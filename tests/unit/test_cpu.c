@@ -1,71 +1,12 @@
-/* test_cpu.c: the CPU back end (float32) against the interpreter (float64) for every stdlib cell:
- * outputs, final states, gates and every gradient, with nonzero initial states, in auto mode and
- * (for scan cells) sequential mode, with generated code and with the portable evaluator; scan
- * cells whose grad_h0 shares its node with the backward (test_cuda.c runs them on cuda-emu); and
- * the pipeline's cache of compiled programs. */
+/* test_cpu.c: the CPU back end's own tests (its conformance against the interpreter on every
+ * cell is test_backends.c's): threads splitting the weight gradients and the rows, the input
+ * gradient left as a product, scan cells whose grad_h0 shares its node with the backward, the
+ * profile's products, the scan kernel's blocks, and the pipeline's cache of compiled programs. */
 #include "cpu.h"
 #include "gemm.h"
 #include "harness.h"
 #include "interp.h"
 #include "scan.h"
-
-static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode, bool portable,
-                    int threads) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, file, set, dims, false, mode);
-  char err[256];
-  PipelineOptions ro = {0}, co = {0};
-  ro.backend = backend_find("interp"), ro.gates = true;
-  co.backend = backend_find("cpu"), co.gates = true, co.portable = portable, co.threads = threads;
-  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err);
-  Compiled *cpu = pipeline_compile(c, &co, err, sizeof err);
-  cr_assert(ref && cpu, "compile: %s", err);
-  HBufs *R = h_bufs_new(ref->p, T, B, 7, 0.4, 0.5), *S = h_bufs_new(cpu->p, T, B, 7, 0.4, 0.5);
-  h_bufs_copy_inputs(S, R, ref->p);
-  pipeline_run_f64(ref, &R->io);
-  pipeline_run_f64(cpu, &S->io);
-  const char *what;
-  double e = h_compare(R, S, ref->p, &what);
-  cr_expect(e < 1e-4, "%s %s%s, %d threads: %s relative error %g", file, cpu->opt.scan ? "scan" : "sequential",
-            portable ? " (portable)" : "", threads, what, e);
-  h_bufs_free(R), h_bufs_free(S);
-  pipeline_release(ref), pipeline_release(cpu);
-  cell_free(c);
-  arena_free(&arena);
-}
-
-/* threads: 1, and 3 threads over 11 batch rows (uneven shares: 3, 4, 4 rows) in both modes */
-#define CPU_TEST(name, file, set, dims)                                                             \
-  Test(cpu, name##_auto) { compare(file, set, dims, 9, 3, NULL, false, 1); }                        \
-  Test(cpu, name##_sequential) { compare(file, set, dims, 9, 3, "sequential", false, 1); }         \
-  Test(cpu, name##_portable) { compare(file, set, dims, 4, 2, NULL, true, 1); }                     \
-  Test(cpu, name##_threads) { compare(file, set, dims, 6, 11, NULL, false, 3); }                    \
-  Test(cpu, name##_threads_sequential) { compare(file, set, dims, 6, 11, "sequential", false, 3); }
-
-CPU_TEST(elman, "stdlib/elman.cell", NULL, "H=19,D=5")
-CPU_TEST(gru, "stdlib/gru.cell", NULL, "H=19,D=5")
-CPU_TEST(lstm, "stdlib/lstm.cell", NULL, "H=19,D=5")
-CPU_TEST(mgu, "stdlib/mgu.cell", NULL, "H=19,D=5")
-CPU_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=19,D=5")
-CPU_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=19,D=5")
-CPU_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=19,D=5")
-CPU_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=19,D=5")
-CPU_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
-CPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
-CPU_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
-CPU_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
-CPU_TEST(runs, "tests/cells/runs.cell", NULL, "H=19,D=5")
-/* Scan cells whose dprev (a times the reverse scan's output) is also a value the rest of the
- * backward reads on every row: hash-consing makes 0.5 * dtotal sqrt's derivative too
- * (scan_dprev_sqrt), the adjoint of the new term where both terms share the factor 0.5
- * (scan_dprev_scale) or a per-row gate z (scan_dprev_gate). The caller's grad_h0 holds the first
- * step's rows only (test_plan: expect_first_rows_only; below: scan_grad_h0_first_rows_only). */
-CPU_TEST(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
-CPU_TEST(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
-CPU_TEST(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
-/* 1024 gate columns: the stacked products' arrays have rows one cache line longer than their
- * columns (compiler/plan, rows_stride) */
-CPU_TEST(lstm_wide, "stdlib/lstm.cell", NULL, "H=256,D=3")
 
 /* T B = 9000 rows: the weight gradients split across threads at superblocks (3 of 4096 rows);
  * T B = 1800 (one superblock): the threads split the outputs' rows instead. Either way 3 threads

@@ -1,10 +1,9 @@
-/* test_cuda.c: the CUDA back end on cuda-emu (float32, the generated CUDA C and the host code on the
- * CPU emulator) against the interpreter (float64) for every stdlib cell: outputs, final states,
- * gates and every gradient, with nonzero initial states, in auto mode and (for scan cells)
- * sequential mode (persistent step kernels, and a launch per step), at T = 9 and at T that cross
- * several scan chunks (130, 1000); scan and sequential against each other; every generated kernel through the real NVRTC and ptxas -v for sm_80 and sm_90
- * with no spills; `--backend cuda` without a driver. CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs
- * the same tests on the GPU, and larger ones against the CPU back end. */
+/* test_cuda.c: the CUDA back end's own tests on cuda-emu (its conformance against the interpreter
+ * on every cell, at T = 9 and 130, is test_backends.c's): T = 1000 (63 scan chunks) against the
+ * interpreter, scan against sequential for every scan cell, read_steps, every generated kernel
+ * through the real NVRTC and ptxas -v for sm_80 and sm_90 with no spills, `--backend cuda` without
+ * a driver. CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs the same tests on the GPU, and
+ * larger ones against the CPU back end. */
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,8 +13,10 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "harness.h"
+#include "ptxas.h"
 #include "interp.h"
 #include "plan.h"
+#include "stdlib_cells.h"
 
 TestSuite(cuda, .init = h_use_cuda_test_cache);
 
@@ -85,49 +86,18 @@ static void scan_vs_sequential(const char *file, const char *set, const char *di
   arena_free(&arena);
 }
 
-/* T = 9 and T = 130 (9 scan chunks of 16 steps at these sizes), both modes; sequential mode with
- * the persistent step kernels (the default) and with a launch per step. */
-#define CUDA_TEST(name, file, set, dims)                                                         \
-  Test(cuda, name##_auto) { compare(file, set, dims, 9, 2, NULL); }                              \
-  Test(cuda, name##_sequential) { compare(file, set, dims, 9, 2, "sequential"); }               \
-  Test(cuda, name##_sequential_launches) {                                                       \
-    setenv("CELLC_CUDA_PERSISTENT", "0", 1);                                                     \
-    compare(file, set, dims, 9, 2, "sequential");                                                \
-  }                                                                                              \
-  Test(cuda, name##_auto_t130) { compare(file, set, dims, 130, 2, NULL); }                      \
-  Test(cuda, name##_sequential_t130) { compare(file, set, dims, 130, 2, "sequential"); }
-
-CUDA_TEST(elman, "stdlib/elman.cell", NULL, "H=19,D=5")
-CUDA_TEST(gru, "stdlib/gru.cell", NULL, "H=19,D=5")
-CUDA_TEST(lstm, "stdlib/lstm.cell", NULL, "H=19,D=5")
-CUDA_TEST(mgu, "stdlib/mgu.cell", NULL, "H=19,D=5")
-CUDA_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=19,D=5")
-CUDA_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=19,D=5")
-CUDA_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=19,D=5")
-CUDA_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=19,D=5")
-CUDA_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
-CUDA_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
-CUDA_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
-CUDA_TEST(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
-/* scan cells whose state's coefficient times its gradient is also another gradient: the plan once
- * wrote that shared value over all rows into grad_h0's B rows (a bad copy on cuda-emu) */
-CUDA_TEST(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
-CUDA_TEST(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
-CUDA_TEST(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
-/* 1024 gate columns: arrays with rows one cache line longer than their columns */
-Test(cuda, lstm_wide_sequential) { compare("stdlib/lstm.cell", NULL, "H=256,D=3", 3, 2, "sequential"); }
-
 /* Long sequences: 63 chunks of 16 steps. */
 Test(cuda, mgu_auto_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, NULL); }
 Test(cuda, mgu_sequential_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
 Test(cuda, lru_auto_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, NULL); }
 Test(cuda, lru_sequential_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
 
-/* Scan and sequential on cuda-emu agree, every scan cell, across chunks. */
-Test(cuda, scan_vs_sequential_mgu) { scan_vs_sequential("stdlib/mgu.cell", NULL, "H=19,D=5", 130, 2); }
-Test(cuda, scan_vs_sequential_lru) { scan_vs_sequential("stdlib/lru.cell", NULL, "H=19,D=5", 130, 2); }
-Test(cuda, scan_vs_sequential_hgru) { scan_vs_sequential("stdlib/hgru.cell", "lb=0.25", "D=13", 130, 2); }
-Test(cuda, scan_vs_sequential_mingru) { scan_vs_sequential("stdlib/mingru.cell", NULL, "H=19,D=5", 130, 2); }
+/* Scan and sequential on cuda-emu agree, every scan cell of stdlib/cells.list, across chunks. */
+#define IF_scan(...) __VA_ARGS__
+#define IF_sequential(...)
+#define SCAN_VS_SEQUENTIAL(name, file, set, dims, md)                                                              \
+  IF_##md(Test(cuda, scan_vs_sequential_##name) { scan_vs_sequential(file, set, h_dims(dims, 19, 5), 130, 2); })
+STDLIB_CELLS(SCAN_VS_SEQUENTIAL)
 
 /* read_steps: h_0 .. h_T in host memory, equal to the interpreter's. */
 Test(cuda, read_steps_states) {
@@ -258,17 +228,8 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
   Test(cuda, name##_ptxas) { ptxas_cell(file, set, dims, NULL); }                               \
   Test(cuda, name##_ptxas_sequential) { ptxas_cell(file, set, dims, "sequential"); }
 
-PTXAS_TEST(elman, "stdlib/elman.cell", NULL, "H=128,D=64")
-PTXAS_TEST(gru, "stdlib/gru.cell", NULL, "H=128,D=64")
-PTXAS_TEST(lstm, "stdlib/lstm.cell", NULL, "H=128,D=64")
-PTXAS_TEST(mgu, "stdlib/mgu.cell", NULL, "H=128,D=64")
-PTXAS_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=128,D=64")
-PTXAS_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=128,D=64")
-PTXAS_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=128,D=64")
-PTXAS_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=128,D=64")
-PTXAS_TEST(lru, "stdlib/lru.cell", NULL, "H=128,D=64")
-PTXAS_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=128")
-PTXAS_TEST(mingru, "stdlib/mingru.cell", NULL, "H=128,D=64")
+#define STDLIB_PTXAS(name, file, set, dims, md) PTXAS_TEST(name, file, set, h_dims(dims, 128, 64))
+STDLIB_CELLS(STDLIB_PTXAS)
 PTXAS_TEST(ops, "tests/cells/ops.cell", NULL, "H=128,D=64")
 
 /* ---- no driver ---- */

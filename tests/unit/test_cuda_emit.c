@@ -14,6 +14,8 @@
 #include "cuda_internal.h"
 #include "emit_shim.h"
 #include "harness.h"
+#include "stdlib_cells.h"
+#include "ptxas.h"
 
 #define KERNELS_BEGIN "/* ---- cellc kernels: begin ---- */\n"
 #define KERNELS_END "/* ---- cellc kernels: end ---- */\n"
@@ -323,16 +325,9 @@ static void build_cell(const char *file, const char *set, const char *dims, cons
 #define BUILD_TEST(name, file, set, dims) \
   Test(emit, name##_nvcc_ptxas, .timeout = 600) { build_cell(file, set, dims, NULL); }
 
-BUILD_TEST(elman, "stdlib/elman.cell", NULL, "H=64,D=32")
-BUILD_TEST(gru, "stdlib/gru.cell", NULL, "H=64,D=32")
-BUILD_TEST(lstm, "stdlib/lstm.cell", NULL, "H=64,D=32")
-BUILD_TEST(mgu, "stdlib/mgu.cell", NULL, "H=64,D=32")
-BUILD_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=64,D=32")
-BUILD_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=64,D=32")
-BUILD_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=64,D=32")
-BUILD_TEST(lru, "stdlib/lru.cell", NULL, "H=64,D=32")
-BUILD_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=64")
-BUILD_TEST(mingru, "stdlib/mingru.cell", NULL, "H=64,D=32")
+/* every stdlib cell (stdlib/cells.list) at H = 64, D = 32 */
+#define STDLIB_BUILD_TEST(name, file, set, dims, md) BUILD_TEST(name, file, set, h_dims(dims, 64, 32))
+STDLIB_CELLS(STDLIB_BUILD_TEST)
 BUILD_TEST(names_like_kernels, "tests/cells/emit_names.cell", NULL, "H=8,D=4")
 Test(emit, lru_sequential_nvcc_ptxas, .timeout = 600) { build_cell("stdlib/lru.cell", NULL, "H=64,D=32", "sequential"); }
 
@@ -466,16 +461,9 @@ static void emitted_matches(const char *file, const char *set, const char *dims,
     emitted_matches(file, set, dims, 130, 3, NULL);                                                \
   }
 
-MATCH_TEST(elman, "stdlib/elman.cell", NULL, "H=19,D=5")
-MATCH_TEST(gru, "stdlib/gru.cell", NULL, "H=19,D=5")
-MATCH_TEST(lstm, "stdlib/lstm.cell", NULL, "H=19,D=5")
-MATCH_TEST(mgu, "stdlib/mgu.cell", NULL, "H=19,D=5")
-MATCH_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=19,D=5")
-MATCH_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=19,D=5")
-MATCH_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=19,D=5")
-MATCH_TEST(lru, "stdlib/lru.cell", NULL, "H=19,D=5")
-MATCH_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=13")
-MATCH_TEST(mingru, "stdlib/mingru.cell", NULL, "H=19,D=5")
+/* every stdlib cell (stdlib/cells.list) at H = 19, D = 5 */
+#define STDLIB_MATCH_TEST(name, file, set, dims, md) MATCH_TEST(name, file, set, h_dims(dims, 19, 5))
+STDLIB_CELLS(STDLIB_MATCH_TEST)
 Test(emit, names_like_kernels_match_backend, .timeout = 600) { /* the renames do not reach the API's code */
   emitted_matches("tests/cells/emit_names.cell", NULL, "H=6,D=3", 9, 2, NULL);
 }
@@ -651,16 +639,9 @@ static void gpu_matches_cpu(const char *file, const char *set, const char *dims,
     gpu_matches_cpu(file, set, dims, 300, 8, NULL);                                                \
   }
 
-GPU_TEST(elman, "stdlib/elman.cell", NULL, "H=64,D=32")
-GPU_TEST(gru, "stdlib/gru.cell", NULL, "H=64,D=32")
-GPU_TEST(lstm, "stdlib/lstm.cell", NULL, "H=64,D=32")
-GPU_TEST(mgu, "stdlib/mgu.cell", NULL, "H=64,D=32")
-GPU_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=64,D=32")
-GPU_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=64,D=32")
-GPU_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=64,D=32")
-GPU_TEST(lru, "stdlib/lru.cell", NULL, "H=64,D=32")
-GPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=64")
-GPU_TEST(mingru, "stdlib/mingru.cell", NULL, "H=64,D=32")
+/* every stdlib cell (stdlib/cells.list) at H = 64, D = 32 */
+#define STDLIB_GPU_TEST(name, file, set, dims, md) GPU_TEST(name, file, set, h_dims(dims, 64, 32))
+STDLIB_CELLS(STDLIB_GPU_TEST)
 Test(emit, lru_sequential_gpu, .timeout = 900) { gpu_matches_cpu("stdlib/lru.cell", NULL, "H=64,D=32", 300, 8, "sequential"); }
 
 #endif

@@ -15,6 +15,7 @@
 #include "cuda_api.h"
 #include "cuda_internal.h"
 #include "harness.h"
+#include "ptxas.h"
 #include "support.h"
 
 static char err[8192];

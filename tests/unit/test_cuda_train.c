@@ -13,6 +13,7 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "harness.h"
+#include "ptxas.h"
 #include "model.h"
 
 static DevOps *H, *D; /* the host table, cuda-emu's */

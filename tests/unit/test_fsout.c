@@ -1,6 +1,7 @@
 /* test_fsout.c: the one way cellc writes files (runtime/fsout.c): links written through,
  * FIFOs, directories and read-only files refused and left alone, atomic replacement. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,4 +92,105 @@ Test(fsout, appends_through_a_link) {
   char *s = slurp(t);
   cr_assert_str_eq(s, "a\nb\n");
   free(s), free(t), free(l), free(d);
+}
+
+static int count_entries(const char *dir, const char *containing) {
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += strstr(e->d_name, containing) != NULL;
+  closedir(d);
+  return n;
+}
+
+/* A directory written whole: a fresh DIR.tmp-XXXXXX beside it (parents made), renamed to a
+ * missing or empty DIR; merged file by file into an existing one only when asked. */
+Test(fsout, a_directory_written_whole) {
+  char err[512];
+  char *dir = fresh_dir(), *out = xasprintf("%s/a/b/out", dir);
+  char *tmp = fsout_dir_begin(out, err, sizeof err);
+  cr_assert_not_null(tmp, "%s", err);
+  cr_assert(strstr(tmp, "/a/b/out.tmp-") != NULL, "%s", tmp);
+  char *f = xasprintf("%s/one.txt", tmp);
+  cr_assert_eq(fsout_write_file(f, "1", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(tmp, out, 0, err, sizeof err), 0, "%s", err);
+  char *got = xasprintf("%s/one.txt", out), *text = slurp(got);
+  cr_assert_str_eq(text, "1");
+  mode_t mask = umask(0);
+  umask(mask);
+  struct stat st;
+  cr_assert_eq(stat(out, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0777 & ~mask, "mode %o: mkdir's, not mkdtemp's 0700", st.st_mode & 0777);
+  char *parent = xasprintf("%s/a/b", dir);
+  cr_assert_eq(count_entries(parent, ".tmp-"), 0, "the temporary directory is gone");
+  free(text), free(f), free(tmp);
+
+  /* again into the existing directory: refused without merge, nothing touched */
+  tmp = fsout_dir_begin(out, err, sizeof err);
+  f = xasprintf("%s/one.txt", tmp);
+  cr_assert_eq(fsout_write_file(f, "2", 1, err, sizeof err), 0, "%s", err);
+  char *g = xasprintf("%s/two.txt", tmp);
+  cr_assert_eq(fsout_write_file(g, "3", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(tmp, out, 0, err, sizeof err), -1);
+  cr_assert(strstr(err, "not an empty directory") != NULL, "%s", err);
+  text = slurp(got);
+  cr_assert_str_eq(text, "1");
+  free(text);
+  /* merged: each file replaced, the others kept */
+  char *keep = xasprintf("%s/keep.txt", out);
+  cr_assert_eq(fsout_write_file(keep, "k", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(tmp, out, 1, err, sizeof err), 0, "%s", err);
+  fsout_remove_dir(tmp);
+  cr_assert_eq(count_entries(parent, ".tmp-"), 0, "the temporary directory is removed");
+  text = slurp(got);
+  cr_assert_str_eq(text, "2");
+  free(text);
+  char *two = xasprintf("%s/two.txt", out);
+  text = slurp(two);
+  cr_assert_str_eq(text, "3");
+  free(text);
+  text = slurp(keep);
+  cr_assert_str_eq(text, "k");
+  free(text);
+
+  /* an existing file where the directory goes: refused, the file untouched */
+  char *file = xasprintf("%s/afile", dir);
+  cr_assert_eq(fsout_write_file(file, "x", 1, err, sizeof err), 0, "%s", err);
+  char *t2 = fsout_dir_begin(file, err, sizeof err);
+  cr_assert_not_null(t2, "%s", err);
+  cr_assert_eq(fsout_dir_commit(t2, file, 1, err, sizeof err), -1);
+  cr_assert(strstr(err, "not a directory") != NULL, "%s", err);
+  fsout_remove_dir(t2);
+  text = slurp(file);
+  cr_assert_str_eq(text, "x");
+  free(text);
+  cr_assert_eq(count_entries(dir, ".tmp-"), 0);
+
+  /* merged into an empty directory: the directory stays (a link to one is written through) */
+  char *kept = xasprintf("%s/kept", dir);
+  cr_assert_eq(mkdir(kept, 0700), 0);
+  struct stat before, after;
+  cr_assert_eq(stat(kept, &before), 0);
+  char *t4 = fsout_dir_begin(kept, err, sizeof err);
+  char *k4 = xasprintf("%s/k.txt", t4);
+  cr_assert_eq(fsout_write_file(k4, "k", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(t4, kept, 1, err, sizeof err), 0, "%s", err);
+  fsout_remove_dir(t4);
+  cr_assert_eq(stat(kept, &after), 0);
+  cr_assert(before.st_ino == after.st_ino && (after.st_mode & 0777) == 0700, "the directory was replaced");
+  free(kept), free(t4), free(k4);
+
+  /* without merge, an empty directory is replaced whole */
+  char *empty = xasprintf("%s/empty", dir);
+  cr_assert_eq(mkdir(empty, 0777), 0);
+  char *t3 = fsout_dir_begin(empty, err, sizeof err);
+  char *h = xasprintf("%s/h.txt", t3);
+  cr_assert_eq(fsout_write_file(h, "h", 1, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(fsout_dir_commit(t3, empty, 0, err, sizeof err), 0, "%s", err);
+  char *hh = xasprintf("%s/h.txt", empty);
+  text = slurp(hh);
+  cr_assert_str_eq(text, "h");
+  free(text);
+  free(t2), free(t3), free(h), free(hh), free(empty), free(file), free(two), free(keep), free(g), free(f), free(tmp);
+  free(parent), free(got), free(out), free(dir);
 }

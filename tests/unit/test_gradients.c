@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "stdlib_cells.h"
 #include "interp.h"
 
 typedef struct Case {
@@ -50,28 +51,19 @@ static void check_cell_grads(const char *file, const char *sets, const char *dim
   Test(gradients, name##_T1) { check_cell_grads(file, sets, dims, 1, 2, false, false); }       \
   Test(gradients, name##_T5) { check_cell_grads(file, sets, dims, 5, 2, false, false); }
 
-GRAD_TEST(elman, "stdlib/elman.cell", NULL, "H=4,D=3")
-GRAD_TEST(gru, "stdlib/gru.cell", NULL, "H=4,D=3")
-GRAD_TEST(lstm, "stdlib/lstm.cell", NULL, "H=4,D=3")
-GRAD_TEST(mgu, "stdlib/mgu.cell", NULL, "H=4,D=3")
-GRAD_TEST(mgu_see_h, "stdlib/mgu.cell", "see_h=true", "H=4,D=3")
-GRAD_TEST(leaky, "stdlib/leaky.cell", "alpha=0.3", "H=4,D=3")
-GRAD_TEST(scalar_gate, "stdlib/scalar_gate.cell", NULL, "H=4,D=3")
-GRAD_TEST(multi_gate, "stdlib/multi_gate.cell", NULL, "H=4,D=3")
-GRAD_TEST(lru, "stdlib/lru.cell", NULL, "H=4,D=3")
-GRAD_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=3")
-GRAD_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
+/* every stdlib cell (stdlib/cells.list) at H = 4, D = 3 */
+#define STDLIB_GRAD(name, file, set, dims, md) GRAD_TEST(name, file, set, h_dims(dims, 4, 3))
+STDLIB_CELLS(STDLIB_GRAD)
 GRAD_TEST(ops, "tests/cells/ops.cell", NULL, "H=3,D=2")
 
 Test(gradients, gumbel_through_noise) { check_cell_grads("tests/cells/ops.cell", "use_gumbel=true", "H=3,D=2", 3, 2, true, false); }
 
 /* the scan form (new = a * prev + b from the analysis' coefficients) of every scan cell */
-#define SCAN_FORM_TEST(name, file, sets, dims) \
-  Test(gradients, name##_scan_form) { check_cell_grads(file, sets, dims, 5, 2, false, true); }
-SCAN_FORM_TEST(mgu, "stdlib/mgu.cell", NULL, "H=4,D=3")
-SCAN_FORM_TEST(lru, "stdlib/lru.cell", NULL, "H=4,D=3")
-SCAN_FORM_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=3")
-SCAN_FORM_TEST(mingru, "stdlib/mingru.cell", NULL, "H=4,D=3")
+#define IF_scan(...) __VA_ARGS__
+#define IF_sequential(...)
+#define SCAN_FORM_TEST(name, file, sets, dims, md) \
+  IF_##md(Test(gradients, name##_scan_form) { check_cell_grads(file, sets, h_dims(dims, 4, 3), 5, 2, false, true); })
+STDLIB_CELLS(SCAN_FORM_TEST)
 
 /* abs of a complex 0 (zero initial states in ops.cell) takes the subgradient 0: no NaN */
 Test(gradients, complex_abs_at_zero_is_finite) {

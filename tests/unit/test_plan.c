@@ -2,6 +2,7 @@
  * planning twice gives the same plan, and every array and slot the plan holds is used. */
 #include "harness.h"
 #include "plan.h"
+#include "stdlib_cells.h"
 
 /* Everything a plan holds, as text: two plans are the same when their texts are. */
 static char *plan_text(const Plan *pl) {
@@ -93,16 +94,10 @@ static void check_plans(const char *file, const char *set, const char *dims) {
   }
 }
 
-Test(plan, elman) { check_plans("stdlib/elman.cell", NULL, "H=7,D=3"); }
-Test(plan, gru) { check_plans("stdlib/gru.cell", NULL, "H=7,D=3"); }
-Test(plan, lstm) { check_plans("stdlib/lstm.cell", NULL, "H=7,D=3"); }
-Test(plan, mgu) { check_plans("stdlib/mgu.cell", "see_h=true", "H=7,D=3"); }
-Test(plan, leaky) { check_plans("stdlib/leaky.cell", "alpha=0.3", "H=7,D=3"); }
-Test(plan, scalar_gate) { check_plans("stdlib/scalar_gate.cell", NULL, "H=7,D=3"); }
-Test(plan, multi_gate) { check_plans("stdlib/multi_gate.cell", NULL, "H=7,D=3"); }
-Test(plan, lru) { check_plans("stdlib/lru.cell", NULL, "H=7,D=3"); }
-Test(plan, hgru) { check_plans("stdlib/hgru.cell", "lb=0.25", "D=5"); }
-Test(plan, mingru) { check_plans("stdlib/mingru.cell", NULL, "H=7,D=3"); }
+/* every stdlib cell (stdlib/cells.list) at H = 7, D = 3 */
+#define STDLIB_PLANS(name, file, set, dims, md) \
+  Test(plan, name) { check_plans(file, set, h_dims(dims, 7, 3)); }
+STDLIB_CELLS(STDLIB_PLANS)
 Test(plan, ops) { check_plans("tests/cells/ops.cell", NULL, "H=5,D=3"); }
 /* scan cells whose dprev is also read on every row by the rest of the backward */
 Test(plan, scan_dprev_sqrt) { check_plans("tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4"); }

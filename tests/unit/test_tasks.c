@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support.h"
 #include "tasks.h"
 
 static char err[512];
@@ -61,19 +62,10 @@ static void expect_error(const char *name, const char *const *kv, const char *wa
 /* Input of row b as bytes, hashed (FNV-1a), for comparing sequences across batches. */
 static uint64_t row_hash(const Task *t, const TaskBatch *bt, int b) {
   TaskShape s = task_shape(t);
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = FNV1A_INIT;
   for (int i = 0; i < bt->T; i++) {
-    const unsigned char *p;
-    size_t n;
-    if (s.token_input) {
-      p = (const unsigned char *)&bt->tokens[(size_t)i * bt->B + b];
-      n = sizeof(int32_t);
-    } else {
-      p = (const unsigned char *)&bt->x[((size_t)i * bt->B + b) * s.in_dim];
-      n = sizeof(float) * (size_t)s.in_dim;
-    }
-    for (size_t k = 0; k < n; k++)
-      h = (h ^ p[k]) * 1099511628211ull;
+    if (s.token_input) h = fnv1a(h, &bt->tokens[(size_t)i * bt->B + b], sizeof(int32_t));
+    else h = fnv1a(h, &bt->x[((size_t)i * bt->B + b) * s.in_dim], sizeof(float) * (size_t)s.in_dim);
   }
   return h;
 }

@@ -40,21 +40,21 @@ char *cuda_cache_dir(void) {
  * kernel header), the kind, the arch, the options, the prelude and the source. */
 static uint64_t cache_key(const CudaApi *api, const char *source, const char *arch,
                           CudaImageKind kind, const char *const *options, int n_options) {
-  uint64_t h = cuda_fnv_str(CUDA_FNV_INIT, CACHE_MAGIC);
+  uint64_t h = fnv1a_str(FNV1A_INIT, CACHE_MAGIC);
   if (api->emulated) {
-    h = cuda_fnv_str(h, "cuda-emu");
-    h = cuda_fnv_str(h, cellc_emu_kernel_h);
+    h = fnv1a_str(h, "cuda-emu");
+    h = fnv1a_str(h, cellc_emu_kernel_h);
   } else {
     int v[2] = {0, 0};
     api->nvrtcVersion(&v[0], &v[1]);
-    h = cuda_fnv(h, v, sizeof v);
+    h = fnv1a(h, v, sizeof v);
   }
   int k = (int)kind;
-  h = cuda_fnv(h, &k, sizeof k);
-  h = cuda_fnv_str(h, arch);
-  for (int i = 0; i < n_options; i++) h = cuda_fnv_str(h, options[i]);
-  h = cuda_fnv_str(h, cellc_cuda_prelude_h);
-  return cuda_fnv_str(h, source);
+  h = fnv1a(h, &k, sizeof k);
+  h = fnv1a_str(h, arch);
+  for (int i = 0; i < n_options; i++) h = fnv1a_str(h, options[i]);
+  h = fnv1a_str(h, cellc_cuda_prelude_h);
+  return fnv1a_str(h, source);
 }
 
 static char *cache_path(const char *dir, uint64_t key, CudaImageKind kind) {
@@ -74,7 +74,7 @@ static bool cache_read(const char *path, uint64_t key, CudaImage *out) {
   bool ok = len > mlen && memcmp(buf, CACHE_MAGIC, mlen) == 0 &&
             sscanf(buf + mlen, "%16llx %16llx %zu\n%n", &k, &sum, &size, &used) == 3 &&
             used > 0 && k == key && mlen + (size_t)used + size == len &&
-            cuda_fnv(CUDA_FNV_INIT, buf + mlen + used, size) == sum;
+            fnv1a(FNV1A_INIT, buf + mlen + used, size) == sum;
   if (ok) {
     out->data = xmalloc(size + 1);
     memcpy(out->data, buf + mlen + used, size);
@@ -88,13 +88,13 @@ static bool cache_read(const char *path, uint64_t key, CudaImage *out) {
 
 static void cache_write(const char *path, uint64_t key, const CudaImage *img) {
   char *head = xasprintf("%s%016llx %016llx %zu\n", CACHE_MAGIC, (unsigned long long)key,
-                         (unsigned long long)cuda_fnv(CUDA_FNV_INIT, img->data, img->size),
+                         (unsigned long long)fnv1a(FNV1A_INIT, img->data, img->size),
                          img->size);
   size_t hlen = strlen(head);
   char *buf = xmalloc(hlen + img->size);
   memcpy(buf, head, hlen);
   memcpy(buf + hlen, img->data, img->size);
-  cuda_write_atomic(path, buf, hlen + img->size); /* a cache that cannot be written is no error */
+  fsout_write_file(path, buf, hlen + img->size, NULL, 0); /* a cache that cannot be written is no error */
   free(buf);
   free(head);
 }

@@ -1,16 +1,11 @@
 /* cuda_internal.h: helpers shared by the CUDA call layer and its emulator, not by the back
- * end: hashing, subprocesses, atomic files, temporary directories, the embedded headers. */
+ * end: subprocesses, temporary directories, the embedded headers. */
 #ifndef CELLC_CUDA_INTERNAL_H
 #define CELLC_CUDA_INTERNAL_H
 
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* FNV-1a, 64 bits: start from CUDA_FNV_INIT and feed bytes. */
-#define CUDA_FNV_INIT 0xcbf29ce484222325ull
-uint64_t cuda_fnv(uint64_t h, const void *data, size_t n);
-uint64_t cuda_fnv_str(uint64_t h, const char *s); /* the bytes and the terminating NUL */
 
 /* snprintf into err (errlen may be 0); returns -1 so callers can `return cuda_fail(...)`. */
 int cuda_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -20,9 +15,6 @@ int cuda_fail(char *err, size_t errlen, const char *fmt, ...)
  * (malloc'd, NUL-terminated). Returns the exit status, or -1 when it could not run or was
  * killed by a signal (*output then says why). */
 int cuda_run_tool(char *const argv[], char **output);
-
-/* Write data to path through a temporary file in the same directory and a rename. 0 or -1. */
-int cuda_write_atomic(const char *path, const void *data, size_t n);
 
 /* A fresh private directory under $TMPDIR (else /tmp), malloc'd; NULL on failure. */
 char *cuda_make_temp_dir(const char *prefix);

@@ -1,4 +1,4 @@
-/* cuda_util.c: hashing, subprocesses, atomic files and temporary directories for the CUDA
+/* cuda_util.c: subprocesses and temporary directories for the CUDA
  * call layer and its emulator. */
 #include <dirent.h>
 #include <errno.h>
@@ -14,19 +14,6 @@
 #include "cuda_internal.h"
 
 extern char **environ;
-
-uint64_t cuda_fnv(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-uint64_t cuda_fnv_str(uint64_t h, const char *s) {
-  return cuda_fnv(h, s, strlen(s) + 1);
-}
 
 int cuda_fail(char *err, size_t errlen, const char *fmt, ...) {
   if (errlen > 0) {
@@ -99,30 +86,6 @@ int cuda_run_tool(char *const argv[], char **output) {
   free(*output);
   *output = more;
   return -1;
-}
-
-int cuda_write_atomic(const char *path, const void *data, size_t n) {
-  char *tmp = xasprintf("%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    free(tmp);
-    return -1;
-  }
-  const char *p = data;
-  size_t left = n;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    p += w;
-    left -= (size_t)w;
-  }
-  int ok = left == 0 && fchmod(fd, 0644) == 0;
-  ok = (close(fd) == 0) && ok;
-  ok = ok && rename(tmp, path) == 0;
-  if (!ok) unlink(tmp);
-  free(tmp);
-  return ok ? 0 : -1;
 }
 
 char *cuda_make_temp_dir(const char *prefix) {

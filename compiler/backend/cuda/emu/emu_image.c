@@ -187,7 +187,7 @@ static char *strip_dir(const char *log, const char *dir) {
 static int write_inputs(const EmuImage *img, const char *dir, const char *src, const char *extra,
                         char **log) {
   char *hdr = xasprintf("%s/cellc_emu_kernel.h", dir);
-  int rc = cuda_write_atomic(hdr, cellc_emu_kernel_h, strlen(cellc_emu_kernel_h));
+  int rc = fsout_write_file(hdr, cellc_emu_kernel_h, strlen(cellc_emu_kernel_h), NULL, 0);
   free(hdr);
   for (int i = 0; rc == 0 && i < img->n_headers; i++) {
     const char *name = img->header_names[i];
@@ -196,11 +196,11 @@ static int write_inputs(const EmuImage *img, const char *dir, const char *src, c
       return -1;
     }
     char *path = xasprintf("%s/%s", dir, name);
-    rc = cuda_write_atomic(path, img->headers[i], strlen(img->headers[i]));
+    rc = fsout_write_file(path, img->headers[i], strlen(img->headers[i]), NULL, 0);
     free(path);
   }
   char *text = xasprintf("%s\n%s", img->source, extra ? extra : "");
-  if (rc == 0) rc = cuda_write_atomic(src, text, strlen(text));
+  if (rc == 0) rc = fsout_write_file(src, text, strlen(text), NULL, 0);
   free(text);
   if (rc != 0) *log = xasprintf("cuda-emu: cannot write the kernel source under %s", dir);
   return rc;

@@ -30,11 +30,11 @@ static CUresult compile_so(const EmuImage *img, const char *tramp, const char *p
 /* Where the shared object goes: the cache directory, else a private temporary one
  * (*tmpdir, removed by the caller once the object is open). */
 static char *so_path(const char *image, const char *tramp, char **tmpdir) {
-  uint64_t h = cuda_fnv_str(CUDA_FNV_INIT, "cuda-emu module 1");
-  h = cuda_fnv_str(h, image);
-  h = cuda_fnv_str(h, tramp);
-  h = cuda_fnv_str(h, emu_host_flags());
-  h = cuda_fnv_str(h, cellc_emu_kernel_h);
+  uint64_t h = fnv1a_str(FNV1A_INIT, "cuda-emu module 1");
+  h = fnv1a_str(h, image);
+  h = fnv1a_str(h, tramp);
+  h = fnv1a_str(h, emu_host_flags());
+  h = fnv1a_str(h, cellc_emu_kernel_h);
   *tmpdir = NULL;
   char *dir = cuda_cache_dir();
   if (!dir) {

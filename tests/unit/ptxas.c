@@ -1,12 +1,11 @@
-/* cuda_ptxas.c: the resource check of generated kernels: ptxas -v on a PTX module, its
- * report parsed into registers, shared memory, stack and spill bytes per kernel. */
+/* ptxas.c: the resource check of generated kernels (ptxas.h), a helper of the CUDA tests. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "support.h"
-#include "cuda_api.h"
 #include "cuda_internal.h"
+#include "ptxas.h"
 
 /* $CUDA_HOME/bin/ptxas, /usr/local/cuda/bin/ptxas, else "ptxas" from PATH. */
 static char *find_ptxas(void) {
@@ -73,7 +72,7 @@ int cuda_ptxas_check(const char *ptx, const char *arch, CudaKernelResources **ou
   char *arch_opt = xasprintf("-arch=%s", arch);
   char *ptxas = find_ptxas();
   int rc = -1;
-  if (cuda_write_atomic(file, ptx, strlen(ptx)) != 0) {
+  if (fsout_write_file(file, ptx, strlen(ptx), NULL, 0) != 0) {
     cuda_fail(err, errlen, "ptxas: cannot write %s", file);
   } else {
     char *argv[] = {ptxas, "-v", arch_opt, "-o", "/dev/null", file, NULL};

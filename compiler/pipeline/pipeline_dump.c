@@ -1,0 +1,37 @@
+/* pipeline_dump.c: the graph after each pass as text (`cellc check --dump`), the passes run as
+ * pipeline_compile runs them. */
+#include "pipeline.h"
+
+#include <string.h>
+
+#include "lower.h"
+#include "plan.h"
+
+static const char *const dump_names[] = {"typed", "lower", "ad", "plan"};
+
+bool pipeline_dump_known(const char *name) {
+  for (size_t i = 0; i < sizeof dump_names / sizeof dump_names[0]; i++)
+    if (!strcmp(name, dump_names[i])) return true;
+  return false;
+}
+
+const char *pipeline_dump_names(void) { return "typed, lower, ad, plan"; }
+
+void pipeline_dump(Cell *c, const char *name, FILE *f) {
+  CHECK(pipeline_dump_known(name));
+  if (!strcmp(name, "typed")) {
+    cell_dump(c, f);
+    return;
+  }
+  bool scan = c->mode == MODE_SCAN;
+  Program *p = lower_cell(c, false, scan);
+  if (strcmp(name, "lower")) ad_differentiate(p);
+  if (!strcmp(name, "plan")) {
+    PlanOptions po = {.scan = scan, .gates = false};
+    Plan *pl = plan_new(p, &po);
+    plan_dump(pl, f);
+    plan_free(pl);
+  } else
+    program_dump(p, f);
+  program_free(p);
+}
