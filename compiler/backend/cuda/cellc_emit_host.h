@@ -2,7 +2,7 @@
  * operations of the CUDA host's executor (cellc_exec.h) on the CUDA runtime API and cuBLAS, on the
  * caller's stream, and the C API's calls around it, every array in the caller's workspace.
  * cuda_emit.c pastes cellc_launch.h, plan_table.h and cellc_exec.h before this text, then the plan
- * as plan_table.h's table (words of a uint32_t array) and its kernels (CellcEPlan). Everything is
+ * as plan_table.h's table (words of a uint32_t array) and its kernels (CxHostPlan). Everything is
  * static: several emitted cells link into one program.
  *
  * With CELLC_EMIT_HOST_ONLY defined this part compiles alone (as C++) and names each kernel by its
@@ -36,23 +36,23 @@ static const char *cellc_e_strerror(int status) {
 
 /* The plan and its kernels: the table, the CUDA-only facts, plan kernel i, and the CX_K_* kernels
  * (NULL when absent). */
-typedef struct CellcEPlan {
+typedef struct CxHostPlan {
   const EtHeader *t;
   const CxKernels *k;
   const void *const *kfn;
   const void *const *fixed;
-} CellcEPlan;
+} CxHostPlan;
 
 /* ---- the device operations (CxOps) ---- */
 
-typedef struct CellcECtx {
-  const CellcEPlan *pl;
+typedef struct CxHostCtx {
+  const CxHostPlan *pl;
   cudaStream_t s;
   cublasHandle_t h;
-} CellcECtx;
+} CxHostCtx;
 
 static int cellc_e_launch(void *ctx, int k, unsigned gx, unsigned gy, unsigned block, unsigned shared, void **args) {
-  const CellcECtx *c = (const CellcECtx *)ctx;
+  const CxHostCtx *c = (const CxHostCtx *)ctx;
   dim3 g, b;
   g.x = gx, g.y = gy, g.z = 1;
   b.x = block, b.y = 1, b.z = 1;
@@ -62,7 +62,7 @@ static int cellc_e_launch(void *ctx, int k, unsigned gx, unsigned gy, unsigned b
 
 static int cellc_e_sgemm(void *ctx, int ta, int tb, int m, int n, int k, unsigned long long A, int lda, unsigned long long B, int ldb,
                          float beta, unsigned long long C, int ldc) {
-  const CellcECtx *c = (const CellcECtx *)ctx;
+  const CxHostCtx *c = (const CxHostCtx *)ctx;
   float one = 1.0f;
   return cublasSgemm(c->h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, (const float *)(uintptr_t)A,
                      lda, (const float *)(uintptr_t)B, ldb, &beta, (float *)(uintptr_t)C, ldc) == CUBLAS_STATUS_SUCCESS
@@ -71,19 +71,19 @@ static int cellc_e_sgemm(void *ctx, int ta, int tb, int m, int n, int k, unsigne
 }
 
 static int cellc_e_htod(void *ctx, unsigned long long dst, const void *src, size_t bytes) {
-  const CellcECtx *c = (const CellcECtx *)ctx;
+  const CxHostCtx *c = (const CxHostCtx *)ctx;
   return cudaMemcpyAsync((void *)(uintptr_t)dst, src, bytes, cudaMemcpyHostToDevice, c->s) == cudaSuccess ? CELLC_E_OK : CELLC_E_CUDA;
 }
 
 static int cellc_e_dtod(void *ctx, unsigned long long dst, unsigned long long src, size_t bytes) {
-  const CellcECtx *c = (const CellcECtx *)ctx;
+  const CxHostCtx *c = (const CxHostCtx *)ctx;
   return cudaMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, cudaMemcpyDeviceToDevice, c->s) == cudaSuccess
              ? CELLC_E_OK
              : CELLC_E_CUDA;
 }
 
 static int cellc_e_zero(void *ctx, unsigned long long dst, size_t floats) {
-  const CellcECtx *c = (const CellcECtx *)ctx;
+  const CxHostCtx *c = (const CxHostCtx *)ctx;
   return cudaMemsetAsync((void *)(uintptr_t)dst, 0, 4 * floats, c->s) == cudaSuccess ? CELLC_E_OK : CELLC_E_CUDA;
 }
 
@@ -100,7 +100,7 @@ static void cellc_e_release(void) {
 
 /* A run over the caller's storage for the arrays (arr, off: per array; bases: per slot), its
  * layout for T, B: CELLC_E_OK, or CELLC_E_SIZE / CELLC_E_OVERFLOW. */
-static int cellc_e_prepare(CxRun *r, const CellcEPlan *pl, int T, int B, unsigned long long *arr, unsigned long long *bases,
+static int cellc_e_prepare(CxRun *r, const CxHostPlan *pl, int T, int B, unsigned long long *arr, unsigned long long *bases,
                            unsigned long long *off) {
   memset(r, 0, sizeof *r);
   r->t = pl->t, r->k = pl->k, r->ops = &cellc_e_ops, r->mode = CX_CAPI;
@@ -110,14 +110,14 @@ static int cellc_e_prepare(CxRun *r, const CellcEPlan *pl, int T, int B, unsigne
 }
 
 /* P_workspace_bytes: 0 for a bad size. */
-static size_t cellc_e_workspace(const CellcEPlan *pl, int T, int B, unsigned long long *arr, unsigned long long *bases,
+static size_t cellc_e_workspace(const CxHostPlan *pl, int T, int B, unsigned long long *arr, unsigned long long *bases,
                                 unsigned long long *off) {
   CxRun r;
   return cellc_e_prepare(&r, pl, T, B, arr, bases, off) ? 0 : (size_t)r.L.total;
 }
 
 /* The forward (bwd 0) or backward of one call; w per param, the caller checked the rest. */
-static int cellc_e_run(const CellcEPlan *pl, int bwd, int T, int B, const CxIO *io, void *work, void *stream, unsigned long long *arr,
+static int cellc_e_run(const CxHostPlan *pl, int bwd, int T, int B, const CxIO *io, void *work, void *stream, unsigned long long *arr,
                        unsigned long long *bases, unsigned long long *off) {
   CxRun r;
   if (T < 1 || B < 1) return CELLC_E_SIZE;
@@ -130,7 +130,7 @@ static int cellc_e_run(const CellcEPlan *pl, int bwd, int T, int B, const CxIO *
     cellc_e_blas_handle = NULL;
     return CELLC_E_CUBLAS;
   }
-  CellcECtx c;
+  CxHostCtx c;
   c.pl = pl, c.s = (cudaStream_t)stream, c.h = cellc_e_blas_handle;
   if (cublasSetStream(c.h, c.s) != CUBLAS_STATUS_SUCCESS) return CELLC_E_CUBLAS;
   r.ctx = &c;

@@ -403,6 +403,12 @@ const char *cuda_compiled_source(const Compiled *c) {
   return ((const CudaCell *)c)->source;
 }
 
+const void *cuda_compiled_table(const Compiled *c, size_t *n) {
+  if (!c || (c->be != &cuda_backend && c->be != &cuda_emu_backend)) return NULL;
+  *n = ((const CudaCell *)c)->table.n;
+  return ((const CudaCell *)c)->table.data;
+}
+
 static Work *cuda_work_new(Compiled *c) {
   CudaWork *w = xcalloc(1, sizeof *w);
   work_init(&w->base, c);

@@ -30,7 +30,7 @@ static const char *const FIXED_KERNELS[] = {"kstatic_fwd", "kstatic_bwd", "kstep
 
 /* The plan as plan_table.h's table (the words of its bytes, as this host lays them out: P.cu is
  * built for little-endian hosts, as CUDA's are), the CUDA-only facts beside it (CxKernels) and the
- * kernels, as cellc_emit_host.h's CellcEPlan. */
+ * kernels, as cellc_emit_host.h's CxHostPlan. */
 static void print_plan(FILE *f, const char *P, const Plan *pl, const CgCudaInfo *info) {
   PlanTable t = plan_table_build(pl, pl->p);
   CHECK(t.n % 4 == 0);
@@ -57,7 +57,7 @@ static void print_plan(FILE *f, const char *P, const Plan *pl, const CgCudaInfo 
     else fprintf(f, "CELLC_E_KFN(%s_%s, %s), ", P, FIXED_KERNELS[i], FIXED_KERNELS[i]);
   }
   fprintf(f, "NULL};\n");
-  fprintf(f, "static const CellcEPlan %s_plan_ = {(const EtHeader *)%s_table_, &%s_kinfo_, %s_kernels_, %s_fixed_};\n\n", P, P,
+  fprintf(f, "static const CxHostPlan %s_plan_ = {(const EtHeader *)%s_table_, &%s_kinfo_, %s_kernels_, %s_fixed_};\n\n", P, P,
           P, P, P);
 }
 
