@@ -88,7 +88,7 @@ typedef struct CudaWork {
   CxRun run;
   CUdeviceptr ws;          /* the workspace (cx_layout) */
   size_t ws_bytes;
-  unsigned long long *params, *grads, *states, *out, *noise, *gates; /* the SeqIO's, per part / stream / gate */
+  unsigned long long *params, *grads, *states, *out, *gh0, *noise, *gates; /* the SeqIO's, per part / stream / gate */
   double t0;               /* profiling: when the step began */
 } CudaWork;
 
@@ -219,6 +219,7 @@ static void work_bind(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, C
     w->grads = xcalloc((size_t)p->npparts + 1, sizeof *w->grads);
     w->states = xcalloc((size_t)p->nsparts + 1, sizeof *w->states);
     w->out = xcalloc((size_t)p->nsparts + 1, sizeof *w->out);
+    w->gh0 = xcalloc((size_t)p->nsparts + 1, sizeof *w->gh0);
     w->noise = xcalloc((size_t)p->nnoise + 1, sizeof *w->noise);
     w->gates = xcalloc((size_t)c->ngates + 1, sizeof *w->gates);
     cx_forget(r);
@@ -240,7 +241,7 @@ static void work_bind(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, C
   io->params = addrs(w->params, (const void *const *)s->params, p->npparts);
   io->noise = addrs(w->noise, (const void *const *)s->noise, p->nnoise);
   io->gates = addrs(w->gates, (const void *const *)s->gates, c->ngates);
-  io->gh0 = addrs(w->out, (const void *const *)s->grad_h0, p->nsparts);
+  io->gh0 = addrs(w->gh0, (const void *const *)s->grad_h0, p->nsparts);
   io->grads = addrs(w->grads, (const void *const *)s->grad_params, p->npparts);
   io->states = addrs(w->states, backward ? (const void *const *)s->dfinal : (const void *const *)s->h0, p->nsparts);
   io->out = backward ? io->gh0 : addrs(w->out, (const void *const *)s->final, p->nsparts);
@@ -427,7 +428,7 @@ static void cuda_work_free(Work *ww) {
     d->api.cuMemFree(w->ws);
   }
   free(w->run.arr), free(w->run.off), free(w->run.bases), free(w->run.uploaded);
-  free(w->params), free(w->grads), free(w->states), free(w->out), free(w->noise), free(w->gates);
+  free(w->params), free(w->grads), free(w->states), free(w->out), free(w->gh0), free(w->noise), free(w->gates);
   free(w);
 }
 
