@@ -96,10 +96,12 @@ typedef struct CxRun {
   unsigned long long *uploaded;     /* per slot: the bases the device holds, or NULL: upload each call */
   unsigned long long *off;          /* per array: its offset in the workspace */
   int T, B, status;
-  int bound_T, bound_B;             /* the (T, B) of the cached device state below */
   unsigned long long work;          /* the workspace (256-aligned) */
   CxLayout L;
-  unsigned long long consts_at, ones_at; /* where the constant rows and the ones were filled, or 0 */
+  /* what the device holds already (CX_SEQIO's back end keeps it from call to call): where the
+   * constant rows and the ones were filled (0: nowhere), and how many ones */
+  unsigned long long consts_at, ones_at;
+  long long ones_n;
 } CxRun;
 
 #define CX_TABLE(t, type, field) ((const type *)((const char *)(t) + (t)->field))
@@ -177,9 +179,10 @@ static inline int cx_layout(CxRun *r, int T, int B) {
   return bad ? CX_OVERFLOW : CX_OK;
 }
 
-/* The cached device state (bases, constants, ones) is stale: a new workspace. */
+/* What the device holds (bases, constants, ones) is stale: a new workspace, or the old one freed
+ * and another allocated (maybe at the same address). */
 static inline void cx_forget(CxRun *r) {
-  r->consts_at = r->ones_at = 0;
+  r->consts_at = r->ones_at = 0, r->ones_n = 0;
   if (r->uploaded && r->t->nslots) r->uploaded[0] = ~0ull; /* differs from any base */
 }
 
@@ -402,8 +405,8 @@ static inline void cx_bind(CxRun *r, const CxIO *io, unsigned long long work) {
   const EtSlot *slots = CX_TABLE(t, EtSlot, slots);
   int capi = r->mode == CX_CAPI;
   unsigned long long base = (work + 255ull) & ~255ull;
-  if (base != r->work || r->T != r->bound_T || r->B != r->bound_B) cx_forget(r);
-  r->work = base, r->bound_T = r->T, r->bound_B = r->B;
+  if (base != r->work) cx_forget(r);
+  r->work = base;
   for (int i = 0; i < t->narrays; i++) {
     const EtArray *a = &arrays[i];
     unsigned long long at = 0, own = base + r->L.off[i];
@@ -508,9 +511,9 @@ static inline int cx_backward(CxRun *r, const CxIO *io, unsigned long long work)
   const EtArray *arrays = CX_TABLE(t, EtArray, arrays);
   cx_bind(r, io, work);
   unsigned long long ones = r->work + r->L.ones;
-  if (r->ones_at != ones) {
+  if (r->ones_at != ones || r->ones_n != (long long)r->T * r->B) {
     cx_fill_rows(r, 1, r->T * r->B, 1.0f, ones, 0);
-    r->ones_at = ones;
+    r->ones_at = ones, r->ones_n = (long long)r->T * r->B;
   }
   for (int i = 0; i < t->narrays; i++)
     if (arrays[i].zero_bwd) cx_zero(r, r->arr[i], (size_t)arrays[i].fixed);
