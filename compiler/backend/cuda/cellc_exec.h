@@ -25,7 +25,8 @@ enum {
 };
 #define CX_FIXED(k) (-1 - (k))
 
-/* Statuses: CX_OK, or the first nonzero status a device operation returned. */
+/* cx_layout's statuses; cx_forward and cx_backward return CX_OK or the first nonzero status a
+ * device operation returned. */
 enum { CX_OK, CX_SIZE, CX_OVERFLOW };
 
 /* What the CUDA host needs beyond the plan table: the generated kernels' shared memory, and which
@@ -81,8 +82,9 @@ typedef struct CxLayout {
   unsigned long long planes, bases, consts, carry, ones, total;
 } CxLayout;
 
-/* One call in flight, or a back end's work: the caller sets the first group (and the arrays'
- * storage: arr, bases and off per array or slot), cx_forward and cx_backward the rest. */
+/* One call in flight, or a back end's work: the caller sets t .. off (the arrays' storage: arr and
+ * off per array, bases and uploaded per slot), T and B, and lays the workspace out (cx_layout)
+ * before cx_forward or cx_backward; they keep the rest. */
 typedef struct CxRun {
   const EtHeader *t;
   const CxKernels *k;
