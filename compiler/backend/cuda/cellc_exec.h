@@ -133,7 +133,7 @@ static inline unsigned long long cx_floats(long long a, long long b, long long c
 static inline int cx_chunk(const CxRun *r, int T, long long channels) {
   if (r->chunk <= 0) return cellc_scan_chunk(T, channels);
   long long L = r->chunk;
-  if ((T + L - 1) / L > 65535) L = (T + 65534) / 65535; /* gridDim.y */
+  if ((T + L - 1) / L > 65535) L = ((long long)T + 65534) / 65535; /* gridDim.y */
   return (int)L;
 }
 
@@ -158,7 +158,8 @@ static inline int cx_layout(CxRun *r, int T, int B) {
   const EtHeader *t = r->t;
   CxLayout *L = &r->L;
   if (T < 1 || B < 1) return CX_SIZE;
-  int bad = (long long)T * B > 0x7fffffffLL;
+  if ((long long)T * B > 0x7fffffffLL) return CX_OVERFLOW; /* the kernels index rows with int */
+  int bad = 0;
   L->off = r->off;
   L->total = 0;
   for (int i = 0; i < t->narrays; i++) {
