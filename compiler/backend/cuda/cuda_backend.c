@@ -1,8 +1,9 @@
-/* cuda_backend.c: the CUDA back ends' host executor. Compiles a Program into a plan
- * (compiler/plan) and its CUDA C source (cg_cuda.c), compiles that with NVRTC (or the emulator's)
- * through the CudaApi table, and runs the plan's phases in order over whole sequences in float32,
- * as cpu.c does: GEMMs through cuBLAS, the chunked scans, the fused kernels, every buffer in device
- * memory. `cuda` opens the real libraries, `cuda-emu` the emulator: the code is the same. */
+/* cuda_backend.c: the CUDA back ends. Compiles a Program into a plan (compiler/plan), its table
+ * (plan_table_build) and its CUDA C source (cg_cuda.c), compiles that with NVRTC (or the
+ * emulator's) through the CudaApi table, and runs whole sequences in float32 with the CUDA host's
+ * plan executor (cellc_exec.h, the same code every emitted P.cu runs) over device operations on
+ * the driver API and cuBLAS, every buffer in device memory. `cuda` opens the real libraries,
+ * `cuda-emu` the emulator: the code is the same. */
 #include "cuda.h"
 
 #include <string.h>
@@ -193,7 +194,7 @@ static void op_step_end(void *ctx, int kind) {
 
 static const CxOps driver_ops = {op_launch, op_sgemm, op_htod, op_dtod, op_zero, op_step_begin, op_step_end};
 
-/* ---- binding a SeqIO ---- */
+/* ---- a SeqIO as the executor's CxIO (cx_bind binds the arrays) ---- */
 
 /* n pointers as device addresses into buf, or NULL when p is. */
 static const unsigned long long *addrs(unsigned long long *buf, const void *const *p, int n) {
@@ -202,9 +203,9 @@ static const unsigned long long *addrs(unsigned long long *buf, const void *cons
   return buf;
 }
 
-/* The run for the SeqIO's T and B (the workspace grown to its layout), and its arrays as io; the
+/* The run for the SeqIO's T and B (the workspace grown to its layout), and its pointers as io; the
  * per-state pointers are the forward's (h0, final) or the backward's (dfinal, grad_h0). */
-static void work_bind(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, CxIO *io) {
+static void work_io(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, CxIO *io) {
   Program *p = c->base.p;
   CxRun *r = &w->run;
   const EtHeader *t = (const EtHeader *)c->table.data;
@@ -253,7 +254,7 @@ static void cuda_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   CxIO io;
   CHECK(s->dtype == DT_F32);
   set_current(c);
-  work_bind(c, w, s, false, &io);
+  work_io(c, w, s, false, &io);
   CHECK(cx_forward(&w->run, &io, w->ws) == CX_OK);
   CU(c, cuCtxSynchronize);
 }
@@ -265,7 +266,7 @@ static void cuda_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CHECK(s->dtype == DT_F32);
   CHECK(w->c && w->run.T == s->T && w->run.B == s->B);
   set_current(c);
-  work_bind(c, w, s, true, &io);
+  work_io(c, w, s, true, &io);
   CHECK(cx_backward(&w->run, &io, w->ws) == CX_OK);
   CU(c, cuCtxSynchronize);
 }
