@@ -119,6 +119,8 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/backend/cuda/emu/cellc_emu_kernel.h \
                                                compiler/backend/cuda/cellc_emit_kernels.h \
                                                compiler/backend/cuda/cellc_launch.h \
+                                               compiler/plan/plan_table.h \
+                                               compiler/backend/cuda/cellc_exec.h \
                                                compiler/backend/cuda/cellc_emit_host.h \
                                                compiler/backend/cuda/cellc_train.cu
 

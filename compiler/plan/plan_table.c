@@ -41,7 +41,8 @@ static EtArray array_of(Builder *b, int i, EtHeader *h) {
   const PlanArray *a = &b->pl->arrays[i];
   EtArray e = {.kind = ET_OWNED, .index = a->index, .width = a->width};
   switch (a->kind) {
-  case ARR_ROWS: case ARR_GATE: e.rows = a->width; break;
+  case ARR_ROWS: e.rows = a->width; break;
+  case ARR_GATE: e.rows = a->width, e.gate = 1; break;
   case ARR_Y: e.rows = a->width, h->y_array = i; break;
   case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: e.rows = e.per_b = a->width; break;
   case ARR_STATIC: case ARR_STACK: e.fixed = a->numel; break;

@@ -1,7 +1,8 @@
 /* plan_table.h: the plan of one program as a flat, pointer-free table (plan_table_build writes
  * it), the one form every executor of a plan reads: `cellc emit` writes it into an object file
  * next to the generated kernels, and the standalone executor (compiler/backend/cpu/standalone,
- * compiled to LLVM bitcode at build time) reads it. Every
+ * compiled to LLVM bitcode at build time) reads it; the CUDA host's executor
+ * (compiler/backend/cuda/cellc_exec.h) reads it in the CUDA back ends and in every emitted P.cu. Every
  * part of it is an array of the structs below at a byte offset from the table's start; slots,
  * kernels and steps keep the plan's numbering. Freestanding: stdint only. */
 #ifndef CELLC_PLAN_TABLE_H
@@ -25,6 +26,8 @@ typedef struct EtArray {
   int32_t kind, index, width;
   int32_t rows, per_b, fixed;  /* ET_OWNED: floats = rows * T * B + per_b * B + fixed */
   int32_t zero_bwd;            /* zeroed before each backward (the adjoints summed over rows) */
+  /* ---- for the CUDA host's executor (compiler/backend/cuda/cellc_exec.h) ---- */
+  int32_t gate;                /* ET_OWNED: the rows of gate `index`, which the caller may supply */
 } EtArray;
 
 typedef struct EtSlot {

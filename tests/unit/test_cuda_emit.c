@@ -2,7 +2,8 @@
  * stdlib cell: P.cu compiles with nvcc and P.ptx passes ptxas for sm_80 and sm_90; P.cu's kernels
  * are the CUDA back end's source, byte for byte; and P.cu's host code, compiled with the host C++
  * compiler against a runtime-API shim over cuda-emu (emit_shim.c), gives exactly the cuda-emu back
- * end's outputs and gradients on the same inputs (nonzero h0 and dfinal, T = 9 and 130, both modes).
+ * end's outputs and gradients on the same inputs (nonzero h0 and dfinal, T = 9 and 130, both modes);
+ * P.cu carries the back end's executor (cellc_exec.h) and plan table, word for word.
  * Then the C API's NULL arguments and its statuses. */
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -423,6 +424,49 @@ Test(emit, kernels_are_the_back_ends) {
   kernels_match("stdlib/lru.cell", NULL, "H=19,D=5", NULL);
   kernels_match("stdlib/lru.cell", NULL, "H=19,D=5", "sequential");
   kernels_match("stdlib/hgru.cell", "lb=0.25", "D=13", NULL);
+}
+
+/* ---- the plan is the back end's, run by the same executor ---- */
+
+/* P.cu carries the executor the back end runs (cellc_exec.h, verbatim) and, as the words of
+ * P_table_, the very plan table the back end's executor reads; no tables of another format. */
+static void table_matches(const char *file, const char *set, const char *dims, const char *mode) {
+  Subject s;
+  subject_open(&s, file, set, dims, mode, "cuda-emu");
+  char *dir = emit_to(&s, "P", "sm_80");
+  char *cu = read_emitted(dir, "P", "cu");
+  size_t n = 0;
+  const unsigned char *want = cuda_compiled_table(s.cu, &n);
+  cr_assert(want && n > 0 && n % 4 == 0, "the back end runs a plan table");
+  cr_expect(strstr(cu, cellc_exec_h) != NULL, "%s: P.cu carries cellc_exec.h", file);
+  cr_expect(!strstr(cu, "CellcEArray") && !strstr(cu, "CellcEStep") && !strstr(cu, "CellcEPlan"), "%s: P.cu has no CellcE* tables",
+            file);
+  const char *at = strstr(cu, "static const uint32_t P_table_[] = {");
+  cr_assert(at, "%s: P.cu has P_table_", file);
+  at = strchr(at, '{') + 1;
+  size_t words = 0;
+  for (;;) {
+    char *end;
+    unsigned long v = strtoul(at, &end, 16);
+    if (end == at) break;
+    uint32_t u = (uint32_t)v;
+    cr_assert(words * 4 < n, "%s: P_table_ is longer than the back end's table", file);
+    cr_expect(!memcmp(want + words * 4, &u, 4), "%s: word %zu of P_table_ differs from the back end's table", file, words);
+    words++;
+    at = end + strspn(end, ", \n");
+  }
+  cr_expect_eq(words * 4, n, "%s: P_table_ has the back end's %zu bytes", file, n);
+  free(cu);
+  cuda_remove_dir(dir);
+  free(dir);
+  subject_close(&s);
+}
+
+Test(emit, table_is_the_back_ends) {
+  table_matches("stdlib/gru.cell", NULL, "H=19,D=5", NULL);
+  table_matches("stdlib/lru.cell", NULL, "H=19,D=5", NULL);
+  table_matches("stdlib/lru.cell", NULL, "H=19,D=5", "sequential");
+  table_matches("stdlib/hgru.cell", "lb=0.25", "D=13", NULL);
 }
 
 /* The emitted code on cuda-emu against the cuda-emu back end on the same inputs: the same kernels,

@@ -35,13 +35,13 @@ static inline int cellc_scan_chunk(int T, long long channels) {
   if (want < 1) want = 1;
   long long L = (T + want - 1) / want;
   if (L < 16) L = 16;
-  if ((T + L - 1) / L > 65535) L = (T + 65534) / 65535;
+  if ((T + L - 1) / L > 65535) L = ((long long)T + 65534) / 65535;
   return (int)L;
 }
 
 /* The floats of the chunk carries of one scan: [nchunks][channels][6]. */
 static inline unsigned long long cellc_scan_carry_floats(int T, int L, long long channels) {
-  return (unsigned long long)((T + L - 1) / L) * (unsigned long long)channels * 6ull;
+  return (unsigned long long)(((long long)T + L - 1) / L) * (unsigned long long)channels * 6ull;
 }
 
 /* The scan kernels' block and grid.x over `channels` channels. */

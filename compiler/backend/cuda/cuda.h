@@ -14,6 +14,9 @@ extern const Backend cuda_backend, cuda_emu_backend;
 
 /* The CUDA C source a compiled program runs (for tests and `--debug`), or NULL for another back end. */
 const char *cuda_compiled_source(const Compiled *c);
+/* The plan table (plan_table.h) a compiled program's executor runs, its bytes in *n (for tests), or
+ * NULL for another back end. */
+const void *cuda_compiled_table(const Compiled *c, size_t *n);
 
 /* The device operations of training (backend.h's DevOps) on the real device or the emulator: the
  * backends' ops_new. NULL with what is missing in err. */

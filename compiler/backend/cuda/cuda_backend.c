@@ -1,15 +1,16 @@
-/* cuda_backend.c: the CUDA back ends' host executor. Compiles a Program into a plan
- * (compiler/plan) and its CUDA C source (cg_cuda.c), compiles that with NVRTC (or the emulator's)
- * through the CudaApi table, and runs the plan's phases in order over whole sequences in float32,
- * as cpu.c does: GEMMs through cuBLAS, the chunked scans, the fused kernels, every buffer in device
- * memory. `cuda` opens the real libraries, `cuda-emu` the emulator: the code is the same. */
+/* cuda_backend.c: the CUDA back ends. Compiles a Program into a plan (compiler/plan), its table
+ * (plan_table_build) and its CUDA C source (cg_cuda.c), compiles that with NVRTC (or the
+ * emulator's) through the CudaApi table, and runs whole sequences in float32 with the CUDA host's
+ * plan executor (cellc_exec.h, the same code every emitted P.cu runs) over device operations on
+ * the driver API and cuBLAS, every buffer in device memory. `cuda` opens the real libraries,
+ * `cuda-emu` the emulator: the code is the same. */
 #include "cuda.h"
 
 #include <string.h>
 #include <time.h>
 
-#include "cellc_launch.h"
-#include "cg_cuda.h"
+#include "cg_cuda.h" /* plan.h, with plan_table.h, and cellc_launch.h: before cellc_exec.h */
+#include "cellc_exec.h"
 #include "cuda_api.h"
 #include "cuda_dev.h"
 #include "support.h"
@@ -72,31 +73,24 @@ typedef struct CudaCell {
   Plan *pl;
   CgCudaInfo info;
   char *source;
+  PlanTable table;         /* the plan as cellc_exec.h runs it */
+  CxKernels kinfo;         /* ... and the kernels' facts beside it */
   CUmodule mod;
   CUfunction *kfn;         /* per plan kernel */
-  CUfunction kstatic[2];   /* static forward, backward (or NULL) */
-  CUfunction kstep[2];     /* the persistent per-step kernels, forward and backward (or NULL) */
-  CUfunction scan_chunks, scan_carry, scan_apply, copy, fill, add_const;
-  int (*coef_off)[3];      /* per state part: a, b, g's row in the constant coefficients, or -1 */
-  int nconst;              /* floats of constant coefficient rows */
+  CUfunction fixed[CX_NFIXED]; /* the CX_K_* kernels (NULL: absent) */
+  int ngates;              /* gate arrays (SeqIO.gates) */
 } CudaCell;
 
-/* The arrays of one sequence in flight, in device memory. */
+/* One sequence in flight: the executor's run over one device workspace, and the SeqIO's pointers
+ * as device addresses. */
 typedef struct CudaWork {
   Work base;
-  int T, B;
-  int narr;
-  CUdeviceptr *arr;        /* per plan array */
-  bool *owned;
-  size_t *size;
-  CUdeviceptr *bases;      /* per slot: where row 0 of its values is */
-  CUdeviceptr *uploaded;   /* the bases the device array holds */
-  CUdeviceptr dbases;      /* the device array of bases */
-  CUdeviceptr carry;       /* the scans' chunk carries */
-  size_t carry_floats;
-  CUdeviceptr ones;        /* rows of 1 (COLSUM as a GEMM) */
-  size_t ones_floats;
-  CUdeviceptr consts;      /* constant scan coefficients, filled once */
+  CudaCell *c;
+  CxRun run;
+  CUdeviceptr ws;          /* the workspace (cx_layout) */
+  size_t ws_bytes;
+  unsigned long long *params, *grads, *states, *out, *gh0, *noise, *gates; /* the SeqIO's, per part / stream / gate */
+  double t0;               /* profiling: when the step began */
 } CudaWork;
 
 /* A failed CUDA call while running: the call and its error, exit 3 (the run failed). */
@@ -134,238 +128,41 @@ static void dev_free(CudaCell *c, CUdeviceptr p) {
 }
 
 #define FBYTES(n) (sizeof(float) * (size_t)(n))
+#define DEV(p) ((CUdeviceptr)(uintptr_t)(p))
 
-/* ---- launches ---- */
+/* ---- the executor's device operations (cellc_exec.h CxOps) on the driver API: a failed call
+ * ends the run (die), so each returns 0 ---- */
 
-static void launch(CudaCell *c, CUfunction f, unsigned gx, unsigned gy, unsigned block, unsigned shared, void **params) {
-  CU(c, cuLaunchKernel, f, gx, gy, 1, block, 1, 1, shared, NULL, params, NULL);
+static int op_launch(void *ctx, int k, unsigned gx, unsigned gy, unsigned block, unsigned shared, void **args) {
+  CudaCell *c = ((CudaWork *)ctx)->c;
+  CUfunction f = k >= 0 ? c->kfn[k] : c->fixed[-1 - k];
+  CHECK(f);
+  CU(c, cuLaunchKernel, f, gx, gy, 1, block, 1, 1, shared, NULL, args, NULL);
+  return 0;
 }
 
-static void copy_rows(CudaCell *c, long long rows, int e, CUdeviceptr src, long long lds, CUdeviceptr dst, long long ldd) {
-  if (rows <= 0 || e <= 0) return;
-  void *args[] = {&rows, &e, &src, &lds, &dst, &ldd};
-  launch(c, c->copy, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
-}
-
-static void fill_rows(CudaCell *c, long long rows, int e, float k, CUdeviceptr dst, long long ldd) {
-  if (rows <= 0 || e <= 0) return;
-  void *args[] = {&rows, &e, &k, &dst, &ldd};
-  launch(c, c->fill, cellc_blocks_for(rows * e, 256), 1, 256, 0, args);
-}
-
-/* An elementwise kernel (or a static one) over rows [r0, r1): a warp a row (cellc_launch.h). */
-static void launch_elem(CudaCell *c, CudaWork *w, CUfunction f, int tmp_floats, long long r0, long long r1) {
-  long long rows = r1 - r0;
-  if (rows <= 0) return;
-  unsigned grid, block, shared;
-  cellc_elem_shape(rows, tmp_floats, &grid, &block, &shared);
-  void *args[] = {&r0, &r1, &w->dbases};
-  launch(c, f, grid, 1, block, shared, args);
-}
-
-/* ---- arrays ---- */
-
-/* The scans' chunk length (cellc_launch.h); CELLC_CUDA_SCAN_CHUNK overrides it. */
-static int scan_chunk(int T, long long channels) {
-  const char *env = getenv("CELLC_CUDA_SCAN_CHUNK");
-  if (!env || atoi(env) <= 0) return cellc_scan_chunk(T, channels);
-  long long L = atoi(env);
-  if ((T + L - 1) / L > 65535) L = (T + 65534) / 65535; /* gridDim.y */
-  return (int)L;
-}
-
-static void work_bind(CudaCell *c, CudaWork *w, const SeqIO *s) {
-  Plan *pl = c->pl;
-  Program *p = c->base.p;
-  if (!w->arr) {
-    w->arr = xcalloc((size_t)pl->narrays, sizeof(CUdeviceptr));
-    w->owned = xcalloc((size_t)pl->narrays, sizeof(bool));
-    w->size = xcalloc((size_t)pl->narrays, sizeof(size_t));
-    w->bases = xcalloc((size_t)pl->nslots + 1, sizeof(CUdeviceptr));
-    w->uploaded = xcalloc((size_t)pl->nslots + 1, sizeof(CUdeviceptr));
-    w->dbases = dev_alloc(c, sizeof(CUdeviceptr) * ((size_t)pl->nslots + 1));
-    w->narr = pl->narrays;
-    w->uploaded[0] = 1; /* differs from any base: the first bind uploads */
-    if (c->nconst) {
-      w->consts = dev_alloc(c, FBYTES(c->nconst));
-      for (int q = 0; q < p->nsparts; q++)
-        for (int k = 0; k < 3; k++) {
-          if (c->coef_off[q][k] < 0) continue;
-          int id = k == 0 ? p->sparts[q].a : k == 1 ? p->sparts[q].b : p->sparts[q].g;
-          float v = id < 0 ? 0.0f : (float)graph_node(&p->g, id)->k;
-          fill_rows(c, 1, p->sparts[q].size, v, w->consts + FBYTES(c->coef_off[q][k]), 0);
-        }
-    }
-  }
-  w->T = s->T, w->B = s->B;
-  for (int i = 0; i < pl->narrays; i++) {
-    const PlanArray *a = &pl->arrays[i];
-    const void *ext = NULL;
-    switch (a->kind) {
-    case ARR_PARAM: ext = s->params[a->index]; break;
-    case ARR_X: ext = s->x; break;
-    case ARR_DY: ext = s->dy; break;
-    case ARR_NOISE: ext = s->noise[a->index]; break;
-    case ARR_Y: ext = s->y; break;
-    case ARR_GX: ext = s->grad_x; break;
-    case ARR_GH0: ext = s->grad_h0[a->index]; break;
-    case ARR_GATE: ext = s->gates ? s->gates[a->index] : NULL; break;
-    default: break;
-    }
-    if (ext || a->kind == ARR_PARAM || a->kind == ARR_X || a->kind == ARR_DY || a->kind == ARR_Y || a->kind == ARR_GX ||
-        a->kind == ARR_GH0 || a->kind == ARR_NOISE) {
-      if (w->owned[i]) dev_free(c, w->arr[i]);
-      w->owned[i] = false;
-      w->arr[i] = (CUdeviceptr)(uintptr_t)ext;
-      continue;
-    }
-    size_t need = plan_array_floats(a, s->T, s->B);
-    if (!w->owned[i] || w->size[i] < need) {
-      if (w->owned[i]) dev_free(c, w->arr[i]);
-      w->arr[i] = dev_alloc(c, FBYTES(need));
-      w->owned[i] = true;
-      w->size[i] = need;
-    }
-  }
-  bool changed = false;
-  for (int i = 0; i < pl->nslots; i++) {
-    const Slot *sl = &pl->slots[i];
-    const PlanArray *a = &pl->arrays[sl->array];
-    CUdeviceptr base = w->arr[sl->array];
-    w->bases[i] = base ? base + FBYTES((size_t)sl->row_off * (size_t)s->B * (size_t)a->width + (size_t)sl->col) : 0;
-    changed = changed || w->bases[i] != w->uploaded[i];
-  }
-  if (changed && pl->nslots) {
-    CU(c, cuMemcpyHtoD, w->dbases, w->bases, sizeof(CUdeviceptr) * (size_t)pl->nslots);
-    memcpy(w->uploaded, w->bases, sizeof(CUdeviceptr) * (size_t)pl->nslots);
-  }
-  /* the scans' carries and COLSUM's rows of ones, for this T and B */
-  size_t rows = (size_t)s->T * (size_t)s->B, carry = 0;
-  for (int q = 0; q < p->nsparts; q++) {
-    long long ch = (long long)s->B * p->sparts[q].size;
-    size_t need = (size_t)cellc_scan_carry_floats(s->T, scan_chunk(s->T, ch), ch);
-    if (need > carry) carry = need;
-  }
-  if (pl->scan && carry > w->carry_floats) {
-    dev_free(c, w->carry);
-    w->carry = dev_alloc(c, FBYTES(carry));
-    w->carry_floats = carry;
-  }
-  if (rows > w->ones_floats) {
-    dev_free(c, w->ones);
-    w->ones = dev_alloc(c, FBYTES(rows));
-    w->ones_floats = rows;
-    fill_rows(c, 1, (int)rows, 1.0f, w->ones, 0);
-  }
-}
-
-/* ---- steps ---- */
-
-static int width_of(CudaCell *c, int slot) { return c->pl->arrays[c->pl->slots[slot].array].width; }
-
-static CUdeviceptr row_ptr(CudaCell *c, CudaWork *w, int slot, long long r) {
-  return w->bases[slot] + FBYTES(r * width_of(c, slot));
-}
-
-/* PS_GEMM: Y[rows, nO] = V[rows, nI] M^T; PS_GEMM_T: Y[rows, nI] = G[rows, nO] M (M row-major
- * [nO, nI]). Row-major [rows, width] with row stride ld is column-major (width x rows), ld. */
-static void run_gemm(CudaCell *c, CudaWork *w, const PStep *st, long long r0, long long r1) {
-  GemmOperands op = plan_gemm_operands(c->pl, st);
-  int hy = op.y, hv = op.v, hm = op.m, rows = (int)(r1 - r0), nO = op.nO, nI = op.nI;
-  float one = 1.0f, beta = st->accumulate ? 1.0f : 0.0f;
-  const float *M = (const float *)(uintptr_t)w->bases[hm], *V = (const float *)(uintptr_t)row_ptr(c, w, hv, r0);
-  float *Y = (float *)(uintptr_t)row_ptr(c, w, hy, r0);
-  if (st->kind == PS_GEMM)
-    CUBLAS(c, cublasSgemm, c->d->blas, CUBLAS_OP_T, CUBLAS_OP_N, nO, rows, nI, &one, M, nI, V, width_of(c, hv), &beta, Y,
-           width_of(c, hy));
-  else
-    CUBLAS(c, cublasSgemm, c->d->blas, CUBLAS_OP_N, CUBLAS_OP_N, nI, rows, nO, &one, M, nI, V, width_of(c, hv), &beta, Y,
-           width_of(c, hy));
-}
-
-/* acc[bound][n0, n1] += G^T V over all rows: column-major acc^T (n1 x n0) += V^T G. */
-static void run_outer_acc(CudaCell *c, CudaWork *w, const PStep *st, long long rows) {
-  Node *o = graph_node(&c->base.p->g, st->node);
-  int hG = c->pl->home[o->a[0]], hV = c->pl->home[o->a[1]];
-  int hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
-  CHECK(hG >= 0 && hV >= 0 && hacc >= 0);
+static int op_sgemm(void *ctx, int ta, int tb, int m, int n, int k, unsigned long long A, int lda, unsigned long long B, int ldb,
+                    float beta, unsigned long long C, int ldc) {
+  CudaCell *c = ((CudaWork *)ctx)->c;
   float one = 1.0f;
-  CUBLAS(c, cublasSgemm, c->d->blas, CUBLAS_OP_N, CUBLAS_OP_T, o->n[1], o->n[0], (int)rows, &one,
-         (const float *)(uintptr_t)w->bases[hV], width_of(c, hV), (const float *)(uintptr_t)w->bases[hG], width_of(c, hG),
-         &one, (float *)(uintptr_t)w->bases[hacc], o->n[1]);
+  CUBLAS(c, cublasSgemm, c->d->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one,
+         (const float *)(uintptr_t)A, lda, (const float *)(uintptr_t)B, ldb, &beta, (float *)(uintptr_t)C, ldc);
+  return 0;
 }
 
-/* acc[bound] += the sum over all rows of the node: (e x rows) times a column of ones. */
-static void run_colsum(CudaCell *c, CudaWork *w, const PStep *st, long long rows) {
-  Graph *g = &c->base.p->g;
-  Node *n = graph_node(g, st->node);
-  int h = c->pl->home[st->node], hacc = c->pl->home[c->base.p->bounds[st->bound].acc];
-  int e = node_numel(n);
-  CUdeviceptr acc = w->bases[hacc];
-  if (h < 0) { /* a constant adjoint */
-    CHECK(n->op == OP_CONST);
-    float k = (float)n->k * (float)rows;
-    void *args[] = {&e, &k, &acc};
-    launch(c, c->add_const, cellc_blocks_for(e, 256), 1, 256, 0, args);
-    return;
-  }
-  float one = 1.0f;
-  CUBLAS(c, cublasSgemm, c->d->blas, CUBLAS_OP_N, CUBLAS_OP_N, e, 1, (int)rows, &one, (const float *)(uintptr_t)w->bases[h],
-         width_of(c, h), (const float *)(uintptr_t)w->ones, (int)rows, &one, (float *)(uintptr_t)acc, e);
+static int op_htod(void *ctx, unsigned long long dst, const void *src, size_t bytes) {
+  CU(((CudaWork *)ctx)->c, cuMemcpyHtoD, dst, src, bytes);
+  return 0;
 }
 
-/* A coefficient of a scan: its array and row stride, or its constant row (stride 0). */
-static void coef_of(CudaCell *c, CudaWork *w, int q, int k, unsigned long long *ptr, long long *ld) {
-  Program *p = c->base.p;
-  if (c->coef_off[q][k] >= 0) {
-    *ptr = w->consts + FBYTES(c->coef_off[q][k]);
-    *ld = 0;
-    return;
-  }
-  int id = k == 0 ? p->sparts[q].a : k == 1 ? p->sparts[q].b : p->sparts[q].g;
-  int h = c->pl->home[id];
-  CHECK(h >= 0);
-  *ptr = w->bases[h];
-  *ld = width_of(c, h);
+static int op_dtod(void *ctx, unsigned long long dst, unsigned long long src, size_t bytes) {
+  CU(((CudaWork *)ctx)->c, cuMemcpyDtoD, dst, src, bytes);
+  return 0;
 }
 
-/* The chunked scan of a state over all rows (cg_cuda.c's cellc_scan_*): chunks, carries, apply. */
-static void run_scan(CudaCell *c, CudaWork *w, int state, bool reverse) {
-  Program *p = c->base.p;
-  int q = p->spart_of[state];
-  bool cplx = p->sparts[q].cplx;
-  CgCudaScan s = {0};
-  s.T = w->T, s.B = w->B, s.size = p->sparts[q].size, s.cplx = cplx, s.reverse = reverse;
-  long long ch = (long long)s.B * s.size;
-  s.L = scan_chunk(w->T, ch);
-  s.nchunks = (int)((w->T + s.L - 1) / s.L);
-  coef_of(c, w, q, 0, &s.a0, &s.lda0);
-  coef_of(c, w, q, reverse ? 2 : 1, &s.b0, &s.ldb0);
-  if (cplx) {
-    coef_of(c, w, q + 1, 0, &s.a1, &s.lda1);
-    coef_of(c, w, q + 1, reverse ? 2 : 1, &s.b1, &s.ldb1);
-  }
-  const int *arr = reverse ? c->pl->dstate_array : c->pl->state_array;
-  s.s0 = w->arr[arr[q]];
-  s.s1 = cplx ? w->arr[arr[q + 1]] : 0;
-  s.carry = w->carry;
-  unsigned block, gx;
-  cellc_scan_shape(ch, &gx, &block);
-  void *args[] = {&s};
-  launch(c, c->scan_chunks, gx, (unsigned)s.nchunks, block, 0, args);
-  launch(c, c->scan_carry, gx, 1, block, 0, args);
-  launch(c, c->scan_apply, gx, (unsigned)s.nchunks, block, 0, args);
-}
-
-/* The node's values (or its constant) copied to slot `dst` over rows [r0, r1). */
-static void run_copy(CudaCell *c, CudaWork *w, const PStep *st, long long r0, long long r1) {
-  Node *n = graph_node(&c->base.p->g, st->node);
-  int e = node_numel(n), h = c->pl->home[st->node];
-  if (h < 0) {
-    CHECK(n->op == OP_CONST);
-    fill_rows(c, r1 - r0, e, (float)n->k, row_ptr(c, w, st->dst, r0), width_of(c, st->dst));
-  } else
-    copy_rows(c, r1 - r0, e, row_ptr(c, w, h, r0), width_of(c, h), row_ptr(c, w, st->dst, r0), width_of(c, st->dst));
+static int op_zero(void *ctx, unsigned long long dst, size_t floats) {
+  CU(((CudaWork *)ctx)->c, cuMemsetD32, dst, 0, floats);
+  return 0;
 }
 
 static double now_s(void) {
@@ -374,153 +171,103 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_step(CudaCell *c, CudaWork *w, const PStep *st, Region region, long long r0, long long r1) {
-  long long rows = (long long)w->T * w->B;
-  bool all = region == REG_ALL;
-  switch (st->kind) {
-  case PS_ELEM: launch_elem(c, w, c->kfn[st->kernel], c->info.tmp_floats[st->kernel], r0, r1); break;
-  case PS_GEMM:
-  case PS_GEMM_T:
-    if (r1 > r0) run_gemm(c, w, st, r0, r1);
-    break;
-  case PS_SCAN:
-  case PS_RSCAN: CHECK(all); run_scan(c, w, st->state, st->kind == PS_RSCAN); break;
-  case PS_OUTER_ACC: CHECK(all); run_outer_acc(c, w, st, rows); break;
-  case PS_COLSUM: CHECK(all); run_colsum(c, w, st, rows); break;
-  case PS_COPY: run_copy(c, w, st, r0, r1); break;
-  case PS_ZERO: fill_rows(c, r1 - r0, width_of(c, st->dst), 0.0f, row_ptr(c, w, st->dst, r0), width_of(c, st->dst)); break;
-  default: UNREACHABLE("plan step");
-  }
+/* Profiling (CELLC_PROFILE) synchronizes after every step and adds its time to its kind's. */
+static void op_step_begin(void *ctx) {
+  CudaWork *w = ctx;
+  if (w->base.profiling) w->t0 = now_s();
 }
 
-static void profile_add(CudaWork *w, const PStep *st, double s) {
+static void op_step_end(void *ctx, int kind) {
+  CudaWork *w = ctx;
+  if (!w->base.profiling) return;
+  CU(w->c, cuCtxSynchronize);
+  double s = now_s() - w->t0;
   Profile *pr = &w->base.prof;
-  switch (st->kind) {
-  case PS_ELEM: pr->elem_s += s; break;
-  case PS_GEMM: case PS_GEMM_T: case PS_OUTER_ACC: pr->gemm_s += s; break;
-  case PS_SCAN: pr->scan_s += s; break;
-  case PS_RSCAN: pr->rscan_s += s; break;
+  switch (kind) {
+  case ET_ELEM: pr->elem_s += s; break;
+  case ET_GEMM: case ET_GEMM_T: case ET_OUTER_ACC: pr->gemm_s += s; break;
+  case ET_SCAN: pr->scan_s += s; break;
+  case ET_RSCAN: pr->rscan_s += s; break;
   default: pr->other_s += s; break;
   }
 }
 
-/* A phase: the rows of step t (REG_STEP), of the first step (REG_FIRST), or all rows. Profiling
- * synchronizes after every step. */
-static void run_phase(CudaCell *c, CudaWork *w, const Phase *ph, int t) {
-  long long r0 = 0, r1 = (long long)w->T * w->B;
-  if (ph->region == REG_STEP) r0 = (long long)t * w->B, r1 = r0 + w->B;
-  else if (ph->region == REG_FIRST) r1 = w->B;
-  for (int i = 0; i < ph->n; i++) {
-    double t0 = w->base.profiling ? now_s() : 0;
-    run_step(c, w, &ph->steps[i], ph->region, r0, r1);
-    if (w->base.profiling) {
-      CU(c, cuCtxSynchronize);
-      profile_add(w, &ph->steps[i], now_s() - t0);
-    }
+static const CxOps driver_ops = {op_launch, op_sgemm, op_htod, op_dtod, op_zero, op_step_begin, op_step_end};
+
+/* ---- a SeqIO as the executor's CxIO (cx_bind binds the arrays) ---- */
+
+/* n pointers as device addresses into buf, or NULL when p is. */
+static const unsigned long long *addrs(unsigned long long *buf, const void *const *p, int n) {
+  if (!p) return NULL;
+  for (int i = 0; i < n; i++) buf[i] = (unsigned long long)(uintptr_t)p[i];
+  return buf;
+}
+
+/* The run for the SeqIO's T and B (the workspace grown to its layout), and its pointers as io; the
+ * per-state pointers are the forward's (h0, final) or the backward's (dfinal, grad_h0). */
+static void work_io(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, CxIO *io) {
+  Program *p = c->base.p;
+  CxRun *r = &w->run;
+  const EtHeader *t = (const EtHeader *)c->table.data;
+  if (!w->c) {
+    w->c = c;
+    r->t = t, r->k = &c->kinfo, r->ops = &driver_ops, r->ctx = w, r->mode = CX_SEQIO;
+    r->arr = xcalloc((size_t)t->narrays + 1, sizeof *r->arr);
+    r->off = xcalloc((size_t)t->narrays + 1, sizeof *r->off);
+    r->bases = xcalloc((size_t)t->nslots + 1, sizeof *r->bases);
+    r->uploaded = xcalloc((size_t)t->nslots + 1, sizeof *r->uploaded);
+    w->params = xcalloc((size_t)p->npparts + 1, sizeof *w->params);
+    w->grads = xcalloc((size_t)p->npparts + 1, sizeof *w->grads);
+    w->states = xcalloc((size_t)p->nsparts + 1, sizeof *w->states);
+    w->out = xcalloc((size_t)p->nsparts + 1, sizeof *w->out);
+    w->gh0 = xcalloc((size_t)p->nsparts + 1, sizeof *w->gh0);
+    w->noise = xcalloc((size_t)p->nnoise + 1, sizeof *w->noise);
+    w->gates = xcalloc((size_t)c->ngates + 1, sizeof *w->gates);
+    cx_forget(r);
   }
-}
-
-/* A per-step phase over all T steps: the persistent kernel (a block a batch row), or, with
- * CELLC_CUDA_PERSISTENT=0, the plan's steps launched step by step. */
-static void run_steps(CudaCell *c, CudaWork *w, int which) {
-  const Phase *ph = which ? &c->pl->bwd_step : &c->pl->fwd_step;
-  const char *pe = getenv("CELLC_CUDA_PERSISTENT");
-  if (!ph->n) return;
-  if (c->kstep[which] && !(pe && !strcmp(pe, "0"))) {
-    long long T = w->T;
-    int B = w->B;
-    void *args[] = {&T, &B, &w->dbases};
-    double t0 = w->base.profiling ? now_s() : 0;
-    launch(c, c->kstep[which], (unsigned)B, 1, 32 * CELLC_WARPS, (unsigned)FBYTES(c->info.step_tmp[which]), args);
-    if (w->base.profiling) {
-      CU(c, cuCtxSynchronize);
-      w->base.prof.elem_s += now_s() - t0;
-    }
-    return;
+  /* the tuning variables (docs/gpu.md): the scans' chunk length, the per-step phases step by step */
+  const char *chunk = getenv("CELLC_CUDA_SCAN_CHUNK"), *pe = getenv("CELLC_CUDA_PERSISTENT");
+  r->chunk = chunk && atoi(chunk) > 0 ? atoi(chunk) : 0;
+  r->no_persistent = pe && !strcmp(pe, "0");
+  r->T = s->T, r->B = s->B, r->status = 0;
+  if (cx_layout(r, s->T, s->B) != CX_OK) die(c, "T * B is too large: a size overflows");
+  if (r->L.total > w->ws_bytes) {
+    dev_free(c, w->ws);
+    w->ws = dev_alloc(c, (size_t)r->L.total);
+    w->ws_bytes = (size_t)r->L.total;
+    cx_forget(r);
   }
-  if (!which)
-    for (int t = 0; t < w->T; t++) run_phase(c, w, ph, t);
-  else
-    for (int t = w->T - 1; t >= 0; t--) run_phase(c, w, ph, t);
+  memset(io, 0, sizeof *io);
+  io->x = DEV(s->x), io->dy = DEV(s->dy), io->y = DEV(s->y), io->dx = DEV(s->grad_x);
+  io->params = addrs(w->params, (const void *const *)s->params, p->npparts);
+  io->noise = addrs(w->noise, (const void *const *)s->noise, p->nnoise);
+  io->gates = addrs(w->gates, (const void *const *)s->gates, c->ngates);
+  io->gh0 = addrs(w->gh0, (const void *const *)s->grad_h0, p->nsparts);
+  io->grads = addrs(w->grads, (const void *const *)s->grad_params, p->npparts);
+  io->states = addrs(w->states, backward ? (const void *const *)s->dfinal : (const void *const *)s->h0, p->nsparts);
+  io->out = backward ? io->gh0 : addrs(w->out, (const void *const *)s->final, p->nsparts);
 }
-
-static void run_static(CudaCell *c, CudaWork *w, int which) {
-  if (c->info.has_static[which]) launch_elem(c, w, c->kstatic[which], c->info.static_tmp[which], 0, 1);
-}
-
-static void dtod(CudaCell *c, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  if (bytes) CU(c, cuMemcpyDtoD, dst, src, bytes);
-}
-
-#define DEV(p) ((CUdeviceptr)(uintptr_t)(p))
 
 static void cuda_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   CudaCell *c = (CudaCell *)cc;
   CudaWork *w = (CudaWork *)ww;
-  Program *p = c->base.p;
-  Plan *pl = c->pl;
+  CxIO io;
   CHECK(s->dtype == DT_F32);
   set_current(c);
-  work_bind(c, w, s);
-  run_static(c, w, 0);
-  for (int i = 0; i < pl->narrays; i++) {
-    if (pl->arrays[i].kind != ARR_STACK) continue;
-    CUdeviceptr dst = w->arr[i];
-    int st = pl->arrays[i].index;
-    for (int m = 0; m < pl->nstack[st]; m++) {
-      int mat = pl->stacks[st][m];
-      size_t e = (size_t)node_numel(graph_node(&p->g, mat));
-      dtod(c, dst, w->bases[pl->home[mat]], FBYTES(e));
-      dst += FBYTES(e);
-    }
-  }
-  for (int q = 0; q < p->nsparts; q++)
-    dtod(c, w->arr[pl->state_array[q]], DEV(s->h0[q]), FBYTES((size_t)s->B * (size_t)p->sparts[q].size));
-  run_phase(c, w, &pl->fwd_pre, 0);
-  run_steps(c, w, 0);
-  run_phase(c, w, &pl->fwd_post, 0);
-  for (int q = 0; q < p->nsparts; q++) {
-    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
-    dtod(c, DEV(s->final[q]), w->arr[pl->state_array[q]] + FBYTES((size_t)s->T * sz), FBYTES(sz));
-  }
+  work_io(c, w, s, false, &io);
+  CHECK(cx_forward(&w->run, &io, w->ws) == CX_OK);
   CU(c, cuCtxSynchronize);
 }
 
 static void cuda_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CudaCell *c = (CudaCell *)cc;
   CudaWork *w = (CudaWork *)ww;
-  Program *p = c->base.p;
-  Plan *pl = c->pl;
+  CxIO io;
   CHECK(s->dtype == DT_F32);
-  CHECK(w->T == s->T && w->B == s->B);
+  CHECK(w->c && w->run.T == s->T && w->run.B == s->B);
   set_current(c);
-  work_bind(c, w, s);
-  for (int i = 0; i < pl->narrays; i++)
-    if (pl->arrays[i].kind == ARR_ACC && pl->arrays[i].numel) CU(c, cuMemsetD32, w->arr[i], 0, (size_t)pl->arrays[i].numel);
-  for (int q = 0; q < p->nsparts; q++) {
-    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
-    dtod(c, w->arr[pl->dstate_array[q]] + FBYTES((size_t)s->T * sz), DEV(s->dfinal[q]), FBYTES(sz));
-  }
-  run_phase(c, w, &pl->bwd_pre, 0);
-  run_steps(c, w, 1);
-  run_phase(c, w, &pl->bwd_post, 0);
-  run_phase(c, w, &pl->bwd_first, 0);
-  run_static(c, w, 1);
-  for (int i = 0; i < p->npparts; i++) {
-    size_t e = (size_t)p->pparts[i].numel;
-    int grad = p->pparts[i].grad;
-    if (!e) continue;
-    if (grad < 0) CU(c, cuMemsetD32, DEV(s->grad_params[i]), 0, e);
-    else if (pl->home[grad] >= 0) dtod(c, DEV(s->grad_params[i]), w->bases[pl->home[grad]], FBYTES(e));
-    else {
-      Node *n = graph_node(&p->g, grad);
-      CHECK(n->op == OP_CONST);
-      fill_rows(c, 1, (int)e, (float)n->k, DEV(s->grad_params[i]), 0);
-    }
-  }
-  if (!pl->scan)
-    for (int q = 0; q < p->nsparts; q++)
-      dtod(c, DEV(s->grad_h0[q]), w->arr[pl->dstate_array[q]], FBYTES((size_t)s->B * (size_t)p->sparts[q].size));
+  work_io(c, w, s, true, &io);
+  CHECK(cx_backward(&w->run, &io, w->ws) == CX_OK);
   CU(c, cuCtxSynchronize);
 }
 
@@ -530,11 +277,11 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   CudaWork *w = (CudaWork *)ww;
   Program *p = c->base.p;
   if (what != STEPS_STATE) return -1;
-  CHECK(part >= 0 && part < p->nsparts && w->arr);
+  CHECK(part >= 0 && part < p->nsparts && w->c);
   set_current(c);
-  size_t n = ((size_t)w->T + 1) * (size_t)w->B * (size_t)p->sparts[part].size;
+  size_t n = ((size_t)w->run.T + 1) * (size_t)w->run.B * (size_t)p->sparts[part].size;
   CHECK(c->pl->arrays[c->pl->state_array[part]].width == p->sparts[part].size);
-  CU(c, cuMemcpyDtoH, out, w->arr[c->pl->state_array[part]], FBYTES(n));
+  CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES(n));
   return 0;
 }
 
@@ -582,7 +329,7 @@ static void cuda_free(Compiled *cc) {
   if (c->pl) plan_free(c->pl);
   cg_cuda_info_free(&c->info);
   free(c->kfn);
-  free(c->coef_off);
+  free(c->table.data);
   free(c->source);
   free(c);
 }
@@ -608,17 +355,14 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
     cuda_free(&c->base);
     return NULL;
   }
-  /* the constant coefficients of the scans: one row each */
-  c->coef_off = xcalloc((size_t)p->nsparts + 1, sizeof *c->coef_off);
-  for (int q = 0; q < p->nsparts; q++)
-    for (int k = 0; k < 3; k++) {
-      int id = k == 0 ? p->sparts[q].a : k == 1 ? p->sparts[q].b : p->sparts[q].g;
-      c->coef_off[q][k] = -1;
-      if (id < 0 || graph_node(&p->g, id)->op == OP_CONST) {
-        c->coef_off[q][k] = c->nconst;
-        c->nconst += p->sparts[q].size;
-      }
-    }
+  c->table = plan_table_build(c->pl, p);
+  c->kinfo.nkernels = c->pl->nkernels, c->kinfo.tmp = c->info.tmp_floats;
+  for (int i = 0; i < 2; i++) {
+    c->kinfo.static_tmp[i] = c->info.has_static[i] ? c->info.static_tmp[i] : -1;
+    c->kinfo.step_tmp[i] = c->info.has_step[i] ? c->info.step_tmp[i] : -1;
+  }
+  for (int i = 0; i < c->pl->narrays; i++)
+    if (c->pl->arrays[i].kind == ARR_GATE && c->pl->arrays[i].index >= c->ngates) c->ngates = c->pl->arrays[i].index + 1;
   CudaImage img;
   CudaImageKind kind = emulated ? CUDA_IMAGE_PTX : CUDA_IMAGE_CUBIN;
   int rc = cuda_compile(&c->d->api, c->source, c->d->arch, kind, NULL, 0, &img, why, sizeof why);
@@ -633,16 +377,13 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
     snprintf(name, sizeof name, "k%d", k);
     rc = get_function(c, &c->kfn[k], name, why, sizeof why);
   }
-  for (int i = 0; i < 2 && rc == 0; i++)
-    if (c->info.has_static[i]) rc = get_function(c, &c->kstatic[i], i ? "kstatic_bwd" : "kstatic_fwd", why, sizeof why);
-  for (int i = 0; i < 2 && rc == 0; i++)
-    if (c->info.has_step[i]) rc = get_function(c, &c->kstep[i], i ? "kstep_bwd" : "kstep_fwd", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->scan_chunks, "cellc_scan_chunks", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->scan_carry, "cellc_scan_carry", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->scan_apply, "cellc_scan_apply", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->copy, "cellc_copy", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->fill, "cellc_fill", why, sizeof why);
-  if (rc == 0) rc = get_function(c, &c->add_const, "cellc_add_const", why, sizeof why);
+  /* the CX_K_* kernels of the source (all but the emitted code's unpack and pack) */
+  static const char *const fixed[CX_K_UNPACK] = {"kstatic_fwd", "kstatic_bwd", "kstep_fwd", "kstep_bwd",
+                                                 "cellc_scan_chunks", "cellc_scan_carry", "cellc_scan_apply",
+                                                 "cellc_copy", "cellc_fill", "cellc_add_const"};
+  const bool has[4] = {c->info.has_static[0], c->info.has_static[1], c->info.has_step[0], c->info.has_step[1]};
+  for (int i = 0; i < CX_K_UNPACK && rc == 0; i++)
+    if (i >= 4 || has[i]) rc = get_function(c, &c->fixed[i], fixed[i], why, sizeof why);
   if (rc != 0) {
     snprintf(err, errlen, "the %s back end: %s", be->name, why);
     cuda_free(&c->base);
@@ -664,6 +405,12 @@ const char *cuda_compiled_source(const Compiled *c) {
   return ((const CudaCell *)c)->source;
 }
 
+const void *cuda_compiled_table(const Compiled *c, size_t *n) {
+  if (!c || (c->be != &cuda_backend && c->be != &cuda_emu_backend)) return NULL;
+  *n = ((const CudaCell *)c)->table.n;
+  return ((const CudaCell *)c)->table.data;
+}
+
 static Work *cuda_work_new(Compiled *c) {
   CudaWork *w = xcalloc(1, sizeof *w);
   work_init(&w->base, c);
@@ -677,19 +424,12 @@ static void cuda_work_free(Work *ww) {
   if (!w) return;
   const CudaDev *d = devices[w->base.be == &cuda_emu_backend];
   work_profile_report(&w->base);
-  if (d) {
+  if (d && w->ws) {
     d->api.cuCtxSetCurrent(d->ctx);
-    for (int i = 0; i < w->narr; i++)
-      if (w->owned[i]) d->api.cuMemFree(w->arr[i]);
-    CUdeviceptr extra[] = {w->dbases, w->carry, w->ones, w->consts};
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-      if (extra[i]) d->api.cuMemFree(extra[i]);
+    d->api.cuMemFree(w->ws);
   }
-  free(w->arr);
-  free(w->owned);
-  free(w->size);
-  free(w->bases);
-  free(w->uploaded);
+  free(w->run.arr), free(w->run.off), free(w->run.bases), free(w->run.uploaded);
+  free(w->params), free(w->grads), free(w->states), free(w->out), free(w->gh0), free(w->noise), free(w->gates);
   free(w);
 }
 

@@ -1,8 +1,8 @@
 /* cuda_headers.c: the kernel-side headers (cellc_prelude.h, emu/cellc_emu_kernel.h) and the text of
- * every emitted P.cu (cellc_emit_kernels.h, cellc_launch.h, cellc_emit_host.h) embedded
- * in the binary with the assembler's .incbin, so cellc finds them wherever it is installed.
- * The paths are relative to the repository root, where make runs; cuda.mk makes this object
- * depend on the five headers. */
+ * every emitted P.cu (cellc_emit_kernels.h, cellc_launch.h, compiler/plan/plan_table.h,
+ * cellc_exec.h, cellc_emit_host.h) embedded in the binary with the assembler's .incbin, so cellc
+ * finds them wherever it is installed. The paths are relative to the repository root, where make
+ * runs; the Makefile makes this object depend on the embedded files. */
 
 /* Each is NUL-terminated; a C declaration of the symbols is in cuda_internal.h. */
 __asm__(".section .rodata\n"
@@ -25,6 +25,16 @@ __asm__(".section .rodata\n"
         ".type cellc_launch_h, @object\n"
         "cellc_launch_h:\n"
         ".incbin \"compiler/backend/cuda/cellc_launch.h\"\n"
+        ".byte 0\n"
+        ".global cellc_plan_table_h\n"
+        ".type cellc_plan_table_h, @object\n"
+        "cellc_plan_table_h:\n"
+        ".incbin \"compiler/plan/plan_table.h\"\n"
+        ".byte 0\n"
+        ".global cellc_exec_h\n"
+        ".type cellc_exec_h, @object\n"
+        "cellc_exec_h:\n"
+        ".incbin \"compiler/backend/cuda/cellc_exec.h\"\n"
         ".byte 0\n"
         ".global cellc_emit_host_h\n"
         ".type cellc_emit_host_h, @object\n"

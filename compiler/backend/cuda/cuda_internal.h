@@ -28,10 +28,12 @@ int cuda_api_probe(const char *path, int part, char *err, size_t errlen);
 /* The kernel-side headers, embedded in the binary at build time (cuda_headers.c). */
 extern const char cellc_cuda_prelude_h[];
 extern const char cellc_emu_kernel_h[];
-/* The text cuda_emit.c writes into every P.cu: the glue kernels, the launch shapes and the host
- * executor. */
+/* The text cuda_emit.c writes into every P.cu: the glue kernels, the launch shapes, the plan
+ * table's format, the CUDA host's executor and its runtime-API operations. */
 extern const char cellc_emit_kernels_h[];
 extern const char cellc_launch_h[];
+extern const char cellc_plan_table_h[];
+extern const char cellc_exec_h[];
 extern const char cellc_emit_host_h[];
 extern const char cellc_train_cu[]; /* the training kernels (cuda_ops.c) */
 
