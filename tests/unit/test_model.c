@@ -1,4 +1,4 @@
-/* test_model.c: the whole model around a cell (runtime/model/model.c): the gradient of every learned
+/* test_model.c: the whole model around a cell (train/model/model.c): the gradient of every learned
  * tensor against central finite differences of the loss, for each encoder, block, norm, mixer,
  * readout and loss, with dropout and gumbel noise on; determinism; and the configuration errors
  * model_new reports. Small sizes (T 6, B 3, width 4-6), float32. */

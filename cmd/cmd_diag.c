@@ -18,8 +18,7 @@
 
 #include "cfg.h"
 #include "cli.h"
-#include "diag_stats.h"
-#include "diag_layer.h"
+#include "probes.h"
 #include "model.h"
 #include "safetensors.h"
 #include "support.h"

@@ -23,7 +23,7 @@
 #include "pipeline.h"
 #include "safetensors.h"
 #include "cell_form.h"
-#include "diag_layer.h"
+#include "probes.h"
 
 #define MAX_SETS 256
 #define CHECKPOINT_FORMAT "cellc-checkpoint-1"
