@@ -1,4 +1,5 @@
-/* cli.h: the commands of the cellc driver and their shared argument parsing. */
+/* cli.h: the commands of the cellc driver (cmd_*.c), their help (help.c) and the argument
+ * parsing they share (cli.c). */
 #ifndef CELLC_CLI_H
 #define CELLC_CLI_H
 
@@ -51,8 +52,13 @@ void cli_print_help(const CmdHelp *h, FILE *f);
 /* The global usage: every command's synopsis, and the exit statuses. */
 void cli_print_usage(FILE *f);
 
-/* Prints the message and the usage; returns 2. fmt has one %s. */
+/* ---- the argument parsing every command shares (cli.c) ---- */
+
+/* Prints the message and the global usage; returns 2. fmt has one %s. */
 int cli_usage_error(const char *fmt, const char *arg);
+/* "cellc CMD: " and the message, then the synopsis of each command of `synopses` (NULL-ended)
+ * and where the help is; returns 2. fmt has one %s. */
+int cli_command_usage(const char *cmd, const char *const *synopses, const char *fmt, const char *arg);
 
 /* Arguments common to the commands that compile a cell. */
 typedef struct CellArgs {

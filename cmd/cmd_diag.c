@@ -81,30 +81,24 @@ typedef struct Diag {
   cJSON *compare;                    /* --compare DIR's diag.json */
 } Diag;
 
-static int usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "cellc diag: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: cellc %s\n(cellc diag --help for more)\n", cli_help("diag")->usage);
-  return 2;
-}
-
 static int parse_args(int argc, char **argv, DiagArgs *a) {
+  static const char *const synopses[] = {"diag", NULL};
   a->batches = 1;
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
     bool has = i + 1 < argc;
     if (!strcmp(s, "--set")) {
-      if (!has) return usage("%s needs KEY=VALUE", s);
-      if (a->nsets == MAX_SETS) return usage("too many %s", s);
+      if (!has) return cli_command_usage("diag", synopses, "%s needs KEY=VALUE", s);
+      if (a->nsets == MAX_SETS) return cli_command_usage("diag", synopses, "too many %s", s);
       a->sets[a->nsets++] = argv[++i];
     } else if (!strcmp(s, "--checkpoint") || !strcmp(s, "--out") || !strcmp(s, "--compare")) {
-      if (!has || !argv[i + 1][0]) return usage("%s needs a path", s);
+      if (!has || !argv[i + 1][0]) return cli_command_usage("diag", synopses, "%s needs a path", s);
       const char **dst = !strcmp(s, "--checkpoint") ? &a->checkpoint : !strcmp(s, "--out") ? &a->out : &a->compare;
       *dst = argv[++i];
     } else if (!strcmp(s, "--batches")) {
       char *end;
       long v = has ? strtol(argv[i + 1], &end, 10) : 0;
-      if (!has || *end || v < 1 || v > 1000000) return usage("%s needs a whole number of batches, 1 or more", s);
+      if (!has || *end || v < 1 || v > 1000000) return cli_command_usage("diag", synopses, "%s needs a whole number of batches, 1 or more", s);
       a->batches = (int)v;
       i++;
     } else if (!strcmp(s, "--by-token")) {
@@ -112,17 +106,17 @@ static int parse_args(int argc, char **argv, DiagArgs *a) {
     } else if (!strcmp(s, "--allow-changed-cell")) {
       a->allow_changed_cell = true;
     } else if (s[0] == '-' && s[1]) {
-      return usage("unknown flag '%s'", s);
+      return cli_command_usage("diag", synopses, "unknown flag '%s'", s);
     } else if (!a->cell) {
       a->cell = s;
     } else if (!a->cfg) {
       a->cfg = s;
     } else {
-      return usage("unexpected argument '%s'", s);
+      return cli_command_usage("diag", synopses, "unexpected argument '%s'", s);
     }
   }
-  if (!a->cell || !a->cfg) return usage("%s", "needs MODEL.cell and TASK.cfg");
-  if (a->allow_changed_cell && !a->checkpoint) return usage("%s", "--allow-changed-cell goes with --checkpoint FILE");
+  if (!a->cell || !a->cfg) return cli_command_usage("diag", synopses, "%s", "needs MODEL.cell and TASK.cfg");
+  if (a->allow_changed_cell && !a->checkpoint) return cli_command_usage("diag", synopses, "%s", "--allow-changed-cell goes with --checkpoint FILE");
   return 0;
 }
 

@@ -97,24 +97,18 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int usage(bool eval, const char *fmt, const char *arg) {
-  fprintf(stderr, "cellc %s: ", eval ? "eval" : "train");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: cellc %s\n       cellc %s\n(cellc %s --help for more)\n", cli_help("train")->usage,
-          cli_help("eval")->usage, eval ? "eval" : "train");
-  return 2;
-}
-
 static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
+  static const char *const synopses[] = {"train", "eval", NULL};
+  const char *cmd = eval ? "eval" : "train";
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
     bool has_value = i + 1 < argc;
     if (!strcmp(s, "--set")) {
-      if (!has_value) return usage(eval, "%s needs KEY=VALUE", s);
-      if (a->nsets == MAX_SETS) return usage(eval, "too many %s", s);
+      if (!has_value) return cli_command_usage(cmd, synopses, "%s needs KEY=VALUE", s);
+      if (a->nsets == MAX_SETS) return cli_command_usage(cmd, synopses, "too many %s", s);
       a->sets[a->nsets++] = argv[++i];
     } else if (!strcmp(s, "--out") && !eval) {
-      if (!has_value || !argv[i + 1][0]) return usage(eval, "%s needs a directory", s);
+      if (!has_value || !argv[i + 1][0]) return cli_command_usage(cmd, synopses, "%s needs a directory", s);
       a->out = argv[++i];
     } else if (!strcmp(s, "--resume") && !eval) {
       a->resume = true;
@@ -123,7 +117,7 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
     } else if (!strcmp(s, "--dry-run") && !eval) {
       a->dry_run = true;
     } else if (!strcmp(s, "--checkpoint") && eval) {
-      if (!has_value) return usage(eval, "%s needs a file", s);
+      if (!has_value) return cli_command_usage(cmd, synopses, "%s needs a file", s);
       a->checkpoint = argv[++i];
     } else if (!strcmp(s, "--allow-changed-cell")) {
       a->allow_changed_cell = true;
@@ -131,25 +125,25 @@ static int parse_args(int argc, char **argv, TrainArgs *a, bool eval) {
       static const char *const modes[] = {[PROGRESS_BAR] = "bar", [PROGRESS_LINES] = "lines", [PROGRESS_NONE] = "none"};
       int m = PROGRESS_BAR;
       while (m <= PROGRESS_NONE && !(has_value && !strcmp(argv[i + 1], modes[m]))) m++;
-      if (m > PROGRESS_NONE) return usage(eval, "%s needs bar, lines or none", s);
+      if (m > PROGRESS_NONE) return cli_command_usage(cmd, synopses, "%s needs bar, lines or none", s);
       a->progress = (ProgressMode)m;
       i++;
     } else if (s[0] == '-' && s[1]) {
-      return usage(eval, "unknown flag '%s'", s);
+      return cli_command_usage(cmd, synopses, "unknown flag '%s'", s);
     } else if (!a->cell) {
       a->cell = s;
     } else if (!a->cfg) {
       a->cfg = s;
     } else {
-      return usage(eval, "unexpected argument '%s'", s);
+      return cli_command_usage(cmd, synopses, "unexpected argument '%s'", s);
     }
   }
-  if (!a->cell || !a->cfg) return usage(eval, "%s", "needs MODEL.cell and TASK.cfg");
-  if (eval && !a->checkpoint) return usage(eval, "%s", "needs --checkpoint FILE");
-  if (a->resume && !a->out) return usage(eval, "%s", "--resume needs --out DIR (the run to continue)");
-  if (a->resume && a->force) return usage(eval, "%s", "--resume continues a run and --force starts it over: give one of them");
+  if (!a->cell || !a->cfg) return cli_command_usage(cmd, synopses, "%s", "needs MODEL.cell and TASK.cfg");
+  if (eval && !a->checkpoint) return cli_command_usage(cmd, synopses, "%s", "needs --checkpoint FILE");
+  if (a->resume && !a->out) return cli_command_usage(cmd, synopses, "%s", "--resume needs --out DIR (the run to continue)");
+  if (a->resume && a->force) return cli_command_usage(cmd, synopses, "%s", "--resume continues a run and --force starts it over: give one of them");
   if (a->allow_changed_cell && !eval && !a->resume)
-    return usage(eval, "%s", "--allow-changed-cell goes with --resume (the checkpoint it loads)");
+    return cli_command_usage(cmd, synopses, "%s", "--allow-changed-cell goes with --resume (the checkpoint it loads)");
   return 0;
 }
 
