@@ -42,7 +42,7 @@ FOLDERS := runtime/support runtime/gemm lang runtime/init runtime/tasks runtime/
            runtime/nn runtime/optim runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
            compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
            compiler/backend/cuda/emu compiler/pipeline \
-           train/cfg train/model probes cmd
+           train/cfg train/model train probes cmd
 USES_runtime/support     :=
 USES_runtime/gemm        := runtime/support
 USES_lang                := runtime/support
@@ -69,8 +69,9 @@ USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check comp
 USES_train/cfg           := runtime/support lang runtime/init runtime/tasks
 USES_train/model         := runtime/support lang runtime/init runtime/tasks runtime/nn runtime/optim \
                             compiler/pipeline compiler/backend train/cfg
-# the diagnostics' probes: the training library's model, rerun on the host
-USES_probes              := runtime/support compiler/pipeline train/model
+USES_train               := runtime/support runtime/safetensors runtime/dist compiler/pipeline train/model
+# the diagnostics' probes: a run of the training library, its layers rerun on the host
+USES_probes              := runtime/support runtime/safetensors runtime/tasks compiler/pipeline train/model train
 USES_cmd                 := $(filter-out cmd,$(FOLDERS))
 # the include flags of a folder: itself and what it uses, directly or through their headers
 closure = $(sort $(1) $(foreach d,$(1),$(call closure,$(USES_$(d)))))

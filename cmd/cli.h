@@ -16,22 +16,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_diag(int argc, char **argv);
 
-/* A model as `cellc train` and `cellc eval` build it (cmd_train.c), for `cellc diag`: the
- * configuration (with --set entries), the task, the model at its seed's initialization, or with
- * a checkpoint's params when `checkpoint` is given (checked as eval checks it: a checkpoint of a
- * changed cell is refused unless allow_changed_cell, which makes that a warning). */
-typedef struct LoadedRun {
-  struct Cfg *cfg;
-  struct Task *task;
-  struct Model *model;
-  int B;
-  int64_t step;        /* the checkpoint's step, 0 at initialization */
-  void *priv;
-} LoadedRun;
-/* 0, or the exit status after a located message; run_unload either way. */
-int run_load(const char *cell, const char *cfg, const char *const *sets, int nsets, const char *checkpoint,
-             bool allow_changed_cell, LoadedRun *out);
-void run_unload(LoadedRun *l);
 int cmd_emit(int argc, char **argv);
 
 #ifndef CELLC_VERSION

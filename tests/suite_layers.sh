@@ -37,6 +37,8 @@ case_up "lang including the configuration" lang/upward.c cfg.h "train/cfg"
 case_up "the compiler including the training library's model" compiler/check/upward.c model.h "train/model"
 case_up "train/cfg including train/model" train/cfg/upward.c model.h "train/model"
 case_up "the training library's model including a compiler-internal header" train/model/upward.c check.h "compiler/check"
+case_up "train/model including the library that holds it (its parent folder)" train/model/upward.c train.h "train"
+case_up "the training library including the probes" train/upward.c probes.h "probes"
 case_up "the probes including a command's header" probes/upward.c cli.h "no folder's public header"
 case_up "the probes including another folder's private header" probes/upward.c task_impl.h "no folder's public header"
 
