@@ -42,5 +42,25 @@ case_up "the training library including the probes" train/upward.c probes.h "pro
 case_up "the probes including a command's header" probes/upward.c cli.h "no folder's public header"
 case_up "the probes including another folder's private header" probes/upward.c task_impl.h "no folder's public header"
 
+# Calls, not only includes (the objects of `make`): no command file calls another command file's
+# functions (what they share is cmd/cli.c), and the model's host operations do not call back into
+# the model (model.c uses model_ops.c, not the other way).
+defined() { nm --defined-only "$1" | awk '$2 ~ /^[TDBR]$/ {print $3}' | sort -u; }
+calls() { nm -u "$1" | awk '{print $2}' | sort -u; }
+calls_none_of() { # NAME OBJECT OBJECTS...: OBJECT calls no function the others define
+  name=$1 obj=$2; shift 2
+  for o in "$obj" "$@"; do [ -f "$o" ] || { bad "$name: $o is not built (make)"; return; }; done
+  for o in "$@"; do defined "$o"; done | sort -u > "$tmp/defs"
+  both=$(calls "$obj" | comm -12 - "$tmp/defs" | tr '\n' ' ')
+  if [ -n "$both" ]; then bad "$name" "$obj calls $both"; else ok "$name"; fi
+}
+for f in cmd/cmd_*.c; do
+  obj=build/${f%.c}.o
+  others=$(for g in cmd/cmd_*.c; do [ "$g" != "$f" ] && printf 'build/%s.o ' "${g%.c}"; done)
+  # shellcheck disable=SC2086
+  calls_none_of "$f calls no other command's file" "$obj" $others
+done
+calls_none_of "train/model/model_ops.c calls nothing of model.c" build/train/model/model_ops.o build/train/model/model.o
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -191,7 +191,7 @@ int train_loop(Run *r) {
       status = stop_interrupted(r, ckpt);
       break;
     }
-    OptApply apply = model_opt_apply(r->model);
+    OptApply apply = model_opt_apply(r->ops);
     double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
     prefetch_wait(&pf); /* the task is ours again (evaluation reads it) */
     if (!isfinite(l.loss) || !isfinite(gnorm)) {

@@ -221,4 +221,4 @@ static void a_scale(void *ctx, float *x, float c, size_t n) {
   o->scale(o, x, c, n);
 }
 
-OptApply model_opt_apply(Model *m) { return (OptApply){model_ops(m), a_sgd, a_adam, a_sumsq, a_scale}; }
+OptApply model_opt_apply(DevOps *ops) { return (OptApply){ops, a_sgd, a_adam, a_sumsq, a_scale}; }
