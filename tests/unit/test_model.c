@@ -12,6 +12,7 @@
 #include "cfg.h"
 #include "lang.h"
 #include "model.h"
+#include "nn.h"
 #include "tasks.h"
 
 static char *diag_buf;
@@ -666,4 +667,21 @@ Test(host_ops, zero_splits_over_threads) {
   for (size_t i = n; i < n + 64; i++) cr_assert_eq(p[i], 0xab, "byte %zu past the end", i);
   unsetenv("CELLC_THREADS");
   free(p);
+}
+
+/* The host table's mse is nn_mse, bit for bit: the sum and every gradient value, on values whose
+ * float and double roundings differ. */
+Test(mse, host_ops_are_nn_mse) {
+  int N = 37, K = 3;
+  float *p = calloc((size_t)N * K, sizeof(float)), *y = calloc((size_t)N * K, sizeof(float)), *on = calloc((size_t)N, sizeof(float));
+  float *d1 = calloc((size_t)N * K, sizeof(float)), *d2 = calloc((size_t)N * K, sizeof(float));
+  for (int i = 0; i < N * K; i++) p[i] = sinf(0.37f * (float)i), y[i] = cosf(1.3f * (float)i) / 3.0f;
+  for (int r = 0; r < N; r++) on[r] = r % 3 != 1;
+  DevOps *o = model_host_ops();
+  double sum = 0;
+  o->mse(o, d1, p, y, on, N, K, 1000, &sum);
+  NnLoss L = nn_mse(d2, p, y, on, N, K, 1000);
+  cr_assert(memcmp(&sum, &L.sum, sizeof sum) == 0);
+  cr_assert(memcmp(d1, d2, sizeof(float) * (size_t)N * K) == 0);
+  free(p), free(y), free(on), free(d1), free(d2);
 }

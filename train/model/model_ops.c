@@ -156,18 +156,7 @@ static void h_crossentropy(DevOps *o, float *dlogits, const float *logits, const
 static void h_mse(DevOps *o, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
                   int64_t counted, double *sq_sum) {
   (void)o;
-  double sum = 0;
-  for (int r = 0; r < N; r++)
-    for (int j = 0; j < K && on[r] != 0; j++) {
-      double e = (double)pred[(size_t)r * K + j] - target[(size_t)r * K + j];
-      sum += e * e;
-    }
-  *sq_sum = sum;
-  for (int r = 0; dpred && r < N; r++)
-    for (int j = 0; j < K; j++) {
-      size_t i = (size_t)r * K + j;
-      dpred[i] = on[r] != 0 ? (float)(2.0 * ((double)pred[i] - target[i]) / (double)counted) : 0.0f;
-    }
+  *sq_sum = nn_mse(dpred, pred, target, on, N, K, counted).sum;
 }
 static double h_sumsq(DevOps *o, const float *x, size_t n) {
   (void)o;
