@@ -1,4 +1,4 @@
-/* checkpoint.c: the checkpoint format ("cellc-checkpoint-1", docs/checkpoints.md): a safetensors
+/* checkpoint.c: the checkpoint format ("cellc-checkpoint-1", docs/cli.md): a safetensors
  * file of the params, the optimizer's moments and step, with the cell, its compiled form
  * (cell_form.h) and the configuration in its metadata; written atomically, read back checked. */
 #include <limits.h>
@@ -28,7 +28,7 @@ static void run_form(Run *r, CellForm *f) {
 }
 
 /* The options of layer k in a configuration: every all-layer entry, then the layer's own (the last
- * one wins), as runtime/model binds them. */
+ * one wins), as train/model binds them. */
 static int cfg_layer_options(const Cfg *cfg, int k, Binding *out, int max) {
   const CfgEntry *e;
   int n = cfg_entries(cfg, &e), count = 0;
