@@ -27,10 +27,9 @@ void run_share_state(Run *r) {
   dist_bcast(&r->elapsed0, sizeof r->elapsed0, 0);
 }
 
-/* Every learned float, in the optimizer's order: to (gbuf from the gradients, times w) or from
- * (the gradients from gbuf, times w). */
-/* The gradients into r->gbuf times w (to), or back from it times w; on a device each tensor goes
- * through host memory (the MPI sum runs on the host; docs/distributed.md). */
+/* Every learned float, in the optimizer's order: the gradients into r->gbuf times w (to), or back
+ * from it times w; on a device each tensor goes through host memory (the MPI sum runs on the
+ * host; docs/distributed.md). */
 static void gather_grads(Run *r, bool to, float w) {
   size_t k = 0;
   DevOps *o = r->ops;

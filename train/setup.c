@@ -13,6 +13,7 @@
 #include "train_impl.h"
 
 volatile sig_atomic_t run_interrupted;
+
 /* SIGINT and SIGTERM only raise the flag, the first as every later one (a second signal
  * milliseconds after the first, as `timeout` or a scheduler sends to a process group, must not
  * kill the checkpoint being written): the loop checks it between steps. */
@@ -20,6 +21,7 @@ static void on_signal(int sig) {
   (void)sig;
   run_interrupted = 1;
 }
+
 /* SIGINT and SIGTERM held back (how = SIG_BLOCK) or let through again (SIG_UNBLOCK) while a
  * checkpoint is written: a signal then neither interrupts a write nor runs the handler. */
 void run_hold_signals(int how) {
@@ -29,6 +31,7 @@ void run_hold_signals(int how) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(how, &set, NULL);
 }
+
 double run_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
