@@ -685,3 +685,20 @@ Test(mse, host_ops_are_nn_mse) {
   cr_assert(memcmp(d1, d2, sizeof(float) * (size_t)N * K) == 0);
   free(p), free(y), free(on), free(d1), free(d2);
 }
+
+/* The device operations' Adam coefficients are the optimizer's own struct: no conversion between
+ * the two (a copy field by field would go stale when a field is added). */
+_Static_assert(__builtin_types_compatible_p(DevAdam, OptAdamK), "DevAdam is runtime/optim's OptAdamK");
+
+/* The host table's adam is opt_adam_apply, bit for bit. */
+Test(model_ops, host_adam_is_opt_adam_apply) {
+  enum { N = 29 };
+  float p1[N], p2[N], g[N], m1[N] = {0}, m2[N] = {0}, v1[N] = {0}, v2[N] = {0};
+  for (int i = 0; i < N; i++) p1[i] = p2[i] = sinf(0.7f * (float)i), g[i] = cosf(0.3f * (float)i);
+  OptHyper h = {.lr_scale = 1, .weight_decay = 0.01, .eps = 1e-8, .beta1 = 0.9, .beta2 = 0.999};
+  OptAdamK k = opt_adam_k(&h, 1e-2, 3, true);
+  DevOps *o = model_host_ops();
+  o->adam(o, p1, g, m1, v1, N, &k);
+  opt_adam_apply(&k, p2, g, m2, v2, N);
+  cr_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
+}

@@ -174,8 +174,7 @@ static void h_sgd(DevOps *o, float *p, const float *g, float *buf, size_t n, flo
 }
 static void h_adam(DevOps *o, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k) {
   (void)o;
-  OptAdamK ok = {k->one_b1, k->b2, k->one_b2, k->eps, k->wd, k->step_size, k->bc2_sqrt, k->decay, k->decoupled};
-  opt_adam_apply(&ok, p, g, m, v, n);
+  opt_adam_apply(k, p, g, m, v, n);
 }
 
 static DevOps host_ops = {
@@ -198,8 +197,7 @@ static void a_sgd(void *ctx, float *p, const float *g, float *buf, size_t n, flo
 }
 static void a_adam(void *ctx, const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n) {
   DevOps *o = ctx;
-  DevAdam d = {k->one_b1, k->b2, k->one_b2, k->eps, k->wd, k->step_size, k->bc2_sqrt, k->decay, k->decoupled};
-  o->adam(o, p, g, m, v, n, &d);
+  o->adam(o, p, g, m, v, n, k);
 }
 static double a_sumsq(void *ctx, const float *x, size_t n) {
   DevOps *o = ctx;
