@@ -38,18 +38,17 @@ LDLIBS   := -fopenmp -lcjson -lplplot -llapack -lopenblas $(LLVM_LIBS) $(MPI_LIB
 # include; they get those folders' -I paths and no others, and mk/layers.sh fails the build on an
 # include of a folder not listed or of another folder's private header. docs/architecture.md
 # draws the same graph.
-FOLDERS := runtime/support runtime/gemm lang runtime/init runtime/tasks runtime/safetensors runtime/cfg \
+FOLDERS := runtime/support runtime/gemm lang runtime/init runtime/tasks runtime/safetensors \
            runtime/nn runtime/optim runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
            compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
            compiler/backend/cuda/emu compiler/pipeline \
-           runtime/model compiler/cmd
+           train/cfg train/model train probes cmd
 USES_runtime/support     :=
 USES_runtime/gemm        := runtime/support
 USES_lang                := runtime/support
 USES_runtime/init        := runtime/support
 USES_runtime/tasks       := runtime/support
 USES_runtime/safetensors := runtime/support
-USES_runtime/cfg         := runtime/support lang runtime/init runtime/tasks compiler/pipeline
 USES_runtime/nn          := runtime/support runtime/gemm
 USES_runtime/optim       := runtime/support
 USES_runtime/dist        := runtime/support
@@ -57,7 +56,7 @@ USES_compiler/ir         := runtime/support lang
 USES_compiler/check      := runtime/support lang compiler/ir runtime/init
 USES_compiler/lower      := runtime/support lang compiler/ir compiler/check
 USES_compiler/plan       := runtime/support compiler/ir compiler/lower
-USES_compiler/backend    := runtime/support compiler/lower
+USES_compiler/backend    := runtime/support runtime/optim compiler/lower
 USES_compiler/backend/interp := runtime/support compiler/ir compiler/lower compiler/backend
 USES_compiler/backend/cpu    := runtime/support runtime/gemm compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
@@ -65,9 +64,15 @@ USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
 USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
                             compiler/backend compiler/backend/interp compiler/backend/cpu \
                             compiler/backend/cuda
-USES_runtime/model       := runtime/support lang runtime/init runtime/tasks runtime/cfg runtime/nn runtime/optim \
-                            compiler/pipeline compiler/backend
-USES_compiler/cmd        := $(filter-out compiler/cmd,$(FOLDERS))
+# train/: the training library, above the compiler: it reaches the compiler through
+# compiler/pipeline's and compiler/backend's public headers only
+USES_train/cfg           := runtime/support lang runtime/init runtime/tasks compiler/pipeline
+USES_train/model         := runtime/support lang runtime/init runtime/tasks runtime/nn runtime/optim \
+                            compiler/pipeline compiler/backend train/cfg
+USES_train               := runtime/support runtime/safetensors runtime/dist compiler/pipeline train/model
+# the diagnostics' probes: a run of the training library, its layers rerun on the host
+USES_probes              := runtime/support runtime/safetensors runtime/tasks compiler/pipeline train/model train
+USES_cmd                 := $(filter-out cmd,$(FOLDERS))
 # the include flags of a folder: itself and what it uses, directly or through their headers
 closure = $(sort $(1) $(foreach d,$(1),$(call closure,$(USES_$(d)))))
 incs = $(foreach d,$(call closure,$(1)),-I$(d)) $(FLAGS_$(1))
@@ -79,7 +84,7 @@ FLAGS_runtime/dist := $(MPI_INCS)
 FLAGS_compiler/backend/cuda/emu := -isystem $(CUDA)/include
 ALL_INCS := $(foreach d,$(FOLDERS),-I$(d)) -I$(BUILD)/gen -isystem $(LLVM_INC) -isystem $(CUDA)/include
 
-SRCS     := $(filter-out compiler/cmd/main.c,$(foreach d,$(FOLDERS),$(wildcard $(d)/*.c)))
+SRCS     := $(filter-out cmd/main.c,$(foreach d,$(FOLDERS),$(wildcard $(d)/*.c)))
 GEN_SRCS := $(BUILD)/gen/lexer.c $(BUILD)/gen/parser.c
 OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -92,11 +97,11 @@ else
 all: $(BUILD)/cellc $(BUILD)/task_dump
 endif
 
-bin/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
+bin/cellc: $(BUILD)/cmd/main.o $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/cellc: $(BUILD)/compiler/cmd/main.o $(BUILD)/libcellc.a
+$(BUILD)/cellc: $(BUILD)/cmd/main.o $(BUILD)/libcellc.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libcellc.a: $(OBJS) $(LAYERS_OK)
@@ -244,4 +249,4 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(OBJS:.o=.d) $(BUILD)/compiler/cmd/main.d $(BUILD)/tests/ptxas.d
+-include $(OBJS:.o=.d) $(BUILD)/cmd/main.d $(BUILD)/tests/ptxas.d

@@ -1,6 +1,6 @@
 """PyTorch peer of `cellc train stdlib/CELL.cell bench/train_gru.cfg` (bench/train_throughput.sh).
 
-The same model and task as runtime/model/model.h builds for that configuration:
+The same model and task as train/model/model.h builds for that configuration:
   embedding [vocab, width] (N(0,1), nn.Embedding's default too) -> `layers` stacked cells
   (sequence-first [T, B, width]) -> readout all (every step) -> linear head [vocab, hidden] ->
   cross-entropy averaged over the counted steps (the copying task's last M marker steps; the head

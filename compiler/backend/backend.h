@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lower.h"
+#include "optim.h"
 
 /* The element type of every buffer of a SeqIO. */
 typedef enum { DT_F32, DT_F64 } Dtype;
@@ -75,10 +76,9 @@ typedef struct Backend Backend;
  * back ends' ops_new) runs CUDA C kernels compiled by NVRTC and cuBLAS for the products.
  * Conventions as runtime/nn's: row-major, rows = T B; a _bwd entry ADDS into its gradients
  * (linear_bwd writes its input gradient). */
-typedef struct DevAdam {   /* one Adam/AdamW update's coefficients (runtime/optim computes them) */
-  float one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, decay;
-  bool decoupled;          /* adamw: p *= decay; adam: g += wd p */
-} DevAdam;
+/* One Adam/AdamW update's coefficients: runtime/optim's struct, which computes them, so that the
+ * optimizer's updates reach a device's table with no conversion. */
+typedef OptAdamK DevAdam;
 
 typedef struct DevOps DevOps;
 struct DevOps {

@@ -557,7 +557,7 @@ void nn_readout_backward(NnReadout r, float *dinp, const float *dout, int T, int
 /* ---- losses ---- */
 
 NnLoss nn_crossentropy(float *dlogits, const float *logits, const int32_t *targets, int N, int V) {
-  NnLoss L = {0.0, 0, 0};
+  NnLoss L = {0};
   for (int r = 0; r < N; r++) {
     CHECK(targets[r] == -1 || (targets[r] >= 0 && targets[r] < V));
     L.counted += targets[r] >= 0;
@@ -592,22 +592,24 @@ NnLoss nn_crossentropy(float *dlogits, const float *logits, const int32_t *targe
     }
   }
   L.loss = sum * inv;
+  L.sum = sum;
   return L;
 }
 
-NnLoss nn_mse(float *dpred, const float *pred, const float *target, int N, int K) {
-  NnLoss L = {0.0, (int64_t)N * K, 0};
-  size_t n = (size_t)N * K;
-  if (n == 0) return L;
+NnLoss nn_mse(float *dpred, const float *pred, const float *target, const float *on, int N, int K, int64_t counted) {
+  int64_t mine = 0;
   double sum = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)pred[i] - (double)target[i];
-    sum += d * d;
-  }
-  L.loss = sum / (double)n;
-  if (dpred) {
-    float k = (float)(2.0 / (double)n);
-    for (size_t i = 0; i < n; i++) dpred[i] = k * (pred[i] - target[i]);
-  }
+  for (int r = 0; r < N; r++)
+    for (int j = 0; j < K && (!on || on[r] != 0); j++, mine++) {
+      double e = (double)pred[(size_t)r * K + j] - target[(size_t)r * K + j];
+      sum += e * e;
+    }
+  NnLoss L = {0.0, sum, counted ? counted : mine, 0};
+  if (L.counted) L.loss = sum / (double)L.counted;
+  for (int r = 0; dpred && r < N; r++)
+    for (int j = 0; j < K; j++) {
+      size_t i = (size_t)r * K + j;
+      dpred[i] = L.counted && (!on || on[r] != 0) ? (float)(2.0 * ((double)pred[i] - target[i]) / (double)L.counted) : 0.0f;
+    }
   return L;
 }

@@ -217,6 +217,7 @@ void nn_readout_backward(NnReadout r,
  * classification, how many had the target as the first arg-max of the logits. */
 typedef struct NnLoss {
   double loss;     /* mean over counted; 0 when none counted */
+  double sum;      /* the loss summed over the counted positions, before the division */
   int64_t counted; /* positions with a target (cross-entropy), or N K elements (MSE) */
   int64_t correct; /* cross-entropy: argmax == target among the counted; MSE: 0 */
 } NnLoss;
@@ -230,11 +231,16 @@ NnLoss nn_crossentropy(float *dlogits,         /* (N, V) written; or NULL */
                        const int32_t *targets, /* (N) in [0, V) or -1 */
                        int N, int V);
 
-/* Mean squared error over every element:
- *   loss = (1 / (N K)) sum (pred - target)^2,  dpred = 2 (pred - target) / (N K). */
+/* Mean squared error over the rows that count (row r counts when `on` is NULL or on[r] != 0):
+ *   sum = sum over counted rows of (pred - target)^2,  loss = sum / n,
+ *   dpred = 2 (pred - target) / n on counted rows, 0 on the others,
+ * with n = `counted` values: 0 for the values of the counted rows here, or a larger total when the
+ * rows are a share of a batch (a rank of a data-parallel run divides by the global count). The
+ * sum and each gradient value are taken in double and rounded once. */
 NnLoss nn_mse(float *dpred,        /* (N, K) written; or NULL */
               const float *pred,   /* (N, K) */
               const float *target, /* (N, K) */
-              int N, int K);
+              const float *on,     /* (N): 0 masks the row out; or NULL */
+              int N, int K, int64_t counted);
 
 #endif

@@ -69,8 +69,8 @@ double opt_clip(Opt *o, double max_norm);
  * and opt_clip_on call them through an OptApply (cellc train: the model's device operations). */
 typedef struct OptAdamK { /* one Adam/AdamW update's coefficients at an lr and a step */
   float one_b1, b2, one_b2, eps, wd, step_size, bc2_sqrt, decay;
-  bool decoupled;
-} OptAdamK;
+  bool decoupled;         /* adamw: p *= decay; adam: g += wd p */
+} OptAdamK;             /* also the device operations' DevAdam (backend.h) */
 OptAdamK opt_adam_k(const OptHyper *h, double lr, int64_t step, bool decoupled);
 void opt_adam_apply(const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n);
 void opt_sgd_apply(float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu);

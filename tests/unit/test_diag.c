@@ -1,4 +1,4 @@
-/* test_diag.c: the numbers of `cellc diag` that do not need a model (compiler/cmd/diag_stats.c):
+/* test_diag.c: the numbers of `cellc diag` that do not need a model (probes/diag_stats.c):
  * the robust log-log slope recovers a known slope on synthetic data (with noise and outliers,
  * and ignoring P outside its 1%..99% quantiles), histograms count every value once in 50 bins
  * of (0, 1), medians and quantiles, singular values through LAPACK, AI and CE; and the

@@ -1,4 +1,4 @@
-/* test_model.c: the whole model around a cell (runtime/model/model.c): the gradient of every learned
+/* test_model.c: the whole model around a cell (train/model/model.c): the gradient of every learned
  * tensor against central finite differences of the loss, for each encoder, block, norm, mixer,
  * readout and loss, with dropout and gumbel noise on; determinism; and the configuration errors
  * model_new reports. Small sizes (T 6, B 3, width 4-6), float32. */
@@ -12,6 +12,7 @@
 #include "cfg.h"
 #include "lang.h"
 #include "model.h"
+#include "nn.h"
 #include "tasks.h"
 
 static char *diag_buf;
@@ -666,4 +667,38 @@ Test(host_ops, zero_splits_over_threads) {
   for (size_t i = n; i < n + 64; i++) cr_assert_eq(p[i], 0xab, "byte %zu past the end", i);
   unsetenv("CELLC_THREADS");
   free(p);
+}
+
+/* The host table's mse is nn_mse, bit for bit: the sum and every gradient value, on values whose
+ * float and double roundings differ. */
+Test(mse, host_ops_are_nn_mse) {
+  int N = 37, K = 3;
+  float *p = calloc((size_t)N * K, sizeof(float)), *y = calloc((size_t)N * K, sizeof(float)), *on = calloc((size_t)N, sizeof(float));
+  float *d1 = calloc((size_t)N * K, sizeof(float)), *d2 = calloc((size_t)N * K, sizeof(float));
+  for (int i = 0; i < N * K; i++) p[i] = sinf(0.37f * (float)i), y[i] = cosf(1.3f * (float)i) / 3.0f;
+  for (int r = 0; r < N; r++) on[r] = r % 3 != 1;
+  DevOps *o = model_host_ops();
+  double sum = 0;
+  o->mse(o, d1, p, y, on, N, K, 1000, &sum);
+  NnLoss L = nn_mse(d2, p, y, on, N, K, 1000);
+  cr_assert(memcmp(&sum, &L.sum, sizeof sum) == 0);
+  cr_assert(memcmp(d1, d2, sizeof(float) * (size_t)N * K) == 0);
+  free(p), free(y), free(on), free(d1), free(d2);
+}
+
+/* The device operations' Adam coefficients are the optimizer's own struct: no conversion between
+ * the two (a copy field by field would go stale when a field is added). */
+_Static_assert(__builtin_types_compatible_p(DevAdam, OptAdamK), "DevAdam is runtime/optim's OptAdamK");
+
+/* The host table's adam is opt_adam_apply, bit for bit. */
+Test(model_ops, host_adam_is_opt_adam_apply) {
+  enum { N = 29 };
+  float p1[N], p2[N], g[N], m1[N] = {0}, m2[N] = {0}, v1[N] = {0}, v2[N] = {0};
+  for (int i = 0; i < N; i++) p1[i] = p2[i] = sinf(0.7f * (float)i), g[i] = cosf(0.3f * (float)i);
+  OptHyper h = {.lr_scale = 1, .weight_decay = 0.01, .eps = 1e-8, .beta1 = 0.9, .beta2 = 0.999};
+  OptAdamK k = opt_adam_k(&h, 1e-2, 3, true);
+  DevOps *o = model_host_ops();
+  o->adam(o, p1, g, m1, v1, N, &k);
+  opt_adam_apply(&k, p2, g, m2, v2, N);
+  cr_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
 }

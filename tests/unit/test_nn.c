@@ -787,13 +787,13 @@ typedef struct {
 
 static double loss_loss(void *p) {
   LossCtx *c = p;
-  return c->mse ? nn_mse(NULL, c->logits, c->target, c->N, c->V).loss
+  return c->mse ? nn_mse(NULL, c->logits, c->target, NULL, c->N, c->V, 0).loss
                 : nn_crossentropy(NULL, c->logits, c->targets, c->N, c->V).loss;
 }
 static void loss_back(void *p) { /* the losses write their gradient: add it for the harness */
   LossCtx *c = p;
   if (c->mse)
-    nn_mse(c->tmp, c->logits, c->target, c->N, c->V);
+    nn_mse(c->tmp, c->logits, c->target, NULL, c->N, c->V, 0);
   else
     nn_crossentropy(c->tmp, c->logits, c->targets, c->N, c->V);
   for (int i = 0; i < c->N * c->V; i++) c->dlogits[i] += c->tmp[i];
@@ -879,11 +879,29 @@ Test(mse, gradient) {
 Test(mse, hand_computed_value) {
   /* N 2, K 2: differences (1, -2, 0, 3): (1 + 4 + 0 + 9) / 4 = 3.5; dpred = 2 d / 4 */
   float p[4] = {1, 0, 2, 5}, y[4] = {0, 2, 2, 2}, dp[4];
-  NnLoss L = nn_mse(dp, p, y, 2, 2);
+  NnLoss L = nn_mse(dp, p, y, NULL, 2, 2, 0);
   cr_assert_float_eq(L.loss, 3.5, 1e-9);
+  cr_assert_float_eq(L.sum, 14.0, 1e-9);
   cr_assert_eq(L.counted, 4);
   float want[4] = {0.5f, -1.0f, 0.0f, 1.5f};
   for (int i = 0; i < 4; i++) cr_assert_float_eq(dp[i], want[i], 1e-7);
+}
+
+/* The model's form (the host table's mse): rows masked out by `on` count nothing and get a zero
+ * gradient, and the division is by the count given (a rank's share of a global batch). */
+Test(mse, masked_rows_and_given_count) {
+  /* rows (1, -2), (5, 5) masked, (0, 3): sum 1 + 4 + 0 + 9 = 14 over a global count of 8 */
+  float p[6] = {1, 0, 9, 9, 2, 5}, y[6] = {0, 2, 4, 4, 2, 2}, on[3] = {1, 0, 1}, dp[6];
+  NnLoss L = nn_mse(dp, p, y, on, 3, 2, 8);
+  cr_assert_eq(L.sum, 14.0);
+  cr_assert_eq(L.loss, 14.0 / 8);
+  cr_assert_eq(L.counted, 8);
+  float want[6] = {0.25f, -0.5f, 0, 0, 0, 0.75f};
+  for (int i = 0; i < 6; i++) cr_assert_eq(dp[i], want[i], "dpred[%d] = %g, want %g", i, dp[i], want[i]);
+  /* count 0: the counted rows' values (4) */
+  L = nn_mse(NULL, p, y, on, 3, 2, 0);
+  cr_assert_eq(L.counted, 4);
+  cr_assert_eq(L.loss, 3.5);
 }
 
 /* Large enough to split over threads (CELLC_THREADS=3: uneven row shares): forward and backward

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "pipeline.h"
 #include "support.h"
 
 /* The first line of the text; a change to what a line's VALUE holds is a new version. */

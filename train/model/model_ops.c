@@ -156,18 +156,7 @@ static void h_crossentropy(DevOps *o, float *dlogits, const float *logits, const
 static void h_mse(DevOps *o, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
                   int64_t counted, double *sq_sum) {
   (void)o;
-  double sum = 0;
-  for (int r = 0; r < N; r++)
-    for (int j = 0; j < K && on[r] != 0; j++) {
-      double e = (double)pred[(size_t)r * K + j] - target[(size_t)r * K + j];
-      sum += e * e;
-    }
-  *sq_sum = sum;
-  for (int r = 0; dpred && r < N; r++)
-    for (int j = 0; j < K; j++) {
-      size_t i = (size_t)r * K + j;
-      dpred[i] = on[r] != 0 ? (float)(2.0 * ((double)pred[i] - target[i]) / (double)counted) : 0.0f;
-    }
+  *sq_sum = nn_mse(dpred, pred, target, on, N, K, counted).sum;
 }
 static double h_sumsq(DevOps *o, const float *x, size_t n) {
   (void)o;
@@ -185,8 +174,7 @@ static void h_sgd(DevOps *o, float *p, const float *g, float *buf, size_t n, flo
 }
 static void h_adam(DevOps *o, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k) {
   (void)o;
-  OptAdamK ok = {k->one_b1, k->b2, k->one_b2, k->eps, k->wd, k->step_size, k->bc2_sqrt, k->decay, k->decoupled};
-  opt_adam_apply(&ok, p, g, m, v, n);
+  opt_adam_apply(k, p, g, m, v, n);
 }
 
 static DevOps host_ops = {
@@ -209,8 +197,7 @@ static void a_sgd(void *ctx, float *p, const float *g, float *buf, size_t n, flo
 }
 static void a_adam(void *ctx, const OptAdamK *k, float *p, const float *g, float *m, float *v, size_t n) {
   DevOps *o = ctx;
-  DevAdam d = {k->one_b1, k->b2, k->one_b2, k->eps, k->wd, k->step_size, k->bc2_sqrt, k->decay, k->decoupled};
-  o->adam(o, p, g, m, v, n, &d);
+  o->adam(o, p, g, m, v, n, k);
 }
 static double a_sumsq(void *ctx, const float *x, size_t n) {
   DevOps *o = ctx;
@@ -221,4 +208,4 @@ static void a_scale(void *ctx, float *x, float c, size_t n) {
   o->scale(o, x, c, n);
 }
 
-OptApply model_opt_apply(Model *m) { return (OptApply){model_ops(m), a_sgd, a_adam, a_sumsq, a_scale}; }
+OptApply model_opt_apply(DevOps *ops) { return (OptApply){ops, a_sgd, a_adam, a_sumsq, a_scale}; }

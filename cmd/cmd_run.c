@@ -167,49 +167,6 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
   return 0;
 }
 
-/* Loads the module and checks the chosen cell; NULL after a diagnostic. */
-Cell *cli_compile_cell(Arena *arena, const CellArgs *a, bool training) {
-  Module *m = check_load(arena, a->file, cli_stdlib_dir());
-  if (!m) return NULL;
-  const Src *src = NULL;
-  const CellAst *ast = check_find_cell(m, a->cell, &src);
-  if (!ast) {
-    const char *cands[256], *near = NULL;
-    int nc = 0;
-    for (int i = 0; i < m->ncells && nc < 256; i++) cands[nc++] = m->cells[i]->name;
-    if (a->cell) near = edit_nearest(a->cell, cands, nc);
-    if (near) diag_plain("no cell named '%s' in %s; did you mean '%s'?", a->cell, a->file, near);
-    else if (a->cell) diag_plain("no cell named '%s' in %s", a->cell, a->file);
-    else diag_plain("%s defines no cell", a->file);
-    return NULL;
-  }
-  for (int i = 0; i < a->nsets; i++) {
-    bool found = false;
-    for (int o = 0; o < ast->noptions; o++)
-      if (!strcmp(ast->options[o].name, a->sets[i].name)) found = true;
-    if (!found) {
-      const char *cands[64];
-      int nc = 0;
-      for (int o = 0; o < ast->noptions && nc < 64; o++) cands[nc++] = ast->options[o].name;
-      char owner[160], msg[512];
-      snprintf(owner, sizeof owner, "cell '%s'", ast->name);
-      diag_plain("--set %s=%s: %s", a->sets[i].name, a->sets[i].value,
-                 no_such_text(msg, sizeof msg, owner, "option", a->sets[i].name, cands, nc));
-      return NULL;
-    }
-  }
-  CheckOptions o = {0};
-  o.sets = a->sets;
-  o.nsets = a->nsets;
-  o.dims = a->dims;
-  o.ndims = a->ndims;
-  o.need_bound = true;
-  o.training = training;
-  o.force_scan = a->mode && !strcmp(a->mode, "scan");
-  o.force_sequential = a->mode && !strcmp(a->mode, "sequential");
-  return check_cell(arena, src, ast, &o); /* a --dims name the cell lacks is its error */
-}
-
 int cmd_derive(int argc, char **argv) {
   CellArgs a = {0};
   for (int i = 0; i < argc; i++) {

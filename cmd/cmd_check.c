@@ -1,5 +1,4 @@
-/* cmd_check.c: `cellc check` (the analysis report, human or --json) and the
- * argument parsing shared by the commands that compile a cell. */
+/* cmd_check.c: `cellc check` (the analysis report, human or --json). */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <string.h>
@@ -7,71 +6,6 @@
 
 #include "cli.h"
 #include "pipeline.h"
-
-static char stdlib_buf[PATH_MAX];
-
-const char *cli_stdlib_dir(void) {
-  const char *env = getenv("CELLC_STDLIB");
-  if (env && *env) return env;
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return "stdlib";
-  exe[n] = 0;
-  char *slash = strrchr(exe, '/');
-  if (slash) *slash = 0;
-  const char *cands[] = {"%s/../stdlib", "%s/../share/cellc/stdlib", "%s/../../stdlib"};
-  for (int i = 0; i < 3; i++) {
-    snprintf(stdlib_buf, sizeof stdlib_buf, cands[i], exe);
-    if (access(stdlib_buf, R_OK) == 0) return stdlib_buf;
-  }
-  return "stdlib";
-}
-
-/* The split --set and --dims bindings: they live as long as the program. */
-static Arena binding_arena;
-
-static int split_binding(const char *text, Binding *out) {
-  const char *eq = strchr(text, '=');
-  if (!eq || eq == text || !eq[1]) return -1;
-  out->name = arena_strndup(&binding_arena, text, (size_t)(eq - text));
-  out->value = arena_strdup(&binding_arena, eq + 1);
-  return 0;
-}
-
-int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i) {
-  const char *f = argv[*i];
-  bool has_value = *i + 1 < argc;
-  if (!strcmp(f, "--set") || !strcmp(f, "--dims") || !strcmp(f, "--cell") || !strcmp(f, "--mode")) {
-    if (!has_value) {
-      cli_usage_error("%s needs a value", f);
-      return -1;
-    }
-    const char *v = argv[++*i];
-    if (!strcmp(f, "--set")) {
-      if (a->nsets == 64) return cli_usage_error("too many --set flags (64 at most): '%s'", v), -1;
-      if (split_binding(v, &a->sets[a->nsets]) < 0) return cli_usage_error("--set takes NAME=VALUE, not '%s'", v), -1;
-      a->nsets++;
-    } else if (!strcmp(f, "--dims")) {
-      char *copy = strdup(v), *save = NULL;
-      for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (a->ndims == 64 || split_binding(tok, &a->dims[a->ndims]) < 0) {
-          free(copy);
-          return cli_usage_error("--dims takes NAME=VALUE,... (64 at most), not '%s'", v), -1;
-        }
-        a->ndims++;
-      }
-      free(copy);
-    } else if (!strcmp(f, "--cell")) {
-      a->cell = v;
-    } else {
-      if (strcmp(v, "auto") && strcmp(v, "scan") && strcmp(v, "sequential"))
-        return cli_usage_error("--mode is auto, scan or sequential, not '%s'", v), -1;
-      a->mode = v;
-    }
-    return 1;
-  }
-  return 0;
-}
 
 /* --set names no cell of the module has are errors. */
 static bool sets_known(const Module *m, const CellArgs *a) {

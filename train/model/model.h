@@ -61,8 +61,8 @@ DevOps *model_ops(Model *m);
  * a checkpoint is written) and back (after one is read). Nothing to do on the host. */
 void model_to_host(Model *m);
 void model_to_device(Model *m);
-/* The optimizer's per-tensor updates through the model's device operations. */
-OptApply model_opt_apply(Model *m);
+/* The optimizer's per-tensor updates through a device's operations (model_ops(m): the model's). */
+OptApply model_opt_apply(DevOps *ops);
 
 /* Data-parallel training: the batches this model sees are rows [first, first + batch) of global
  * batches of `global_batch` sequences; its per-step draws (dropout, gumbel noise) are then exactly

@@ -8,14 +8,6 @@
 
 #include "cli.h"
 
-int cli_usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "cellc: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n\n");
-  cli_print_usage(stderr);
-  return 2;
-}
-
 /* SIGINT or SIGTERM outside `train` and `diag` (which install their own handlers once they
  * start): status 130 and a word on stderr, never death by the signal. A file being written
  * holds the signals back until it is complete (fsout.c). */

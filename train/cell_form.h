@@ -16,7 +16,7 @@
 #ifndef CELLC_CELL_FORM_H
 #define CELLC_CELL_FORM_H
 
-#include "check.h"
+#include "pipeline.h"
 
 typedef struct CellFormLine {
   int layer;   /* -1: the whole model */

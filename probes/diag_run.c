@@ -1,11 +1,10 @@
-/* cmd_diag.c: `cellc diag MODEL.cell TASK.cfg` (spec/cli.md, seeds.md section 5): gate
+/* diag_run.c: what `cellc diag` measures on a run (spec/cli.md, seeds.md section 5): gate
  * histograms, gradients and state changes per step, exact step Jacobians and their products, on
  * N batches of the task's validation data; diag.json, jacobians.safetensors and the plots, written
  * into a fresh directory renamed into place once complete. docs/diagnostics.md explains them. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,27 +15,15 @@
 
 #include <cblas.h>
 
-#include "cfg.h"
-#include "cli.h"
-#include "diag_stats.h"
-#include "diag_layer.h"
 #include "model.h"
+#include "probes.h"
 #include "safetensors.h"
 #include "support.h"
 #include "tasks.h"
+#include "train.h"
 
-#define MAX_SETS 256
 #define MAX_LAG 128    /* the longest lag of the Jacobian products */
 #define MAX_STARTS 16  /* the start times k of the products M_{t,k} */
-
-typedef struct DiagArgs {
-  const char *cell, *cfg, *checkpoint, *out, *compare;
-  const char *sets[MAX_SETS];
-  int nsets;
-  int batches;
-  bool by_token;
-  bool allow_changed_cell;
-} DiagArgs;
 
 /* What one layer's diagnostics accumulate. */
 typedef struct GateAcc {
@@ -71,61 +58,16 @@ typedef struct LayerAcc {
   double pg_ai, pg_ce;
 } LayerAcc;
 
-typedef struct Diag {
-  DiagArgs a;
-  LoadedRun run;
+struct Diag {
+  DiagOptions a;
+  Run *run;
   TaskShape shape;
   Arena arena;
   int T, B, nlayers, vocab;
   bool tokens;                       /* token statistics */
   LayerAcc *acc;
   cJSON *compare;                    /* --compare DIR's diag.json */
-} Diag;
-
-static int usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "cellc diag: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: cellc %s\n(cellc diag --help for more)\n", cli_help("diag")->usage);
-  return 2;
-}
-
-static int parse_args(int argc, char **argv, DiagArgs *a) {
-  a->batches = 1;
-  for (int i = 0; i < argc; i++) {
-    const char *s = argv[i];
-    bool has = i + 1 < argc;
-    if (!strcmp(s, "--set")) {
-      if (!has) return usage("%s needs KEY=VALUE", s);
-      if (a->nsets == MAX_SETS) return usage("too many %s", s);
-      a->sets[a->nsets++] = argv[++i];
-    } else if (!strcmp(s, "--checkpoint") || !strcmp(s, "--out") || !strcmp(s, "--compare")) {
-      if (!has || !argv[i + 1][0]) return usage("%s needs a path", s);
-      const char **dst = !strcmp(s, "--checkpoint") ? &a->checkpoint : !strcmp(s, "--out") ? &a->out : &a->compare;
-      *dst = argv[++i];
-    } else if (!strcmp(s, "--batches")) {
-      char *end;
-      long v = has ? strtol(argv[i + 1], &end, 10) : 0;
-      if (!has || *end || v < 1 || v > 1000000) return usage("%s needs a whole number of batches, 1 or more", s);
-      a->batches = (int)v;
-      i++;
-    } else if (!strcmp(s, "--by-token")) {
-      a->by_token = true;
-    } else if (!strcmp(s, "--allow-changed-cell")) {
-      a->allow_changed_cell = true;
-    } else if (s[0] == '-' && s[1]) {
-      return usage("unknown flag '%s'", s);
-    } else if (!a->cell) {
-      a->cell = s;
-    } else if (!a->cfg) {
-      a->cfg = s;
-    } else {
-      return usage("unexpected argument '%s'", s);
-    }
-  }
-  if (!a->cell || !a->cfg) return usage("%s", "needs MODEL.cell and TASK.cfg");
-  if (a->allow_changed_cell && !a->checkpoint) return usage("%s", "--allow-changed-cell goes with --checkpoint FILE");
-  return 0;
-}
+};
 
 /* ---- accumulating over batches ---- */
 
@@ -356,15 +298,15 @@ static void param_gradients(Diag *d, LayerAcc *A, const DiagSeq *s) {
   (void)d;
 }
 
-static void diag_batch(Diag *d, int64_t index) {
+void diag_batch(Diag *d, int64_t index) {
   TaskBatch b = {0};
-  task_batch(d->run.task, TASK_VALID, index, d->B, &b);
-  model_batch(d->run.model, &b, true, 0, d->B);
+  task_batch(d->run->task, TASK_VALID, index, d->B, &b);
+  model_batch(d->run->model, &b, true, 0, d->B);
   for (int k = 0; k < d->nlayers; k++) {
     LayerAcc *A = &d->acc[k];
     DiagSeq s;
     diag_seq_alloc(&A->L, &s, d->T, d->B);
-    diag_seq_fill(&A->L, &s, d->run.model, k, d->B);
+    diag_seq_fill(&A->L, &s, d->run->model, k, d->B);
     diag_seq_run(&A->L, &s, true);
     const int32_t *tok = d->tokens ? b.tokens : NULL;
     add_gates(A, &s, tok);
@@ -465,10 +407,10 @@ static cJSON *jacobian_json(const LayerAcc *A) {
 
 static char *diag_json(Diag *d) {
   cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "cell", model_cell_name(d->run.model));
-  cJSON_AddStringToObject(root, "task", cfg_word(d->run.cfg, "task.name"));
-  cJSON_AddItemToObject(root, "checkpoint", d->a.checkpoint ? cJSON_CreateString(d->a.checkpoint) : cJSON_CreateNull());
-  cJSON_AddNumberToObject(root, "step", (double)d->run.step);
+  cJSON_AddStringToObject(root, "cell", model_cell_name(d->run->model));
+  cJSON_AddStringToObject(root, "task", cfg_word(d->run->cfg, "task.name"));
+  cJSON_AddItemToObject(root, "checkpoint", d->run->a.checkpoint ? cJSON_CreateString(d->run->a.checkpoint) : cJSON_CreateNull());
+  cJSON_AddNumberToObject(root, "step", (double)d->run->step);
   cJSON_AddNumberToObject(root, "batches", d->a.batches);
   cJSON *layers = cJSON_CreateArray();
   for (int k = 0; k < d->nlayers; k++) {
@@ -564,7 +506,7 @@ static int plot_gates(Diag *d, cJSON *cmp, int k, const char *dir, char *err, si
   DiagHistPanel *pan = xcalloc((size_t)n * 2, sizeof(DiagHistPanel));
   int64_t *before = xcalloc((size_t)n * DIAG_BINS, sizeof(int64_t));
   int np = 0;
-  const char *when = d->a.checkpoint ? arena_printf(&d->arena, "step %lld", (long long)d->run.step) : "at initialization";
+  const char *when = d->run->a.checkpoint ? arena_printf(&d->arena, "step %lld", (long long)d->run->step) : "at initialization";
   const char *other = d->a.compare ? strrchr(d->a.compare, '/') : NULL;
   other = other && other[1] ? other + 1 : d->a.compare; /* the directory's own name, for the title */
   for (int i = 0; i < n; i++) {
@@ -691,8 +633,8 @@ static int diag_write_plots(Diag *d, cJSON *cmp, const char *dir, char *err, siz
 /* ---- the command ---- */
 
 static void summary(Diag *d, const char *dir) {
-  printf("cellc diag: %s; task %s, T=%d, %d batch%s of %d; %s\n", model_summary(d->run.model), cfg_word(d->run.cfg, "task.name"),
-         d->T, d->a.batches, d->a.batches == 1 ? "" : "es", d->B, d->a.checkpoint ? d->a.checkpoint : "at initialization");
+  printf("cellc diag: %s; task %s, T=%d, %d batch%s of %d; %s\n", model_summary(d->run->model), cfg_word(d->run->cfg, "task.name"),
+         d->T, d->a.batches, d->a.batches == 1 ? "" : "es", d->B, d->run->a.checkpoint ? d->run->a.checkpoint : "at initialization");
   for (int k = 0; k < d->nlayers; k++) {
     LayerAcc *A = &d->acc[k];
     printf("layer %d:", k);
@@ -714,14 +656,7 @@ static char *out_dir(Diag *d) {
   char stamp[32];
   time_t now = time(NULL);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-  return xasprintf("runs/diag-%s-%s-%s", model_cell_name(d->run.model), cfg_word(d->run.cfg, "task.name"), stamp);
-}
-
-/* SIGINT / SIGTERM: the flag the batch loop and the writing check; nothing is left behind. */
-static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) {
-  (void)sig;
-  interrupted = 1;
+  return xasprintf("runs/diag-%s-%s-%s", model_cell_name(d->run->model), cfg_word(d->run->cfg, "task.name"), stamp);
 }
 
 /* Every file into a fresh directory next to dir, renamed to dir at the end. 0 or 3 (130 when
@@ -741,7 +676,7 @@ static int write_all(Diag *d, const char *dir) {
   char *text = diag_json(d), *jp = xasprintf("%s/diag.json", tmp), *sp = xasprintf("%s/jacobians.safetensors", tmp);
   int rc = fsout_write_file(jp, text, strlen(text), err, sizeof err) < 0 || write_jacobians(d, sp, err, sizeof err) < 0 ||
            diag_write_plots(d, d->compare, tmp, err, sizeof err) < 0 ? 3 : 0;
-  if (!rc && interrupted) snprintf(err, sizeof err, "interrupted: nothing written to %s", dir), rc = 130;
+  if (!rc && run_interrupted) snprintf(err, sizeof err, "interrupted: nothing written to %s", dir), rc = 130;
   if (!rc && fsout_dir_commit(tmp, dir, false, err, sizeof err) < 0) rc = 3;
   if (rc) {
     diag_plain("%s", err);
@@ -751,13 +686,15 @@ static int write_all(Diag *d, const char *dir) {
   return rc;
 }
 
-static int diag_open(Diag *d) {
-  d->shape = task_shape(d->run.task);
-  d->T = d->shape.length, d->B = d->run.B, d->nlayers = model_nlayers(d->run.model), d->vocab = d->shape.vocab;
+int diag_open(Diag **out, Run *run, const DiagOptions *o) {
+  Diag *d = *out = xcalloc(1, sizeof *d);
+  d->a = *o, d->run = run;
+  d->shape = task_shape(d->run->task);
+  d->T = d->shape.length, d->B = d->run->B, d->nlayers = model_nlayers(d->run->model), d->vocab = d->shape.vocab;
   d->tokens = d->shape.token_input;
   if (d->a.by_token && !d->tokens) {
     diag_plain("%s: --by-token: task '%s' takes real-valued inputs, not tokens: there are no token statistics to give",
-               d->a.cfg, cfg_word(d->run.cfg, "task.name"));
+               d->run->a.cfg, cfg_word(d->run->cfg, "task.name"));
     return 1;
   }
   d->compare = read_compare(d);
@@ -768,7 +705,7 @@ static int diag_open(Diag *d) {
   d->acc = xcalloc((size_t)d->nlayers, sizeof(LayerAcc));
   for (int k = 0; k < d->nlayers; k++) {
     ModelLayerView v;
-    model_layer_view(d->run.model, k, &v);
+    model_layer_view(d->run->model, k, &v);
     char err[512];
     if (diag_layer_open(&d->acc[k].L, v.cell, &d->arena, err, sizeof err) < 0) {
       diag_plain("cannot compile layer %d for diagnostics: %s", k, err);
@@ -777,39 +714,23 @@ static int diag_open(Diag *d) {
     acc_init(d, &d->acc[k]);
   }
   if (!d->acc[0].L.ngates)
-    fprintf(stderr, "cellc diag: note: cell '%s' has no gates: no gate histograms (gates: [])\n", model_cell_name(d->run.model));
+    fprintf(stderr, "cellc diag: note: cell '%s' has no gates: no gate histograms (gates: [])\n", model_cell_name(d->run->model));
   return 0;
 }
 
-int cmd_diag(int argc, char **argv) {
-  Diag d = {0};
-  int rc = parse_args(argc, argv, &d.a);
-  if (rc) return rc;
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  rc = run_load(d.a.cell, d.a.cfg, d.a.sets, d.a.nsets, d.a.checkpoint, d.a.allow_changed_cell, &d.run);
-  if (!rc) rc = diag_open(&d);
-  for (int64_t i = 0; !rc && i < d.a.batches; i++) {
-    if (interrupted) {
-      diag_plain("interrupted at batch %lld: nothing written", (long long)i);
-      rc = 130;
-      break;
-    }
-    diag_batch(&d, i);
-  }
-  if (!rc) {
-    char *dir = out_dir(&d);
-    rc = write_all(&d, dir);
-    if (!rc) summary(&d, dir);
-    free(dir);
-  }
-  for (int k = 0; d.acc && k < d.nlayers; k++) acc_free(&d.acc[k]);
-  free(d.acc);
-  cJSON_Delete(d.compare);
-  arena_free(&d.arena);
-  run_unload(&d.run);
+int diag_write(Diag *d) {
+  char *dir = out_dir(d);
+  int rc = write_all(d, dir);
+  if (!rc) summary(d, dir);
+  free(dir);
   return rc;
+}
+
+void diag_close(Diag *d) {
+  if (!d) return;
+  for (int k = 0; d->acc && k < d->nlayers; k++) acc_free(&d->acc[k]);
+  free(d->acc);
+  cJSON_Delete(d->compare);
+  arena_free(&d->arena);
+  free(d);
 }

@@ -1,4 +1,5 @@
-/* cli.h: the commands of the cellc driver and their shared argument parsing. */
+/* cli.h: the commands of the cellc driver (cmd_*.c), their help (help.c) and the argument
+ * parsing they share (cli.c). */
 #ifndef CELLC_CLI_H
 #define CELLC_CLI_H
 
@@ -15,22 +16,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_diag(int argc, char **argv);
 
-/* A model as `cellc train` and `cellc eval` build it (cmd_train.c), for `cellc diag`: the
- * configuration (with --set entries), the task, the model at its seed's initialization, or with
- * a checkpoint's params when `checkpoint` is given (checked as eval checks it: a checkpoint of a
- * changed cell is refused unless allow_changed_cell, which makes that a warning). */
-typedef struct LoadedRun {
-  struct Cfg *cfg;
-  struct Task *task;
-  struct Model *model;
-  int B;
-  int64_t step;        /* the checkpoint's step, 0 at initialization */
-  void *priv;
-} LoadedRun;
-/* 0, or the exit status after a located message; run_unload either way. */
-int run_load(const char *cell, const char *cfg, const char *const *sets, int nsets, const char *checkpoint,
-             bool allow_changed_cell, LoadedRun *out);
-void run_unload(LoadedRun *l);
 int cmd_emit(int argc, char **argv);
 
 #ifndef CELLC_VERSION
@@ -51,8 +36,13 @@ void cli_print_help(const CmdHelp *h, FILE *f);
 /* The global usage: every command's synopsis, and the exit statuses. */
 void cli_print_usage(FILE *f);
 
-/* Prints the message and the usage; returns 2. fmt has one %s. */
+/* ---- the argument parsing every command shares (cli.c) ---- */
+
+/* Prints the message and the global usage; returns 2. fmt has one %s. */
 int cli_usage_error(const char *fmt, const char *arg);
+/* "cellc CMD: " and the message, then the synopsis of each command of `synopses` (NULL-ended)
+ * and where the help is; returns 2. fmt has one %s. */
+int cli_command_usage(const char *cmd, const char *const *synopses, const char *fmt, const char *arg);
 
 /* Arguments common to the commands that compile a cell. */
 typedef struct CellArgs {
