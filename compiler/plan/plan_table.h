@@ -25,6 +25,8 @@ typedef struct EtArray {
   int32_t kind, index, width;
   int32_t rows, per_b, fixed;  /* ET_OWNED: floats = rows * T * B + per_b * B + fixed */
   int32_t zero_bwd;            /* zeroed before each backward (the adjoints summed over rows) */
+  /* the CPU executor's */
+  int32_t local;               /* step-local (plan_step_local): ET_OWNED with B rows, not T B */
 } EtArray;
 
 typedef struct EtSlot {
@@ -50,6 +52,10 @@ typedef struct EtStep {
   int32_t part, cplx, size;    /* ET_SCAN / ET_RSCAN: the state's first part */
   int32_t arr0, arr1;          /* ... its state (dtotal) arrays, arr1 -1 when real */
   EtCoef a[2], b[2];           /* ... a, and b (forward) or g (reverse), per part */
+  /* the CPU executor's */
+  int32_t group;               /* ET_OUTER_ACC: its weight-gradient group; ET_COLSUM: the group that sums
+                                  it while it packs G, or -1 */
+  int32_t pack;                /* ET_GEMM(_T): its packed matrix (0 .. npacks), else -1 */
 } EtStep;
 
 typedef struct EtPhase {
@@ -73,6 +79,22 @@ typedef struct EtStackCopy {
   int32_t array, offset, src, numel; /* src slot's numel floats to array + offset */
 } EtStackCopy;
 
+/* Weight-gradient steps that run as one product (the CPU executor's): ET_OUTER_ACC steps of a run
+ * of a phase's steps with no kinds but ET_OUTER_ACC and ET_COLSUM, the same V and their G side by
+ * side in one array (a GRU's three input-weight gradients share x and the stacked gate adjoints):
+ * A^T V with A the G's columns together, M their rows in all, so V is read once; and where other V
+ * meet the same G (an LSTM's four gate adjoints times x and times h), those V's columns beside the
+ * first's, so G is read once too; and the column sums of the run's ET_COLSUM steps over those G,
+ * taken while G is packed. */
+typedef struct EtGroup {
+  int32_t na, nv;              /* G blocks, V blocks */
+  int32_t M, N;                /* the G blocks' widths in all, the V blocks' */
+  int32_t trigger;             /* the step that runs the group: the first of its steps in the phase */
+  int32_t steps;               /* byte offset of na * nv step numbers: G block i times V block j at i nv + j */
+  int32_t sums;                /* byte offset of na step numbers: the ET_COLSUM of G block i, or -1 */
+  int32_t any_sum;
+} EtGroup;
+
 enum { ET_FWD_PRE, ET_FWD_STEP, ET_FWD_POST, ET_BWD_PRE, ET_BWD_STEP, ET_BWD_POST, ET_BWD_FIRST, ET_NPHASES };
 
 typedef struct EtHeader {
@@ -92,6 +114,11 @@ typedef struct EtHeader {
   int32_t nstack, stack;
   int32_t nfloats, floats;
   EtPhase phases[ET_NPHASES];
+  /* the CPU executor's */
+  int32_t ngroups, groups;     /* the weight-gradient groups */
+  int32_t npacks;              /* ET_GEMM(_T) steps: each packs its matrix before the sequence */
+  int32_t xgrad_step;          /* the one step that writes grad_x where it is a product G M over all rows
+                                  that overwrites it (Backend.xgrad_cols), or -1 */
 } EtHeader;
 
 #endif
