@@ -1,9 +1,9 @@
 /* plan_table.h: the plan of one program as a flat, pointer-free table (plan_table_build writes
- * it), the one form every executor of a plan reads: `cellc emit` writes it into an object file
- * next to the generated kernels, and the standalone executor (compiler/backend/cpu/standalone,
- * compiled to LLVM bitcode at build time) reads it. Every
- * part of it is an array of the structs below at a byte offset from the table's start; slots,
- * kernels and steps keep the plan's numbering. Freestanding: stdint only. */
+ * it), the one form every executor of a plan reads: the CPU's plan executor
+ * (compiler/backend/cpu/exec.c) runs it both in cellc (cpu.c) and in the object `cellc emit`
+ * writes (the table embedded next to the generated kernels, the executor linked in as LLVM
+ * bitcode). Every part of it is an array of the structs below at a byte offset from the table's
+ * start; slots, kernels and steps keep the plan's numbering. Freestanding: stdint only. */
 #ifndef CELLC_PLAN_TABLE_H
 #define CELLC_PLAN_TABLE_H
 
