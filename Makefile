@@ -215,6 +215,8 @@ $(BUILD)/gpu_estimate: bench/gpu_estimate.c $(BUILD)/libcellc.a
 
 bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
+	@echo; echo "The emitted CPU kernel against cellc's own run (bench/emit_compare.sh):"; echo
+	@sh bench/emit_compare.sh | tee bench/results/emit.md
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/gpu_cuda_emit
