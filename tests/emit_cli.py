@@ -137,7 +137,7 @@ def compare(ref, meta, odir):
     return worst, where
 
 
-def test_cell(cell_file, work, cell=None, extra=(), label=None, seed=None):
+def test_cell(cell_file, work, cell=None, extra=(), label=None, seed=None, harness_args=()):
     cell = cell or os.path.splitext(os.path.basename(cell_file))[0]
     extra = list(extra) + (["--cell", cell] if cell else [])
     label = label or cell
@@ -165,7 +165,7 @@ def test_cell(cell_file, work, cell=None, extra=(), label=None, seed=None):
             continue
         odir = os.path.join(work, label, "out_so" if shared else "out_o")
         os.makedirs(odir, exist_ok=True)
-        h = run([exe, ind, odir])
+        h = run([exe, ind, odir, *harness_args])
         check("%s (%s): NULL semantics and bad calls" % (label, kind), h.rc == 0, h.out[-1500:] + h.err[-500:])
         if "forward status" not in h.out:
             continue
@@ -293,6 +293,21 @@ def test_custom(work):
         DIMS = keep
 
 
+def test_threads(work):
+    """ABI 2's threads where they run: sequences long and wide enough that the workspace serves
+    several threads (one per 65536 floats of the arrays), so that threads 3 starts two pthreads per
+    call (the harness counts them) and its bits must still be those of one thread: the time loop
+    split by batch rows, the products over all rows and the weight gradients split between threads."""
+    global DIMS, T, B
+    keep = DIMS, T, B
+    DIMS, T, B = "D=6,H=32", 48, 40
+    try:
+        for c in ("gru", "lstm"):
+            test_cell(os.path.join(ROOT, "stdlib", c + ".cell"), work, label=c + "-threads", harness_args=["threads"])
+    finally:
+        DIMS, T, B = keep
+
+
 def test_wide(work):
     """An LSTM at H = 256: its stacked products' arrays (1024 columns) have longer rows."""
     global DIMS
@@ -328,6 +343,7 @@ def main():
         test_two_cells(work)
         test_custom(work)
         test_wide(work)
+        test_threads(work)
         test_example(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -8,8 +8,14 @@
  * bad call (T = 0, B = 0, NULL x, NULL work, NULL dy) returns a nonzero status with a message.
  * ABI 2: P_forward_ex and P_backward_ex on 1, 3 and all cores (threads 0) give the bits of
  * P_forward and P_backward (each thread count, its own workspace), opt NULL is ABI 1's call, and
- * lengths (not in this build) or a negative thread count is a nonzero status with a message. */
+ * lengths (not in this build) or a negative thread count is a nonzero status with a message.
+ * With a third argument "threads": the sequence is long enough for the workspace to serve 3
+ * threads, and threads 3 must start 2 pthreads per call (counted by the pthread_create below,
+ * which the object's calls bind to before libc's). */
+#define _GNU_SOURCE /* RTLD_NEXT */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,15 @@ typedef CAT(P, _states) States;
 #define FWD_EX(...) FN(_forward_ex)(__VA_ARGS__)
 #endif
 typedef CAT(P, _options) Options;
+
+/* pthread_create counted, then libc's */
+static int created;
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+  int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) =
+      (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT, "pthread_create");
+  created++;
+  return real(t, a, fn, arg);
+}
 
 #define MAXN 64
 static int T, B, np, ns;
@@ -80,7 +95,8 @@ static int untouched(const float *v, long n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) return fprintf(stderr, "usage: harness IN OUT\n"), 2;
+  if (argc != 3 && argc != 4) return fprintf(stderr, "usage: harness IN OUT [threads]\n"), 2;
+  int expect_threads = argc == 4 && !strcmp(argv[3], "threads");
   const char *in = argv[1], *out = argv[2];
   char path[4096];
   snprintf(path, sizeof path, "%s/meta", in);
@@ -128,6 +144,7 @@ int main(int argc, char **argv) {
     float *yt = fresh(ny), *dxt = fresh(nx), *ft[MAXN], *gt[MAXN], *dht[MAXN];
     for (int i = 0; i < ns; i++) ft[i] = fresh(sn[i]), dht[i] = fresh(sn[i]);
     for (int i = 0; i < np; i++) gt[i] = fresh(pn[i]);
+    int before = created;
     int r1 = FWD_EX(W, T, B, x, (const States *)(void *)h0, yt, (States *)(void *)ft, wk, &o);
     int r2 = FN(_backward_ex)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)df, wk, &o,
                               (Params *)(void *)gt, dxt, (States *)(void *)dht);
@@ -136,6 +153,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < np; i++) ok = ok && same(gt[i], g[i], pn[i]);
     snprintf(name, sizeof name, "threads %d: the bits of P_forward and P_backward", counts[c]);
     check(name, ok);
+    if (counts[c] == 1 || (expect_threads && counts[c] == 3)) {
+      snprintf(name, sizeof name, "threads %d: %d pthreads started by the forward and backward", counts[c], created - before);
+      check(name, created - before == (counts[c] == 1 ? 0 : 4));
+    }
     free(wk), free(yt), free(dxt);
     for (int i = 0; i < ns; i++) free(ft[i]), free(dht[i]);
     for (int i = 0; i < np; i++) free(gt[i]);
