@@ -58,15 +58,17 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
   fprintf(f, " *\n");
   if (cpu) {
     fprintf(f, " * Link: cc prog.c %s.o -lopenblas -lm     (or: cc prog.c -L. -l%s -lopenblas -lm, with lib%s.so)\n", P, P, P);
-    fprintf(f, " * Workspace: %s_workspace_bytes(T, B) = %.0f * T * B + %.0f * B + %.0f bytes, plus at most 64 per array\n"
-               " *   for alignment (e.g. %.0f bytes at T = 100, B = 32); call it for the exact size. It holds the packed\n"
-               " *   weights and the buffers of as many threads as it serves: one per 65536 floats of the sequence's\n"
-               " *   arrays, at most 64 (the fit above is taken at T, B = 64 .. 128, where that count may be capped).\n"
+    /* the threads' buffers grow in steps with T * B (one thread per 65536 floats of the arrays), so the
+     * linear fit at T, B = 64 .. 128 is no formula below those sizes: its constant may come out negative */
+    fprintf(f, " * Workspace: %s_workspace_bytes(T, B) = about %.0f * T * B + %.0f * B + %.0f bytes (e.g. %.0f bytes at\n"
+               " *   T = 100, B = 32): the arrays, the packed weights and the buffers of as many threads as it serves,\n"
+               " *   one per 65536 floats of the arrays, at most 64 (fitted at T, B = 64 .. 128; the thread count grows\n"
+               " *   in steps). Call it for the exact size.\n"
                " * Threads: %s_forward and %s_backward run on the calling thread; %s_forward_ex and %s_backward_ex\n"
                " *   with opt->threads = n run on n threads (0: one per core this process may use), at most as many\n"
                " *   as the workspace serves; the results are the same for every count. opt->lengths must be NULL\n"
                " *   in this build (variable lengths: a nonzero status).\n",
-            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed, e->ws->example, P, P, P, P);
+            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed > 0 ? e->ws->fixed : 0.0, e->ws->example, P, P, P, P);
   } else {
     fprintf(f, " * Build: nvcc -c %s.cu && cc prog.o %s.o -lcublas -lcudart; pointers are device memory.\n", P, P);
   }
