@@ -130,13 +130,22 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/backend/cuda/cellc_train.cu
 
 # The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
-# for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin.
+# for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin: the driver
+# (standalone/executor.c), the plan executor (exec.c) and the GEMM kernels (gemm_core.c), linked.
 CLANG ?= clang-14
-$(BUILD)/emit/executor.bc: compiler/backend/cpu/standalone/executor.c compiler/plan/plan_table.h \
-                           compiler/backend/cpu/scan.h
+LLVM_LINK ?= llvm-link-14
+EXEC_BC_SRCS := compiler/backend/cpu/standalone/executor.c compiler/backend/cpu/exec.c runtime/gemm/gemm_core.c
+EXEC_BC_HDRS := compiler/plan/plan_table.h compiler/backend/cpu/scan.h compiler/backend/cpu/exec.h \
+                runtime/gemm/gemm_core.h runtime/gemm/gemm.h
+$(BUILD)/emit/%.bc: $(EXEC_BC_HDRS)
 	@mkdir -p $(dir $@)
-	$(CLANG) -std=c11 -O2 -Xclang -disable-llvm-passes -fPIC -Wall -Wextra -Werror -target x86_64-pc-linux-gnu \
-	  -emit-llvm -c -o $@ $<
+	$(CLANG) -std=c11 -O2 -Xclang -disable-llvm-passes -fPIC -fopenmp-simd -Wall -Wextra -Werror \
+	  -target x86_64-pc-linux-gnu -Icompiler/plan -Iruntime/gemm -emit-llvm -c -o $@ $(filter %.c,$^)
+$(BUILD)/emit/executor_main.bc: compiler/backend/cpu/standalone/executor.c
+$(BUILD)/emit/exec.bc: compiler/backend/cpu/exec.c
+$(BUILD)/emit/gemm_core.bc: runtime/gemm/gemm_core.c
+$(BUILD)/emit/executor.bc: $(BUILD)/emit/executor_main.bc $(BUILD)/emit/exec.bc $(BUILD)/emit/gemm_core.bc
+	$(LLVM_LINK) -o $@ $^
 $(BUILD)/compiler/backend/cpu/emit_bitcode.o: $(BUILD)/emit/executor.bc
 $(BUILD)/compiler/backend/cpu/emit_bitcode.o: CFLAGS += -DEXECUTOR_BC='"$(BUILD)/emit/executor.bc"'
 
@@ -228,6 +237,8 @@ $(BUILD)/gpu_estimate: bench/gpu_estimate.c $(BUILD)/libcellc.a
 
 bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
+	@echo; echo "The emitted CPU kernel against cellc's own run (bench/emit_compare.sh):"; echo
+	@sh bench/emit_compare.sh | tee bench/results/emit.md
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit

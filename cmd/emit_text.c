@@ -58,9 +58,17 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
   fprintf(f, " *\n");
   if (cpu) {
     fprintf(f, " * Link: cc prog.c %s.o -lopenblas -lm     (or: cc prog.c -L. -l%s -lopenblas -lm, with lib%s.so)\n", P, P, P);
-    fprintf(f, " * Workspace: %s_workspace_bytes(T, B) = %.0f * T * B + %.0f * B + %.0f bytes, plus at most 64 per array\n"
-               " *   for alignment (e.g. %.0f bytes at T = 100, B = 32); call it for the exact size.\n",
-            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed, e->ws->example);
+    /* the threads' buffers grow in steps with T * B (one thread per 65536 floats of the arrays), so the
+     * linear fit at T, B = 64 .. 128 is no formula below those sizes: its constant may come out negative */
+    fprintf(f, " * Workspace: %s_workspace_bytes(T, B) = about %.0f * T * B + %.0f * B + %.0f bytes (e.g. %.0f bytes at\n"
+               " *   T = 100, B = 32): the arrays, the packed weights and the buffers of as many threads as it serves,\n"
+               " *   one per 65536 floats of the arrays, at most 64 (fitted at T, B = 64 .. 128; the thread count grows\n"
+               " *   in steps). Call it for the exact size.\n"
+               " * Threads: %s_forward and %s_backward run on the calling thread; %s_forward_ex and %s_backward_ex\n"
+               " *   with opt->threads = n run on n threads (0: one per core this process may use), at most as many\n"
+               " *   as the workspace serves; the results are the same for every count. opt->lengths must be NULL\n"
+               " *   in this build (variable lengths: a nonzero status).\n",
+            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed > 0 ? e->ws->fixed : 0.0, e->ws->example, P, P, P, P);
   } else {
     fprintf(f, " * Build: nvcc -c %s.cu && cc prog.o %s.o -lcublas -lcudart; pointers are device memory.\n", P, P);
   }
@@ -68,7 +76,8 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
              " * written; dfinal NULL or a NULL member: zeros; dx, dh0 NULL or a NULL member: not computed. grad is\n"
              " * overwritten, for L = sum(y * dy) + sum(final * dfinal). P_backward takes the work of the\n"
              " * P_forward before it, with the same w, T, B, x, h0. Status 0 is success; any other has a message\n"
-             " * from %s_strerror. No global state; the code is single-threaded. */\n", P);
+             " * from %s_strerror. No global state; calls on different data may run at once.%s */\n", P,
+          cpu ? "" : " The code is single-threaded.");
 }
 
 static void member_struct(FILE *f, const char *P, const char *what, int n, const char *(*name)(const Cell *, int), const Cell *c) {
@@ -92,7 +101,7 @@ char *emit_header_text(const EmitInfo *e) {
   bool cuda = !strcmp(e->target, "cuda");
   facts_comment(f, e);
   fprintf(f, "#ifndef %s_H_\n#define %s_H_\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", P, P);
-  fprintf(f, "#define %s_ABI 1\nenum {", P);
+  fprintf(f, "#define %s_ABI %d\nenum {", P, cuda ? 1 : 2);
   for (int i = 0; i < c->ndims; i++) /* a dim named O or INPUT is P_O (the output size) or P_INPUT already */
     if (strcmp(c->dims[i].name, "O") && strcmp(c->dims[i].name, "INPUT")) fprintf(f, " %s_%s = %ld,", P, c->dims[i].name, c->dims[i].value);
   fprintf(f, " %s_INPUT = %d, %s_O = %d };\n", P, c->input_size, P, c->output_size);
@@ -109,6 +118,16 @@ char *emit_header_text(const EmitInfo *e) {
   fprintf(f, "int %s_backward(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
              "    const float *dy, const %s_states *dfinal, void *work,\n"
              "    %s_params *grad, float *dx, %s_states *dh0%s);\n", P, P, P, P, P, P, stream);
+  if (!cuda) {
+    fprintf(f, "/* ABI 2: opt NULL is the call without _ex. */\n"
+               "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL (must be NULL in this build) */\n"
+               "  int threads;         /* 0: one per core */\n} %s_options;\n", P);
+    fprintf(f, "int %s_forward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
+               "    float *y, %s_states *final, void *work, const %s_options *opt%s);\n", P, P, P, P, P, seed);
+    fprintf(f, "int %s_backward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
+               "    const float *dy, const %s_states *dfinal, void *work, const %s_options *opt,\n"
+               "    %s_params *grad, float *dx, %s_states *dh0);\n", P, P, P, P, P, P, P);
+  }
   fprintf(f, "const char *%s_strerror(int status);\n", P);
   if (cuda) fprintf(f, "void %s_release(void);\n", P);
   fprintf(f, "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n");

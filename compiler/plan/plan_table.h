@@ -1,10 +1,11 @@
 /* plan_table.h: the plan of one program as a flat, pointer-free table (plan_table_build writes
- * it), the one form every executor of a plan reads: `cellc emit` writes it into an object file
- * next to the generated kernels, and the standalone executor (compiler/backend/cpu/standalone,
- * compiled to LLVM bitcode at build time) reads it; the CUDA host's executor
- * (compiler/backend/cuda/cellc_exec.h) reads it in the CUDA back ends and in every emitted P.cu. Every
- * part of it is an array of the structs below at a byte offset from the table's start; slots,
- * kernels and steps keep the plan's numbering. Freestanding: stdint only. */
+ * it), the one form every executor of a plan reads: the CPU's plan executor
+ * (compiler/backend/cpu/exec.c) runs it both in cellc (cpu.c) and in the object `cellc emit`
+ * writes (the table embedded next to the generated kernels, the executor linked in as LLVM
+ * bitcode); the CUDA host's executor (compiler/backend/cuda/cellc_exec.h) runs it in the CUDA back
+ * ends and in every emitted P.cu. Every part of it is an array of the structs below at a byte
+ * offset from the table's start; slots, kernels and steps keep the plan's numbering.
+ * Freestanding: stdint only. */
 #ifndef CELLC_PLAN_TABLE_H
 #define CELLC_PLAN_TABLE_H
 
@@ -28,6 +29,8 @@ typedef struct EtArray {
   int32_t zero_bwd;            /* zeroed before each backward (the adjoints summed over rows) */
   /* ---- for the CUDA host's executor (compiler/backend/cuda/cellc_exec.h) ---- */
   int32_t gate;                /* ET_OWNED: the rows of gate `index`, which the caller may supply */
+  /* ---- for the CPU executor (compiler/backend/cpu/exec.c) ---- */
+  int32_t local;               /* step-local (plan_step_local): ET_OWNED with B rows, not T B */
 } EtArray;
 
 typedef struct EtSlot {
@@ -53,6 +56,10 @@ typedef struct EtStep {
   int32_t part, cplx, size;    /* ET_SCAN / ET_RSCAN: the state's first part */
   int32_t arr0, arr1;          /* ... its state (dtotal) arrays, arr1 -1 when real */
   EtCoef a[2], b[2];           /* ... a, and b (forward) or g (reverse), per part */
+  /* the CPU executor's */
+  int32_t group;               /* ET_OUTER_ACC: its weight-gradient group; ET_COLSUM: the group that sums
+                                  it while it packs G, or -1 */
+  int32_t pack;                /* ET_GEMM(_T): its packed matrix (0 .. npacks), else -1 */
 } EtStep;
 
 typedef struct EtPhase {
@@ -76,6 +83,22 @@ typedef struct EtStackCopy {
   int32_t array, offset, src, numel; /* src slot's numel floats to array + offset */
 } EtStackCopy;
 
+/* Weight-gradient steps that run as one product (the CPU executor's): ET_OUTER_ACC steps of a run
+ * of a phase's steps with no kinds but ET_OUTER_ACC and ET_COLSUM, the same V and their G side by
+ * side in one array (a GRU's three input-weight gradients share x and the stacked gate adjoints):
+ * A^T V with A the G's columns together, M their rows in all, so V is read once; and where other V
+ * meet the same G (an LSTM's four gate adjoints times x and times h), those V's columns beside the
+ * first's, so G is read once too; and the column sums of the run's ET_COLSUM steps over those G,
+ * taken while G is packed. */
+typedef struct EtGroup {
+  int32_t na, nv;              /* G blocks, V blocks */
+  int32_t M, N;                /* the G blocks' widths in all, the V blocks' */
+  int32_t trigger;             /* the step that runs the group: the first of its steps in the phase */
+  int32_t steps;               /* byte offset of na * nv step numbers: G block i times V block j at i nv + j */
+  int32_t sums;                /* byte offset of na step numbers: the ET_COLSUM of G block i, or -1 */
+  int32_t any_sum;
+} EtGroup;
+
 enum { ET_FWD_PRE, ET_FWD_STEP, ET_FWD_POST, ET_BWD_PRE, ET_BWD_STEP, ET_BWD_POST, ET_BWD_FIRST, ET_NPHASES };
 
 typedef struct EtHeader {
@@ -95,6 +118,11 @@ typedef struct EtHeader {
   int32_t nstack, stack;
   int32_t nfloats, floats;
   EtPhase phases[ET_NPHASES];
+  /* the CPU executor's */
+  int32_t ngroups, groups;     /* the weight-gradient groups */
+  int32_t npacks;              /* ET_GEMM(_T) steps: each packs its matrix before the sequence */
+  int32_t xgrad_step;          /* the one step that writes grad_x where it is a product G M over all rows
+                                  that overwrites it (Backend.xgrad_cols), or -1 */
 } EtHeader;
 
 #endif

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum GemmIsa { GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } GemmIsa;
+#include "gemm_core.h"
 
 /* The widest kernel this CPU (and its OS's register state) runs. */
 GemmIsa gemm_isa_host(void);
@@ -25,22 +25,9 @@ GemmIsa gemm_isa_default(void);
 bool gemm_isa_runs(GemmIsa isa);
 const char *gemm_isa_name(GemmIsa isa);
 
-/* A packed weight matrix: for the kernels, panels of nr columns ([N / nr rounded up][K][nr],
- * the last padded with zeros); for GEMM_BLAS, W itself. */
-typedef struct GemmPacked {
-  GemmIsa isa;
-  bool trans;
-  int N, K, nr;
-  const float *w; /* GEMM_BLAS: W as given */
-  int ldw;
-  float *p;       /* the panels (64-byte aligned), owned */
-  size_t cap;     /* floats p holds */
-} GemmPacked;
-
 /* Packs W (row stride ldw) for products with `isa` (a kernel the CPU runs); reuses pk's buffer. */
 void gemm_pack(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N, int K, bool trans);
-/* C[M, N] = A[M, K] op(W), or C += that when `accumulate`. */
-void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate);
+/* gemm_run (gemm_core.h): C[M, N] = A[M, K] op(W), or C += that when `accumulate`. */
 void gemm_packed_free(GemmPacked *pk);
 
 /* The weight gradient's buffers (packed blocks, the float32 sum of a superblock, the float64
@@ -54,22 +41,7 @@ void gemm_scratch_free(GemmScratch *s);
 /* s's float64 buffer with room for n values (contents unspecified; kept in s). */
 double *gemm_scratch_total(GemmScratch *s, size_t n);
 
-/* n columns of a matrix: row k's at a + k lda. */
-typedef struct GemmCols {
-  const float *a;
-  int lda, n;
-} GemmCols;
-
-/* The weight gradient in float64: total[M, N] += A^T B over K rows, A [K, M] the na column blocks
- * side by side (M their columns in all; blocks of several arrays: the gate adjoints of products
- * that share B), B [K, N] the nb column blocks side by side (N their columns: the inputs of
- * products that share A, as an LSTM's x and h), as the float32 sums of superblocks of GEMM_TN_ROWS
- * rows (from row 0) added in float64. A caller that splits the rows between threads at multiples
- * of GEMM_TN_ROWS and adds the threads' totals gets the same sums (to the rounding of float64
- * additions of a few float32 values, which are exact unless their magnitudes differ by 2^29).
- * With `colsum`, also colsum[M] += the column sums of A over the rows (the bias gradient), summed
- * the same way, read while A is packed. `s` is required. */
-enum { GEMM_TN_ROWS = 4096 };
+/* gemm_tn_total_into (gemm_core.h) over s's buffers, grown as needed. `s` is required. */
 void gemm_tn_total(GemmIsa isa, const GemmCols *a, int na, const GemmCols *b, int nb, int K, double *total, double *colsum,
                    GemmScratch *s);
 

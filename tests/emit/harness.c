@@ -5,8 +5,17 @@
  * It writes y, final.<i>, grad.<i>, dx, dh0.<i> into OUT for the comparison with the interpreter,
  * and checks the API's semantics itself, one "ok NAME" or "FAIL NAME" line each: NULL h0 is zeros,
  * NULL final / dx / dh0 members are not written and change nothing else, NULL dfinal is zeros, a
- * bad call (T = 0, B = 0, NULL x, NULL work, NULL dy) returns a nonzero status with a message. */
+ * bad call (T = 0, B = 0, NULL x, NULL work, NULL dy) returns a nonzero status with a message.
+ * ABI 2: P_forward_ex and P_backward_ex on 1, 3 and all cores (threads 0) give the bits of
+ * P_forward and P_backward (each thread count, its own workspace), opt NULL is ABI 1's call, and
+ * lengths (not in this build) or a negative thread count is a nonzero status with a message.
+ * With a third argument "threads": the sequence is long enough for the workspace to serve 3
+ * threads, and threads 3 must start 2 pthreads per call (counted by the pthread_create below,
+ * which the object's calls bind to before libc's). */
+#define _GNU_SOURCE /* RTLD_NEXT */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +29,21 @@ typedef CAT(P, _states) States;
 /* -DSEED=N: a cell emitted with --set train_noise=true, whose forward takes a trailing seed */
 #ifdef SEED
 #define FWD(...) FN(_forward)(__VA_ARGS__, (unsigned long long)SEED)
+#define FWD_EX(...) FN(_forward_ex)(__VA_ARGS__, (unsigned long long)SEED)
 #else
 #define FWD(...) FN(_forward)(__VA_ARGS__)
+#define FWD_EX(...) FN(_forward_ex)(__VA_ARGS__)
 #endif
+typedef CAT(P, _options) Options;
+
+/* pthread_create counted, then libc's */
+static int created;
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+  int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) =
+      (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT, "pthread_create");
+  created++;
+  return real(t, a, fn, arg);
+}
 
 #define MAXN 64
 static int T, B, np, ns;
@@ -74,7 +95,8 @@ static int untouched(const float *v, long n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) return fprintf(stderr, "usage: harness IN OUT\n"), 2;
+  if (argc != 3 && argc != 4) return fprintf(stderr, "usage: harness IN OUT [threads]\n"), 2;
+  int expect_threads = argc == 4 && !strcmp(argv[3], "threads");
   const char *in = argv[1], *out = argv[2];
   char path[4096];
   snprintf(path, sizeof path, "%s/meta", in);
@@ -85,7 +107,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ns; i++)
     if (fscanf(m, "%ld", &sn[i]) != 1) return 2;
   fclose(m);
-  check("abi", FN(_ABI) == 1 && sizeof(Params) == sizeof(float *) * (size_t)(np ? np : 1) &&
+  check("abi", FN(_ABI) == 2 && sizeof(Params) == sizeof(float *) * (size_t)(np ? np : 1) &&
                    sizeof(States) == sizeof(float *) * (size_t)(ns ? ns : 1));
   float *w[MAXN], *h0[MAXN], *df[MAXN], *fin[MAXN], *g[MAXN], *dh0[MAXN], *zeros[MAXN];
   char name[64];
@@ -113,6 +135,32 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "dh0.%d", i), save(out, name, dh0[i], sn[i]);
   }
   for (int i = 0; i < np; i++) snprintf(name, sizeof name, "grad.%d", i), save(out, name, g[i], pn[i]);
+
+  /* ABI 2: every thread count gives the main run's bits */
+  int counts[3] = {1, 3, 0};
+  for (int c = 0; c < 3; c++) {
+    Options o = {NULL, counts[c]};
+    void *wk = malloc(wsb + 1);
+    float *yt = fresh(ny), *dxt = fresh(nx), *ft[MAXN], *gt[MAXN], *dht[MAXN];
+    for (int i = 0; i < ns; i++) ft[i] = fresh(sn[i]), dht[i] = fresh(sn[i]);
+    for (int i = 0; i < np; i++) gt[i] = fresh(pn[i]);
+    int before = created;
+    int r1 = FWD_EX(W, T, B, x, (const States *)(void *)h0, yt, (States *)(void *)ft, wk, &o);
+    int r2 = FN(_backward_ex)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)df, wk, &o,
+                              (Params *)(void *)gt, dxt, (States *)(void *)dht);
+    int ok = r1 == 0 && r2 == 0 && same(yt, y, ny) && same(dxt, dx, nx);
+    for (int i = 0; i < ns; i++) ok = ok && same(ft[i], fin[i], sn[i]) && same(dht[i], dh0[i], sn[i]);
+    for (int i = 0; i < np; i++) ok = ok && same(gt[i], g[i], pn[i]);
+    snprintf(name, sizeof name, "threads %d: the bits of P_forward and P_backward", counts[c]);
+    check(name, ok);
+    if (counts[c] == 1 || (expect_threads && counts[c] == 3)) {
+      snprintf(name, sizeof name, "threads %d: %d pthreads started by the forward and backward", counts[c], created - before);
+      check(name, created - before == (counts[c] == 1 ? 0 : 4));
+    }
+    free(wk), free(yt), free(dxt);
+    for (int i = 0; i < ns; i++) free(ft[i]), free(dht[i]);
+    for (int i = 0; i < np; i++) free(gt[i]);
+  }
 
   /* NULL h0 is zeros; NULL final is not written */
   float *y2 = fresh(ny), *y3 = fresh(ny), *fz[MAXN];
@@ -161,6 +209,24 @@ int main(int argc, char **argv) {
     check(name, bad[i] != 0 && msg && strlen(msg) > 3);
   }
   check("workspace of T = 0 is 0", FN(_workspace_bytes)(0, B) == 0);
+
+  /* ABI 2: opt NULL; lengths and negative threads refused */
+  {
+    float *yt = fresh(ny);
+    rc = FWD_EX(W, T, B, x, (const States *)(void *)h0, yt, NULL, work, NULL);
+    check("opt NULL: the forward of ABI 1", rc == 0 && same(yt, y, ny));
+    int lengths[MAXN * 4];
+    for (int b = 0; b < B && b < MAXN * 4; b++) lengths[b] = T;
+    Options lo = {lengths, 0}, neg = {NULL, -1};
+    int bad2[3] = {FWD_EX(W, T, B, x, NULL, yt, NULL, work, &lo),
+                   FN(_backward_ex)(W, T, B, x, NULL, dy, NULL, work, &lo, (Params *)(void *)gn, NULL, NULL),
+                   FWD_EX(W, T, B, x, NULL, yt, NULL, work, &neg)};
+    const char *msg = FN(_strerror)(bad2[0]);
+    check("lengths: a nonzero status, \"lengths are not supported by this build\"",
+          bad2[0] != 0 && bad2[1] == bad2[0] && msg && strstr(msg, "lengths are not supported"));
+    check("threads -1: a nonzero status with a message", bad2[2] != 0 && strlen(FN(_strerror)(bad2[2])) > 3);
+    free(yt);
+  }
   printf("%s\n", failures ? "harness: FAILED" : "harness: all ok");
   return failures ? 1 : 0;
 }

@@ -321,3 +321,57 @@ Test(gemm, weight_gradient_in_place_equals_packed) {
     gemm_scratch_free(&sc);
   }
 }
+
+/* The freestanding part (gemm_core.h) over caller memory: gemm_pack_into into exactly
+ * gemm_pack_floats floats and gemm_tn_total_into over buffers of exactly gemm_tn_floats floats
+ * give the bits of the allocating API (gemm.h) and write nothing past those sizes, on every
+ * kernel this CPU runs (the plan executor and the emitted objects size their workspace so). */
+#define GUARD 64
+static float *guarded(size_t n) {
+  float *p = aligned_alloc(64, ((n + GUARD) * sizeof(float) + 63) / 64 * 64);
+  for (size_t i = 0; i < n + GUARD; i++) p[i] = SENTINEL;
+  return p;
+}
+static bool guard_intact(const float *p, size_t n) {
+  for (size_t i = n; i < n + GUARD; i++)
+    if (p[i] != SENTINEL) return false;
+  return true;
+}
+
+Test(gemm, caller_memory) {
+  enum { M = 37, K = 300, N = 70, Mg = 3 * 45 };
+  float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+  float *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+  float *G = malloc(sizeof(float) * (size_t)K * Mg), *V = malloc(sizeof(float) * (size_t)K * N);
+  fill(A, (size_t)M * K, 11), fill(W, (size_t)N * K, 12), fill(G, (size_t)K * Mg, 13), fill(V, (size_t)K * N, 14);
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    for (int trans = 0; trans < 2; trans++) {
+      GemmPacked own = {0}, mine = {0};
+      gemm_pack(&own, isas[s], W, trans ? K : N, N, K, trans);
+      size_t n = gemm_pack_floats(isas[s], N, K);
+      cr_assert(isas[s] == GEMM_BLAS ? n == 0 : n % 16 == 0 && n >= (size_t)K * N, "%s: %zu floats", gemm_isa_name(isas[s]), n);
+      float *mem = guarded(n);
+      gemm_pack_into(&mine, isas[s], W, trans ? K : N, N, K, trans, mem);
+      gemm_run(&own, M, A, K, C1, N, false);
+      gemm_run(&mine, M, A, K, C2, N, false);
+      cr_assert(!memcmp(C1, C2, sizeof(float) * M * N), "%s trans %d: the products differ", gemm_isa_name(isas[s]), trans);
+      cr_assert(guard_intact(mem, n), "%s: packed past gemm_pack_floats", gemm_isa_name(isas[s]));
+      free(mem), gemm_packed_free(&own);
+    }
+    /* three G blocks of 45 columns (one array, as a GRU's gate adjoints) against V, rows past a superblock */
+    GemmCols a[3] = {{G, Mg, 45}, {G + 45, Mg, 45}, {G + 90, Mg, 45}}, b = {V, N, N};
+    size_t at, bt, blk, mn = (size_t)Mg * N;
+    gemm_tn_floats(isas[s], a, 3, &b, 1, &at, &bt, &blk);
+    GemmTnBuf buf = {guarded(at), guarded(bt), guarded(blk)};
+    double *t1 = calloc(mn + Mg, sizeof(double)), *t2 = calloc(mn + Mg, sizeof(double));
+    GemmScratch sc = {0};
+    gemm_tn_total(isas[s], a, 3, &b, 1, K, t1, t1 + mn, &sc);
+    gemm_tn_total_into(isas[s], a, 3, &b, 1, K, t2, t2 + mn, &buf);
+    cr_assert(!memcmp(t1, t2, sizeof(double) * (mn + Mg)), "%s: the weight gradients differ", gemm_isa_name(isas[s]));
+    cr_assert(guard_intact(buf.at, at) && guard_intact(buf.bt, bt) && guard_intact(buf.blk, blk),
+              "%s: written past gemm_tn_floats (%zu %zu %zu)", gemm_isa_name(isas[s]), at, bt, blk);
+    free(buf.at), free(buf.bt), free(buf.blk), free(t1), free(t2), gemm_scratch_free(&sc);
+  }
+  free(A), free(W), free(C1), free(C2), free(G), free(V);
+}

@@ -642,6 +642,7 @@ static void init_llvm(void) {
   if (initialized) return;
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
+  LLVMInitializeNativeAsmParser(); /* the emitted executor's inline asm (CPUID, XGETBV) */
   initialized = 1;
 }
 
@@ -815,11 +816,19 @@ int cg_llvm_emit_object(CgModule *m, const char *cpu, const char *path, char *er
 
 /* ---- a library: the executor's bitcode linked with the kernels ---- */
 
-/* The executor was compiled for a generic x86-64: its functions take the target machine's CPU. */
+/* The executor was compiled for a generic x86-64: its functions take the target machine's CPU,
+ * except the GEMM kernels compiled for AVX2 or AVX-512 (gemm_core.c's target attributes), which keep
+ * their features (the executor picks them at run time from CPUID). */
 static void drop_cpu_attributes(LLVMModuleRef mod) {
   static const char *const keys[] = {"target-cpu", "target-features", "tune-cpu"};
-  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
-    for (int i = 0; i < 3; i++) LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, keys[i], (unsigned)strlen(keys[i]));
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+    LLVMAttributeRef feat = LLVMGetStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, keys[1], (unsigned)strlen(keys[1]));
+    unsigned len = 0;
+    const char *v = feat ? LLVMGetStringAttributeValue(feat, &len) : NULL;
+    bool wide = v && (memmem(v, len, "+avx512f", 8) || memmem(v, len, "+avx2", 5));
+    for (int i = 0; i < 3; i++)
+      if (!(wide && i == 1)) LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, keys[i], (unsigned)strlen(keys[i]));
+  }
 }
 
 /* cellc_table (the bytes of the plan table) and cellc_kernels (the kernels by number). */

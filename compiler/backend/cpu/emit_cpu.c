@@ -104,19 +104,20 @@ static void kernels_free(Kernels *k) {
   free(k->names), free(k->nodes[0]), free(k->nodes[1]);
 }
 
-/* P.o: the module with the executor linked in, its four entry points renamed P_forward, ... */
+/* P.o: the module with the executor linked in, its entry points renamed P_forward, ... */
 static int write_object(CgModule *m, const Kernels *k, const PlanTable *table, const EmitOptions *o, const char *obj, char *err,
                         size_t errlen) {
-  char ex[4][2][96];
-  const char *exports[8];
-  const char *what[4] = {"forward", "backward", "workspace_bytes", "strerror"};
-  for (int i = 0; i < 4; i++) {
-    snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s%s", what[i], i == 0 && o->train_noise ? "_seeded" : "");
+  enum { NEX = 6 };
+  char ex[NEX][2][96];
+  const char *exports[2 * NEX];
+  const char *what[NEX] = {"forward", "forward_ex", "backward", "backward_ex", "workspace_bytes", "strerror"};
+  for (int i = 0; i < NEX; i++) {
+    snprintf(ex[i][0], sizeof ex[i][0], "cellc_exec_%s%s", what[i], i < 2 && o->train_noise ? "_seeded" : "");
     snprintf(ex[i][1], sizeof ex[i][1], "%s_%s", o->name, what[i]);
     exports[2 * i] = ex[i][0], exports[2 * i + 1] = ex[i][1];
   }
   CgLibrary lib = {cellc_executor_bc, (size_t)(cellc_executor_bc_end - cellc_executor_bc), table->data, table->n,
-                   (const char *const *)k->names, k->nnames, exports, 4, cpu_name(o->cpu), obj};
+                   (const char *const *)k->names, k->nnames, exports, NEX, cpu_name(o->cpu), obj};
   return cg_llvm_emit_library(m, &lib, err, errlen);
 }
 

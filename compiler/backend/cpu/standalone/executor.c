@@ -1,21 +1,20 @@
-/* executor.c: the driver of an emitted cell (`cellc emit --target cpu`): runs the plan that
- * emit_cpu.c wrote as a table (plan_table.h) with the generated kernels, cblas for the products
- * and scan.h's scans, over the caller's buffers and workspace. The build compiles it to LLVM
- * bitcode (clang -emit-llvm) once; emit links it into each cell's module, renames the four entry
- * points below to P_forward, P_backward, P_workspace_bytes and P_strerror, and makes every other
- * symbol internal. No global state, no allocation, nothing printed: single-threaded code over what
- * the caller passes in. It includes only plan_table.h and scan.h (freestanding headers). */
+/* executor.c: the driver of an emitted cell (`cellc emit --target cpu`): binds the caller's
+ * buffers and the workspace to the plan that emit_cpu.c wrote as a table (plan_table.h) and runs
+ * it with the plan executor (exec.c, the one cellc runs too) on the generated kernels, cellc's GEMM
+ * kernels (gemm_core.c, the instruction set from CPUID at run time) and pthreads. The build
+ * compiles these three files to LLVM bitcode (clang -emit-llvm) and links them into one module
+ * once; emit links that into each cell's module, renames the entry points below to P_forward,
+ * P_forward_ex, ..., and makes every other symbol internal. No global state, no allocation, nothing
+ * printed: everything lives in the caller's buffers and workspace. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <cpuid.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../../../plan/plan_table.h"
-#include "../scan.h"
-
-/* cblas, declared here (the object links with -lopenblas) */
-enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
-                 int ldb, float beta, float *c, int ldc);
+#include "../exec.h"
 
 typedef void (*KernelFn)(int64_t r0, int64_t r1, float **bases);
 
@@ -27,7 +26,7 @@ extern const KernelFn cellc_kernels[];
 #define AT(type, off) ((const type *)(cellc_table + (off)))
 
 enum {
-  OK, E_TB, E_WORK, E_X, E_Y, E_DY, E_PARAM, E_GRAD, E_SIZE, E_TABLE, E_COUNT
+  OK, E_TB, E_WORK, E_X, E_Y, E_DY, E_PARAM, E_GRAD, E_SIZE, E_TABLE, E_LENGTHS, E_THREADS, E_COUNT
 };
 
 static const char *const messages[E_COUNT] = {
@@ -41,15 +40,25 @@ static const char *const messages[E_COUNT] = {
     "grad is NULL or one of its members is NULL",
     "T * B is too large: the workspace size overflows",
     "the emitted table is damaged",
+    "lengths are not supported by this build",
+    "threads is negative",
 };
+
+/* P_options (ABI 2). */
+typedef struct Options {
+  const int *lengths;
+  int threads;
+} Options;
 
 const char *cellc_exec_strerror(int status) {
   if (status < 0 || status >= E_COUNT) return "unknown status";
   return messages[status];
 }
 
-/* ---- the workspace: the slot table, then every array the code owns, then the complex params'
- * planes, then dx's stand-in, each 64-byte aligned ---- */
+/* ---- the workspace: the slot table and the arrays' bases, then every array the code owns (a
+ * step-local one: B rows), then the complex params' planes, then dx's stand-in, then the packed
+ * weights, then each thread's buffers (its slot bases, the weight gradients' blocks and float64
+ * totals) for the most threads the workspace serves (threads_max), each 64-byte aligned ---- */
 
 #define ALIGN 64
 
@@ -63,6 +72,7 @@ static int add_bytes(uint64_t *total, uint64_t floats) {
 
 static int owned_floats(const EtArray *a, uint64_t T, uint64_t B, uint64_t *out) {
   uint64_t rows, x, y;
+  if (a->local) T = 1;
   if (__builtin_mul_overflow(T, B, &rows) || __builtin_mul_overflow(rows, (uint64_t)a->rows, &x) ||
       __builtin_mul_overflow(B, (uint64_t)a->per_b, &y) || __builtin_add_overflow(x, y, out) ||
       __builtin_add_overflow(*out, (uint64_t)a->fixed, out))
@@ -73,13 +83,30 @@ static int owned_floats(const EtArray *a, uint64_t T, uint64_t B, uint64_t *out)
 /* The workspace's layout for T and B: the byte offset of each owned array (offs, may be NULL)
  * and of the planes and dx areas; the total in *total. 0 or E_SIZE. */
 typedef struct Layout {
-  uint64_t planes, gx, gh0, total;
+  uint64_t planes, gx, packs, pack_mem, threads, total;
+  uint64_t owned;              /* floats of the owned arrays (what the threads share) */
+  int maxt;                    /* the threads it serves */
+  uint64_t th_bytes;           /* one thread's buffers */
+  size_t at, bt, blk, tot;     /* floats (tot: doubles) of a thread's buffers */
 } Layout;
+
+/* One thread per this many floats of the sequence's arrays, at most EXEC_MAX_THREADS (as cellc's
+ * own runs choose, cpu.c): the workspace holds that many threads' buffers. */
+#define EXEC_MIN_FLOATS_PER_THREAD (1 << 16)
+#define EXEC_MAX_THREADS 64
+
+static int threads_max(uint64_t owned) {
+  uint64_t n = owned / EXEC_MIN_FLOATS_PER_THREAD;
+  return n < 1 ? 1 : n > EXEC_MAX_THREADS ? EXEC_MAX_THREADS : (int)n;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 static int layout(int T, int B, uint64_t *offs, Layout *L) {
   const EtHeader *h = TAB;
   const EtArray *arr = AT(EtArray, h->arrays);
   uint64_t total = 0;
+  L->owned = 0;
   if (add_bytes(&total, ((uint64_t)h->nslots + (uint64_t)h->narrays) * 2)) return E_SIZE; /* a float * per slot and array */
   for (int i = 0; i < h->narrays; i++) {
     uint64_t f;
@@ -88,12 +115,34 @@ static int layout(int T, int B, uint64_t *offs, Layout *L) {
     else if (owned_floats(&arr[i], (uint64_t)T, (uint64_t)B, &f)) return E_SIZE;
     if (offs) offs[i] = total;
     if (add_bytes(&total, f)) return E_SIZE;
+    if (__builtin_add_overflow(L->owned, f, &L->owned)) return E_SIZE;
   }
   L->planes = total;
   if (add_bytes(&total, (uint64_t)h->planes)) return E_SIZE;
   L->gx = total;
   uint64_t gx;
   if (__builtin_mul_overflow((uint64_t)T * (uint64_t)B, (uint64_t)h->x_size, &gx) || add_bytes(&total, gx)) return E_SIZE;
+  /* the packed weights and the threads' buffers: the most any instruction set takes */
+  L->packs = total;
+  if (add_bytes(&total, ((uint64_t)h->npacks * sizeof(GemmPacked) + 3) / 4)) return E_SIZE;
+  L->pack_mem = total;
+  if (add_bytes(&total, max_size(exec_pack_floats(h, GEMM_AVX2), exec_pack_floats(h, GEMM_AVX512)))) return E_SIZE;
+  L->at = L->bt = L->blk = L->tot = 0;
+  for (GemmIsa isa = GEMM_BLAS; isa <= GEMM_AVX512; isa++) {
+    size_t at, bt, blk, tot;
+    exec_thread_floats(h, isa, &at, &bt, &blk, &tot);
+    L->at = max_size(L->at, at), L->bt = max_size(L->bt, bt), L->blk = max_size(L->blk, blk), L->tot = max_size(L->tot, tot);
+  }
+  L->th_bytes = 0;
+  if (add_bytes(&L->th_bytes, ((uint64_t)h->nslots * sizeof(float *) + 3) / 4) || add_bytes(&L->th_bytes, L->at) ||
+      add_bytes(&L->th_bytes, L->bt) || add_bytes(&L->th_bytes, L->blk) || add_bytes(&L->th_bytes, (uint64_t)L->tot * 2))
+    return E_SIZE;
+  L->maxt = threads_max(L->owned);
+  L->threads = total;
+  uint64_t th;
+  if (add_bytes(&total, ((uint64_t)L->maxt * sizeof(ExecThread) + 3) / 4) ||
+      __builtin_mul_overflow(L->th_bytes, (uint64_t)L->maxt, &th) || __builtin_add_overflow(total, th, &total))
+    return E_SIZE;
   if (__builtin_add_overflow(total, (uint64_t)ALIGN, &total)) return E_SIZE; /* aligning the caller's pointer */
   L->total = total;
   return OK;
@@ -115,6 +164,7 @@ typedef struct Run {
   float **abase;               /* per array */
   char *work;                  /* 64-byte aligned */
   const float *const *w;       /* the caller's params */
+  Layout L;
 } Run;
 
 static float *plane_of(const Run *r, const EtParamPart *pp, const Layout *L) {
@@ -135,6 +185,7 @@ static int bind(Run *r, int T, int B, void *work, const float *const *w, const f
   uint64_t offs_buf[h->narrays + 1];
   Layout L;
   if (layout(T, B, offs_buf, &L)) return E_SIZE;
+  r->L = L;
   r->T = T, r->B = B, r->rows = (int64_t)T * B, r->w = w;
   r->work = (char *)(((uintptr_t)work + ALIGN - 1) / ALIGN * ALIGN);
   r->bases = (float **)r->work;
@@ -172,83 +223,113 @@ static int bind(Run *r, int T, int B, void *work, const float *const *w, const f
 
 static float *array_base(const Run *r, int array) { return r->abase[array]; }
 
-static int width_of(int slot) {
-  return AT(EtArray, TAB->arrays)[AT(EtSlot, TAB->slots)[slot].array].width;
+/* ---- running the plan ---- */
+
+/* The widest kernels this CPU and its OS run (CPUID, XGETBV). */
+static GemmIsa cpu_isa(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX) || !(c & bit_FMA)) return GEMM_BLAS;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 6) != 6 || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & bit_AVX2)) return GEMM_BLAS;
+  return (b & bit_AVX512F) && (lo & 0xe6) == 0xe6 ? GEMM_AVX512 : GEMM_AVX2;
 }
 
-static float *row_ptr(const Run *r, int slot, int64_t row) { return r->bases[slot] + row * width_of(slot); }
-
-/* ---- steps ---- */
-
-static Coef coef(const Run *r, const EtCoef *c, int size) {
-  (void)size;
-  Coef k = {0};
-  if (c->slot >= 0) k.base = r->bases[c->slot], k.ld = width_of(c->slot);
-  else k.base = AT(float, TAB->floats) + c->fill; /* fill: a row of `size` constants */
-  return k;
+/* The cores this process may run on. */
+static int cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set)) return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
 }
 
-static void run_scan(const Run *r, const EtStep *st, bool reverse) {
-  Coef a[2], b[2];
-  for (int k = 0; k < (st->cplx ? 2 : 1); k++) a[k] = coef(r, &st->a[k], st->size), b[k] = coef(r, &st->b[k], st->size);
-  float *S0 = array_base(r, st->arr0), *S1 = st->arr1 >= 0 ? array_base(r, st->arr1) : NULL;
-  if (reverse) scan_reverse(r->rows, r->B, st->size, 0, r->B, 0, st->size, a, b, S0, S1);
-  else scan_forward(r->rows, r->B, st->size, 0, r->B, 0, st->size, a, b, S0, S1);
+typedef struct Team {
+  Exec e;
+  bool backward;
+  pthread_barrier_t bar;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int go;                      /* 0 waiting, 1 run, 2 quit (a thread could not be started) */
+} Team;
+
+static void team_kernel(void *ctx, int k, int64_t r0, int64_t r1, float **bases) {
+  (void)ctx;
+  cellc_kernels[k](r0, r1, bases);
 }
 
-static void run_step(const Run *r, const EtStep *st, int64_t r0, int64_t r1) {
-  int n = (int)(r1 - r0);
-  switch (st->kind) {
-  case ET_ELEM: cellc_kernels[st->kernel](r0, r1, r->bases); break;
-  case ET_GEMM: /* Y[rows, nO] (+)= V[rows, nI] M^T */
-    if (n > 0)
-      cblas_sgemm(RowMajor, NoTrans, Trans, n, st->nO, st->nI, 1.0f, row_ptr(r, st->v, r0), width_of(st->v), r->bases[st->m],
-                  st->nI, st->accumulate ? 1.0f : 0.0f, row_ptr(r, st->y, r0), width_of(st->y));
-    break;
-  case ET_GEMM_T: /* Y[rows, nI] (+)= V[rows, nO] M */
-    if (n > 0)
-      cblas_sgemm(RowMajor, NoTrans, NoTrans, n, st->nI, st->nO, 1.0f, row_ptr(r, st->v, r0), width_of(st->v),
-                  r->bases[st->m], st->nI, st->accumulate ? 1.0f : 0.0f, row_ptr(r, st->y, r0), width_of(st->y));
-    break;
-  case ET_OUTER_ACC: /* acc[nO, nI] += G^T V over all rows */
-    cblas_sgemm(RowMajor, Trans, NoTrans, st->nO, st->nI, (int)r->rows, 1.0f, r->bases[st->m], width_of(st->m),
-                r->bases[st->v], width_of(st->v), 1.0f, r->bases[st->y], st->nI);
-    break;
-  case ET_COLSUM: {
-    float *acc = r->bases[st->dst];
-    if (st->src < 0) {
-      for (int j = 0; j < st->numel; j++) acc[j] += st->k * (float)r->rows;
-      break;
-    }
-    for (int64_t row = 0; row < r->rows; row++) {
-      const float *v = row_ptr(r, st->src, row);
-      for (int j = 0; j < st->numel; j++) acc[j] += v[j];
-    }
-    break;
+static void team_barrier(void *ctx) { pthread_barrier_wait(&((Team *)ctx)->bar); }
+
+typedef struct Member {
+  Team *team;
+  int i;
+} Member;
+
+static void *member_main(void *arg) {
+  Member *m = arg;
+  Team *t = m->team;
+  pthread_mutex_lock(&t->mu);
+  while (!t->go) pthread_cond_wait(&t->cv, &t->mu);
+  int go = t->go;
+  pthread_mutex_unlock(&t->mu);
+  if (go == 1) exec_run(&t->e, t->backward, m->i);
+  return NULL;
+}
+
+/* The plan's forward or backward phases on n threads (fewer where the system starts fewer). The
+ * time loop runs on as many as get 8 batch rows each when the caller left the count to us (the
+ * products over all rows on all of them), as cellc's own runs do. */
+static void run_threads(const Run *r, bool backward, int n, bool asked) {
+  const EtHeader *h = TAB;
+  Team t = {.backward = backward};
+  char *work = r->work;
+  t.e = (Exec){.tab = h, .T = r->T, .B = r->B, .bases = r->bases, .abase = r->abase, .isa = cpu_isa(),
+               .packs = (GemmPacked *)(work + r->L.packs), .pack_mem = (float *)(work + r->L.pack_mem),
+               .th = (ExecThread *)(work + r->L.threads), .skip = -1, .host = {&t, team_kernel, team_barrier, NULL}};
+  char *tb = work + r->L.threads + ((uint64_t)r->L.maxt * sizeof(ExecThread) + ALIGN - 1) / ALIGN * ALIGN;
+  for (int i = 0; i < n; i++, tb += r->L.th_bytes) {
+    char *q = tb;
+    ExecThread *th = &t.e.th[i];
+    th->bases = (float **)q, q += ((uint64_t)h->nslots * sizeof(float *) + ALIGN - 1) / ALIGN * ALIGN;
+    th->tn.at = (float *)q, q += (r->L.at * sizeof(float) + ALIGN - 1) / ALIGN * ALIGN;
+    th->tn.bt = (float *)q, q += (r->L.bt * sizeof(float) + ALIGN - 1) / ALIGN * ALIGN;
+    th->tn.blk = (float *)q, q += (r->L.blk * sizeof(float) + ALIGN - 1) / ALIGN * ALIGN;
+    th->total = (double *)q;
   }
-  case ET_SCAN: run_scan(r, st, false); break;
-  case ET_RSCAN: run_scan(r, st, true); break;
-  case ET_COPY:
-    for (int64_t row = r0; row < r1; row++) {
-      float *dst = row_ptr(r, st->dst, row);
-      if (st->src < 0)
-        for (int j = 0; j < st->numel; j++) dst[j] = st->k;
-      else memcpy(dst, row_ptr(r, st->src, row), sizeof(float) * (size_t)st->numel);
+  exec_pack(&t.e, backward);
+  pthread_t ids[EXEC_MAX_THREADS];
+  Member mem[EXEC_MAX_THREADS];
+  int started = 1;
+  if (n > 1) {
+    pthread_mutex_init(&t.mu, NULL);
+    pthread_cond_init(&t.cv, NULL);
+    for (; started < n; started++) {
+      mem[started] = (Member){&t, started};
+      if (pthread_create(&ids[started], NULL, member_main, &mem[started])) break;
     }
-    break;
-  case ET_ZERO:
-    for (int64_t row = r0; row < r1; row++) memset(row_ptr(r, st->dst, row), 0, sizeof(float) * (size_t)width_of(st->dst));
-    break;
   }
+  bool has_loop = h->phases[ET_FWD_STEP].n || h->phases[ET_BWD_STEP].n;
+  int rows = r->B / (asked ? 1 : 8);
+  t.e.nthreads = started;
+  t.e.nloop = has_loop && rows < started ? (rows > 1 ? rows : 1) : started;
+  if (started > 1) pthread_barrier_init(&t.bar, NULL, (unsigned)started);
+  if (n > 1) {
+    pthread_mutex_lock(&t.mu);
+    t.go = 1;
+    pthread_cond_broadcast(&t.cv);
+    pthread_mutex_unlock(&t.mu);
+  }
+  exec_run(&t.e, backward, 0);
+  for (int i = 1; i < started; i++) pthread_join(ids[i], NULL);
+  if (started > 1) pthread_barrier_destroy(&t.bar);
+  if (n > 1) pthread_mutex_destroy(&t.mu), pthread_cond_destroy(&t.cv);
 }
 
-static void run_phase(const Run *r, int which, int t) {
-  const EtPhase *ph = &TAB->phases[which];
-  const EtStep *steps = AT(EtStep, TAB->steps);
-  int64_t r0 = 0, r1 = r->rows;
-  if (ph->region == ET_REG_STEP) r0 = (int64_t)t * r->B, r1 = r0 + r->B;
-  else if (ph->region == ET_REG_FIRST) r1 = r->B;
-  for (int i = 0; i < ph->n; i++) run_step(r, &steps[ph->first + i], r0, r1);
+/* The threads of a call: one without options (ABI 1: the code is single-threaded), else the
+ * asked count or all cores, at most what the workspace serves. */
+static int threads_of(const Run *r, const Options *opt, bool *asked) {
+  int n = !opt ? 1 : opt->threads > 0 ? opt->threads : cores();
+  *asked = opt && opt->threads > 0;
+  return n < r->L.maxt ? n : r->L.maxt;
 }
 
 static void run_static(const Run *r, int kernel) {
@@ -277,11 +358,19 @@ static void draw_noise(const Run *r, uint64_t seed) {
 
 /* ---- the entry points ---- */
 
+/* The options' check: 0 or a status. */
+static int check_options(const Options *opt) {
+  if (opt && opt->lengths) return E_LENGTHS; /* variable lengths: not in this build */
+  if (opt && opt->threads < 0) return E_THREADS;
+  return OK;
+}
+
 static int forward(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y, float *const *final,
-                   void *work, uint64_t seed) {
+                   void *work, uint64_t seed, const Options *opt) {
   const EtHeader *h = TAB;
   Run r;
-  int rc = bind(&r, T, B, work, w, x, NULL, NULL);
+  int rc = check_options(opt);
+  if (!rc) rc = bind(&r, T, B, work, w, x, NULL, NULL);
   if (!rc && !y) rc = E_Y;
   if (rc) return rc;
   draw_noise(&r, seed);
@@ -296,9 +385,9 @@ static int forward(const float *const *w, int T, int B, const float *x, const fl
     int64_t n = (int64_t)B * sp[q].size, step = sp[q].cplx ? 2 : 1;
     for (int64_t j = 0; j < n; j++) dst[j] = src ? src[j * step + sp[q].part] : 0.0f;
   }
-  run_phase(&r, ET_FWD_PRE, 0);
-  for (int t = 0; t < T && h->phases[ET_FWD_STEP].n; t++) run_phase(&r, ET_FWD_STEP, t);
-  run_phase(&r, ET_FWD_POST, 0);
+  bool asked;
+  int n = threads_of(&r, opt, &asked);
+  run_threads(&r, false, n, asked);
   const EtArray *ya = &AT(EtArray, h->arrays)[h->y_array];
   const float *ys = array_base(&r, h->y_array);
   for (int64_t row = 0; row < r.rows; row++) memcpy(y + row * h->output_size, ys + row * ya->width, sizeof(float) * (size_t)h->output_size);
@@ -314,12 +403,22 @@ static int forward(const float *const *w, int T, int B, const float *x, const fl
 
 int cellc_exec_forward(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
                        float *const *final, void *work) {
-  return forward(w, T, B, x, h0, y, final, work, 0);
+  return forward(w, T, B, x, h0, y, final, work, 0, NULL);
 }
 
 int cellc_exec_forward_seeded(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
                               float *const *final, void *work, unsigned long long seed) {
-  return forward(w, T, B, x, h0, y, final, work, seed);
+  return forward(w, T, B, x, h0, y, final, work, seed, NULL);
+}
+
+int cellc_exec_forward_ex(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
+                          float *const *final, void *work, const Options *opt) {
+  return forward(w, T, B, x, h0, y, final, work, 0, opt);
+}
+
+int cellc_exec_forward_ex_seeded(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,
+                                 float *const *final, void *work, const Options *opt, unsigned long long seed) {
+  return forward(w, T, B, x, h0, y, final, work, seed, opt);
 }
 
 /* The gradient of a param part into the caller's grad (interleaved when complex). */
@@ -330,11 +429,13 @@ static void write_grad(const Run *r, const EtParamPart *pp, float *const *grad) 
   for (int j = 0; j < pp->numel; j++) dst[j * step + pp->part] = src ? src[j] : pp->grad_k;
 }
 
-int cellc_exec_backward(const float *const *w, int T, int B, const float *x, const float *const *h0, const float *dy,
-                        const float *const *dfinal, void *work, float *const *grad, float *dx, float *const *dh0) {
+static int backward(const float *const *w, int T, int B, const float *x, const float *const *h0, const float *dy,
+                    const float *const *dfinal, void *work, const Options *opt, float *const *grad, float *dx, float *const *dh0) {
   (void)h0; /* the forward kept what the backward reads */
   const EtHeader *h = TAB;
   Run r;
+  int rc = check_options(opt);
+  if (rc) return rc;
   if (T < 1 || B < 1) return E_TB;
   if (!work) return E_WORK;
   if (!x) return E_X;
@@ -342,7 +443,7 @@ int cellc_exec_backward(const float *const *w, int T, int B, const float *x, con
   if (!grad) return E_GRAD;
   for (int i = 0; i < h->nparams; i++)
     if (!grad[i]) return E_GRAD;
-  int rc = bind(&r, T, B, work, w, x, dy, dx);
+  rc = bind(&r, T, B, work, w, x, dy, dx);
   if (rc) return rc;
   const EtArray *arr = AT(EtArray, h->arrays);
   for (int i = 0; i < h->narrays; i++)
@@ -354,10 +455,9 @@ int cellc_exec_backward(const float *const *w, int T, int B, const float *x, con
     int64_t n = (int64_t)B * sp[q].size, step = sp[q].cplx ? 2 : 1;
     for (int64_t j = 0; j < n; j++) dst[j] = src ? src[j * step + sp[q].part] : 0.0f;
   }
-  run_phase(&r, ET_BWD_PRE, 0);
-  for (int t = T - 1; t >= 0 && h->phases[ET_BWD_STEP].n; t--) run_phase(&r, ET_BWD_STEP, t);
-  run_phase(&r, ET_BWD_POST, 0);
-  run_phase(&r, ET_BWD_FIRST, 0);
+  bool asked;
+  int n = threads_of(&r, opt, &asked);
+  run_threads(&r, true, n, asked);
   run_static(&r, h->kstatic_bwd);
   const EtParamPart *pp = AT(EtParamPart, h->pparts);
   for (int i = 0; i < h->npparts; i++) write_grad(&r, &pp[i], grad);
@@ -369,4 +469,15 @@ int cellc_exec_backward(const float *const *w, int T, int B, const float *x, con
     for (int64_t j = 0; j < n; j++) dst[j * step + sp[q].part] = src ? src[j] : 0.0f;
   }
   return OK;
+}
+
+int cellc_exec_backward(const float *const *w, int T, int B, const float *x, const float *const *h0, const float *dy,
+                        const float *const *dfinal, void *work, float *const *grad, float *dx, float *const *dh0) {
+  return backward(w, T, B, x, h0, dy, dfinal, work, NULL, grad, dx, dh0);
+}
+
+int cellc_exec_backward_ex(const float *const *w, int T, int B, const float *x, const float *const *h0, const float *dy,
+                           const float *const *dfinal, void *work, const Options *opt, float *const *grad, float *dx,
+                           float *const *dh0) {
+  return backward(w, T, B, x, h0, dy, dfinal, work, opt, grad, dx, dh0);
 }
