@@ -177,6 +177,13 @@ $(BUILD)/gen/stdlib_cells.h: stdlib/cells.list mk/cells_h.awk
 	awk -f mk/cells_h.awk stdlib/cells.list > $@
 $(TESTS) $(BUILD)/tests/gpu_cuda_emit: $(BUILD)/gen/stdlib_cells.h
 
+# The unit tests' edge (tests/unit/edge.c): the CELLC_* variables read into the library's options
+# before any test runs, as cellc's main reads them.
+$(TESTS) $(BUILD)/tests/gpu_cuda_emit: $(BUILD)/tests/edge.o
+$(BUILD)/tests/edge.o: tests/unit/edge.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ALL_INCS) -c -o $@ $<
+
 # Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
 # report of generated kernels (tests/unit/ptxas.c).
 PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
@@ -260,4 +267,4 @@ install: all
 clean:
 	rm -rf build bin
 
--include $(OBJS:.o=.d) $(BUILD)/cmd/main.d $(BUILD)/tests/ptxas.d
+-include $(OBJS:.o=.d) $(BUILD)/cmd/main.d $(BUILD)/tests/ptxas.d $(BUILD)/tests/edge.d

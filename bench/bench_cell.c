@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "cuda_api.h"
 #include "pipeline.h"
 #include "support.h"
@@ -119,6 +120,8 @@ static void *on_device(Compiled *c, const void *host, size_t bytes) {
 }
 
 int main(int argc, char **argv) {
+  int rc = cli_read_env("bench_cell"); /* CELLC_THREADS, CELLC_GEMM, CELLC_PROFILE, ... */
+  if (rc) return rc;
   if (argc < 6) {
     fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine]\n");
     return 2;

@@ -13,8 +13,9 @@
  *   OPENBLAS_NUM_THREADS=1 ./build/peak --blis         # plus BLIS (libblis4-*, opened with dlopen)
  * OpenBLAS picks its core when it loads (OPENBLAS_CORETYPE or its own detection); nothing
  * here changes it afterwards (cpu_features.h says why). Prints one line of JSON last. */
-#include "support.h"
+#include "cli.h"
 #include "gemm.h"
+#include "support.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -299,6 +300,8 @@ static const char *trans_name(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb) {
 }
 
 int main(int argc, char **argv) {
+  int rc = cli_read_env("peak"); /* CELLC_GEMM, CELLC_THREADS */
+  if (rc) return rc;
   bool proto = false, blis = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--fma") && i + 1 < argc) { /* only the FMA peak of that many threads, as JSON */

@@ -25,8 +25,8 @@ int cli_command_usage(const char *cmd, const char *const *synopses, const char *
 static char stdlib_buf[PATH_MAX];
 
 const char *cli_stdlib_dir(void) {
-  const char *env = getenv("CELLC_STDLIB");
-  if (env && *env) return env;
+  const char *env = cli_env_stdlib();
+  if (env) return env;
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return "stdlib";

@@ -61,7 +61,19 @@ int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i);
 /* Loads a.file and checks the chosen cell with every dim bound (training: gumbel_sigmoid draws
  * noise); NULL after a located diagnostic. */
 Cell *cli_compile_cell(Arena *arena, const CellArgs *a, bool training);
-/* The standard library directory, found relative to the executable. */
+/* The standard library directory: CELLC_STDLIB, else found relative to the executable. */
 const char *cli_stdlib_dir(void);
+
+/* ---- the environment (env.c; docs/tuning.md lists every variable) ---- */
+
+/* The tuning options from the CELLC_* variables, each unset one at its default; -1 after a bad
+ * value, err naming the variable, its value and what it takes. */
+int cli_tuning_from_env(Tuning *t, char *err, size_t errlen);
+/* Reads every CELLC_* variable once and passes them in: the tuning options (tuning_set) and
+ * CELLC_STDLIB (cli_stdlib_dir). 0, or 2 after printing "PROG: " and the error of a bad value.
+ * Programs that call the library directly (bench, tests) call it first too. */
+int cli_read_env(const char *prog);
+/* CELLC_STDLIB as cli_read_env read it; NULL when unset or empty. */
+const char *cli_env_stdlib(void);
 
 #endif

@@ -48,6 +48,8 @@ int main(int argc, char **argv) {
   }
   const CmdHelp *h = cli_help(cmd);
   if (!h) return cli_usage_error("unknown command '%s'", cmd);
+  int rc = cli_read_env("cellc");
+  if (rc) return rc;
   /* CMD --help anywhere among its arguments */
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

@@ -237,17 +237,17 @@ struct Backend {
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,
  * <prefix>_compile, <prefix>_free, <prefix>_work_new, ... (each back end's `const Backend`). */
-/* A back end's work_new: the base of its Work, profiling when CELLC_PROFILE is set. */
+/* A back end's work_new: the base of its Work, profiling when Tuning.profile asks (CELLC_PROFILE). */
 static inline void work_init(Work *w, const Compiled *c) {
   w->be = c->be;
-  const char *p = getenv("CELLC_PROFILE");
-  w->profiling = p != NULL;
-  w->profile_steps = p && !strcmp(p, "steps");
+  w->profiling = tuning()->profile != TUNING_PROFILE_OFF;
+  w->profile_steps = tuning()->profile == TUNING_PROFILE_STEPS;
 }
 
-/* A back end's work_free: the profile to stderr when CELLC_PROFILE is set. */
+/* A back end's work_free: the profile to stderr when Tuning.profile asks (a Work profiled for its
+ * caller, pipeline_run_f64's, prints nothing). */
 static inline void work_profile_report(const Work *w) {
-  if (!getenv("CELLC_PROFILE")) return;
+  if (tuning()->profile == TUNING_PROFILE_OFF) return;
   const Profile *pr = &w->prof;
   fprintf(stderr, "profile: elem %.4f s, gemm %.4f s, scan %.4f s, rscan %.4f s, other %.4f s\n", pr->elem_s, pr->gemm_s,
           pr->scan_s, pr->rscan_s, pr->other_s);

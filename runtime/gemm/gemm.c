@@ -22,9 +22,9 @@ bool gemm_isa_runs(GemmIsa isa) { return isa <= gemm_isa_host(); }
 
 GemmIsa gemm_isa_default(void) {
   GemmIsa host = gemm_isa_host();
-  const char *e = getenv("CELLC_GEMM");
-  if (e && !strcmp(e, "blas")) return GEMM_BLAS;
-  if (e && !strcmp(e, "avx2") && host >= GEMM_AVX2) return GEMM_AVX2;
+  TuningGemm cap = tuning()->gemm;
+  if (cap == TUNING_GEMM_BLAS) return GEMM_BLAS;
+  if (cap == TUNING_GEMM_AVX2 && host >= GEMM_AVX2) return GEMM_AVX2;
   return host;
 }
 

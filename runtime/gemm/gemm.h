@@ -18,7 +18,7 @@
 
 /* The widest kernel this CPU (and its OS's register state) runs. */
 GemmIsa gemm_isa_host(void);
-/* gemm_isa_host(), lowered by CELLC_GEMM=blas|avx2|avx512 in the environment (never raised
+/* gemm_isa_host(), lowered by Tuning.gemm (tuning.h; CELLC_GEMM=blas|avx2|avx512, never raised
  * above what the host runs): the comparison switch of the benchmarks. */
 GemmIsa gemm_isa_default(void);
 /* Whether this CPU can run kernels of `isa`. */

@@ -60,7 +60,7 @@ void arena_free(Arena *a);
  * device (ENODEV). */
 char *read_file(const char *path, size_t *len);
 
-/* The threads cellc's own parallel work uses: CELLC_THREADS, else every online core (shared out
+/* The threads cellc's own parallel work uses: Tuning.threads (tuning.h), else every online core (shared out
  * among the ranks of an mpirun job on this machine, OMPI_COMM_WORLD_LOCAL_SIZE). cellc owns
  * its parallelism: OpenBLAS runs single-threaded inside it (one pool of threads, not two that
  * spin against each other). */

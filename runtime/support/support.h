@@ -1,6 +1,6 @@
 /* support.h: the support layer every folder may use: checked allocation, arenas, growable arrays,
  * the internal-error check (base.h), the counter-based random numbers (rng.h), file output
- * (fsout.h) and FNV-1a hashing (hash.h). */
+ * (fsout.h), FNV-1a hashing (hash.h) and the process's tuning options (tuning.h). */
 #ifndef CELLC_SUPPORT_H
 #define CELLC_SUPPORT_H
 
@@ -9,5 +9,6 @@
 #include "fsout.h"
 #include "hash.h"
 #include "rng.h"
+#include "tuning.h"
 
 #endif

@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "tuning.h"
 
 int support_threads(void) {
-  const char *env = getenv("CELLC_THREADS");
-  if (env && atoi(env) > 0) return atoi(env);
+  if (tuning()->threads > 0) return tuning()->threads;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* the ranks of a data-parallel run (mpirun) on this machine share its cores */
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

@@ -245,14 +245,16 @@ static void linear_case(bool bias) {
 }
 
 /* The bounds hold for any order of the sums: the host's products are checked with each of its
- * kernels (CELLC_GEMM lowers the CPUID choice; blas: OpenBLAS's, as the device's). */
+ * kernels (Tuning.gemm lowers the CPUID choice; blas: OpenBLAS's, as the device's). */
 static void each_host_gemm(void (*check)(bool), bool arg) {
-  static const char *gemm[] = {NULL, "avx2", "blas"};
+  static const TuningGemm gemm[] = {TUNING_GEMM_HOST, TUNING_GEMM_AVX2, TUNING_GEMM_BLAS};
+  Tuning was = *tuning(), t = was;
   for (int i = 0; i < 3; i++) {
-    if (gemm[i]) setenv("CELLC_GEMM", gemm[i], 1);
+    t.gemm = i ? gemm[i] : was.gemm; /* first the kernel CELLC_GEMM gave the test */
+    tuning_set(&t);
     check(arg);
   }
-  unsetenv("CELLC_GEMM");
+  tuning_set(&was);
 }
 
 Test(cuda_train, linear_with_bias) { each_host_gemm(linear_case, true); }

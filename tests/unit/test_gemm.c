@@ -119,19 +119,24 @@ Test(gemm, repack) {
   }
 }
 
-/* The kernel follows CPUID features; CELLC_GEMM only lowers it. */
+/* The kernel follows CPUID features; Tuning.gemm (CELLC_GEMM) only lowers it. */
 Test(gemm, isa_from_features) {
   CpuFeatures f = cpu_features_host();
   GemmIsa h = gemm_isa_host();
   if (f.avx512f && f.os_zmm) cr_assert_eq(h, GEMM_AVX512);
   else if (f.avx2 && f.fma && f.os_ymm) cr_assert_eq(h, GEMM_AVX2);
   else cr_assert_eq(h, GEMM_BLAS);
-  setenv("CELLC_GEMM", "blas", 1);
+  Tuning was = *tuning(), t = was;
+  t.gemm = TUNING_GEMM_BLAS;
+  tuning_set(&t);
   cr_assert_eq(gemm_isa_default(), GEMM_BLAS);
-  setenv("CELLC_GEMM", "avx2", 1);
+  t.gemm = TUNING_GEMM_AVX2;
+  tuning_set(&t);
   cr_assert_eq(gemm_isa_default(), h >= GEMM_AVX2 ? GEMM_AVX2 : h);
-  unsetenv("CELLC_GEMM");
+  t.gemm = TUNING_GEMM_HOST;
+  tuning_set(&t);
   cr_assert_eq(gemm_isa_default(), h);
+  tuning_set(&was);
 }
 
 /* The weight gradient C += A^T B (A [K, M], B [K, N]) against float64, on every kernel: M and N

@@ -13,7 +13,15 @@
 #include "lang.h"
 #include "model.h"
 #include "nn.h"
+#include "support.h"
 #include "tasks.h"
+
+/* The library's threads for what follows (Tuning.threads, CELLC_THREADS; 0: every core). */
+static void set_threads(int n) {
+  Tuning t = *tuning();
+  t.threads = n;
+  tuning_set(&t);
+}
 
 static char *diag_buf;
 static size_t diag_len;
@@ -389,15 +397,17 @@ static void losses(Fix *f, double *out, int n) {
 
 /* The embedding's gradient folded through layer 0 (model.c, plan_embedding_fold: the layer's input
  * adjoints summed by token, then times its input weights) against the layer's input gradient summed
- * by token (CELLC_EMBED_FOLD=0): every gradient within float32 rounding, the losses equal, on a
+ * by token (Tuning.no_embed_fold, CELLC_EMBED_FOLD=0): every gradient within float32 rounding, the losses equal, on a
  * sequential, an LSTM's, a scan and a two-layer model; a residual model does not fold. (The finite
  * differences of model_grad check the folded gradients too: their copying task folds.) */
 static void fold_against_product(const char *cell_file, const char *text) {
   Fix a, b;
   build_ok(&a, cell_file, text);
-  setenv("CELLC_EMBED_FOLD", "0", 1);
+  Tuning was = *tuning(), t = was;
+  t.no_embed_fold = true;
+  tuning_set(&t);
   build_ok(&b, cell_file, text);
-  unsetenv("CELLC_EMBED_FOLD");
+  tuning_set(&was);
   cr_assert(model_folds_embedding(a.m) && !model_folds_embedding(b.m), "%s", model_summary(a.m));
   for (int step = 0; step < 2; step++) {
     TaskBatch batch = {0};
@@ -656,7 +666,7 @@ Test(model_errors, missing_cell_file) {
 /* The host table's zero on a buffer large enough to split over threads (three asked for), at a
  * length that is no multiple of the slices: every byte zeroed, none past the end touched. */
 Test(host_ops, zero_splits_over_threads) {
-  setenv("CELLC_THREADS", "3", 1);
+  set_threads(3);
   size_t n = (size_t)13 << 20 | 37;
   unsigned char *p = malloc(n + 64);
   memset(p, 0xab, n + 64);
@@ -665,7 +675,7 @@ Test(host_ops, zero_splits_over_threads) {
   for (size_t i = 0; i < n; i++)
     if (p[i]) cr_assert_fail("byte %zu not zeroed", i);
   for (size_t i = n; i < n + 64; i++) cr_assert_eq(p[i], 0xab, "byte %zu past the end", i);
-  unsetenv("CELLC_THREADS");
+  set_threads(0);
   free(p);
 }
 

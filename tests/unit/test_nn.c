@@ -23,6 +23,13 @@ static float *randn_like(size_t n, uint64_t stream) { /* uniform in [-1, 1) */
 
 static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
+/* The library's threads for what follows (Tuning.threads, CELLC_THREADS; 0: every core). */
+static void set_threads(int n) {
+  Tuning t = *tuning();
+  t.threads = n;
+  tuning_set(&t);
+}
+
 /* sum(out (.) dy), accumulated in double: the scalar whose gradient the backward computes when
  * it is given dout = dy. */
 static double dot(const float *out, const float *dy, size_t n) {
@@ -122,7 +129,7 @@ Test(embedding, picks_rows) {
 
 /* Enough rows that they split over threads (three asked for): each row still its token's. */
 Test(embedding, picks_rows_on_threads) {
-  setenv("CELLC_THREADS", "3", 1);
+  set_threads(3);
   enum { ROWS = 10007, V = 7, C = 64 };
   float *wte = randn_like(V * C, 3), *out = zeros(ROWS * C);
   int32_t *ids = malloc(sizeof(int32_t) * ROWS);
@@ -130,7 +137,7 @@ Test(embedding, picks_rows_on_threads) {
   nn_embedding_forward(out, ids, wte, ROWS, V, C);
   for (int r = 0; r < ROWS; r++)
     for (int c = 0; c < C; c++) cr_assert_eq(out[(size_t)r * C + c], wte[ids[r] * C + c], "row %d col %d", r, c);
-  unsetenv("CELLC_THREADS");
+  set_threads(0);
   free(wte), free(out), free(ids);
 }
 
@@ -155,11 +162,11 @@ static void embedding_threads(int rows, int V, int C, int offset) {
   for (int r = 0; r < rows; r++) ids[r] = (r * 5 + r / 3) % V;
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < C; c++) ref[(size_t)ids[r] * C + c] += dout[(size_t)r * C + c];
-  setenv("CELLC_THREADS", "1", 1);
+  set_threads(1);
   nn_embedding_backward(one, dout, ids, rows, V, C);
-  setenv("CELLC_THREADS", "3", 1);
+  set_threads(3);
   nn_embedding_backward(three + offset, dout, ids, rows, V, C);
-  unsetenv("CELLC_THREADS");
+  set_threads(0);
   for (int v = 0; v < V; v++)
     for (int c = 0; c < C; c++) {
       cr_assert_eq(three[offset + v * C + c], one[v * C + c], "V %d: token %d col %d", V, v, c);
@@ -904,10 +911,10 @@ Test(mse, masked_rows_and_given_count) {
   cr_assert_eq(L.loss, 3.5);
 }
 
-/* Large enough to split over threads (CELLC_THREADS=3: uneven row shares): forward and backward
+/* Large enough to split over threads (three threads: uneven row shares): forward and backward
  * equal the loops in double. */
 Test(linear, threaded_matches_loops) {
-  setenv("CELLC_THREADS", "3", 1);
+  set_threads(3);
   int R = 301, I = 67, O = 129;
   float *inp = randn_like((size_t)R * I, 1), *w = randn_like((size_t)O * I, 2), *b = randn_like(O, 3);
   float *dy = randn_like((size_t)R * O, 4), *out = zeros((size_t)R * O), *dinp = zeros((size_t)R * I);
@@ -939,14 +946,14 @@ Test(linear, threaded_matches_loops) {
         cr_assert(fabs(dinp[r * I + i] - s) < 1e-4, "pass %d: dinp[%d,%d]", pass, r, i);
       }
   }
-  unsetenv("CELLC_THREADS");
+  set_threads(0);
   free(inp), free(w), free(b), free(dy), free(out), free(dinp), free(dw), free(db);
 }
 
 /* The weight and bias gradients over rows that span several superblocks of GEMM_TN_ROWS (split
  * over threads there): equal to the loops in double, and to the bit on one thread and on three. */
-static void lin_weight_grad(const char *threads, int R, int I, int O, float *dw, float *db) {
-  setenv("CELLC_THREADS", threads, 1);
+static void lin_weight_grad(int threads, int R, int I, int O, float *dw, float *db) {
+  set_threads(threads);
   float *inp = randn_like((size_t)R * I, 7), *w = randn_like((size_t)O * I, 8), *dy = randn_like((size_t)R * O, 9);
   memset(dw, 0, sizeof(float) * (size_t)O * I), memset(db, 0, sizeof(float) * (size_t)O);
   nn_linear_backward(NULL, true, dw, db, dy, inp, w, R, I, O);
@@ -960,15 +967,15 @@ static void lin_weight_grad(const char *threads, int R, int I, int O, float *dw,
       cr_assert(fabs(dw[o * I + i] - s) < 1e-2, "dw[%d,%d] %g, loops %g", o, i, dw[o * I + i], s);
     }
   }
-  unsetenv("CELLC_THREADS");
+  set_threads(0);
   free(inp), free(w), free(dy);
 }
 
 Test(linear, weight_gradient_same_on_any_thread_count) {
   int R = 3 * 4096 + 1000, I = 37, O = 11;
   float *dw1 = zeros((size_t)O * I), *db1 = zeros(O), *dw3 = zeros((size_t)O * I), *db3 = zeros(O);
-  lin_weight_grad("1", R, I, O, dw1, db1);
-  lin_weight_grad("3", R, I, O, dw3, db3);
+  lin_weight_grad(1, R, I, O, dw1, db1);
+  lin_weight_grad(3, R, I, O, dw3, db3);
   cr_assert(!memcmp(dw1, dw3, sizeof(float) * (size_t)O * I), "dw differs between 1 and 3 threads");
   cr_assert(!memcmp(db1, db3, sizeof(float) * (size_t)O), "db differs between 1 and 3 threads");
   free(dw1), free(db1), free(dw3), free(db3);

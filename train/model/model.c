@@ -645,8 +645,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
  * CELLC_EMBED_FOLD=0 (comparisons). The same gradient as the product and the sum by token, summed in
  * another order. */
 static void plan_embedding_fold(Model *m) {
-  const char *env = getenv("CELLC_EMBED_FOLD");
-  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || (env && !strcmp(env, "0"))) return;
+  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || tuning()->no_embed_fold) return;
   if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
   int cols = m->backend->xgrad_cols(m->layers[0].exe[0]);
   if (cols <= 0) return;

@@ -744,7 +744,7 @@ static int optimize(CgModule *m, LLVMTargetMachineRef tm, char *err, size_t errl
   LLVMErrorRef e = LLVMRunPasses(m->mod, "default<O3>", tm, po);
   LLVMDisposePassBuilderOptions(po);
   if (e) return fail_err(e, "LLVM passes", err, errlen);
-  if (getenv("CELLC_DUMP_IR")) LLVMDumpModule(m->mod);
+  if (tuning()->dump_ir) LLVMDumpModule(m->mod);
   return 0;
 }
 

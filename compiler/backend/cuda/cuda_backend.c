@@ -225,10 +225,9 @@ static void work_io(CudaCell *c, CudaWork *w, const SeqIO *s, bool backward, CxI
     w->gates = xcalloc((size_t)c->ngates + 1, sizeof *w->gates);
     cx_forget(r);
   }
-  /* the tuning variables (docs/gpu.md): the scans' chunk length, the per-step phases step by step */
-  const char *chunk = getenv("CELLC_CUDA_SCAN_CHUNK"), *pe = getenv("CELLC_CUDA_PERSISTENT");
-  r->chunk = chunk && atoi(chunk) > 0 ? atoi(chunk) : 0;
-  r->no_persistent = pe && !strcmp(pe, "0");
+  /* the tuning options (docs/tuning.md): the scans' chunk length, the per-step phases step by step */
+  r->chunk = tuning()->cuda_scan_chunk;
+  r->no_persistent = tuning()->cuda_no_persistent;
   r->T = s->T, r->B = s->B, r->status = 0;
   if (cx_layout(r, s->T, s->B) != CX_OK) die(c, "T * B is too large: a size overflows");
   if (r->L.total > w->ws_bytes) {

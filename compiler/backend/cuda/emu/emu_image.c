@@ -99,10 +99,10 @@ void emu_image_free(EmuImage *img) {
   memset(img, 0, sizeof *img);
 }
 
-/* The host compiler: $CELLC_EMU_CXX (default gcc, with -x c++: C++ without libstdc++, which
+/* The host compiler: Tuning.emu_cxx (CELLC_EMU_CXX; default gcc, with -x c++: C++ without libstdc++, which
  * kernels do not need and which would leak its startup pool on every dlclose), C++17, and
  * the sanitizers of this build so ASan sees kernels overrun device memory.
- * $CELLC_EMU_CFLAGS adds flags (say -O0 -g to debug a kernel). */
+ * Tuning.emu_cflags (CELLC_EMU_CFLAGS) adds flags (say -O0 -g to debug a kernel). */
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_OPT "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", \
                 "-fno-omit-frame-pointer"
@@ -113,13 +113,13 @@ void emu_image_free(EmuImage *img) {
 #endif
 
 static const char *host_cxx(void) {
-  const char *cxx = getenv("CELLC_EMU_CXX");
+  const char *cxx = tuning()->emu_cxx;
   return cxx && *cxx ? cxx : "gcc";
 }
 
 const char *emu_host_flags(void) {
   static char flags[1024];
-  const char *extra = getenv("CELLC_EMU_CFLAGS");
+  const char *extra = tuning()->emu_cflags;
   snprintf(flags, sizeof flags, "%s -x c++ -std=c++17 -fPIC -fno-exceptions -fno-threadsafe-statics %s %s", host_cxx(),
            EMU_OPT_TEXT, extra ? extra : "");
   return flags;
@@ -147,7 +147,7 @@ static void build_argv(Argv *a, const EmuImage *img, const char *dir, const char
   arg(a, host_cxx());
   const char *fixed[] = {"-x", "c++", "-std=c++17", "-fPIC", "-fno-exceptions", "-fno-threadsafe-statics", EMU_OPT};
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) arg(a, fixed[i]);
-  char *extra = getenv("CELLC_EMU_CFLAGS") ? xstrdup(getenv("CELLC_EMU_CFLAGS")) : NULL;
+  char *extra = tuning()->emu_cflags ? xstrdup(tuning()->emu_cflags) : NULL;
   if (extra) {
     VEC_PUSH(a->owned, a->n_owned, a->cap_owned, extra);
     for (char *save, *t = strtok_r(extra, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) arg(a, t);
