@@ -22,13 +22,15 @@ int cmd_emit(int argc, char **argv);
 #define CELLC_VERSION "0.1.0"
 #endif
 
-/* A command's help (help.c holds the table): `cellc CMD --help` and `cellc help CMD`. */
+/* A command (help.c holds the table, the one list of commands): its help, for `cellc CMD --help`
+ * and `cellc help CMD`, and the function main runs for it. */
 typedef struct CmdHelp {
   const char *name;
   const char *usage;   /* the synopsis, every flag: "check FILE.cell [--cell NAME] ..." */
   const char *summary; /* what it does, one line */
   const char *flags;   /* one "  --flag VALUE   meaning" line each */
   const char *exits;   /* one "  N   meaning" line each */
+  int (*run)(int argc, char **argv); /* the arguments after the command's name; NULL: `help` (main's own) */
 } CmdHelp;
 
 const CmdHelp *cli_help(const char *cmd); /* NULL for an unknown command */

@@ -1,4 +1,5 @@
-/* help.c: the table of commands (usage, flags, exit statuses), the one place their help lives:
+/* help.c: the table of commands (usage, flags, exit statuses, the function that runs each), the one
+ * place the commands are listed:
  * `cellc CMD --help` and `cellc help CMD` print an entry, the global usage is drawn from all.
  * The word BACKENDS in an entry stands for the back ends' names (pipeline.h's list), a|b|c. */
 #include <string.h>
@@ -22,7 +23,7 @@ static const CmdHelp commands[] = {
      "  0   the file checks (warnings, such as an unused param, go to stderr)\n"
      "  1   bad input: an error in the .cell file (located), a file with no cell, a bad --set, --dims or --cell\n"
      "  2   bad usage: unknown flag, a flag without its value, an unknown --dump\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n", cmd_check},
     {"derive", "derive FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=8,...] [--mode auto|scan|sequential]",
      "print the derived backward step as math",
      "  --cell NAME             which cell (default: the last one of the file)\n"
@@ -33,7 +34,7 @@ static const CmdHelp commands[] = {
      "  0   success\n"
      "  1   bad input: an error in the .cell file, a file with no cell, a bad --set, --dims or --cell\n"
      "  2   bad usage\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n", cmd_derive},
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
      "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential] "
@@ -57,7 +58,7 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell file, a bad --inputs file, a bad --set, --dims or --cell\n"
      "  2   bad usage: unknown flag, a flag without its value, a value out of range, no --out\n"
      "  3   the run failed: the output cannot be written, a device or library the back end needs is missing, out of memory\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n", cmd_run},
     {"train",
      "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume [--allow-changed-cell] | --force] "
      "[--progress bar|lines|none] [--dry-run]",
@@ -85,7 +86,7 @@ static const CmdHelp commands[] = {
      "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory,\n"
      "      train.device = cuda without a driver or GPU (named), not enough device memory (the bytes)\n"
      "  70  internal error (a bug)\n"
-     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"},
+     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n", cmd_train},
     {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]... [--allow-changed-cell]",
      "evaluate a checkpoint on the task's test split",
      "  --checkpoint FILE       the checkpoint to evaluate (required)\n"
@@ -99,7 +100,7 @@ static const CmdHelp commands[] = {
      "      (without --allow-changed-cell)\n"
      "  2   bad usage: unknown flag, no --checkpoint\n"
      "  3   out of memory; train.device = cuda without a driver or GPU, or its memory\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n", cmd_eval},
     {"diag", "diag MODEL.cell TASK.cfg [--checkpoint FILE [--allow-changed-cell]] [--out DIR] [--batches N] "
              "[--compare DIR] [--by-token] [--set KEY=VALUE]...",
      "the diagnostics of seeds.md section 5 (gates, gradients per step, Jacobian products), with plots",
@@ -119,7 +120,7 @@ static const CmdHelp commands[] = {
      "  2   bad usage: unknown flag, a missing argument\n"
      "  3   a file could not be written (or --out holds files), out of memory\n"
      "  70  internal error (a bug)\n"
-     "  130 interrupted (SIGINT or SIGTERM): nothing written\n"},
+     "  130 interrupted (SIGINT or SIGTERM): nothing written\n", cmd_diag},
     {"emit",
      "emit FILE.cell --out DIR [--target cpu|cuda] [--cell NAME] [--dims H=128,...] [--set NAME=VALUE]... "
      "[--mode auto|scan|sequential] [--name PREFIX] [--cpu generic|x86-64-v3|x86-64-v4|native] [--arch sm_80] [--torch]",
@@ -139,9 +140,9 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell file, an unbound dim, a bad --set, --dims or --cell\n"
      "  2   bad usage: unknown flag or value (--target, --cpu, --name), no --out\n"
      "  3   emitting failed: DIR cannot be written, the C compiler or a back end's tool failed\n"
-     "  70  internal error (a bug)\n"},
+     "  70  internal error (a bug)\n", cmd_emit},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
-     "", "  0   success\n  2   unknown command\n"},
+     "", "  0   success\n  2   unknown command\n", NULL},
 };
 
 const CmdHelp *cli_help(const char *cmd) {

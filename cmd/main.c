@@ -56,12 +56,6 @@ int main(int argc, char **argv) {
       cli_print_help(h, stdout);
       return 0;
     }
-  if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
-  if (!strcmp(cmd, "derive")) return cmd_derive(argc - 2, argv + 2);
-  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-  if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-  if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
-  if (!strcmp(cmd, "emit")) return cmd_emit(argc - 2, argv + 2);
-  return cli_usage_error("unknown command '%s'", cmd);
+  CHECK(h->run); /* every command but help, which is handled above */
+  return h->run(argc - 2, argv + 2);
 }

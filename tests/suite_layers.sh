@@ -62,5 +62,21 @@ for f in cmd/cmd_*.c; do
 done
 calls_none_of "train/model/model_ops.c calls nothing of model.c" build/train/model/model_ops.o build/train/model/model.o
 
+# the commands are listed once, in help.c's table: main names no command's function, and the
+# table names every cmd_<name> a command file defines
+if [ -f build/cmd/main.o ] && [ -f build/cmd/help.o ]; then
+  named=$(calls build/cmd/main.o | grep '^cmd_' | tr '\n' ' ')
+  if [ -n "$named" ]; then bad "main dispatches through the table of commands" "main.o calls $named"; else ok "main dispatches through the table of commands"; fi
+  missing=""
+  for f in cmd/cmd_*.c; do
+    for fn in $(defined "build/${f%.c}.o" | grep '^cmd_'); do
+      calls build/cmd/help.o | grep -qx "$fn" || missing="$missing $fn"
+    done
+  done
+  if [ -n "$missing" ]; then bad "every command is in help.c's table" "not in the table:$missing"; else ok "every command is in help.c's table"; fi
+else
+  bad "the table of commands: build/cmd/main.o and help.o are not built (make)"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
