@@ -13,14 +13,18 @@
 
 #define ET_MAGIC 0x6c6c6563 /* "cell" */
 
-/* Where an array's memory comes from at run time. */
+/* Where an array's memory comes from at run time. Two conventions of the caller's buffers (the
+ * executors' SeqIO and C API modes: cellc_exec.h CX_SEQIO / CX_CAPI, exec.h EXEC_SEQIO / EXEC_CAPI)
+ * differ in some: a SeqIO holds y, the noise, dL/dh0 and (optionally) the gates itself. */
 enum {
-  ET_OWNED,      /* the workspace: rows * T * B + per_b * B + fixed floats */
+  ET_OWNED,      /* the workspace: rows * T * B + per_b * B + fixed floats (y: the SeqIO's, else owned:
+                    the C API's backward reads it) */
   ET_PARAM,      /* a param part (index): the caller's array, or its plane in the workspace (complex) */
-  ET_X, ET_DY,             /* the caller's x and dy (y is owned: the backward reads it) */
-  ET_GX,         /* the caller's dx, or the workspace when dx is NULL */
-  ET_GH0,        /* state part (index): the workspace, copied to the caller's dh0 */
-  ET_NOISE,      /* noise stream (index): the workspace (rows = width), drawn from the seed by the forward */
+  ET_X, ET_DY,   /* the caller's x and dy */
+  ET_GX,         /* the caller's dx, or the workspace when dx is NULL (C API) */
+  ET_GH0,        /* state part (index): the SeqIO's dL/dh0, or the workspace, copied to the caller's dh0 */
+  ET_NOISE,      /* noise stream (index): the SeqIO's, or the workspace (rows = width), drawn from the seed
+                    by the forward */
 };
 
 typedef struct EtArray {
@@ -106,7 +110,7 @@ typedef struct EtHeader {
   int32_t train_noise;         /* the forward draws the noise streams from its seed */
   int32_t scan;                /* scan mode: dh0 comes from ET_GH0 arrays, else from the dstate arrays */
   int32_t x_size, output_size;
-  int32_t y_array;             /* the outputs' array, copied to the caller's y after the forward */
+  int32_t y_array;             /* the outputs' array (C API: copied to the caller's y after the forward) */
   int32_t nparams, nstates;    /* the cell's, in the C API */
   int32_t kstatic_fwd, kstatic_bwd; /* kernel numbers of the static values, or -1 */
   int32_t planes;              /* floats of the complex params' planes */

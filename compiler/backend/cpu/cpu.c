@@ -1,8 +1,8 @@
 /* cpu.c: the CPU back end: compiles a Program into a plan (compiler/plan), its table
  * (plan_table.h) and LLVM-generated elementwise kernels (cg_llvm.c), and runs sequences in
- * float32 through the plan executor (exec.c) on OpenMP threads: the arrays bound to the caller's
- * buffers or allocated here, the portable evaluator where there is no JIT, the static values, the
- * profile. */
+ * float32 through the plan executor (exec.c, which binds the SeqIO's buffers and the workspace) on
+ * OpenMP threads: here the workspace's one block, the portable evaluator where there is no JIT,
+ * the static values, the profile. */
 #include "cpu.h"
 
 #include <cblas.h> /* openblas_set_num_threads */
@@ -17,8 +17,9 @@
 #include "exec.h"
 #include "gemm.h"
 
-/* A compiled program: its plan and the plan's table (what the executor runs), a function per
- * kernel (or NULL: the portable evaluator). */
+/* A compiled program: its plan and the plan's table (what the executor runs; its kstatic_fwd and
+ * kstatic_bwd are the static values, run by the portable evaluator), a function per kernel (or
+ * NULL: the portable evaluator). */
 typedef struct CpuCell {
   Compiled base;
   Plan *pl;
@@ -27,27 +28,20 @@ typedef struct CpuCell {
   KernelFn *fns;
   CgJit *jit;
   int nthreads;
-  bool *local;             /* per array: step-local (plan_step_local): B rows, not T * B */
   double *step_s, *step_flops; /* CELLC_PROFILE=steps: per plan step (the phases in order), thread 0's
                                   seconds and all threads' operations; printed when the cell is freed */
 } CpuCell;
 
-/* The arrays of one sequence in flight (forward keeps what backward reads). */
+/* One sequence in flight (forward keeps what backward reads): the executor's workspace, and where
+ * the last call bound its arrays in it. */
 typedef struct CpuWork {
   Work base;
   int T, B;
-  int narr;
-  float **arr;             /* per plan array */
-  bool *owned;
-  size_t *size;
+  void *mem;               /* the workspace (exec_layout), 64-byte aligned */
+  size_t cap;
+  float **arr;             /* per plan array: its first float */
   float **bases;           /* per slot: where row 0 of its values is (a step-local slot: row 0 of its B rows) */
-  float **abase;           /* per plan array: arr, for the executor */
   GemmPacked *packs;       /* per product of the plan (EtStep.pack): its matrix, packed */
-  float *pack_mem;
-  size_t cap_pack;
-  ExecThread *th;          /* per thread: its slot bases and the weight gradients' buffers */
-  int nth;
-  GemmIsa th_isa;          /* the instruction set th's buffers are sized for */
   bool xgrad_left;         /* the last backward left grad_x as the product of step xg (grad_x NULL) */
   bool warm;               /* a backward has run: the arrays are allocated and touched (CELLC_PROFILE=steps
                               leaves out the first sequence, its page faults) */
@@ -95,58 +89,6 @@ static void eval_kernel_rows(CpuCell *c, float *const *bases, int k, int64_t r0,
     }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
   free(sc.val);
-}
-
-/* ---- arrays ---- */
-
-static void work_bind(CpuCell *c, CpuWork *w, const SeqIO *s) {
-  Plan *pl = c->pl;
-  if (!w->arr) {
-    w->arr = xcalloc((size_t)pl->narrays, sizeof(float *));
-    w->owned = xcalloc((size_t)pl->narrays, sizeof(bool));
-    w->size = xcalloc((size_t)pl->narrays, sizeof(size_t));
-    w->bases = xcalloc((size_t)pl->nslots, sizeof(float *));
-    w->abase = xcalloc((size_t)pl->narrays + 1, sizeof(float *));
-    w->packs = xcalloc((size_t)c->tab->npacks + 1, sizeof(GemmPacked));
-    w->narr = pl->narrays;
-  }
-  w->T = s->T, w->B = s->B;
-  for (int i = 0; i < pl->narrays; i++) {
-    const PlanArray *a = &pl->arrays[i];
-    float *ext = NULL;
-    switch (a->kind) {
-    case ARR_PARAM: ext = (float *)s->params[a->index]; break;
-    case ARR_X: ext = (float *)s->x; break;
-    case ARR_DY: ext = (float *)s->dy; break;
-    case ARR_NOISE: ext = (float *)s->noise[a->index]; break;
-    case ARR_Y: ext = (float *)s->y; break;
-    case ARR_GX: ext = (float *)s->grad_x; break;
-    case ARR_GH0: ext = (float *)s->grad_h0[a->index]; break;
-    case ARR_GATE: ext = s->gates ? (float *)s->gates[a->index] : NULL; break;
-    default: break;
-    }
-    if (ext || a->kind == ARR_PARAM || a->kind == ARR_X || a->kind == ARR_DY || a->kind == ARR_Y || a->kind == ARR_GX ||
-        a->kind == ARR_GH0 || a->kind == ARR_NOISE) {
-      if (w->owned[i]) free(w->arr[i]);
-      w->owned[i] = false;
-      w->arr[i] = ext;
-      continue;
-    }
-    size_t need = plan_array_floats(a, c->local[i] ? 1 : s->T, s->B);
-    if (!w->owned[i] || w->size[i] < need) {
-      if (w->owned[i]) free(w->arr[i]);
-      w->arr[i] = xmalloc(sizeof(float) * (need ? need : 1));
-      w->owned[i] = true;
-      w->size[i] = need;
-    }
-  }
-  memcpy(w->abase, w->arr, sizeof(float *) * (size_t)pl->narrays);
-  for (int i = 0; i < pl->nslots; i++) {
-    const Slot *sl = &pl->slots[i];
-    const PlanArray *a = &pl->arrays[sl->array];
-    float *base = w->arr[sl->array];
-    w->bases[i] = base ? base + ((size_t)sl->row_off * (size_t)s->B) * (size_t)a->width + (size_t)sl->col : NULL;
-  }
 }
 
 /* ---- steps ---- */
@@ -287,9 +229,12 @@ typedef struct Host {
   double t0;   /* thread 0's start of the step it runs (the profile) */
 } Host;
 
+static void run_static(CpuCell *c, float *const *bases, const bool *which);
+
 static void host_kernel(void *ctx, int k, int64_t r0, int64_t r1, float **bases) {
   CpuCell *c = ((Host *)ctx)->c;
-  if (c->fns[k]) c->fns[k](r0, r1, bases);
+  if (k >= c->pl->nkernels) run_static(c, bases, k == c->tab->kstatic_fwd ? c->pl->static_fwd : c->pl->static_bwd);
+  else if (c->fns[k]) c->fns[k](r0, r1, bases);
   else eval_kernel_rows(c, bases, k, r0, r1);
 }
 
@@ -309,151 +254,90 @@ static void host_step(void *ctx, int s, int64_t rows, int64_t all_rows, bool don
   profile_add(h->c, h->w, ph, i, now_s() - h->t0, rows, all_rows);
 }
 
-/* Below these sizes another thread does not pay: each thread's batch rows of a step (sequential
- * mode: its per-step GEMMs get that many rows), and the floats a sequence's arrays hold. */
-#define MIN_ROWS_PER_THREAD 8
-#define MIN_FLOATS_PER_THREAD (1 << 16)
-
-/* The threads of a sequence: BackendOptions.threads asks for exactly that many; otherwise as many
- * as pay, up to CELLC_THREADS or the cores. *loop: how many of them run the time loop (each with
- * a batch row at least, MIN_ROWS_PER_THREAD unless asked): with 16 cores and a batch of 64, the
- * loop runs on 8 threads and the products over all rows (the hoisted ones, the weight gradients)
- * on 16. */
-static int threads_for(CpuCell *c, CpuWork *w, int *loop) {
+/* A forward or backward over the whole sequence on the threads the work pays for
+ * (BackendOptions.threads asks for exactly that many); every GEMM runs on one BLAS thread (the
+ * threads are ours: cpu_compile makes OpenBLAS single-threaded). */
+static void host_run(void *ctx, Exec *e, bool backward) {
+  CpuCell *c = ((Host *)ctx)->c;
   bool asked = c->base.opt.threads > 0;
-  int nt = c->nthreads, rows = w->B / (asked ? 1 : MIN_ROWS_PER_THREAD);
-  if (!asked) {
-    double floats = 0;
-    for (int i = 0; i < w->narr; i++) floats += (double)w->size[i];
-    if (floats / MIN_FLOATS_PER_THREAD < nt) nt = floats >= MIN_FLOATS_PER_THREAD ? (int)(floats / MIN_FLOATS_PER_THREAD) : 1;
-  }
-  bool has_loop = c->pl->fwd_step.n || c->pl->bwd_step.n;
-  *loop = has_loop && rows < nt ? (rows > 1 ? rows : 1) : nt;
-  return nt;
-}
-
-static void *aligned_floats(size_t n, size_t size) {
-  void *p = aligned_alloc(64, (n * size + 63) / 64 * 64 + 64);
-  CHECK(p);
-  return p;
-}
-
-/* The threads' buffers for nt threads and `isa`. */
-static void threads_grow(CpuCell *c, CpuWork *w, int nt, GemmIsa isa) {
-  if (w->nth >= nt && w->th_isa == isa) return;
-  for (int i = 0; i < w->nth; i++) free(w->th[i].bases), free(w->th[i].tn.at), free(w->th[i].tn.bt), free(w->th[i].tn.blk), free(w->th[i].total);
-  size_t at, bt, blk, total;
-  exec_thread_floats(c->tab, isa, &at, &bt, &blk, &total);
-  w->th = xrealloc(w->th, sizeof(ExecThread) * (size_t)nt);
-  for (int i = 0; i < nt; i++)
-    w->th[i] = (ExecThread){xmalloc(sizeof(float *) * ((size_t)c->pl->nslots + 1)),
-                            {aligned_floats(at, sizeof(float)), aligned_floats(bt, sizeof(float)), aligned_floats(blk, sizeof(float))},
-                            aligned_floats(total, sizeof(double))};
-  w->nth = nt, w->th_isa = isa;
-}
-
-/* A forward or backward over the whole sequence on the threads the work pays for; every GEMM runs
- * on one BLAS thread (the threads are ours: cpu_compile makes OpenBLAS single-threaded). */
-static void run_sequence(CpuCell *c, CpuWork *w, bool backward) {
-  GemmIsa isa = gemm_isa_default();
-  size_t np = exec_pack_floats(c->tab, isa);
-  if (w->cap_pack < np) {
-    free(w->pack_mem);
-    w->pack_mem = aligned_floats(np, sizeof(float));
-    w->cap_pack = np;
-  }
-  int nl, nt = threads_for(c, w, &nl);
-  threads_grow(c, w, nt, isa);
-  Host host = {c, w, 0};
-  Exec e = {.tab = c->tab, .T = w->T, .B = w->B, .bases = w->bases, .abase = w->abase, .isa = isa, .packs = w->packs,
-            .pack_mem = w->pack_mem, .th = w->th, .nthreads = nt, .nloop = nl,
-            .skip = w->xgrad_left ? c->tab->xgrad_step : -1,
-            .host = {&host, host_kernel, host_barrier, w->base.profiling ? host_step : NULL}};
-  exec_pack(&e, backward);
+  int nt = exec_threads(e, c->nthreads, asked);
+  exec_team(e, nt, asked);
   if (nt == 1) {
-    exec_run(&e, backward, 0);
+    exec_run(e, backward, 0);
     return;
   }
 #pragma omp parallel num_threads(nt)
-  exec_run(&e, backward, omp_get_thread_num());
+  exec_run(e, backward, omp_get_thread_num());
 }
 
-/* Static values (params only), in node order. */
-static void run_static(CpuCell *c, CpuWork *w, const bool *which) {
+/* Static values (params only), in node order, by the portable evaluator: the generated kernels do
+ * not compute every op a static value may have (emit_cpu.c's kernel_op). */
+static void run_static(CpuCell *c, float *const *bases, const bool *which) {
   Graph *g = &c->base.p->g;
   Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
   for (int id = 0; id < g->nnodes; id++) {
     if (!which[id]) continue;
     Node *n = graph_node(g, id);
     if (n->op == OP_PARAM || n->op == OP_ACC || n->op == OP_CONST) continue;
-    const float *a = n->a[0] >= 0 ? value_at(c, w->bases, &sc, n->a[0], 0) : NULL;
-    const float *b = n->a[1] >= 0 ? value_at(c, w->bases, &sc, n->a[1], 0) : NULL;
-    node_eval_f32(g, id, (float *)value_at(c, w->bases, &sc, id, 0), a, b);
+    const float *a = n->a[0] >= 0 ? value_at(c, bases, &sc, n->a[0], 0) : NULL;
+    const float *b = n->a[1] >= 0 ? value_at(c, bases, &sc, n->a[1], 0) : NULL;
+    node_eval_f32(g, id, (float *)value_at(c, bases, &sc, id, 0), a, b);
   }
   for (int i = 0; i < g->nnodes; i++) free(sc.val[i]);
   free(sc.val);
 }
 
-/* The work bound to the buffers of a forward or backward call; its plan. */
-static Plan *bind_call(CpuCell *c, CpuWork *w, const SeqIO *s) {
+/* The executor of a call on the work, its workspace laid out for (T, B) and the cell's threads,
+ * and grown to that size. */
+static void exec_of(CpuCell *c, CpuWork *w, Host *host, const SeqIO *s, Exec *e) {
   CHECK(s->dtype == DT_F32);
-  work_bind(c, w, s);
-  return c->pl;
+  *host = (Host){c, w, 0};
+  *e = (Exec){.tab = c->tab, .mode = EXEC_SEQIO, .isa = gemm_isa_default(),
+              .host = {host, host_kernel, host_barrier, w->base.profiling ? host_step : NULL, host_run}};
+  CHECK(exec_layout(e, s->T, s->B, c->nthreads) == EXEC_OK);
+  if (w->cap < e->L.total) {
+    free(w->mem);
+    w->cap = (size_t)(e->L.total + 63) / 64 * 64;
+    w->mem = aligned_alloc(64, w->cap);
+    CHECK(w->mem);
+  }
+  w->T = s->T, w->B = s->B;
 }
+
+/* The SeqIO's buffers as the executor reads them (EXEC_SEQIO: per part, as SeqIO). */
+static ExecIO io_of(const SeqIO *s, bool backward) {
+  return (ExecIO){.x = F32(s->x), .dy = F32(s->dy), .y = s->y, .dx = s->grad_x, .params = (const float *const *)s->params,
+                  .noise = (const float *const *)s->noise, .gh0 = (float *const *)s->grad_h0, .gates = (float *const *)s->gates,
+                  .states = (const float *const *)(backward ? s->dfinal : s->h0),
+                  .out = (float *const *)(backward ? s->grad_h0 : s->final), .grads = (float *const *)s->grad_params};
+}
+
+/* Where the call bound the arrays, for cpu_read_steps and the xgrad entries. */
+static void keep_binding(CpuWork *w, const Exec *e) { w->arr = e->abase, w->bases = e->bases, w->packs = e->packs; }
 
 static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
-  Program *p = c->base.p;
-  Plan *pl = bind_call(c, w, s);
-  run_static(c, w, pl->static_fwd);
-  for (int i = 0; i < pl->narrays; i++) {
-    if (pl->arrays[i].kind != ARR_STACK) continue;
-    float *dst = w->arr[i];
-    int st = pl->arrays[i].index;
-    for (int m = 0; m < pl->nstack[st]; m++) {
-      int mat = pl->stacks[st][m];
-      size_t e = (size_t)node_numel(graph_node(&p->g, mat));
-      memcpy(dst, w->bases[pl->home[mat]], sizeof(float) * e);
-      dst += e;
-    }
-  }
-  for (int q = 0; q < p->nsparts; q++)
-    memcpy(w->arr[pl->state_array[q]], s->h0[q], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
-  run_sequence(c, w, false);
-  for (int q = 0; q < p->nsparts; q++) {
-    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
-    memcpy(s->final[q], w->arr[pl->state_array[q]] + (size_t)s->T * sz, sizeof(float) * sz);
-  }
+  Host host;
+  Exec e;
+  exec_of(c, w, &host, s, &e);
+  ExecIO io = io_of(s, false);
+  CHECK(exec_forward(&e, &io, w->mem) == EXEC_OK);
+  keep_binding(w, &e);
 }
 
 static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
-  Program *p = c->base.p;
   CHECK(w->T == s->T && w->B == s->B);
   w->xgrad_left = s->grad_x == NULL;
   CHECK(!w->xgrad_left || c->tab->xgrad_step >= 0);
-  Plan *pl = bind_call(c, w, s);
-  for (int i = 0; i < pl->narrays; i++)
-    if (pl->arrays[i].kind == ARR_ACC) memset(w->arr[i], 0, sizeof(float) * (size_t)pl->arrays[i].numel);
-  for (int q = 0; q < p->nsparts; q++) {
-    size_t sz = (size_t)s->B * (size_t)p->sparts[q].size;
-    memcpy(w->arr[pl->dstate_array[q]] + (size_t)s->T * sz, s->dfinal[q], sizeof(float) * sz);
-  }
-  run_sequence(c, w, true);
-  run_static(c, w, pl->static_bwd);
-  Scratch sc = {xcalloc((size_t)p->g.nnodes, sizeof(float *))};
-  for (int i = 0; i < p->npparts; i++) {
-    size_t e = (size_t)p->pparts[i].numel;
-    if (p->pparts[i].grad < 0) memset(s->grad_params[i], 0, sizeof(float) * e);
-    else memcpy(s->grad_params[i], value_at(c, w->bases, &sc, p->pparts[i].grad, 0), sizeof(float) * e);
-  }
-  for (int i = 0; i < p->g.nnodes; i++) free(sc.val[i]);
-  free(sc.val);
-  if (!pl->scan)
-    for (int q = 0; q < p->nsparts; q++)
-      memcpy(s->grad_h0[q], w->arr[pl->dstate_array[q]], sizeof(float) * (size_t)s->B * (size_t)p->sparts[q].size);
+  Host host;
+  Exec e;
+  exec_of(c, w, &host, s, &e);
+  ExecIO io = io_of(s, true);
+  CHECK(exec_backward(&e, &io, w->mem) == EXEC_OK);
+  keep_binding(w, &e);
   w->warm = true;
 }
 
@@ -519,8 +403,9 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   c->nthreads = threads_of(o);
   c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
   c->table = plan_table_build(c->pl, p);
-  c->tab = (const EtHeader *)c->table.data;
-  c->local = plan_step_local(c->pl);
+  EtHeader *h = (EtHeader *)c->table.data;
+  h->kstatic_fwd = c->pl->nkernels, h->kstatic_bwd = c->pl->nkernels + 1; /* host_kernel: run_static */
+  c->tab = h;
   c->fns = xcalloc((size_t)c->pl->nkernels + 1, sizeof(KernelFn));
   if (o->portable) return &c->base; /* every fns[k] NULL: the portable evaluator runs the kernels */
   CgModule *m = cg_llvm_build(c->pl, err, errlen);
@@ -536,7 +421,6 @@ static void cpu_free(Compiled *cc) {
   CpuCell *c = (CpuCell *)cc;
   if (!c) return;
   free(c->table.data);
-  free(c->local);
   profile_steps_report(c);
   free(c->step_s), free(c->step_flops);
   cg_llvm_jit_free(c->jit);
@@ -555,17 +439,7 @@ static void cpu_work_free(Work *ww) {
   CpuWork *w = (CpuWork *)ww;
   if (!w) return;
   work_profile_report(&w->base);
-  for (int i = 0; i < w->narr; i++)
-    if (w->owned[i]) free(w->arr[i]);
-  free(w->arr);
-  free(w->owned);
-  free(w->size);
-  free(w->bases);
-  free(w->abase);
-  free(w->packs);
-  free(w->pack_mem);
-  for (int i = 0; i < w->nth; i++) free(w->th[i].bases), free(w->th[i].tn.at), free(w->th[i].tn.bt), free(w->th[i].tn.blk), free(w->th[i].total);
-  free(w->th);
+  free(w->mem);
   free(w);
 }
 

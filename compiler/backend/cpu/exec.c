@@ -1,4 +1,5 @@
-/* exec.c: the plan executor of the CPU (exec.h), for cellc's own runs and the emitted objects. */
+/* exec.c: the plan executor of the CPU (exec.h), for cellc's own runs and the emitted objects: the
+ * workspace, the binding of the caller's buffers, the copies before and after, the phases. */
 #include "exec.h"
 
 #include "scan.h"
@@ -43,7 +44,7 @@ static size_t pack_floats_of(const EtStep *st, GemmIsa isa) {
   return gemm_pack_floats(K < EXEC_GEMM_MIN_K ? GEMM_BLAS : isa, N, K);
 }
 
-size_t exec_pack_floats(const EtHeader *tab, GemmIsa isa) {
+static size_t exec_pack_floats(const EtHeader *tab, GemmIsa isa) {
   const EtStep *steps = (const EtStep *)((const char *)tab + tab->steps);
   size_t n = 0;
   for (int s = 0; s < tab->nsteps; s++)
@@ -51,7 +52,9 @@ size_t exec_pack_floats(const EtHeader *tab, GemmIsa isa) {
   return n;
 }
 
-void exec_pack(Exec *e, bool backward) {
+/* Packs the matrix of every product of the forward's (or the backward's) phases, before the
+ * threads start: the weights do not change while the sequence runs. */
+static void exec_pack(Exec *e, bool backward) {
   const EtStep *steps = steps_of(e);
   int first = e->tab->phases[backward ? ET_BWD_PRE : ET_FWD_PRE].first;
   int last = backward ? e->tab->phases[ET_BWD_FIRST].first + e->tab->phases[ET_BWD_FIRST].n
@@ -79,9 +82,10 @@ static void run_gemm(const Exec *e, float *const *bases, const EtStep *st, int64
 
 static const EtGroup *group_of(const Exec *e, int g) { return &AT(e, EtGroup, e->tab->groups)[g]; }
 
-/* The group's blocks for sizing: G blocks' and V blocks' widths (pointers and strides do not
- * matter to gemm_tn_floats). */
-void exec_thread_floats(const EtHeader *tab, GemmIsa isa, size_t *at, size_t *bt, size_t *blk, size_t *total) {
+/* Each thread's buffers: floats of tn.at, tn.bt, tn.blk, doubles of total (the group's blocks
+ * for sizing: G blocks' and V blocks' widths; pointers and strides do not matter to
+ * gemm_tn_floats). */
+static void exec_thread_floats(const EtHeader *tab, GemmIsa isa, size_t *at, size_t *bt, size_t *blk, size_t *total) {
   Exec e0 = {.tab = tab}, *e = &e0;
   *at = *bt = *blk = *total = 0;
   const EtStep *steps = steps_of(e);
@@ -298,4 +302,294 @@ void exec_run(Exec *e, bool backward, int i) {
   barrier(e, &sh);
   run_phase(e, ET_BWD_POST, 0, &sh);
   run_phase(e, ET_BWD_FIRST, 0, &sh);
+}
+
+/* ---- the workspace ---- */
+
+#define ALIGN 64
+
+static uint64_t aligned_bytes(uint64_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* Reserves `floats` floats (64-byte aligned) at *total: -1 on overflow. */
+static int add_floats(uint64_t *total, uint64_t floats) {
+  uint64_t b;
+  if (__builtin_mul_overflow(floats, (uint64_t)sizeof(float), &b) || b > UINT64_MAX - ALIGN) return -1;
+  return __builtin_add_overflow(*total, aligned_bytes(b), total) ? -1 : 0;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* Whether array i lives in the workspace in this mode (1, its floats in *floats), not (0), or its
+ * size overflows (-1). */
+static int in_workspace(const Exec *e, int i, uint64_t T, uint64_t B, uint64_t *floats) {
+  const EtArray *a = array_of(e, i);
+  bool capi = e->mode == EXEC_CAPI;
+  uint64_t rows, x, y;
+  switch (a->kind) {
+  case ET_OWNED:
+    if (!capi && i == e->tab->y_array) return 0; /* the caller's y */
+    break;
+  case ET_NOISE: if (!capi) return 0; break;     /* rows = width, per_b = fixed = 0 */
+  case ET_GH0:
+    if (!capi) return 0;
+    return __builtin_mul_overflow(B, (uint64_t)a->width, floats) ? -1 : 1;
+  default: return 0;
+  }
+  if (a->local) T = 1;
+  if (__builtin_mul_overflow(T, B, &rows) || __builtin_mul_overflow(rows, (uint64_t)a->rows, &x) ||
+      __builtin_mul_overflow(B, (uint64_t)a->per_b, &y) || __builtin_add_overflow(x, y, floats) ||
+      __builtin_add_overflow(*floats, (uint64_t)a->fixed, floats))
+    return -1;
+  return 1;
+}
+
+/* As many threads as the arrays pay for, at most EXEC_MAX_THREADS. */
+static int threads_paid(uint64_t owned) {
+  uint64_t n = owned / EXEC_MIN_FLOATS_PER_THREAD;
+  return n < 1 ? 1 : n > EXEC_MAX_THREADS ? EXEC_MAX_THREADS : (int)n;
+}
+
+int exec_layout(Exec *e, int T, int B, int maxt) {
+  const EtHeader *h = e->tab;
+  ExecLayout *L = &e->L;
+  uint64_t total = 0;
+  e->T = T, e->B = B;
+  L->owned = 0;
+  if (add_floats(&total, ((uint64_t)h->nslots + (uint64_t)h->narrays) * 2)) return EXEC_E_SIZE; /* a float * per slot and array */
+  L->arrays = total;
+  for (int i = 0; i < h->narrays; i++) {
+    uint64_t f;
+    int in = in_workspace(e, i, (uint64_t)T, (uint64_t)B, &f);
+    if (in < 0 || (in && (add_floats(&total, f) || __builtin_add_overflow(L->owned, f, &L->owned)))) return EXEC_E_SIZE;
+  }
+  bool capi = e->mode == EXEC_CAPI;
+  uint64_t gx;
+  L->planes = total;
+  if (add_floats(&total, capi ? (uint64_t)h->planes : 0)) return EXEC_E_SIZE;
+  L->gx = total;
+  if (__builtin_mul_overflow((uint64_t)T * (uint64_t)B, capi ? (uint64_t)h->x_size : 0, &gx) || add_floats(&total, gx))
+    return EXEC_E_SIZE;
+  /* the packed weights and the threads' buffers: the most any instruction set takes */
+  L->packs = total;
+  if (add_floats(&total, ((uint64_t)h->npacks * sizeof(GemmPacked) + 3) / 4)) return EXEC_E_SIZE;
+  L->pack_mem = total;
+  if (add_floats(&total, max_u64(exec_pack_floats(h, GEMM_AVX2), exec_pack_floats(h, GEMM_AVX512)))) return EXEC_E_SIZE;
+  L->at = L->bt = L->blk = L->tot = 0;
+  for (GemmIsa isa = GEMM_BLAS; isa <= GEMM_AVX512; isa++) {
+    size_t at, bt, blk, tot;
+    exec_thread_floats(h, isa, &at, &bt, &blk, &tot);
+    L->at = max_u64(L->at, at), L->bt = max_u64(L->bt, bt), L->blk = max_u64(L->blk, blk), L->tot = max_u64(L->tot, tot);
+  }
+  L->th_bytes = 0;
+  if (add_floats(&L->th_bytes, ((uint64_t)h->nslots * sizeof(float *) + 3) / 4) || add_floats(&L->th_bytes, L->at) ||
+      add_floats(&L->th_bytes, L->bt) || add_floats(&L->th_bytes, L->blk) || add_floats(&L->th_bytes, (uint64_t)L->tot * 2))
+    return EXEC_E_SIZE;
+  L->maxt = maxt > 0 ? maxt : threads_paid(L->owned);
+  L->threads = total;
+  uint64_t th;
+  if (add_floats(&total, ((uint64_t)L->maxt * sizeof(ExecThread) + 3) / 4) ||
+      __builtin_mul_overflow(L->th_bytes, (uint64_t)L->maxt, &th) || __builtin_add_overflow(total, th, &total) ||
+      __builtin_add_overflow(total, (uint64_t)ALIGN, &total)) /* aligning the caller's pointer */
+    return EXEC_E_SIZE;
+  L->total = total;
+  return EXEC_OK;
+}
+
+int exec_threads(const Exec *e, int n, bool asked) {
+  if (!asked) {
+    uint64_t paid = e->L.owned / EXEC_MIN_FLOATS_PER_THREAD;
+    if (paid < (uint64_t)n) n = paid >= 1 ? (int)paid : 1;
+  }
+  if (n > e->L.maxt) n = e->L.maxt;
+  return n > 1 ? n : 1;
+}
+
+void exec_team(Exec *e, int n, bool asked) {
+  int rows = e->B / (asked ? 1 : EXEC_MIN_ROWS_PER_THREAD);
+  bool has_loop = e->tab->phases[ET_FWD_STEP].n || e->tab->phases[ET_BWD_STEP].n;
+  e->nthreads = n;
+  e->nloop = has_loop && rows < n ? (rows > 1 ? rows : 1) : n;
+}
+
+/* ---- binding a call's buffers ---- */
+
+static const EtParamPart *pparts_of(const Exec *e) { return AT(e, EtParamPart, e->tab->pparts); }
+static const EtStatePart *sparts_of(const Exec *e) { return AT(e, EtStatePart, e->tab->sparts); }
+
+/* Every array's and slot's base for this call: the caller's buffers where they are, the workspace
+ * for the rest (its layout e->L); the threads' buffers; and (EXEC_CAPI) the complex params split
+ * into their (re, im) planes. */
+static void bind(Exec *e, const ExecIO *io, void *work) {
+  const EtHeader *h = e->tab;
+  const ExecLayout *L = &e->L;
+  const EtParamPart *pp = pparts_of(e);
+  bool capi = e->mode == EXEC_CAPI;
+  char *w = (char *)(((uintptr_t)work + ALIGN - 1) / ALIGN * ALIGN);
+  e->bases = (float **)w;
+  e->abase = e->bases + h->nslots;
+  uint64_t at = L->arrays;
+  for (int i = 0; i < h->narrays; i++) {
+    const EtArray *a = array_of(e, i);
+    uint64_t floats;
+    float *base = NULL;
+    if (in_workspace(e, i, (uint64_t)e->T, (uint64_t)e->B, &floats) > 0) {
+      base = (float *)(w + at);
+      at += aligned_bytes(floats * sizeof(float));
+      if (!capi && a->gate && io->gates && io->gates[a->index]) base = io->gates[a->index];
+    } else switch (a->kind) {
+      case ET_OWNED: base = io->y; break; /* EXEC_SEQIO's y */
+      case ET_PARAM:
+        if (!capi) base = (float *)io->params[a->index];
+        else if (pp[a->index].cplx) base = (float *)(w + L->planes) + pp[a->index].plane;
+        else base = (float *)io->params[pp[a->index].param];
+        break;
+      case ET_X: base = (float *)io->x; break;
+      case ET_DY: base = (float *)io->dy; break;
+      case ET_GX: base = io->dx || !capi ? io->dx : (float *)(w + L->gx); break;
+      case ET_GH0: base = io->gh0 ? io->gh0[a->index] : NULL; break;
+      case ET_NOISE: base = io->noise ? (float *)io->noise[a->index] : NULL; break;
+      }
+    e->abase[i] = base;
+  }
+  for (int s = 0; s < h->nslots; s++) {
+    const EtSlot *sl = slot_of(e, s);
+    float *base = e->abase[sl->array];
+    e->bases[s] = base ? base + (int64_t)sl->row_off * e->B * array_of(e, sl->array)->width + sl->col : NULL;
+  }
+  for (int i = 0; capi && i < h->npparts; i++) {
+    if (!pp[i].cplx) continue;
+    float *dst = (float *)(w + L->planes) + pp[i].plane;
+    const float *src = io->params[pp[i].param];
+    for (int j = 0; j < pp[i].numel; j++) dst[j] = src[2 * j + pp[i].part];
+  }
+  e->packs = (GemmPacked *)(w + L->packs);
+  e->pack_mem = (float *)(w + L->pack_mem);
+  e->th = (ExecThread *)(w + L->threads);
+  char *tb = w + L->threads + aligned_bytes((uint64_t)L->maxt * sizeof(ExecThread));
+  for (int i = 0; i < L->maxt; i++, tb += L->th_bytes) {
+    char *q = tb;
+    ExecThread *th = &e->th[i];
+    th->bases = (float **)q, q += aligned_bytes((uint64_t)h->nslots * sizeof(float *));
+    th->tn.at = (float *)q, q += aligned_bytes(L->at * sizeof(float));
+    th->tn.bt = (float *)q, q += aligned_bytes(L->bt * sizeof(float));
+    th->tn.blk = (float *)q, q += aligned_bytes(L->blk * sizeof(float));
+    th->total = (double *)q;
+  }
+  e->skip = -1;
+}
+
+/* n values from src (stride `step`, from element `part`: a complex value's part in EXEC_CAPI) to
+ * dst, or zeros when src is NULL. */
+static void gather(float *dst, const float *src, int64_t n, int step, int part) {
+  if (!src) __builtin_memset(dst, 0, sizeof(float) * (size_t)n);
+  else if (step == 1) __builtin_memcpy(dst, src, sizeof(float) * (size_t)n);
+  else
+    for (int64_t j = 0; j < n; j++) dst[j] = src[j * step + part];
+}
+
+/* n values from src (or the constant k when src is NULL) to dst (stride `step`, from `part`). */
+static void scatter(float *dst, const float *src, float k, int64_t n, int step, int part) {
+  if (src && step == 1) __builtin_memcpy(dst, src, sizeof(float) * (size_t)n);
+  else
+    for (int64_t j = 0; j < n; j++) dst[j * step + part] = src ? src[j] : k;
+}
+
+/* State part q's caller's buffer in io's member v (states or out) and its stride: per part in
+ * EXEC_SEQIO, the state's interleaved values in EXEC_CAPI. */
+static const float *state_buf(const Exec *e, const float *const *v, const EtStatePart *sp, int *step, int *part) {
+  bool capi = e->mode == EXEC_CAPI;
+  *step = capi && sp->cplx ? 2 : 1, *part = capi ? sp->part : 0;
+  if (!v) return NULL;
+  return v[capi ? sp->state : (int)(sp - sparts_of(e))];
+}
+
+/* Each state part's rows of step `t` of its arrays (darr: the backward's) from io->states. */
+static void states_in(Exec *e, const ExecIO *io, bool back, int t) {
+  const EtStatePart *sp = sparts_of(e);
+  for (int q = 0; q < e->tab->nsparts; q++) {
+    int step, part;
+    const float *src = state_buf(e, io->states, &sp[q], &step, &part);
+    int64_t n = (int64_t)e->B * sp[q].size;
+    gather(e->abase[back ? sp[q].darr : sp[q].arr] + (int64_t)t * n, src, n, step, part);
+  }
+}
+
+/* Each state part's rows 0 .. B - 1 of array arr(q) (or zeros where it is -1) to io->out. */
+static void states_out(Exec *e, const ExecIO *io, bool back) {
+  const EtStatePart *sp = sparts_of(e);
+  for (int q = 0; io->out && q < e->tab->nsparts; q++) {
+    int step, part;
+    float *dst = (float *)state_buf(e, (const float *const *)io->out, &sp[q], &step, &part);
+    int64_t n = (int64_t)e->B * sp[q].size;
+    if (!dst) continue;
+    if (!back) {
+      scatter(dst, e->abase[sp[q].arr] + (int64_t)e->T * n, 0.0f, n, step, part);
+      continue;
+    }
+    if (e->tab->scan && e->mode == EXEC_SEQIO) continue; /* the ET_GH0 arrays are the caller's already */
+    int arr = e->tab->scan ? sp[q].gh0 : sp[q].darr;
+    scatter(dst, arr >= 0 ? e->abase[arr] : NULL, 0.0f, n, step, part);
+  }
+}
+
+/* The noise of gumbel_sigmoid (train_noise): uniform in (0, 1), a function of the seed, the
+ * stream and the element: splitmix64 of (seed ^ (stream + 1) * K) + index, its top 24 bits. */
+static uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void draw_noise(Exec *e, uint64_t seed) {
+  for (int i = 0; i < e->tab->narrays; i++) {
+    const EtArray *a = array_of(e, i);
+    if (a->kind != ET_NOISE) continue;
+    float *v = e->abase[i];
+    uint64_t base = seed ^ ((uint64_t)a->index + 1) * 0xd1b54a32d192ed03ull, n = (uint64_t)e->T * (uint64_t)e->B * (uint64_t)a->width;
+    for (uint64_t j = 0; j < n; j++) v[j] = ((float)(splitmix64(base + j) >> 40) + 0.5f) / 16777216.0f;
+  }
+}
+
+/* ---- forward and backward ---- */
+
+int exec_forward(Exec *e, const ExecIO *io, void *work) {
+  const EtHeader *h = e->tab;
+  bind(e, io, work);
+  if (e->mode == EXEC_CAPI) draw_noise(e, io->seed);
+  if (h->kstatic_fwd >= 0) e->host.kernel(e->host.ctx, h->kstatic_fwd, 0, 1, e->bases);
+  const EtStackCopy *sc = AT(e, EtStackCopy, h->stack);
+  for (int i = 0; i < h->nstack; i++)
+    __builtin_memcpy(e->abase[sc[i].array] + sc[i].offset, e->bases[sc[i].src], sizeof(float) * (size_t)sc[i].numel);
+  states_in(e, io, false, 0);
+  exec_pack(e, false);
+  e->host.run(e->host.ctx, e, false);
+  if (e->mode == EXEC_CAPI && io->y && h->y_array >= 0) { /* the workspace's y: the backward reads it */
+    const float *ys = e->abase[h->y_array];
+    int w = array_of(e, h->y_array)->width;
+    for (int64_t r = 0; r < (int64_t)e->T * e->B; r++)
+      __builtin_memcpy(io->y + r * h->output_size, ys + r * w, sizeof(float) * (size_t)h->output_size);
+  }
+  states_out(e, io, false);
+  return EXEC_OK;
+}
+
+int exec_backward(Exec *e, const ExecIO *io, void *work) {
+  const EtHeader *h = e->tab;
+  if (e->mode == EXEC_SEQIO && !io->dx && h->xgrad_step < 0) return EXEC_E_DX;
+  bind(e, io, work);
+  if (e->mode == EXEC_SEQIO && !io->dx) e->skip = h->xgrad_step;
+  for (int i = 0; i < h->narrays; i++)
+    if (array_of(e, i)->zero_bwd) __builtin_memset(e->abase[i], 0, sizeof(float) * (size_t)array_of(e, i)->fixed);
+  states_in(e, io, true, e->T);
+  exec_pack(e, true);
+  e->host.run(e->host.ctx, e, true);
+  if (h->kstatic_bwd >= 0) e->host.kernel(e->host.ctx, h->kstatic_bwd, 0, 1, e->bases);
+  const EtParamPart *pp = pparts_of(e);
+  bool capi = e->mode == EXEC_CAPI;
+  for (int i = 0; i < h->npparts; i++)
+    scatter(io->grads[capi ? pp[i].param : i], pp[i].grad >= 0 ? e->bases[pp[i].grad] : NULL, pp[i].grad_k, pp[i].numel,
+            capi && pp[i].cplx ? 2 : 1, capi ? pp[i].part : 0);
+  states_out(e, io, true);
+  return EXEC_OK;
 }
