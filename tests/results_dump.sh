@@ -1,7 +1,9 @@
 #!/bin/sh
 # results_dump.sh BIN OUTDIR: every result cellc computes for every stdlib cell (and tests/cells) on
 # every back end that runs here (interp in f64 and f32, cpu, cuda-emu), in each mode that applies,
-# plus short training runs on the CPU and on cuda-emu, written under OUTDIR. A refactoring that must
+# plus short training runs on the CPU and on cuda-emu (the adding task, and a token task whose
+# embedding gradient the CPU folds through layer 0, also unfolded: CELLC_EMBED_FOLD=0), written
+# under OUTDIR. A refactoring that must
 # not change a bit compares two such directories: `cmp -s` per file (tests/results_compare.py).
 # Thread counts are fixed (CELLC_THREADS=2): the CPU back end's sums do not depend on them, but a
 # fixed count keeps the comparison about the code alone.
@@ -42,5 +44,41 @@ for c in gru lstm lru; do
       fail=1
     fi
   done
+done
+# a token task: a stacked GRU over an embedding, rows (T B = 512) at least twice the vocab (256),
+# so that the CPU folds the embedding's gradient through layer 0 (docs/training.md)
+cat >"$OUT/lm.cfg" <<'EOF'
+[task]
+name    = text
+path    = docs/language.md
+context = 64
+[model]
+layers  = 2
+width   = 16
+hidden  = 16
+encoder = embed
+block   = stack
+readout = all
+[train]
+steps     = 3
+batch     = 8
+optimizer = adamw
+lr        = 2e-3
+seed      = 1
+[eval]
+every   = 3
+batches = 1
+[log]
+every = 1
+EOF
+for run in cpu:1 cpu:0 cuda-emu:1; do
+  dev=${run%:*} fold=${run#*:}
+  d="$OUT/train.lm.$dev.fold$fold"
+  rm -rf "$d"
+  if ! CELLC_EMBED_FOLD=$fold "$BIN" train stdlib/gru.cell "$OUT/lm.cfg" --out "$d" --progress none \
+       --set train.device=$dev >"$d.log" 2>&1; then
+    echo "results_dump: train lm $dev fold $fold failed (see $d.log)" >&2
+    fail=1
+  fi
 done
 exit $fail
