@@ -39,7 +39,7 @@ LDLIBS   := -fopenmp -lcjson -lplplot -llapack -lopenblas $(LLVM_LIBS) $(MPI_LIB
 # include of a folder not listed or of another folder's private header. docs/architecture.md
 # draws the same graph.
 FOLDERS := runtime/support runtime/gemm lang runtime/init runtime/tasks runtime/safetensors \
-           runtime/nn runtime/optim runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
+           runtime/nn runtime/optim runtime/device runtime/dist compiler/ir compiler/check compiler/lower compiler/plan \
            compiler/backend compiler/backend/interp compiler/backend/cpu compiler/backend/cuda \
            compiler/backend/cuda/emu compiler/pipeline \
            train/cfg train/model train probes cmd
@@ -52,24 +52,26 @@ USES_runtime/safetensors := runtime/support
 USES_runtime/nn          := runtime/support runtime/gemm
 USES_runtime/optim       := runtime/support
 USES_runtime/dist        := runtime/support
+# the devices: where buffers live and training runs; the host device is runtime/nn's code
+USES_runtime/device      := runtime/support runtime/nn runtime/optim
 USES_compiler/ir         := runtime/support lang
 USES_compiler/check      := runtime/support lang compiler/ir runtime/init
 USES_compiler/lower      := runtime/support lang compiler/ir compiler/check
 USES_compiler/plan       := runtime/support compiler/ir compiler/lower
-USES_compiler/backend    := runtime/support runtime/optim compiler/lower
+USES_compiler/backend    := runtime/support runtime/device compiler/lower
 USES_compiler/backend/interp := runtime/support compiler/ir compiler/lower compiler/backend
 USES_compiler/backend/cpu    := runtime/support runtime/gemm compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda   := runtime/support compiler/ir compiler/lower compiler/plan compiler/backend
 USES_compiler/backend/cuda/emu := runtime/support compiler/backend/cuda
-USES_compiler/pipeline   := runtime/support lang compiler/ir compiler/check compiler/lower compiler/plan \
+USES_compiler/pipeline   := runtime/support runtime/device lang compiler/ir compiler/check compiler/lower compiler/plan \
                             compiler/backend compiler/backend/interp compiler/backend/cpu \
                             compiler/backend/cuda
 # train/: the training library, above the compiler: it reaches the compiler through
 # compiler/pipeline's and compiler/backend's public headers only
 USES_train/cfg           := runtime/support lang runtime/init runtime/tasks compiler/pipeline
-USES_train/model         := runtime/support lang runtime/init runtime/tasks runtime/nn runtime/optim \
+USES_train/model         := runtime/support lang runtime/init runtime/tasks runtime/nn runtime/optim runtime/device \
                             compiler/pipeline compiler/backend train/cfg
-USES_train               := runtime/support runtime/safetensors runtime/dist compiler/pipeline train/model
+USES_train               := runtime/support runtime/safetensors runtime/dist runtime/device compiler/pipeline train/model
 # the diagnostics' probes: a run of the training library, its layers rerun on the host
 USES_probes              := runtime/support runtime/safetensors runtime/tasks compiler/pipeline train/model train
 USES_cmd                 := $(filter-out cmd,$(FOLDERS))

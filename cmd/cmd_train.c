@@ -108,7 +108,7 @@ int cmd_train(int argc, char **argv) {
   GradProbe *probe = NULL;
   if (!rc && !complete) {
     char err[1024];
-    if (cfg_bool(r.cfg, "log.grad_per_step") && r.ops->device) {
+    if (cfg_bool(r.cfg, "log.grad_per_step") && !device_is_host(r.ops)) {
       diag_plain("[log] grad_per_step: the probe reruns the layers on the host's float64 interpreter from the "
                  "model's host arrays; it is not built for train.device = %s yet", cfg_word(r.cfg, "train.device"));
       rc = 3;

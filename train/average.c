@@ -32,18 +32,18 @@ void run_share_state(Run *r) {
  * host; docs/distributed.md). */
 static void gather_grads(Run *r, bool to, float w) {
   size_t k = 0;
-  DevOps *o = r->ops;
+  Device *o = r->ops;
   for (int g = 0; g < r->opt->ngroups; g++)
     for (int i = 0; i < r->opt->groups[g].ntensors; i++) {
       OptTensor *t = &r->opt->groups[g].tensors[i];
       float *h = r->gbuf + k;
-      if (to && o->device) o->download(o, h, t->grad, sizeof(float) * t->n);
+      if (to && !device_is_host(o)) o->download(o, h, t->grad, sizeof(float) * t->n);
       for (size_t j = 0; j < t->n; j++) {
-        if (to) h[j] = (o->device ? h[j] : t->grad[j]) * w;
-        else if (o->device) h[j] *= w;
+        if (to) h[j] = (!device_is_host(o) ? h[j] : t->grad[j]) * w;
+        else if (!device_is_host(o)) h[j] *= w;
         else t->grad[j] = h[j] * w;
       }
-      if (!to && o->device) o->upload(o, t->grad, h, sizeof(float) * t->n);
+      if (!to && !device_is_host(o)) o->upload(o, t->grad, h, sizeof(float) * t->n);
       k += t->n;
     }
 }
@@ -51,7 +51,7 @@ static void gather_grads(Run *r, bool to, float w) {
 /* On cuda with several processes: the same sum through NCCL on one device buffer, queued on the
  * default stream the training kernels run on; only the four loss numbers cross to the host. */
 static int nccl_sum(Run *r, float w, float *ex, char *err, size_t errlen) {
-  DevOps *o = r->ops;
+  Device *o = r->ops;
   size_t n = r->ngrad, k = 0;
   if (!r->dbuf) r->dbuf = o->alloc(o, sizeof(float) * (n + 4));
   for (int g = 0; g < r->opt->ngroups; g++)

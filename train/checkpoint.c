@@ -137,12 +137,12 @@ static void moment_planes(const Run *r, int i, float *m_or_v, float **planes) {
  * after one is read. */
 static void state_to_host(Run *r) {
   model_to_host(r->model);
-  if (r->ops->device) r->ops->download(r->ops, r->opt->state, r->state, sizeof(float) * opt_state_size(r->opt));
+  if (!device_is_host(r->ops)) r->ops->download(r->ops, r->opt->state, r->state, sizeof(float) * opt_state_size(r->opt));
 }
 
 static void state_to_device(Run *r) {
   model_to_device(r->model);
-  if (r->ops->device) r->ops->upload(r->ops, r->state, r->opt->state, sizeof(float) * opt_state_size(r->opt));
+  if (!device_is_host(r->ops)) r->ops->upload(r->ops, r->state, r->opt->state, sizeof(float) * opt_state_size(r->opt));
 }
 
 int checkpoint_write(Run *r, const char *path) {

@@ -164,7 +164,7 @@ static void prefetch_end(Prefetch *pf) {
 }
 
 int train_loop(Run *r) {
-  Prefetch pf = {.r = r, .on = model_ops(r->model)->device};
+  Prefetch pf = {.r = r, .on = !device_is_host(model_device(r->model))};
   char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
   int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
   int64_t eval_batches = cfg_int(r->cfg, "eval.batches");
@@ -191,7 +191,7 @@ int train_loop(Run *r) {
       status = stop_interrupted(r, ckpt);
       break;
     }
-    OptApply apply = model_opt_apply(r->ops);
+    OptApply apply = device_opt_apply(r->ops);
     double gnorm = opt_clip_on(r->opt, cfg_real(r->cfg, "train.clip"), &apply);
     prefetch_wait(&pf); /* the task is ours again (evaluation reads it) */
     if (!isfinite(l.loss) || !isfinite(gnorm)) {

@@ -103,7 +103,7 @@ static int build_optimizer(Run *r) {
       status = 1;
     }
   free(group), free(used);
-  r->state = r->ops->device ? r->ops->alloc(r->ops, sizeof(float) * (opt_state_size(r->opt) + 1)) : r->opt->state;
+  r->state = !device_is_host(r->ops) ? r->ops->alloc(r->ops, sizeof(float) * (opt_state_size(r->opt) + 1)) : r->opt->state;
   OptScheduleKind sk = OPT_CONSTANT;
   opt_schedule_from_name(cfg_word(c, "train.schedule"), &sk);
   r->sched.kind = sk;
@@ -114,26 +114,21 @@ static int build_optimizer(Run *r) {
   return status;
 }
 
-/* The device operations of train.device: the host's, or a device back end's (exit 3 when it cannot
- * run here, naming what is missing). 0 or the exit status. */
+/* The device of train.device (exit 3 when it cannot run here, naming what is missing). 0 or the
+ * exit status. */
 static int open_device(Run *r) {
   const char *dev = cfg_word(r->cfg, "train.device");
-  if (!strcmp(dev, "cpu")) {
-    r->ops = model_host_ops();
-    return 0;
-  }
+  DeviceKind kind;
+  CHECK(device_kind_find(dev, &kind)); /* the configuration's choices are the devices' names */
   /* several processes on cuda: each rank its own GPU, the one of its rank on this machine, unless
    * the user chose with CUDA_VISIBLE_DEVICES (set before the driver starts) */
-  if (dist_size() > 1 && !strcmp(dev, "cuda") && !getenv("CUDA_VISIBLE_DEVICES")) {
+  if (dist_size() > 1 && kind == DEVICE_CUDA && !getenv("CUDA_VISIBLE_DEVICES")) {
     char gpu[16];
     snprintf(gpu, sizeof gpu, "%d", dist_local_rank());
     setenv("CUDA_VISIBLE_DEVICES", gpu, 1);
   }
-  const Backend *be = backend_find(dev);
   char err[1024];
-  CHECK(be);
-  if (!be->ops_new) snprintf(err, sizeof err, "training on this device is not built yet");
-  r->ops = be->ops_new ? be->ops_new(err, sizeof err) : NULL;
+  r->ops = device_open(kind, err, sizeof err);
   if (!r->ops) {
     diag_plain("train.device = %s: %s", dev, err);
     return 3;
@@ -197,10 +192,10 @@ int run_setup(Run *r) {
 void run_teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
   model_free(r->model);
-  if (r->ops && r->ops->device && r->state) r->ops->free(r->ops, r->state);
+  if (r->ops && !device_is_host(r->ops) && r->state) r->ops->free(r->ops, r->state);
   if (r->dbuf) r->ops->free(r->ops, r->dbuf);
   if (r->nccl) dist_nccl_close(r->nccl);
-  if (r->ops) r->ops->close(r->ops);
+  device_release(r->ops);
   opt_free(r->opt);
   if (r->task) task_free(r->task);
   cfg_free(r->cfg);

@@ -53,7 +53,7 @@ typedef struct Run {
   TaskShape shape;
   Model *model;
   Opt *opt;
-  DevOps *ops;      /* the device of train.device (model_ops) */
+  Device *ops;      /* the device of train.device (model_device) */
   float *state;     /* the optimizer's moments where the ops work: opt->state on the host, else a device copy */
   size_t *moff;     /* per tensor: where its moments start (part 0; part 1 follows), or SIZE_MAX */
   OptSchedule sched;

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "lower.h"
-#include "optim.h"
 
 /* The element type of every buffer of a SeqIO. */
 typedef enum { DT_F32, DT_F64 } Dtype;
@@ -67,89 +67,6 @@ typedef struct EmitOptions {
 
 typedef struct Backend Backend;
 
-/* ---- the device operations of training (docs/gpu.md) ----
- * Everything `cellc train` and `cellc eval` do outside the cell layers, as a table of entry points
- * over buffers that live where the table says (host memory, or device memory for a device table):
- * runtime/model runs the model's blocks, its loss and its learned initial states through it, and
- * cellc train its gradient norm, clipping and optimizer update, so the same code runs every device.
- * The host table (runtime/model) is runtime/nn's and runtime/optim's code; a device table (the cuda
- * back ends' ops_new) runs CUDA C kernels compiled by NVRTC and cuBLAS for the products.
- * Conventions as runtime/nn's: row-major, rows = T B; a _bwd entry ADDS into its gradients
- * (linear_bwd writes its input gradient). */
-/* One Adam/AdamW update's coefficients: runtime/optim's struct, which computes them, so that the
- * optimizer's updates reach a device's table with no conversion. */
-typedef OptAdamK DevAdam;
-
-typedef struct DevOps DevOps;
-struct DevOps {
-  const char *name;        /* "cpu", "cuda", "cuda-emu" */
-  bool device;             /* buffers are device memory */
-  void (*close)(DevOps *o);
-  /* memory: alloc returns zeroed bytes; exits 3 naming the amount when there is not enough */
-  void *(*alloc)(DevOps *o, size_t bytes);
-  void (*free)(DevOps *o, void *p);
-  void (*upload)(DevOps *o, void *dst, const void *host, size_t bytes);
-  void (*download)(DevOps *o, void *host, const void *src, size_t bytes);
-  void (*zero)(DevOps *o, void *p, size_t bytes);
-  void (*copy)(DevOps *o, void *dst, const void *src, size_t bytes);
-  /* free device memory in bytes (SIZE_MAX on the host) */
-  size_t (*mem_free_bytes)(DevOps *o);
-  /* out[r, :] = wte[ids[r], :];  dwte[ids[r], :] += dout[r, :] */
-  void (*embed_fwd)(DevOps *o, float *out, const int32_t *ids, const float *wte, int rows, int V, int C);
-  void (*embed_bwd)(DevOps *o, float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C);
-  /* nn_linear_forward / nn_linear_backward (b, dinp, dw, db may be NULL); linear_bwd WRITES dinp
-   * (dout W, no zeroing first: the head's input gradient), adds to dw and db */
-  void (*linear_fwd)(DevOps *o, float *out, const float *inp, const float *w, const float *b, int rows, int nin, int nout);
-  void (*linear_bwd)(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                     int rows, int nin, int nout);
-  /* nn_readout_forward / _backward; mode: 0 all, 1 last, 2 mean (NnReadout) */
-  void (*readout_fwd)(DevOps *o, int mode, float *out, const float *inp, int T, int B, int C);
-  void (*readout_bwd)(DevOps *o, int mode, float *dinp, const float *dout, int T, int B, int C);
-  /* out[r, :] = v (rows copies of n floats);  acc += sum over rows of x[r, :] */
-  void (*bcast_rows)(DevOps *o, float *out, const float *v, int rows, int n);
-  void (*colsum_add)(DevOps *o, float *acc, const float *x, int rows, int n);
-  /* residual blocks: out = a + b;  y += x */
-  void (*add)(DevOps *o, float *out, const float *a, const float *b, size_t n);
-  void (*acc)(DevOps *o, float *y, const float *x, size_t n);
-  /* nn_norm_forward / nn_norm_backward (layernorm; rmsnorm with mean NULL) */
-  void (*norm_fwd)(DevOps *o, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int rows,
-                   int C);
-  void (*norm_bwd)(DevOps *o, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                   const float *mean, const float *rstd, int rows, int C);
-  /* nn_batchnorm_forward / nn_batchnorm_backward */
-  void (*batchnorm_fwd)(DevOps *o, float *out, float *mean, float *rstd, float *running_mean, float *running_var,
-                        const float *inp, const float *w, const float *b, int rows, int C, bool training);
-  void (*batchnorm_bwd)(DevOps *o, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
-                        const float *w, const float *mean, const float *rstd, int rows, int C, bool training);
-  /* nn_glu_forward / _backward and nn_mlp_forward / _backward: p, d are NnGlu's (w1 b1 w2 b2 w3 b3)
-   * or NnMlp's (w1 b1 w2 b2) pointers in order, cache and scratch as nn.h lays them out */
-  void (*glu_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
-  void (*glu_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
-                  float *cache, float *const *p, int rows, int C, int H);
-  void (*mlp_fwd)(DevOps *o, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H);
-  void (*mlp_bwd)(DevOps *o, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp,
-                  float *cache, float *const *p, int rows, int C, int H);
-  /* out[i] = rng_philox_uniform_open(key, draw_counter(slice, i)): the cells' gumbel noise */
-  void (*uniform_open)(DevOps *o, float *out, size_t n, uint64_t key, DrawSlice slice);
-  /* nn_dropout_forward with the counter-based mask of `key` (rng_key), nn_dropout_backward */
-  void (*dropout_fwd)(DevOps *o, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key,
-                      DrawSlice slice, bool training);
-  void (*dropout_bwd)(DevOps *o, float *dinp, const float *dout, const float *mask, size_t n);
-  /* nn_crossentropy with the targets already masked (-1) and `counted` targets >= 0; dlogits NULL
-   * in evaluation. Writes the loss sum and the arg-max hits to the host. */
-  void (*crossentropy)(DevOps *o, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
-                       int64_t counted, double *loss_sum, int64_t *correct);
-  /* squared error over the rows with on[r] != 0; dpred = 2 (pred - target) / counted there, 0
-   * elsewhere (dpred NULL in evaluation). Writes the sum of squares to the host. */
-  void (*mse)(DevOps *o, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
-              int64_t counted, double *sq_sum);
-  /* the optimizer: sum of squares (double) of n floats, x *= c, and the updates of runtime/optim */
-  double (*sumsq)(DevOps *o, const float *x, size_t n);
-  void (*scale)(DevOps *o, float *x, float c, size_t n);
-  void (*sgd)(DevOps *o, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu);
-  void (*adam)(DevOps *o, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k);
-};
-
 /* A compiled program: each back end's own struct starts with this. */
 typedef struct Compiled {
   const Backend *be;
@@ -192,6 +109,8 @@ struct Backend {
   const char *name;
   Dtype dtype;             /* its SeqIO element type */
   bool scans;              /* it runs scan mode (else every program is lowered in plain form) */
+  DeviceKind device;       /* the device it runs on (device.h; zero: the host): compiler/pipeline's
+                              device_open(device) gives the memory its SeqIO pointers take */
   bool device_memory;      /* SeqIO pointers are device memory (cuda): the caller allocates and copies
                               them with the four entries below; NULL entries for a host back end */
   /* NULL when it can run p with these options, else why not. */
@@ -217,10 +136,6 @@ struct Backend {
    * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with
    * a message in err. NULL for a back end that cannot emit. */
   int (*emit)(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen);
-  /* device_memory back ends: the device operations of training on this back end's device (NULL
-   * with a message in err when it cannot run here); NULL entry for a host back end (runtime/model
-   * uses its host table). */
-  DevOps *(*ops_new)(char *err, size_t errlen);
   /* The input gradient as one product (host back ends; NULL entries elsewhere): where a program's
    * grad_x is G M over all rows, G [T B, cols] an array of the backward (the adjoints of the input
    * products, side by side) and M [cols, x_size] the input weights stacked, a caller that needs only

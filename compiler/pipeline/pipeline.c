@@ -67,6 +67,46 @@ const char *const *backend_device_names(void) {
   return names;
 }
 
+const Backend *backend_on_device(DeviceKind k) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (backends[i].trains && backends[i].be->device == k) return backends[i].be;
+  CHECK(!"a device with no back end that trains on it");
+  return NULL;
+}
+
+/* ---- the devices ---- */
+
+static struct {
+  Device *d;
+  int refs;
+} devices[DEVICE_KINDS];
+
+Device *device_open(DeviceKind k, char *err, size_t errlen) {
+  CHECK(k >= 0 && k < DEVICE_KINDS);
+  if (k == DEVICE_CPU) return device_host();
+  if (!devices[k].d) devices[k].d = cuda_device_open(k == DEVICE_CUDA_EMU, err, errlen);
+  if (!devices[k].d) return NULL;
+  devices[k].refs++;
+  return devices[k].d;
+}
+
+void device_release(Device *d) {
+  if (!d || device_is_host(d)) return;
+  CHECK(devices[d->kind].d == d && devices[d->kind].refs > 0);
+  if (--devices[d->kind].refs > 0) return;
+  devices[d->kind].d = NULL;
+  d->close(d);
+}
+
+bool device_kind_find(const char *name, DeviceKind *k) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (backends[i].trains && !strcmp(backends[i].be->name, name)) {
+      *k = backends[i].be->device;
+      return true;
+    }
+  return false;
+}
+
 /* ---- the cache ---- */
 
 typedef struct Entry {

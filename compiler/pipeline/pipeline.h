@@ -24,8 +24,20 @@ const char *backend_names(void);
 /* Their names joined by sep into buf ("interp|cpu|cuda|cuda-emu"); only the devices of training
  * when trains_only. */
 void backend_join(char *buf, size_t n, const char *sep, bool trains_only);
-/* The names of the devices of training, NULL-terminated (train.device's choices). */
+/* The names of the devices of training, NULL-terminated (train.device's choices): the back ends
+ * that train, each named after the device it runs on. */
 const char *const *backend_device_names(void);
+/* The back end that trains on (runs the model's cell layers on) a device of kind k. */
+const Backend *backend_on_device(DeviceKind k);
+
+/* The devices (device.h): one per kind per process, opened on first use (a CUDA device: its
+ * context and its training kernels) and shared by every holder until the last releases it; the
+ * memory of the back ends whose Backend.device is that kind. NULL with what is missing in err when
+ * it cannot run here. The host device never fails and is never closed. */
+Device *device_open(DeviceKind k, char *err, size_t errlen);
+void device_release(Device *d);
+/* The kind of a device by name ("cpu", "cuda", "cuda-emu": train.device's words): false for none. */
+bool device_kind_find(const char *name, DeviceKind *k);
 
 typedef struct PipelineOptions {
   const Backend *backend;

@@ -159,3 +159,31 @@ Test(cells, every_backend_conforms) {
     cr_expect(backend_find(be->name) == be);
   }
 }
+
+/* The devices: one per kind per process (a second open shares the first, until the last holder
+ * releases it), each of the kind asked for, and the back end that trains on each found by kind;
+ * train.device's words name them, the back ends that do not train do not. */
+Test(devices, one_per_kind) {
+  char err[8192];
+  cr_expect(device_open(DEVICE_CPU, err, sizeof err) == device_host());
+  cr_expect(device_is_host(device_host()) && device_host()->kind == DEVICE_CPU);
+  Device *a = device_open(DEVICE_CUDA_EMU, err, sizeof err), *b = device_open(DEVICE_CUDA_EMU, err, sizeof err);
+  cr_assert(a, "%s", err);
+  cr_expect(a == b && a->kind == DEVICE_CUDA_EMU && !device_is_host(a) && !strcmp(a->name, "cuda-emu"));
+  device_release(b);
+  /* still open for a: its memory works */
+  float x = 3.5f, y = 0;
+  void *p = a->alloc(a, sizeof x);
+  a->upload(a, p, &x, sizeof x), a->download(a, &y, p, sizeof y), a->free(a, p);
+  cr_expect_eq(y, 3.5f);
+  device_release(a);
+  DeviceKind k;
+  for (int i = 0; i < backend_count(); i++) {
+    const Backend *be = backend_at(i);
+    cr_expect_eq(device_kind_find(be->name, &k), backend_trains(be), "%s", be->name);
+    if (backend_trains(be)) cr_expect(k == be->device && backend_on_device(k) == be, "%s", be->name);
+  }
+  cr_expect(backend_on_device(DEVICE_CPU) == backend_find("cpu"));
+  cr_expect(backend_on_device(DEVICE_CUDA_EMU) == backend_find("cuda-emu"));
+  cr_expect(!device_kind_find("tpu", &k));
+}

@@ -16,18 +16,18 @@
 #include "ptxas.h"
 #include "model.h"
 
-static DevOps *H, *D; /* the host table, cuda-emu's */
+static Device *H, *D; /* the host device, cuda-emu's */
 
 static void setup(void) {
   h_use_cuda_test_cache();
   char err[8192];
-  H = model_host_ops();
-  D = cuda_ops_open(true, err, sizeof err);
+  H = device_host();
+  D = device_open(DEVICE_CUDA_EMU, err, sizeof err);
   cr_assert(D, "cuda-emu ops: %s", err);
 }
 
 static void teardown(void) {
-  if (D) D->close(D);
+  device_release(D);
 }
 
 TestSuite(cuda_train, .init = setup, .fini = teardown);
@@ -440,7 +440,7 @@ static Re re_gelu_grad(Re x) { /* Phi(x) + x phi(x): 0.5f (1 + erff(..)) + x ((f
 }
 
 /* nn.h's GLU and MLP mixers, forward (out and the cache) and backward (dx and the parameters'
- * gradients, added to what dx and d hold), in Re; p and d as the DevOps take them. */
+ * gradients, added to what dx and d hold), in Re; p and d as the Device take them. */
 static void re_mixer(bool glu, Re *out, Re *cache, Re *dx, Re **dparam, const float *x, float *const *p, float *const *d,
                      const float *dout, const float *dx0, int rows, int C, int Hd) {
   size_t n = (size_t)rows * Hd, np = glu ? 6 : 4;
@@ -628,7 +628,7 @@ Test(cuda_train, cuda_without_driver) {
     dlclose(h);
     cr_skip_test("a driver is installed here");
   }
-  DevOps *o = cuda_backend.ops_new(err, sizeof err);
+  Device *o = device_open(DEVICE_CUDA, err, sizeof err);
   cr_expect_null(o);
   cr_expect(strstr(err, "libcuda.so.1"), "%s", err);
 }

@@ -670,7 +670,7 @@ Test(host_ops, zero_splits_over_threads) {
   size_t n = (size_t)13 << 20 | 37;
   unsigned char *p = malloc(n + 64);
   memset(p, 0xab, n + 64);
-  DevOps *o = model_host_ops();
+  Device *o = device_host();
   o->zero(o, p, n);
   for (size_t i = 0; i < n; i++)
     if (p[i]) cr_assert_fail("byte %zu not zeroed", i);
@@ -687,7 +687,7 @@ Test(mse, host_ops_are_nn_mse) {
   float *d1 = calloc((size_t)N * K, sizeof(float)), *d2 = calloc((size_t)N * K, sizeof(float));
   for (int i = 0; i < N * K; i++) p[i] = sinf(0.37f * (float)i), y[i] = cosf(1.3f * (float)i) / 3.0f;
   for (int r = 0; r < N; r++) on[r] = r % 3 != 1;
-  DevOps *o = model_host_ops();
+  Device *o = device_host();
   double sum = 0;
   o->mse(o, d1, p, y, on, N, K, 1000, &sum);
   NnLoss L = nn_mse(d2, p, y, on, N, K, 1000);
@@ -707,7 +707,7 @@ Test(model_ops, host_adam_is_opt_adam_apply) {
   for (int i = 0; i < N; i++) p1[i] = p2[i] = sinf(0.7f * (float)i), g[i] = cosf(0.3f * (float)i);
   OptHyper h = {.lr_scale = 1, .weight_decay = 0.01, .eps = 1e-8, .beta1 = 0.9, .beta2 = 0.999};
   OptAdamK k = opt_adam_k(&h, 1e-2, 3, true);
-  DevOps *o = model_host_ops();
+  Device *o = device_host();
   o->adam(o, p1, g, m1, v1, N, &k);
   opt_adam_apply(&k, p2, g, m2, v2, N);
   cr_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);

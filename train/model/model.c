@@ -42,8 +42,8 @@ typedef struct Layer {
 
 struct Model {
   Arena arena;
-  DevOps *ops;                    /* where every buffer lives and every block runs (backend.h) */
-  const Backend *backend;         /* where the cell layers run: the back end of ops->name */
+  Device *ops;                    /* where every buffer lives and every block runs (backend.h) */
+  const Backend *backend;         /* where the cell layers run: the back end that trains on ops->kind */
   char *source;                   /* the .cell text */
   const char *cell_name, *summary;
   ModelTensor *tensors;
@@ -99,7 +99,7 @@ static void model_place(Model *m) {
   size_t total = 0;
   for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
   m->store = xcalloc(2 * total + 1, sizeof(float));
-  if (m->ops->device) m->dstore = m->ops->alloc(m->ops, sizeof(float) * (2 * total + 1));
+  if (!device_is_host(m->ops)) m->dstore = m->ops->alloc(m->ops, sizeof(float) * (2 * total + 1));
   float *v = m->store, *g = m->store + total;
   float *dv = m->dstore ? m->dstore : v, *dg = m->dstore ? m->dstore + total : g;
   for (int i = 0; i < m->ntensors; i++) {
@@ -532,7 +532,7 @@ static int cell_dims(Model *m, const Cfg *cfg, const char *cell_file, const Cell
  * moments and the cell layers' work arrays come on top, and fail the same way when they do not
  * fit). Prints the amounts when not. */
 static bool fits_device(Model *m) {
-  if (!m->ops->device) return true;
+  if (!!device_is_host(m->ops)) return true;
   double floats = 0;
   for (int i = 0; i < m->ntensors; i++) floats += 2.0 * (double)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
   floats += (double)m->rows * (double)m->maxc * (m->nlayers + 5);
@@ -660,14 +660,14 @@ bool model_folds_embedding(const Model *m) { return m->fold_cols > 0; }
 Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                  uint64_t seed) {
   int status;
-  return model_new_on(cfg, cell_file, stdlib_dir, shape, batch, seed, model_host_ops(), &status);
+  return model_new_on(cfg, cell_file, stdlib_dir, shape, batch, seed, device_host(), &status);
 }
 
 Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
-                    uint64_t seed, DevOps *ops, int *status) {
+                    uint64_t seed, Device *dev, int *status) {
   Model *m = xcalloc(1, sizeof *m);
   *status = 1;
-  m->ops = ops;
+  m->ops = dev;
   m->seed = seed;
   m->task = *shape;
   m->T = shape->length, m->B = batch, m->rows = m->T * m->B;
@@ -675,8 +675,7 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
   m->width = (int)cfg_int(cfg, "model.width");
   m->nlayers = (int)cfg_int(cfg, "model.layers");
   m->enc_w = m->enc_b = -1;
-  m->backend = backend_find(ops->name);
-  CHECK(m->backend);
+  m->backend = backend_on_device(dev->kind);
   Module *mod = check_load(&m->arena, cell_file, stdlib_dir);
   if (!mod) return model_free(m), NULL;
   const Src *src = NULL;
@@ -802,7 +801,7 @@ static void learned_states(Model *m, Layer *L, bool backward) {
 
 static void norm_forward(Model *m, Layer *L, const float *x, bool training) {
   int C = m->width;
-  DevOps *o = m->ops;
+  Device *o = m->ops;
   const float *w = m->tensors[L->norm_w].dval[0], *b = m->tensors[L->norm_w + 1].dval[0];
   if (m->norm != NORM_BATCH) o->norm_fwd(o, L->normed, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, x, w, b, m->rows, C);
   else
@@ -814,7 +813,7 @@ static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, cons
   int C = m->width;
   const float *w = m->tensors[L->norm_w].dval[0];
   float *dw = m->tensors[L->norm_w].dgrad[0], *db = m->tensors[L->norm_w + 1].dgrad[0];
-  DevOps *o = m->ops;
+  Device *o = m->ops;
   if (m->norm != NORM_BATCH) o->norm_bwd(o, dx, dw, db, dout, x, w, m->norm == NORM_LAYER ? L->nmean : NULL, L->nrstd, m->rows, C);
   else o->batchnorm_bwd(o, dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
 }
@@ -839,7 +838,7 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   if (direct) return;
   const float *branch = L->y;
   if (L->mix_w >= 0) {
-    DevOps *o = m->ops;
+    Device *o = m->ops;
     if (m->mix == MIX_GLU) o->glu_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
     else o->mlp_fwd(o, L->mixed, L->mixcache, L->y, L->mixp, m->rows, m->width, m->mix_hidden);
     branch = L->mixed;
@@ -870,7 +869,7 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   if (L->mix_w >= 0) {
     float *dy = m->dtmp[1];
     m->ops->zero(m->ops, dy, sizeof(float) * n);
-    DevOps *o = m->ops;
+    Device *o = m->ops;
     if (m->mix == MIX_GLU) o->glu_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
     else o->mlp_bwd(o, dy, L->dmixp, m->scratch, d, L->y, L->mixcache, L->mixp, m->rows, m->width, m->mix_hidden);
     d = dy;
@@ -897,7 +896,7 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
  * (cross-entropy: -1; MSE: row flags that also carry the task's per-step mask). Returns how many
  * targets (cross-entropy) or elements (MSE) count. */
 static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
-  DevOps *o = m->ops;
+  Device *o = m->ops;
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
   size_t rows = (size_t)m->rows;
   if (m->embed) o->upload(o, m->d_ids, b->tokens, sizeof(int32_t) * rows);
@@ -925,7 +924,7 @@ static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
  * loss's gradient in dlogits when `dlogits`. */
 static ModelLoss forward(Model *m, const TaskBatch *b, bool training, int64_t step, int rows, bool dlogits) {
   CHECK(b->T == m->T && b->B == m->B);
-  DevOps *o = m->ops;
+  Device *o = m->ops;
   int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
   int64_t counted = upload_batch(m, b, rows);
@@ -957,7 +956,7 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
   ModelLoss out = forward(m, b, training, step, rows, training);
   if (!training) return out;
 
-  DevOps *o = m->ops;
+  Device *o = m->ops;
   size_t nrows = (size_t)m->rows;
   int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
@@ -994,7 +993,7 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
 
 /* ---- where the tensors live ---- */
 
-DevOps *model_ops(Model *m) { return m->ops; }
+Device *model_device(Model *m) { return m->ops; }
 
 void model_to_device(Model *m) {
   if (m->dstore) m->ops->upload(m->ops, m->dstore, m->store, sizeof(float) * m->store_floats);
@@ -1011,7 +1010,7 @@ void model_to_host(Model *m) {
 static int64_t first_bad(Model *m, const float *x, size_t n, float *v) {
   float *tmp = NULL;
   const float *h = x;
-  if (m->ops->device) {
+  if (!device_is_host(m->ops)) {
     tmp = xmalloc(sizeof(float) * n + 1);
     m->ops->download(m->ops, tmp, x, sizeof(float) * n);
     h = tmp;

@@ -50,19 +50,17 @@ typedef struct Model Model;
 Model *model_new(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape,
                  int batch, uint64_t seed);
 void model_free(Model *m);
-/* model_new on the device of `ops` (model_host_ops(): the CPU); the cell layers on the back end of
- * the same name. NULL after printing the error, with *status 1 (the configuration, the cell) or 3
- * (the device has less free memory than the model's params, gradients and activations need). */
+/* model_new on device `dev` (device_host(): the CPU); the cell layers on the back end that trains
+ * on its kind (backend_on_device). NULL after printing the error, with *status 1 (the
+ * configuration, the cell) or 3 (the device has less free memory than the model's params,
+ * gradients and activations need). */
 Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
-                    uint64_t seed, DevOps *ops, int *status);
-DevOps *model_host_ops(void);
-DevOps *model_ops(Model *m);
+                    uint64_t seed, Device *dev, int *status);
+Device *model_device(Model *m);
 /* A device's tensors: the values (params and buffers, not the gradients) copied to the host (before
  * a checkpoint is written) and back (after one is read). Nothing to do on the host. */
 void model_to_host(Model *m);
 void model_to_device(Model *m);
-/* The optimizer's per-tensor updates through a device's operations (model_ops(m): the model's). */
-OptApply model_opt_apply(DevOps *ops);
 
 /* Data-parallel training: the batches this model sees are rows [first, first + batch) of global
  * batches of `global_batch` sequences; its per-step draws (dropout, gumbel noise) are then exactly

@@ -443,6 +443,6 @@ static void cpu_work_free(Work *ww) {
   free(w);
 }
 
-const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, BACKEND_ENTRY_POINTS(cpu),
+const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, .device = DEVICE_CPU, BACKEND_ENTRY_POINTS(cpu),
                            .emit = cpu_emit, .xgrad_cols = cpu_xgrad_cols, .xgrad_rows = cpu_xgrad_rows,
                            .xgrad_mul = cpu_xgrad_mul};

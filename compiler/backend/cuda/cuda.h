@@ -18,11 +18,10 @@ const char *cuda_compiled_source(const Compiled *c);
  * NULL for another back end. */
 const void *cuda_compiled_table(const Compiled *c, size_t *n);
 
-/* The device operations of training (backend.h's DevOps) on the real device or the emulator: the
- * backends' ops_new. NULL with what is missing in err. */
-DevOps *cuda_ops_open(bool emulated, char *err, size_t errlen);
-DevOps *cuda_ops_new_real(char *err, size_t errlen);
-DevOps *cuda_ops_new_emu(char *err, size_t errlen);
+/* The real device or the emulator as a Device (device.h: memory and the operations of training),
+ * the one compiler/pipeline's device_open opens per kind; its memory is the memory the back ends'
+ * SeqIO pointers take (the same context). NULL with what is missing in err. */
+Device *cuda_device_open(bool emulated, char *err, size_t errlen);
 /* The training kernels' CUDA C source (cellc_train.cu), for the tests' NVRTC and ptxas checks. */
 const char *cuda_train_source(void);
 

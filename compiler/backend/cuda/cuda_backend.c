@@ -434,14 +434,15 @@ static void cuda_work_free(Work *ww) {
 
 /* The two back ends differ only in the CudaApi their compile opens: the real libraries or the
  * emulator. */
-#define CUDA_BACKEND(label, compile_fn, ops_fn)                                                           \
+#define CUDA_BACKEND(label, compile_fn, kind)                                                             \
   {                                                                                                \
-    .name = label, .dtype = DT_F32, .scans = true, .device_memory = true, .supports = cuda_supports, \
+    .name = label, .dtype = DT_F32, .scans = true, .device = kind, .device_memory = true,            \
+    .supports = cuda_supports,                                                                      \
     .compile = compile_fn, .free = cuda_free, .work_new = cuda_work_new, .work_free = cuda_work_free, \
     .forward = cuda_forward, .backward = cuda_backward, .read_steps = cuda_read_steps,               \
     .mem_alloc = cuda_mem_alloc, .mem_free = cuda_mem_free, .mem_upload = cuda_mem_upload,          \
-    .mem_download = cuda_mem_download, .emit = cuda_emit, .ops_new = ops_fn                       \
+    .mem_download = cuda_mem_download, .emit = cuda_emit                                          \
   }
 
-const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real, cuda_ops_new_real);
-const Backend cuda_emu_backend = CUDA_BACKEND("cuda-emu", cuda_compile_emu, cuda_ops_new_emu);
+const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real, DEVICE_CUDA);
+const Backend cuda_emu_backend = CUDA_BACKEND("cuda-emu", cuda_compile_emu, DEVICE_CUDA_EMU);

@@ -1,4 +1,4 @@
-/* cuda_ops.c: the device operations of training (backend.h's DevOps) on the cuda and cuda-emu
+/* cuda_ops.c: the device operations of training (device.h's Device) on the cuda and cuda-emu
  * devices: the kernels of cellc_train.cu (compiled once by NVRTC or the emulator), cuBLAS for the
  * linear layers' products, the driver's copies and memsets. One host thread drives it. */
 #include <string.h>
@@ -18,7 +18,7 @@
 #define MAX_BLOCKS 4096u
 
 typedef struct CudaOps {
-  DevOps base;
+  Device base;
   CudaDev *d;
   CUmodule mod;
   struct { TR_KERNELS(TR_FIELD) } k;
@@ -44,7 +44,7 @@ static void die(const CudaOps *o, const char *err) {
     if (CUDA_CUBLAS(&(o)->d->api, e_, sizeof e_, fn, __VA_ARGS__) != 0) die((o), e_);        \
   } while (0)
 
-static CudaOps *cur(DevOps *b) {
+static CudaOps *cur(Device *b) {
   CudaOps *o = (CudaOps *)b;
   CU(o, cuCtxSetCurrent, o->d->ctx);
   return o;
@@ -62,14 +62,14 @@ static void launch(CudaOps *o, CUfunction f, long long n, void **args) {
 
 /* ---- memory ---- */
 
-static size_t c_mem_free_bytes(DevOps *b) {
+static size_t c_mem_free_bytes(Device *b) {
   CudaOps *o = cur(b);
   size_t fr = 0, total = 0;
   CU(o, cuMemGetInfo, &fr, &total);
   return fr;
 }
 
-static void *c_alloc(DevOps *b, size_t bytes) {
+static void *c_alloc(Device *b, size_t bytes) {
   CudaOps *o = cur(b);
   CUdeviceptr p;
   if (bytes == 0) bytes = 4;
@@ -85,27 +85,27 @@ static void *c_alloc(DevOps *b, size_t bytes) {
   return (void *)(uintptr_t)p;
 }
 
-static void c_free(DevOps *b, void *p) {
+static void c_free(Device *b, void *p) {
   CudaOps *o = cur(b);
   if (p) CU(o, cuMemFree, DP(p));
 }
 
-static void c_upload(DevOps *b, void *dst, const void *src, size_t bytes) {
+static void c_upload(Device *b, void *dst, const void *src, size_t bytes) {
   CudaOps *o = cur(b);
   if (bytes) CU(o, cuMemcpyHtoD, DP(dst), src, bytes);
 }
 
-static void c_download(DevOps *b, void *dst, const void *src, size_t bytes) {
+static void c_download(Device *b, void *dst, const void *src, size_t bytes) {
   CudaOps *o = cur(b);
   if (bytes) CU(o, cuMemcpyDtoH, dst, DP(src), bytes);
 }
 
-static void c_zero(DevOps *b, void *p, size_t bytes) {
+static void c_zero(Device *b, void *p, size_t bytes) {
   CudaOps *o = cur(b);
   if (bytes) CU(o, cuMemsetD8, DP(p), 0, bytes);
 }
 
-static void c_copy(DevOps *b, void *dst, const void *src, size_t bytes) {
+static void c_copy(Device *b, void *dst, const void *src, size_t bytes) {
   CudaOps *o = cur(b);
   if (bytes && dst != src) CU(o, cuMemcpyDtoD, DP(dst), DP(src), bytes);
 }
@@ -131,7 +131,7 @@ static double dsum(CudaOps *o, CUdeviceptr x, long long n, CUdeviceptr out) {
 
 /* ---- the blocks ---- */
 
-static void c_embed_fwd(DevOps *b, float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
+static void c_embed_fwd(Device *b, float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
   CudaOps *o = cur(b);
   (void)V;
   CUdeviceptr po = DP(out), pi = DP(ids), pw = DP(wte);
@@ -140,7 +140,7 @@ static void c_embed_fwd(DevOps *b, float *out, const int32_t *ids, const float *
   launch(o, o->k.tr_embed_fwd, r * C, args);
 }
 
-static void c_embed_bwd(DevOps *b, float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
+static void c_embed_bwd(Device *b, float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
   CudaOps *o = cur(b);
   (void)V;
   if (!dwte) return;
@@ -150,7 +150,7 @@ static void c_embed_bwd(DevOps *b, float *dwte, const float *dout, const int32_t
   launch(o, o->k.tr_embed_bwd, r * C, args);
 }
 
-static void c_bcast_rows(DevOps *b, float *out, const float *v, int rows, int n) {
+static void c_bcast_rows(Device *b, float *out, const float *v, int rows, int n) {
   CudaOps *o = cur(b);
   CUdeviceptr po = DP(out), pv = DP(v);
   long long r = rows;
@@ -158,7 +158,7 @@ static void c_bcast_rows(DevOps *b, float *out, const float *v, int rows, int n)
   launch(o, o->k.tr_bcast_rows, r * n, args);
 }
 
-static void c_colsum_add(DevOps *b, float *acc, const float *x, int rows, int n) {
+static void c_colsum_add(Device *b, float *acc, const float *x, int rows, int n) {
   CudaOps *o = cur(b);
   CUdeviceptr pa = DP(acc), px = DP(x);
   long long r = rows;
@@ -168,7 +168,7 @@ static void c_colsum_add(DevOps *b, float *acc, const float *x, int rows, int n)
 
 /* Row-major out (rows, nout) = inp (rows, nin) W^T (+ b): column-major out^T = W^T inp^T, one Sgemm
  * (docs/gpu.md's table). */
-static void c_linear_fwd(DevOps *bo, float *out, const float *inp, const float *w, const float *b, int rows, int nin,
+static void c_linear_fwd(Device *bo, float *out, const float *inp, const float *w, const float *b, int rows, int nin,
                          int nout) {
   CudaOps *o = cur(bo);
   if (rows <= 0 || nout <= 0) return;
@@ -180,8 +180,8 @@ static void c_linear_fwd(DevOps *bo, float *out, const float *inp, const float *
          out, nout);
 }
 
-/* nn_linear_backward: dinp written (add_dinp false: the DevOps entry) or added to (the blocks') */
-static void linear_bwd(DevOps *bo, float *dinp, bool add_dinp, float *dw, float *db, const float *dout, const float *inp,
+/* nn_linear_backward: dinp written (add_dinp false: the Device entry) or added to (the blocks') */
+static void linear_bwd(Device *bo, float *dinp, bool add_dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int rows, int nin, int nout) {
   CudaOps *o = cur(bo);
   if (rows <= 0 || nout <= 0) return;
@@ -196,28 +196,28 @@ static void linear_bwd(DevOps *bo, float *dinp, bool add_dinp, float *dw, float 
     CUBLAS(o, cublasSgemm, o->d->blas, CUBLAS_OP_N, CUBLAS_OP_N, nin, rows, nout, &one, w, nin, dout, nout, &beta, dinp, nin);
 }
 
-static void c_linear_bwd(DevOps *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+static void c_linear_bwd(Device *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                          int rows, int nin, int nout) {
   linear_bwd(bo, dinp, false, dw, db, dout, inp, w, rows, nin, nout);
 }
 
-static void c_readout(DevOps *b, bool bwd, int mode, float *dst, const float *src, int T, int B, int C) {
+static void c_readout(Device *b, bool bwd, int mode, float *dst, const float *src, int T, int B, int C) {
   CudaOps *o = cur(b);
   CUdeviceptr pd = DP(dst), ps = DP(src);
   long long bc = (long long)B * C;
   void *args[] = {&mode, &pd, &ps, &T, &bc};
   launch(o, bwd ? o->k.tr_readout_bwd : o->k.tr_readout_fwd, mode == 0 ? T * bc : bc, args);
 }
-static void c_readout_fwd(DevOps *b, int mode, float *out, const float *inp, int T, int B, int C) {
+static void c_readout_fwd(Device *b, int mode, float *out, const float *inp, int T, int B, int C) {
   c_readout(b, false, mode, out, inp, T, B, C);
 }
-static void c_readout_bwd(DevOps *b, int mode, float *dinp, const float *dout, int T, int B, int C) {
+static void c_readout_bwd(Device *b, int mode, float *dinp, const float *dout, int T, int B, int C) {
   c_readout(b, true, mode, dinp, dout, T, B, C);
 }
 
 /* ---- residual blocks ---- */
 
-static void c_add(DevOps *bo, float *out, const float *a, const float *b, size_t n) {
+static void c_add(Device *bo, float *out, const float *a, const float *b, size_t n) {
   CudaOps *o = cur(bo);
   CUdeviceptr po = DP(out), pa = DP(a), pb = DP(b);
   long long nn = (long long)n;
@@ -225,7 +225,7 @@ static void c_add(DevOps *bo, float *out, const float *a, const float *b, size_t
   launch(o, o->k.tr_add, nn, args);
 }
 
-static void c_acc(DevOps *bo, float *y, const float *x, size_t n) {
+static void c_acc(Device *bo, float *y, const float *x, size_t n) {
   CudaOps *o = cur(bo);
   CUdeviceptr py = DP(y), px = DP(x);
   long long nn = (long long)n;
@@ -233,7 +233,7 @@ static void c_acc(DevOps *bo, float *y, const float *x, size_t n) {
   launch(o, o->k.tr_acc, nn, args);
 }
 
-static void c_norm_fwd(DevOps *bo, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+static void c_norm_fwd(Device *bo, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                        int rows, int C) {
   CudaOps *o = cur(bo);
   CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), pi = DP(inp), pw = DP(w), pb = DP(b);
@@ -242,7 +242,7 @@ static void c_norm_fwd(DevOps *bo, float *out, float *mean, float *rstd, const f
   launch(o, o->k.tr_norm_fwd, r, args);
 }
 
-static void c_norm_bwd(DevOps *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+static void c_norm_bwd(Device *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int rows, int C) {
   CudaOps *o = cur(bo);
   CUdeviceptr pdx = DP(dinp), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w), pm = DP(mean),
@@ -258,7 +258,7 @@ static void c_norm_bwd(DevOps *bo, float *dinp, float *dw, float *db, const floa
   }
 }
 
-static void c_bn_fwd(DevOps *bo, float *out, float *mean, float *rstd, float *rmean, float *rvar, const float *inp,
+static void c_bn_fwd(Device *bo, float *out, float *mean, float *rstd, float *rmean, float *rvar, const float *inp,
                      const float *w, const float *b, int rows, int C, bool training) {
   CudaOps *o = cur(bo);
   CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), prm = DP(rmean), prv = DP(rvar), pi = DP(inp), pw = DP(w), pb = DP(b);
@@ -270,7 +270,7 @@ static void c_bn_fwd(DevOps *bo, float *out, float *mean, float *rstd, float *rm
   launch(o, o->k.tr_bn_apply, r * C, aargs);
 }
 
-static void c_bn_bwd(DevOps *bo, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
+static void c_bn_bwd(Device *bo, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                      const float *w, const float *mean, const float *rstd, int rows, int C, bool training) {
   CudaOps *o = cur(bo);
   CUdeviceptr psg = DP(scratch), psgn = DP(scratch + C), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w),
@@ -285,7 +285,7 @@ static void c_bn_bwd(DevOps *bo, float *dinp, float *dw, float *db, float *scrat
 }
 
 /* The mixers: runtime/nn's compositions of linear layers and elementwise kernels (nn.h). */
-static void c_glu_fwd(DevOps *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+static void c_glu_fwd(Device *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
   float *a = cache, *s = cache + n, *g = cache + 2 * n;
@@ -297,7 +297,7 @@ static void c_glu_fwd(DevOps *bo, float *out, float *cache, const float *inp, fl
   c_linear_fwd(bo, out, g, p[4], p[5], rows, H, C);
 }
 
-static void c_glu_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+static void c_glu_bwd(Device *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
                       float *const *p, int rows, int C, int H) {
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
@@ -310,7 +310,7 @@ static void c_glu_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   linear_bwd(bo, dinp, true, d[0], d[1], da, inp, p[0], rows, C, H);
 }
 
-static void c_mlp_fwd(DevOps *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
+static void c_mlp_fwd(Device *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
   float *h = cache, *a = cache + n;
@@ -321,7 +321,7 @@ static void c_mlp_fwd(DevOps *bo, float *out, float *cache, const float *inp, fl
   c_linear_fwd(bo, out, a, p[2], p[3], rows, H, C);
 }
 
-static void c_mlp_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
+static void c_mlp_bwd(Device *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
                       float *const *p, int rows, int C, int H) {
   CudaOps *o = cur(bo);
   long long n = (long long)rows * H;
@@ -333,7 +333,7 @@ static void c_mlp_bwd(DevOps *bo, float *dinp, float *const *d, float *scratch, 
   linear_bwd(bo, dinp, true, d[0], d[1], da, inp, p[0], rows, C, H);
 }
 
-static void c_dropout_fwd(DevOps *bo, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key,
+static void c_dropout_fwd(Device *bo, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key,
                           DrawSlice slice, bool training) {
   CudaOps *o = cur(bo);
   CUdeviceptr po = DP(out), pm = DP(mask), pi = DP(inp);
@@ -345,7 +345,7 @@ static void c_dropout_fwd(DevOps *bo, float *out, float *mask, const float *inp,
   launch(o, o->k.tr_dropout, nn, args);
 }
 
-static void c_uniform_open(DevOps *bo, float *out, size_t n, uint64_t key, DrawSlice slice) {
+static void c_uniform_open(Device *bo, float *out, size_t n, uint64_t key, DrawSlice slice) {
   CudaOps *o = cur(bo);
   CUdeviceptr po = DP(out);
   long long nn = (long long)n;
@@ -354,7 +354,7 @@ static void c_uniform_open(DevOps *bo, float *out, size_t n, uint64_t key, DrawS
   launch(o, o->k.tr_uniform_open, nn, args);
 }
 
-static void c_dropout_bwd(DevOps *bo, float *dinp, const float *dout, const float *mask, size_t n) {
+static void c_dropout_bwd(Device *bo, float *dinp, const float *dout, const float *mask, size_t n) {
   CudaOps *o = cur(bo);
   if (!dinp) return;
   CUdeviceptr pd = DP(dinp), pg = DP(dout), pm = DP(mask);
@@ -365,7 +365,7 @@ static void c_dropout_bwd(DevOps *bo, float *dinp, const float *dout, const floa
 
 /* ---- losses: per-row kernels, then their sums in double ---- */
 
-static void c_crossentropy(DevOps *b, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
+static void c_crossentropy(Device *b, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                            int64_t counted, double *loss_sum, int64_t *correct) {
   CudaOps *o = cur(b);
   CUdeviceptr s = scratch(o, 2 * (size_t)N + 1), loss = s, hit = s + sizeof(double) * (size_t)N,
@@ -379,7 +379,7 @@ static void c_crossentropy(DevOps *b, float *dlogits, const float *logits, const
   *correct = (int64_t)(dsum(o, hit, n, out) + 0.5);
 }
 
-static void c_mse(DevOps *b, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
+static void c_mse(Device *b, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
                   int64_t counted, double *sq_sum) {
   CudaOps *o = cur(b);
   CUdeviceptr s = scratch(o, (size_t)N + 1), loss = s, out = s + sizeof(double) * (size_t)N;
@@ -393,7 +393,7 @@ static void c_mse(DevOps *b, float *dpred, const float *pred, const float *targe
 
 /* ---- the optimizer ---- */
 
-static double c_sumsq(DevOps *b, const float *x, size_t n) {
+static double c_sumsq(Device *b, const float *x, size_t n) {
   CudaOps *o = cur(b);
   long long nn = (long long)n;
   unsigned blocks = blocks_for(nn);
@@ -404,7 +404,7 @@ static double c_sumsq(DevOps *b, const float *x, size_t n) {
   return dsum(o, s, blocks, out);
 }
 
-static void c_scale(DevOps *b, float *x, float c, size_t n) {
+static void c_scale(Device *b, float *x, float c, size_t n) {
   CudaOps *o = cur(b);
   CUdeviceptr px = DP(x);
   long long nn = (long long)n;
@@ -412,7 +412,7 @@ static void c_scale(DevOps *b, float *x, float c, size_t n) {
   launch(o, o->k.tr_scale, nn, args);
 }
 
-static void c_sgd(DevOps *b, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu) {
+static void c_sgd(Device *b, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu) {
   CudaOps *o = cur(b);
   CUdeviceptr pp = DP(p), pg = DP(g), pb = DP(buf);
   long long nn = (long long)n;
@@ -420,7 +420,7 @@ static void c_sgd(DevOps *b, float *p, const float *g, float *buf, size_t n, flo
   launch(o, o->k.tr_sgd, nn, args);
 }
 
-static void c_adam(DevOps *b, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k) {
+static void c_adam(Device *b, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k) {
   CudaOps *o = cur(b);
   CUdeviceptr pp = DP(p), pg = DP(g), pm = DP(m), pv = DP(v);
   long long nn = (long long)n;
@@ -432,7 +432,7 @@ static void c_adam(DevOps *b, float *p, const float *g, float *m, float *v, size
 
 /* ---- opening ---- */
 
-static void c_close(DevOps *b) {
+static void c_close(Device *b) {
   CudaOps *o = (CudaOps *)b;
   if (!o) return;
   if (o->d) {
@@ -444,8 +444,8 @@ static void c_close(DevOps *b) {
   free(o);
 }
 
-static const DevOps cuda_ops_table = {
-    .device = true, .close = c_close, .alloc = c_alloc, .free = c_free, .upload = c_upload, .download = c_download,
+static const Device cuda_ops_table = {
+    .close = c_close, .alloc = c_alloc, .free = c_free, .upload = c_upload, .download = c_download,
     .zero = c_zero, .copy = c_copy, .mem_free_bytes = c_mem_free_bytes, .embed_fwd = c_embed_fwd,
     .embed_bwd = c_embed_bwd, .linear_fwd = c_linear_fwd, .linear_bwd = c_linear_bwd, .readout_fwd = c_readout_fwd,
     .readout_bwd = c_readout_bwd, .bcast_rows = c_bcast_rows, .colsum_add = c_colsum_add, .add = c_add, .acc = c_acc,
@@ -456,10 +456,11 @@ static const DevOps cuda_ops_table = {
 
 const char *cuda_train_source(void) { return cellc_train_cu; }
 
-DevOps *cuda_ops_open(bool emulated, char *err, size_t errlen) {
+Device *cuda_device_open(bool emulated, char *err, size_t errlen) {
   CudaOps *o = xcalloc(1, sizeof *o);
   o->base = cuda_ops_table;
   o->base.name = emulated ? "cuda-emu" : "cuda";
+  o->base.kind = emulated ? DEVICE_CUDA_EMU : DEVICE_CUDA;
   o->d = cuda_dev_acquire(emulated, err, errlen);
   if (!o->d) return free(o), NULL;
   char why[8192];
@@ -483,5 +484,3 @@ DevOps *cuda_ops_open(bool emulated, char *err, size_t errlen) {
   return &o->base;
 }
 
-DevOps *cuda_ops_new_real(char *err, size_t errlen) { return cuda_ops_open(false, err, errlen); }
-DevOps *cuda_ops_new_emu(char *err, size_t errlen) { return cuda_ops_open(true, err, errlen); }
