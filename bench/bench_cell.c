@@ -111,11 +111,11 @@ static double gpu_copy_bandwidth(void) {
   return 2.0 * (double)bytes / best;
 }
 
-/* A host buffer on a device-memory back end (freed with the process). */
-static void *on_device(Compiled *c, const void *host, size_t bytes) {
-  if (!c->be->device_memory) return (void *)host;
-  void *d = c->be->mem_alloc(c, bytes);
-  c->be->mem_upload(c, d, host, bytes);
+/* A host buffer in the memory of a back end's device (freed with the process). */
+static void *on_device(Device *dv, const void *host, size_t bytes) {
+  if (device_is_host(dv)) return (void *)host;
+  void *d = dv->alloc(dv, bytes);
+  dv->upload(dv, d, host, bytes);
   return d;
 }
 
@@ -206,19 +206,25 @@ int main(int argc, char **argv) {
   s.grad_params = gp;
   s.y = xmalloc(sizeof(float) * rows * p->output_size);
   s.grad_x = xmalloc(sizeof(float) * rows * p->x_size);
-  if (be->device_memory) {
+  char derr[1024];
+  Device *dv = device_open(be->device, derr, sizeof derr); /* held with the process */
+  if (!dv) {
+    fprintf(stderr, "bench_cell: %s\n", derr);
+    return 1;
+  }
+  if (!device_is_host(dv)) {
     for (int i = 0; i < p->npparts; i++) {
       size_t e = sizeof(float) * (size_t)p->pparts[i].numel;
-      params[i] = on_device(cc, params[i], e), gp[i] = on_device(cc, gp[i], e);
+      params[i] = on_device(dv, params[i], e), gp[i] = on_device(dv, gp[i], e);
     }
     for (int i = 0; i < p->nsparts; i++) {
       size_t n = sizeof(float) * (size_t)B * p->sparts[i].size;
-      h0[i] = on_device(cc, h0[i], n), df[i] = on_device(cc, df[i], n), fin[i] = on_device(cc, fin[i], n);
-      gh[i] = on_device(cc, gh[i], n);
+      h0[i] = on_device(dv, h0[i], n), df[i] = on_device(dv, df[i], n), fin[i] = on_device(dv, fin[i], n);
+      gh[i] = on_device(dv, gh[i], n);
     }
-    s.x = on_device(cc, s.x, sizeof(float) * rows * p->x_size), s.dy = on_device(cc, s.dy, sizeof(float) * rows * p->output_size);
-    s.y = on_device(cc, s.y, sizeof(float) * rows * p->output_size);
-    s.grad_x = on_device(cc, s.grad_x, sizeof(float) * rows * p->x_size);
+    s.x = on_device(dv, s.x, sizeof(float) * rows * p->x_size), s.dy = on_device(dv, s.dy, sizeof(float) * rows * p->output_size);
+    s.y = on_device(dv, s.y, sizeof(float) * rows * p->output_size);
+    s.grad_x = on_device(dv, s.grad_x, sizeof(float) * rows * p->x_size);
   }
   Work *w = be->work_new(cc);
   be->forward(cc, w, &s); /* warm up: allocations, page faults */

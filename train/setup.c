@@ -129,6 +129,7 @@ static int open_device(Run *r) {
   }
   char err[1024];
   r->ops = device_open(kind, err, sizeof err);
+  if (r->ops && r->ops->prepare(r->ops, err, sizeof err) != 0) device_release(r->ops), r->ops = NULL;
   if (!r->ops) {
     diag_plain("train.device = %s: %s", dev, err);
     return 3;

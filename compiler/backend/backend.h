@@ -22,8 +22,9 @@ typedef enum { DT_F32, DT_F64 } Dtype;
 
 /* Whole-sequence buffers of one call, row-major (row r = t B + b), channels innermost; per-part
  * arrays follow the Program's param parts and state parts (a complex value as two real planes).
- * Every pointer is to `dtype` elements, in host memory (device memory for a back end with
- * device_memory). The caller allocates everything. */
+ * Every pointer is to `dtype` elements in the memory of the back end's device (Backend.device:
+ * host memory, or a CUDA device's memory). The caller allocates everything, through that Device
+ * (compiler/pipeline's device_open). */
 typedef struct SeqIO {
   int T, B;
   Dtype dtype;
@@ -111,8 +112,6 @@ struct Backend {
   bool scans;              /* it runs scan mode (else every program is lowered in plain form) */
   DeviceKind device;       /* the device it runs on (device.h; zero: the host): compiler/pipeline's
                               device_open(device) gives the memory its SeqIO pointers take */
-  bool device_memory;      /* SeqIO pointers are device memory (cuda): the caller allocates and copies
-                              them with the four entries below; NULL entries for a host back end */
   /* NULL when it can run p with these options, else why not. */
   const char *(*supports)(const Program *p, const BackendOptions *o);
   /* NULL with a message in err on failure. */
@@ -123,15 +122,9 @@ struct Backend {
   void (*forward)(Compiled *c, Work *w, const SeqIO *s);
   /* after forward on the same Work and sequence */
   void (*backward)(Compiled *c, Work *w, const SeqIO *s);
-  /* Copies a per-step array the last forward left in w into out (dtype elements); 0, or -1 when
-   * this back end does not keep it. */
+  /* Copies a per-step array the last forward left in w into out (dtype elements, host memory); 0,
+   * or -1 when this back end does not keep it. */
   int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
-  /* device_memory back ends: device buffers for SeqIO, and copies host -> device (upload) and
-   * device -> host (download); read_steps' out is host memory. */
-  void *(*mem_alloc)(Compiled *c, size_t bytes);
-  void (*mem_free)(Compiled *c, void *p);
-  void (*mem_upload)(Compiled *c, void *dst, const void *src, size_t bytes);
-  void (*mem_download)(Compiled *c, void *dst, const void *src, size_t bytes);
   /* Writes p's forward and backward as the target's standalone code files (cpu: P.o and libP.so;
    * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with
    * a message in err. NULL for a back end that cannot emit. */

@@ -245,54 +245,58 @@ typedef struct IoSizes {
   size_t x, y, *pn, *sn, *gn, *zn;
 } IoSizes;
 
-static void *dev_copy(Compiled *c, const void *src, size_t floats) {
-  void *d = c->be->mem_alloc(c, sizeof(float) * floats);
-  if (src) c->be->mem_upload(c, d, src, sizeof(float) * floats);
+static void *dev_copy(Device *dv, const void *src, size_t floats) {
+  void *d = dv->alloc(dv, sizeof(float) * floats);
+  if (src) dv->upload(dv, d, src, sizeof(float) * floats);
   return d;
 }
 
-static void **dev_parts(Compiled *c, const void **src, int n, const size_t *numel) {
+static void **dev_parts(Device *dv, const void **src, int n, const size_t *numel) {
   void **v = xcalloc((size_t)n + 1, sizeof(void *));
-  for (int i = 0; i < n; i++) v[i] = dev_copy(c, src ? src[i] : NULL, numel[i]);
+  for (int i = 0; i < n; i++) v[i] = dev_copy(dv, src ? src[i] : NULL, numel[i]);
   return v;
 }
 
-static void dev_parts_down(Compiled *c, void **host, void **dev, int n, const size_t *numel, bool free_only) {
+static void dev_parts_down(Device *dv, void **host, void **dev, int n, const size_t *numel, bool free_only) {
   for (int i = 0; i < n; i++) {
-    if (!free_only) c->be->mem_download(c, host[i], dev[i], sizeof(float) * numel[i]);
-    c->be->mem_free(c, dev[i]);
+    if (!free_only) dv->download(dv, host[i], dev[i], sizeof(float) * numel[i]);
+    dv->free(dv, dev[i]);
   }
   free(dev);
 }
 
-/* Forward and backward of a device-memory back end on float32 host buffers: every buffer uploaded
- * (inputs) or allocated (outputs) on the device, the outputs downloaded. */
+/* Forward and backward of a back end on a device on float32 host buffers: every buffer uploaded
+ * (inputs) or allocated (outputs) in the device's memory, the outputs downloaded. */
 static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z) {
   const Program *p = c->p;
   int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  char err[1024];
+  Device *dv = device_open(c->be->device, err, sizeof err);
+  CHECK(dv); /* the compiled program holds the device open */
   SeqIO d = *h;
-  d.x = dev_copy(c, h->x, z->x), d.dy = dev_copy(c, h->dy, z->y);
-  d.y = dev_copy(c, NULL, z->y), d.grad_x = dev_copy(c, NULL, z->x);
-  d.params = (const void **)dev_parts(c, h->params, np, z->pn);
-  d.h0 = (const void **)dev_parts(c, h->h0, ns, z->sn);
-  d.dfinal = (const void **)dev_parts(c, h->dfinal, ns, z->sn);
-  d.noise = (const void **)dev_parts(c, h->noise, nz, z->zn);
-  d.final = dev_parts(c, NULL, ns, z->sn), d.grad_h0 = dev_parts(c, NULL, ns, z->sn);
-  d.grad_params = dev_parts(c, NULL, np, z->pn), d.gates = dev_parts(c, NULL, ng, z->gn);
+  d.x = dev_copy(dv, h->x, z->x), d.dy = dev_copy(dv, h->dy, z->y);
+  d.y = dev_copy(dv, NULL, z->y), d.grad_x = dev_copy(dv, NULL, z->x);
+  d.params = (const void **)dev_parts(dv, h->params, np, z->pn);
+  d.h0 = (const void **)dev_parts(dv, h->h0, ns, z->sn);
+  d.dfinal = (const void **)dev_parts(dv, h->dfinal, ns, z->sn);
+  d.noise = (const void **)dev_parts(dv, h->noise, nz, z->zn);
+  d.final = dev_parts(dv, NULL, ns, z->sn), d.grad_h0 = dev_parts(dv, NULL, ns, z->sn);
+  d.grad_params = dev_parts(dv, NULL, np, z->pn), d.gates = dev_parts(dv, NULL, ng, z->gn);
   c->be->forward(c, w, &d);
   c->be->backward(c, w, &d);
-  c->be->mem_download(c, h->y, d.y, sizeof(float) * z->y);
-  c->be->mem_download(c, h->grad_x, d.grad_x, sizeof(float) * z->x);
-  dev_parts_down(c, h->final, d.final, ns, z->sn, false);
-  dev_parts_down(c, h->grad_h0, d.grad_h0, ns, z->sn, false);
-  dev_parts_down(c, h->grad_params, d.grad_params, np, z->pn, false);
-  dev_parts_down(c, h->gates, d.gates, ng, z->gn, false);
-  dev_parts_down(c, NULL, (void **)d.params, np, z->pn, true);
-  dev_parts_down(c, NULL, (void **)d.h0, ns, z->sn, true);
-  dev_parts_down(c, NULL, (void **)d.dfinal, ns, z->sn, true);
-  dev_parts_down(c, NULL, (void **)d.noise, nz, z->zn, true);
-  c->be->mem_free(c, (void *)d.x), c->be->mem_free(c, (void *)d.dy);
-  c->be->mem_free(c, d.y), c->be->mem_free(c, d.grad_x);
+  dv->download(dv, h->y, d.y, sizeof(float) * z->y);
+  dv->download(dv, h->grad_x, d.grad_x, sizeof(float) * z->x);
+  dev_parts_down(dv, h->final, d.final, ns, z->sn, false);
+  dev_parts_down(dv, h->grad_h0, d.grad_h0, ns, z->sn, false);
+  dev_parts_down(dv, h->grad_params, d.grad_params, np, z->pn, false);
+  dev_parts_down(dv, h->gates, d.gates, ng, z->gn, false);
+  dev_parts_down(dv, NULL, (void **)d.params, np, z->pn, true);
+  dev_parts_down(dv, NULL, (void **)d.h0, ns, z->sn, true);
+  dev_parts_down(dv, NULL, (void **)d.dfinal, ns, z->sn, true);
+  dev_parts_down(dv, NULL, (void **)d.noise, nz, z->zn, true);
+  dv->free(dv, (void *)d.x), dv->free(dv, (void *)d.dy);
+  dv->free(dv, d.y), dv->free(dv, d.grad_x);
+  device_release(dv);
 }
 
 /* Forward and backward on w, then w freed (its profile into *prof when given). */
@@ -333,7 +337,7 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof) {
   s.grad_params = f32_parts(NULL, np, pn, false), s.gates = f32_parts(NULL, ng, gn, false);
   s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
   s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
-  if (be->device_memory) {
+  if (be->device != DEVICE_CPU) {
     IoSizes z = {rows * (size_t)p->x_size, rows * (size_t)p->output_size, pn, sn, gn, zn};
     run_on_device(c, w, &s, &z);
     if (prof) *prof = w->prof;

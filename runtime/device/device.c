@@ -10,6 +10,10 @@
 #include "support.h"
 
 static void h_close(Device *o) { (void)o; }
+static int h_prepare(Device *o, char *err, size_t errlen) {
+  (void)o, (void)err, (void)errlen;
+  return 0;
+}
 static void *h_alloc(Device *o, size_t bytes) {
   (void)o;
   return xcalloc(bytes ? bytes : 1, 1);
@@ -177,7 +181,7 @@ static void h_adam(Device *o, float *p, const float *g, float *m, float *v, size
 }
 
 static Device host_device = {
-    .name = "cpu", .kind = DEVICE_CPU, .close = h_close, .alloc = h_alloc, .free = h_free, .upload = h_copy,
+    .name = "cpu", .kind = DEVICE_CPU, .close = h_close, .prepare = h_prepare, .alloc = h_alloc, .free = h_free, .upload = h_copy,
     .download = h_copy, .zero = h_zero, .copy = h_copy, .mem_free_bytes = h_mem_free_bytes, .embed_fwd = h_embed_fwd,
     .embed_bwd = h_embed_bwd, .linear_fwd = h_linear_fwd, .linear_bwd = h_linear_bwd, .readout_fwd = h_readout_fwd,
     .readout_bwd = h_readout_bwd, .bcast_rows = h_bcast_rows, .colsum_add = h_colsum_add, .add = h_add, .acc = h_acc,

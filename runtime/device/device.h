@@ -37,6 +37,10 @@ struct Device {
   const char *name;        /* "cpu", "cuda", "cuda-emu" (messages) */
   DeviceKind kind;         /* DEVICE_CPU: host memory; else device memory, not dereferenced on the host */
   void (*close)(Device *o); /* compiler/pipeline's device_release, when its last holder lets go */
+  /* Makes the operations of training ready (a CUDA device loads its kernels, once): 0, or -1 with
+   * why in err. Memory needs no preparing; a training operation on a device not prepared prepares
+   * it, and exits 3 naming why when it cannot. */
+  int (*prepare)(Device *o, char *err, size_t errlen);
   /* memory: alloc returns zeroed bytes; exits 3 naming the amount when there is not enough */
   void *(*alloc)(Device *o, size_t bytes);
   void (*free)(Device *o, void *p);

@@ -176,6 +176,8 @@ Test(devices, one_per_kind) {
   void *p = a->alloc(a, sizeof x);
   a->upload(a, p, &x, sizeof x), a->download(a, &y, p, sizeof y), a->free(a, p);
   cr_expect_eq(y, 3.5f);
+  cr_expect_eq(a->prepare(a, err, sizeof err), 0, "%s", err); /* the training kernels load */
+  cr_expect_eq(device_host()->prepare(device_host(), err, sizeof err), 0);
   device_release(a);
   DeviceKind k;
   for (int i = 0; i < backend_count(); i++) {

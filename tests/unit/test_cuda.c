@@ -24,7 +24,7 @@ TestSuite(cuda, .init = h_use_cuda_test_cache);
 static const Backend *under_test(void) {
   const char *e = getenv("CELLC_TEST_CUDA_BACKEND");
   const Backend *be = backend_find(e && *e ? e : "cuda-emu");
-  cr_assert(be && be->device_memory, "CELLC_TEST_CUDA_BACKEND=%s: not a CUDA back end", e);
+  cr_assert(be && be->device != DEVICE_CPU, "CELLC_TEST_CUDA_BACKEND=%s: not a CUDA back end", e);
   return be;
 }
 
@@ -115,8 +115,11 @@ Test(cuda, read_steps_states) {
   size_t n = (size_t)(T + 1) * (size_t)B * (size_t)size;
   double *sr = xmalloc(sizeof(double) * n);
   cr_assert_eq(ref->be->read_steps(ref, wr, STEPS_STATE, 0, sr), 0);
-  /* the SeqIO in device memory */
+  /* the SeqIO in the memory of the back end's device */
   const Backend *be = cu->be;
+  char derr[1024];
+  Device *dv = device_open(be->device, derr, sizeof derr);
+  cr_assert(dv, "%s", derr);
   size_t nx = (size_t)T * B * 3, ny = (size_t)T * B * size, nh = (size_t)B * size;
   float *xf = xmalloc(sizeof(float) * nx), *h0f = xmalloc(sizeof(float) * nh);
   for (size_t i = 0; i < nx; i++) xf[i] = (float)h->x[i];
@@ -125,14 +128,14 @@ Test(cuda, read_steps_states) {
   for (int i = 0; i < h->np; i++) {
     float *pf = xmalloc(sizeof(float) * h->pn[i]);
     for (size_t j = 0; j < h->pn[i]; j++) pf[j] = (float)h->params[i][j];
-    dp[i] = be->mem_alloc(cu, sizeof(float) * h->pn[i]);
-    be->mem_upload(cu, dp[i], pf, sizeof(float) * h->pn[i]);
+    dp[i] = dv->alloc(dv, sizeof(float) * h->pn[i]);
+    dv->upload(dv, dp[i], pf, sizeof(float) * h->pn[i]);
     free(pf);
   }
-  void *dx = be->mem_alloc(cu, sizeof(float) * nx), *dy = be->mem_alloc(cu, sizeof(float) * ny);
-  void *dh0 = be->mem_alloc(cu, sizeof(float) * nh), *dfin = be->mem_alloc(cu, sizeof(float) * nh);
-  be->mem_upload(cu, dx, xf, sizeof(float) * nx);
-  be->mem_upload(cu, dh0, h0f, sizeof(float) * nh);
+  void *dx = dv->alloc(dv, sizeof(float) * nx), *dy = dv->alloc(dv, sizeof(float) * ny);
+  void *dh0 = dv->alloc(dv, sizeof(float) * nh), *dfin = dv->alloc(dv, sizeof(float) * nh);
+  dv->upload(dv, dx, xf, sizeof(float) * nx);
+  dv->upload(dv, dh0, h0f, sizeof(float) * nh);
   SeqIO s = {0};
   s.T = T, s.B = B, s.dtype = DT_F32, s.x = dx, s.params = (const void **)dp, s.y = dy;
   const void *h0s[1] = {dh0};
@@ -142,15 +145,16 @@ Test(cuda, read_steps_states) {
   be->forward(cu, wc, &s);
   float *sc = xmalloc(sizeof(float) * n), *finf = xmalloc(sizeof(float) * nh);
   cr_assert_eq(be->read_steps(cu, wc, STEPS_STATE, 0, sc), 0);
-  be->mem_download(cu, finf, dfin, sizeof(float) * nh);
+  dv->download(dv, finf, dfin, sizeof(float) * nh);
   for (size_t i = 0; i < n; i++) cr_expect(fabs(sr[i] - sc[i]) < 1e-4, "state element %zu: %g vs %g", i, sr[i], sc[i]);
   for (size_t j = 0; j < nh; j++) {
     cr_expect(sc[j] == h0f[j], "h_0 is h0");
     cr_expect(sc[(size_t)T * nh + j] == finf[j], "h_T is final");
   }
   ref->be->work_free(wr), be->work_free(wc);
-  for (int i = 0; i < h->np; i++) be->mem_free(cu, dp[i]);
-  be->mem_free(cu, dx), be->mem_free(cu, dy), be->mem_free(cu, dh0), be->mem_free(cu, dfin);
+  for (int i = 0; i < h->np; i++) dv->free(dv, dp[i]);
+  dv->free(dv, dx), dv->free(dv, dy), dv->free(dv, dh0), dv->free(dv, dfin);
+  device_release(dv);
   free(sr), free(sc), free(xf), free(h0f), free(finf);
   h_bufs_free(h);
   pipeline_release(ref), pipeline_release(cu);
@@ -175,7 +179,7 @@ GPU_TEST(hgru, "stdlib/hgru.cell", "lb=0.25", "D=128", NULL)
 Test(cuda, backends_by_name) {
   cr_expect(backend_find("cuda") == &cuda_backend);
   cr_expect(backend_find("cuda-emu") == &cuda_emu_backend);
-  cr_expect(cuda_backend.device_memory && cuda_emu_backend.device_memory);
+  cr_expect(cuda_backend.device == DEVICE_CUDA && cuda_emu_backend.device == DEVICE_CUDA_EMU);
 }
 
 /* ---- every generated kernel through the real NVRTC and ptxas: no spills ---- */

@@ -236,29 +236,32 @@ static void run_device(Compiled *c, Work *w, HBufs *h) {
   void *params[32], *grads[32], *h0[32], *dfin[32], *fin[32], *gh0[32];
   cr_assert(p->npparts < 32 && p->nsparts < 32 && !p->nnoise);
   float *tmp = xmalloc(sizeof(float) * (rows * (size_t)(p->x_size + p->output_size) + 4096));
+  char derr[1024];
+  Device *dv = device_open(be->device, derr, sizeof derr);
+  cr_assert(dv, "%s", derr);
 #define UP(dst, src, n)                                                                          \
   do {                                                                                           \
     for (size_t j_ = 0; j_ < (n); j_++) tmp[j_] = (float)(src)[j_];                              \
-    dst = be->mem_alloc(c, sizeof(float) * (n));                                                 \
-    be->mem_upload(c, dst, tmp, sizeof(float) * (n));                                            \
+    dst = dv->alloc(dv, sizeof(float) * (n));                                                 \
+    dv->upload(dv, dst, tmp, sizeof(float) * (n));                                            \
   } while (0)
 #define DOWN(dst, src, n)                                                                        \
   do {                                                                                           \
-    be->mem_download(c, tmp, src, sizeof(float) * (n));                                          \
+    dv->download(dv, tmp, src, sizeof(float) * (n));                                          \
     for (size_t j_ = 0; j_ < (n); j_++) (dst)[j_] = tmp[j_];                                     \
-    be->mem_free(c, src);                                                                        \
+    dv->free(dv, src);                                                                        \
   } while (0)
   for (int i = 0; i < p->npparts; i++) {
     UP(params[i], h->params[i], h->pn[i]);
-    grads[i] = be->mem_alloc(c, sizeof(float) * h->pn[i]);
+    grads[i] = dv->alloc(dv, sizeof(float) * h->pn[i]);
   }
   for (int i = 0; i < p->nsparts; i++) {
     UP(h0[i], h->h0[i], h->sn[i]);
     UP(dfin[i], h->dfinal[i], h->sn[i]);
-    fin[i] = be->mem_alloc(c, sizeof(float) * h->sn[i]), gh0[i] = be->mem_alloc(c, sizeof(float) * h->sn[i]);
+    fin[i] = dv->alloc(dv, sizeof(float) * h->sn[i]), gh0[i] = dv->alloc(dv, sizeof(float) * h->sn[i]);
   }
-  void *x, *dy, *y = be->mem_alloc(c, sizeof(float) * rows * (size_t)p->output_size);
-  void *gx = be->mem_alloc(c, sizeof(float) * rows * (size_t)p->x_size);
+  void *x, *dy, *y = dv->alloc(dv, sizeof(float) * rows * (size_t)p->output_size);
+  void *gx = dv->alloc(dv, sizeof(float) * rows * (size_t)p->x_size);
   UP(x, h->x, rows * (size_t)p->x_size);
   UP(dy, h->dy, rows * (size_t)p->output_size);
   SeqIO s = {0};
@@ -269,18 +272,19 @@ static void run_device(Compiled *c, Work *w, HBufs *h) {
   be->backward(c, w, &s);
   DOWN(h->y, y, rows * (size_t)p->output_size);
   DOWN(h->gx, gx, rows * (size_t)p->x_size);
-  be->mem_free(c, x), be->mem_free(c, dy);
+  dv->free(dv, x), dv->free(dv, dy);
   for (int i = 0; i < p->npparts; i++) {
     DOWN(h->gparams[i], grads[i], h->pn[i]);
-    be->mem_free(c, params[i]);
+    dv->free(dv, params[i]);
   }
   for (int i = 0; i < p->nsparts; i++) {
     DOWN(h->final[i], fin[i], h->sn[i]);
     DOWN(h->gh0[i], gh0[i], h->sn[i]);
-    be->mem_free(c, h0[i]), be->mem_free(c, dfin[i]);
+    dv->free(dv, h0[i]), dv->free(dv, dfin[i]);
   }
 #undef UP
 #undef DOWN
+  device_release(dv);
   free(tmp);
   if (fresh) be->work_free(w);
 }

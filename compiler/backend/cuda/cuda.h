@@ -1,6 +1,6 @@
 /* cuda.h: the CUDA back ends: `cuda` (NVRTC, the driver API and cuBLAS, opened with dlopen) and
  * `cuda-emu` (the same generated source and host code on the CPU emulator). Their SeqIO buffers
- * are device memory (Backend.device_memory).
+ * are device memory, allocated through their Device (Backend.device, cuda_device_open).
  *
  * This header's name is the toolkit's too: in this folder (and wherever the toolkit's include
  * directory is on the path after this folder's) an `#include <cuda.h>` finds this file first, so

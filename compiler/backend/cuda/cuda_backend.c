@@ -284,32 +284,6 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   return 0;
 }
 
-/* ---- memory for SeqIO ---- */
-
-static void *cuda_mem_alloc(Compiled *cc, size_t bytes) {
-  CudaCell *c = (CudaCell *)cc;
-  set_current(c);
-  return (void *)(uintptr_t)dev_alloc(c, bytes);
-}
-
-static void cuda_mem_free(Compiled *cc, void *ptr) {
-  CudaCell *c = (CudaCell *)cc;
-  set_current(c);
-  dev_free(c, DEV(ptr));
-}
-
-static void cuda_mem_upload(Compiled *cc, void *dst, const void *src, size_t bytes) {
-  CudaCell *c = (CudaCell *)cc;
-  set_current(c);
-  if (bytes) CU(c, cuMemcpyHtoD, DEV(dst), src, bytes);
-}
-
-static void cuda_mem_download(Compiled *cc, void *dst, const void *src, size_t bytes) {
-  CudaCell *c = (CudaCell *)cc;
-  set_current(c);
-  if (bytes) CU(c, cuMemcpyDtoH, dst, DEV(src), bytes);
-}
-
 /* ---- the interface ---- */
 
 static const char *cuda_supports(const Program *p, const BackendOptions *o) {
@@ -436,12 +410,11 @@ static void cuda_work_free(Work *ww) {
  * emulator. */
 #define CUDA_BACKEND(label, compile_fn, kind)                                                             \
   {                                                                                                \
-    .name = label, .dtype = DT_F32, .scans = true, .device = kind, .device_memory = true,            \
+    .name = label, .dtype = DT_F32, .scans = true, .device = kind,                                   \
     .supports = cuda_supports,                                                                      \
     .compile = compile_fn, .free = cuda_free, .work_new = cuda_work_new, .work_free = cuda_work_free, \
     .forward = cuda_forward, .backward = cuda_backward, .read_steps = cuda_read_steps,               \
-    .mem_alloc = cuda_mem_alloc, .mem_free = cuda_mem_free, .mem_upload = cuda_mem_upload,          \
-    .mem_download = cuda_mem_download, .emit = cuda_emit                                          \
+    .emit = cuda_emit                                                                               \
   }
 
 const Backend cuda_backend = CUDA_BACKEND("cuda", cuda_compile_real, DEVICE_CUDA);

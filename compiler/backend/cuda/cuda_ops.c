@@ -50,6 +50,18 @@ static CudaOps *cur(Device *b) {
   return o;
 }
 
+static int load_kernels(CudaOps *o, char *err, size_t errlen);
+static int c_prepare(Device *b, char *err, size_t errlen);
+
+/* cur, with the training kernels loaded (the first training operation loads them unless
+ * Device.prepare did: exit 3 naming why when they cannot be). */
+static CudaOps *kern(Device *b) {
+  CudaOps *o = cur(b);
+  char err[8192];
+  if (!o->mod && load_kernels(o, err, sizeof err) != 0) die(o, err);
+  return o;
+}
+
 static unsigned blocks_for(long long n) {
   long long b = (n + BLOCK - 1) / BLOCK;
   return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
@@ -132,7 +144,7 @@ static double dsum(CudaOps *o, CUdeviceptr x, long long n, CUdeviceptr out) {
 /* ---- the blocks ---- */
 
 static void c_embed_fwd(Device *b, float *out, const int32_t *ids, const float *wte, int rows, int V, int C) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   (void)V;
   CUdeviceptr po = DP(out), pi = DP(ids), pw = DP(wte);
   long long r = rows;
@@ -141,7 +153,7 @@ static void c_embed_fwd(Device *b, float *out, const int32_t *ids, const float *
 }
 
 static void c_embed_bwd(Device *b, float *dwte, const float *dout, const int32_t *ids, int rows, int V, int C) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   (void)V;
   if (!dwte) return;
   CUdeviceptr pw = DP(dwte), pd = DP(dout), pi = DP(ids);
@@ -151,7 +163,7 @@ static void c_embed_bwd(Device *b, float *dwte, const float *dout, const int32_t
 }
 
 static void c_bcast_rows(Device *b, float *out, const float *v, int rows, int n) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr po = DP(out), pv = DP(v);
   long long r = rows;
   void *args[] = {&po, &pv, &r, &n};
@@ -159,7 +171,7 @@ static void c_bcast_rows(Device *b, float *out, const float *v, int rows, int n)
 }
 
 static void c_colsum_add(Device *b, float *acc, const float *x, int rows, int n) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr pa = DP(acc), px = DP(x);
   long long r = rows;
   void *args[] = {&pa, &px, &r, &n};
@@ -170,7 +182,7 @@ static void c_colsum_add(Device *b, float *acc, const float *x, int rows, int n)
  * (docs/gpu.md's table). */
 static void c_linear_fwd(Device *bo, float *out, const float *inp, const float *w, const float *b, int rows, int nin,
                          int nout) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   if (rows <= 0 || nout <= 0) return;
   if (b) c_bcast_rows(bo, out, b, rows, nout);
   else c_zero(bo, out, sizeof(float) * (size_t)rows * (size_t)nout);
@@ -183,7 +195,7 @@ static void c_linear_fwd(Device *bo, float *out, const float *inp, const float *
 /* nn_linear_backward: dinp written (add_dinp false: the Device entry) or added to (the blocks') */
 static void linear_bwd(Device *bo, float *dinp, bool add_dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int rows, int nin, int nout) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   if (rows <= 0 || nout <= 0) return;
   if (db) c_colsum_add(bo, db, dout, rows, nout);
   if (nin <= 0) return;
@@ -202,7 +214,7 @@ static void c_linear_bwd(Device *bo, float *dinp, float *dw, float *db, const fl
 }
 
 static void c_readout(Device *b, bool bwd, int mode, float *dst, const float *src, int T, int B, int C) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr pd = DP(dst), ps = DP(src);
   long long bc = (long long)B * C;
   void *args[] = {&mode, &pd, &ps, &T, &bc};
@@ -218,7 +230,7 @@ static void c_readout_bwd(Device *b, int mode, float *dinp, const float *dout, i
 /* ---- residual blocks ---- */
 
 static void c_add(Device *bo, float *out, const float *a, const float *b, size_t n) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr po = DP(out), pa = DP(a), pb = DP(b);
   long long nn = (long long)n;
   void *args[] = {&po, &pa, &pb, &nn};
@@ -226,7 +238,7 @@ static void c_add(Device *bo, float *out, const float *a, const float *b, size_t
 }
 
 static void c_acc(Device *bo, float *y, const float *x, size_t n) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr py = DP(y), px = DP(x);
   long long nn = (long long)n;
   void *args[] = {&py, &px, &nn};
@@ -235,7 +247,7 @@ static void c_acc(Device *bo, float *y, const float *x, size_t n) {
 
 static void c_norm_fwd(Device *bo, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                        int rows, int C) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), pi = DP(inp), pw = DP(w), pb = DP(b);
   long long r = rows;
   void *args[] = {&po, &pm, &pr, &pi, &pw, &pb, &r, &C};
@@ -244,7 +256,7 @@ static void c_norm_fwd(Device *bo, float *out, float *mean, float *rstd, const f
 
 static void c_norm_bwd(Device *bo, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int rows, int C) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr pdx = DP(dinp), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w), pm = DP(mean),
               pr = DP(rstd);
   long long r = rows;
@@ -260,7 +272,7 @@ static void c_norm_bwd(Device *bo, float *dinp, float *dw, float *db, const floa
 
 static void c_bn_fwd(Device *bo, float *out, float *mean, float *rstd, float *rmean, float *rvar, const float *inp,
                      const float *w, const float *b, int rows, int C, bool training) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr po = DP(out), pm = DP(mean), pr = DP(rstd), prm = DP(rmean), prv = DP(rvar), pi = DP(inp), pw = DP(w), pb = DP(b);
   long long r = rows;
   int tr = training;
@@ -272,7 +284,7 @@ static void c_bn_fwd(Device *bo, float *out, float *mean, float *rstd, float *rm
 
 static void c_bn_bwd(Device *bo, float *dinp, float *dw, float *db, float *scratch, const float *dout, const float *inp,
                      const float *w, const float *mean, const float *rstd, int rows, int C, bool training) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr psg = DP(scratch), psgn = DP(scratch + C), pdw = DP(dw), pdb = DP(db), pg = DP(dout), pi = DP(inp), pw = DP(w),
               pm = DP(mean), pr = DP(rstd), pdx = DP(dinp);
   long long r = rows;
@@ -286,7 +298,7 @@ static void c_bn_bwd(Device *bo, float *dinp, float *dw, float *db, float *scrat
 
 /* The mixers: runtime/nn's compositions of linear layers and elementwise kernels (nn.h). */
 static void c_glu_fwd(Device *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   long long n = (long long)rows * H;
   float *a = cache, *s = cache + n, *g = cache + 2 * n;
   c_linear_fwd(bo, a, inp, p[0], p[1], rows, C, H);
@@ -299,7 +311,7 @@ static void c_glu_fwd(Device *bo, float *out, float *cache, const float *inp, fl
 
 static void c_glu_bwd(Device *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
                       float *const *p, int rows, int C, int H) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   long long n = (long long)rows * H;
   float *a = cache, *s = cache + n, *g = cache + 2 * n, *dg = scratch, *da = scratch + n;
   linear_bwd(bo, dg, false, d[4], d[5], dout, g, p[4], rows, H, C);
@@ -311,7 +323,7 @@ static void c_glu_bwd(Device *bo, float *dinp, float *const *d, float *scratch, 
 }
 
 static void c_mlp_fwd(Device *bo, float *out, float *cache, const float *inp, float *const *p, int rows, int C, int H) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   long long n = (long long)rows * H;
   float *h = cache, *a = cache + n;
   c_linear_fwd(bo, h, inp, p[0], p[1], rows, C, H);
@@ -323,7 +335,7 @@ static void c_mlp_fwd(Device *bo, float *out, float *cache, const float *inp, fl
 
 static void c_mlp_bwd(Device *bo, float *dinp, float *const *d, float *scratch, const float *dout, const float *inp, float *cache,
                       float *const *p, int rows, int C, int H) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   long long n = (long long)rows * H;
   float *h = cache, *a = cache + n, *da = scratch;
   linear_bwd(bo, da, false, d[2], d[3], dout, a, p[2], rows, H, C);
@@ -335,7 +347,7 @@ static void c_mlp_bwd(Device *bo, float *dinp, float *const *d, float *scratch, 
 
 static void c_dropout_fwd(Device *bo, float *out, float *mask, const float *inp, size_t n, float p, uint64_t key,
                           DrawSlice slice, bool training) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr po = DP(out), pm = DP(mask), pi = DP(inp);
   long long nn = (long long)n;
   int on = training && p > 0.0f;
@@ -346,7 +358,7 @@ static void c_dropout_fwd(Device *bo, float *out, float *mask, const float *inp,
 }
 
 static void c_uniform_open(Device *bo, float *out, size_t n, uint64_t key, DrawSlice slice) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   CUdeviceptr po = DP(out);
   long long nn = (long long)n;
   unsigned long long k = key, row = slice.row, grow = slice.global_row, first = slice.first;
@@ -355,7 +367,7 @@ static void c_uniform_open(Device *bo, float *out, size_t n, uint64_t key, DrawS
 }
 
 static void c_dropout_bwd(Device *bo, float *dinp, const float *dout, const float *mask, size_t n) {
-  CudaOps *o = cur(bo);
+  CudaOps *o = kern(bo);
   if (!dinp) return;
   CUdeviceptr pd = DP(dinp), pg = DP(dout), pm = DP(mask);
   long long nn = (long long)n;
@@ -367,7 +379,7 @@ static void c_dropout_bwd(Device *bo, float *dinp, const float *dout, const floa
 
 static void c_crossentropy(Device *b, float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                            int64_t counted, double *loss_sum, int64_t *correct) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr s = scratch(o, 2 * (size_t)N + 1), loss = s, hit = s + sizeof(double) * (size_t)N,
               out = s + sizeof(double) * 2 * (size_t)N;
   CUdeviceptr pd = DP(dlogits), pl = DP(logits), pt = DP(targets);
@@ -381,7 +393,7 @@ static void c_crossentropy(Device *b, float *dlogits, const float *logits, const
 
 static void c_mse(Device *b, float *dpred, const float *pred, const float *target, const float *on, int N, int K,
                   int64_t counted, double *sq_sum) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr s = scratch(o, (size_t)N + 1), loss = s, out = s + sizeof(double) * (size_t)N;
   CUdeviceptr pd = DP(dpred), pp = DP(pred), pt = DP(target), pon = DP(on);
   long long n = N;
@@ -394,7 +406,7 @@ static void c_mse(Device *b, float *dpred, const float *pred, const float *targe
 /* ---- the optimizer ---- */
 
 static double c_sumsq(Device *b, const float *x, size_t n) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   long long nn = (long long)n;
   unsigned blocks = blocks_for(nn);
   CUdeviceptr s = scratch(o, blocks + 1), out = s + sizeof(double) * blocks, px = DP(x);
@@ -405,7 +417,7 @@ static double c_sumsq(Device *b, const float *x, size_t n) {
 }
 
 static void c_scale(Device *b, float *x, float c, size_t n) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr px = DP(x);
   long long nn = (long long)n;
   void *args[] = {&px, &c, &nn};
@@ -413,7 +425,7 @@ static void c_scale(Device *b, float *x, float c, size_t n) {
 }
 
 static void c_sgd(Device *b, float *p, const float *g, float *buf, size_t n, float lr, float wd, float mu) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr pp = DP(p), pg = DP(g), pb = DP(buf);
   long long nn = (long long)n;
   void *args[] = {&pp, &pg, &pb, &nn, &lr, &wd, &mu};
@@ -421,7 +433,7 @@ static void c_sgd(Device *b, float *p, const float *g, float *buf, size_t n, flo
 }
 
 static void c_adam(Device *b, float *p, const float *g, float *m, float *v, size_t n, const DevAdam *k) {
-  CudaOps *o = cur(b);
+  CudaOps *o = kern(b);
   CUdeviceptr pp = DP(p), pg = DP(g), pm = DP(m), pv = DP(v);
   long long nn = (long long)n;
   DevAdam a = *k;
@@ -445,7 +457,7 @@ static void c_close(Device *b) {
 }
 
 static const Device cuda_ops_table = {
-    .close = c_close, .alloc = c_alloc, .free = c_free, .upload = c_upload, .download = c_download,
+    .close = c_close, .prepare = c_prepare, .alloc = c_alloc, .free = c_free, .upload = c_upload, .download = c_download,
     .zero = c_zero, .copy = c_copy, .mem_free_bytes = c_mem_free_bytes, .embed_fwd = c_embed_fwd,
     .embed_bwd = c_embed_bwd, .linear_fwd = c_linear_fwd, .linear_bwd = c_linear_bwd, .readout_fwd = c_readout_fwd,
     .readout_bwd = c_readout_bwd, .bcast_rows = c_bcast_rows, .colsum_add = c_colsum_add, .add = c_add, .acc = c_acc,
@@ -456,17 +468,13 @@ static const Device cuda_ops_table = {
 
 const char *cuda_train_source(void) { return cellc_train_cu; }
 
-Device *cuda_device_open(bool emulated, char *err, size_t errlen) {
-  CudaOps *o = xcalloc(1, sizeof *o);
-  o->base = cuda_ops_table;
-  o->base.name = emulated ? "cuda-emu" : "cuda";
-  o->base.kind = emulated ? DEVICE_CUDA_EMU : DEVICE_CUDA;
-  o->d = cuda_dev_acquire(emulated, err, errlen);
-  if (!o->d) return free(o), NULL;
+/* The training kernels, compiled (or read from the cache) and loaded once: 0, or -1 with why. */
+static int load_kernels(CudaOps *o, char *err, size_t errlen) {
+  if (o->mod) return 0;
   char why[8192];
   CudaImage img;
-  int rc = cuda_compile(&o->d->api, cellc_train_cu, o->d->arch, emulated ? CUDA_IMAGE_PTX : CUDA_IMAGE_CUBIN, NULL, 0, &img,
-                        why, sizeof why);
+  int rc = cuda_compile(&o->d->api, cellc_train_cu, o->d->arch, o->d->emulated ? CUDA_IMAGE_PTX : CUDA_IMAGE_CUBIN, NULL, 0,
+                        &img, why, sizeof why);
   if (rc == 0) {
     rc = CUDA_CU(&o->d->api, why, sizeof why, cuCtxSetCurrent, o->d->ctx);
     if (rc == 0) rc = CUDA_CU(&o->d->api, why, sizeof why, cuModuleLoadData, &o->mod, img.data);
@@ -478,9 +486,24 @@ Device *cuda_device_open(bool emulated, char *err, size_t errlen) {
 #undef TR_GET
   if (rc != 0) {
     snprintf(err, errlen, "the training kernels: %s", why);
-    c_close(&o->base);
-    return NULL;
+    if (o->mod) o->d->api.cuModuleUnload(o->mod);
+    o->mod = NULL;
+    return -1;
   }
-  return &o->base;
+  return 0;
 }
 
+static int c_prepare(Device *b, char *err, size_t errlen) { return load_kernels(cur(b), err, errlen); }
+
+/* The device's memory is usable at once (the back ends' SeqIO buffers need no more); its training
+ * kernels load on Device.prepare or the first training operation, so that `cellc run` on a GPU
+ * does not compile them. */
+Device *cuda_device_open(bool emulated, char *err, size_t errlen) {
+  CudaOps *o = xcalloc(1, sizeof *o);
+  o->base = cuda_ops_table;
+  o->base.name = emulated ? "cuda-emu" : "cuda";
+  o->base.kind = emulated ? DEVICE_CUDA_EMU : DEVICE_CUDA;
+  o->d = cuda_dev_acquire(emulated, err, errlen);
+  if (!o->d) return free(o), NULL;
+  return &o->base;
+}
