@@ -20,6 +20,15 @@
 /* The element type of every buffer of a SeqIO. */
 typedef enum { DT_F32, DT_F64 } Dtype;
 
+/* A backward's input gradient summed by token, instead of grad_x (an embedding's gradient: the
+ * sum of grad_x's rows of each token). In the memory of the back end's device like every SeqIO
+ * buffer. */
+typedef struct SeqFold {
+  const int32_t *ids;      /* [T B]: the token of row r = t B + b, 0 <= ids[r] < vocab */
+  int vocab;
+  float *out;              /* [vocab, x_size]: row v ADDS the sum of grad_x's rows r with ids[r] = v */
+} SeqFold;
+
 /* Whole-sequence buffers of one call, row-major (row r = t B + b), channels innermost; per-part
  * arrays follow the Program's param parts and state parts (a complex value as two real planes).
  * Every pointer is to `dtype` elements in the memory of the back end's device (Backend.device:
@@ -42,7 +51,8 @@ typedef struct SeqIO {
   const void **dfinal;     /* per state part: [B, size] */
   /* backward outputs (overwritten, not accumulated) */
   void **grad_params;      /* per param part: numel */
-  void *grad_x;            /* [T, B, x_size]; NULL: left as a product (Backend.xgrad_cols) */
+  void *grad_x;            /* [T, B, x_size]; NULL with fold set: not written, summed by token instead */
+  const SeqFold *fold;     /* the input gradient summed by token (Backend.folds); NULL: none */
   void **grad_h0;          /* per state part: [B, size] */
 } SeqIO;
 
@@ -129,18 +139,13 @@ struct Backend {
    * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with
    * a message in err. NULL for a back end that cannot emit. */
   int (*emit)(Program *p, const BackendOptions *bo, const EmitOptions *o, char *err, size_t errlen);
-  /* The input gradient as one product (host back ends; NULL entries elsewhere): where a program's
-   * grad_x is G M over all rows, G [T B, cols] an array of the backward (the adjoints of the input
-   * products, side by side) and M [cols, x_size] the input weights stacked, a caller that needs only
-   * sums of grad_x's rows (an embedding's gradient: the rows of one token summed) may pass
-   * grad_x = NULL to backward, sum G's rows instead and multiply the sums by M: the same gradient
-   * with one row per sum instead of per time step and batch entry.
-   * xgrad_cols: G's columns, or 0 where grad_x is not one such product (x read elementwise too). */
-  int (*xgrad_cols)(Compiled *c);
-  /* after a backward with grad_x NULL: G's first row, its row stride in *ld */
-  const float *(*xgrad_rows)(Compiled *c, Work *w, int *ld);
-  /* out[n, x_size] (row stride ldo) += rows[n, cols] (row stride ld) M, after such a backward */
-  void (*xgrad_mul)(Compiled *c, Work *w, const float *rows, int n, int ld, float *out, int ldo);
+  /* Whether c's backward takes SeqIO.fold (grad_x NULL): the input gradient summed by token with
+   * a fast path. cpu: where c's grad_x is one product G M over all rows (G [T B, cols] the adjoints
+   * of the input products side by side, M [cols, x_size] the input weights stacked), it skips that
+   * product and multiplies G's rows summed by token by M: one product row per token instead of
+   * per row, the same sums in another order. NULL entry or false: the caller passes grad_x and sums
+   * its rows itself (Device.embed_bwd). */
+  bool (*folds)(const Compiled *c);
 };
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,

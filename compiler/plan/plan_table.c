@@ -355,7 +355,7 @@ static void add_groups(Builder *b, Blob *t, EtHeader *h, EtStep *steps) {
   free(eg), free(c->g);
 }
 
-/* ---- grad_x as a product the caller may take (Backend.xgrad_cols) ---- */
+/* ---- grad_x as a product a fold may skip (SeqIO.fold, Backend.folds) ---- */
 
 /* Whether slot `slot` lies in the caller's grad_x. */
 static bool in_grad_x(const Plan *pl, int slot) { return slot >= 0 && pl->arrays[pl->slots[slot].array].kind == ARR_GX; }

@@ -126,7 +126,7 @@ typedef struct EtHeader {
   int32_t ngroups, groups;     /* the weight-gradient groups */
   int32_t npacks;              /* ET_GEMM(_T) steps: each packs its matrix before the sequence */
   int32_t xgrad_step;          /* the one step that writes grad_x where it is a product G M over all rows
-                                  that overwrites it (Backend.xgrad_cols), or -1 */
+                                  that overwrites it (SeqIO.fold skips it), or -1 */
 } EtHeader;
 
 #endif

@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "harness.h"
 #include "interp.h"
+#include "nn.h"
 #include "scan.h"
 
 /* T B = 9000 rows: the weight gradients split across threads at superblocks (3 of 4096 rows);
@@ -61,17 +62,20 @@ Test(cpu, threads_more_than_batch_rows) {
   }
 }
 
-/* Backend.xgrad_*: where grad_x is one product G M, a backward with grad_x NULL leaves G, and G's
- * rows times M (xgrad_mul) are grad_x to the bit; the other gradients are those of a backward that
- * writes grad_x. A cell whose input gradient is not one product (lru: x also read elementwise through
- * complex parts) says 0. */
+/* SeqIO.fold (Backend.folds): where grad_x is one product G M, a backward with grad_x NULL and a
+ * fold request adds grad_x's rows summed by token into fold.out. With one token per row the sums
+ * are grad_x itself, to the bit; with repeated tokens, grad_x's rows summed by token (runtime/nn's
+ * embedding backward) added to what out held, within float32 rounding (another order of the same
+ * sums); the other gradients are those of a backward that writes grad_x, to the bit. A cell whose
+ * input gradient is not one product (lru: x also read elementwise through complex parts) does not
+ * fold, nor does a back end with no fast path (interp). */
 static float *f32_random(Rng *r, size_t n) {
   float *v = xmalloc(sizeof(float) * (n ? n : 1));
   for (size_t i = 0; i < n; i++) v[i] = (float)rng_uniform(r) - 0.5f;
   return v;
 }
 
-static void xgrad_case(const char *file, const char *set, const char *mode, int threads) {
+static void fold_case(const char *file, const char *set, const char *mode, int threads) {
   enum { T = 9, B = 5 };
   Arena arena = {0};
   Cell *cell = h_cell(&arena, file, set, "H=19,D=5", false, mode);
@@ -82,14 +86,13 @@ static void xgrad_case(const char *file, const char *set, const char *mode, int 
   cr_assert(c, "compile: %s", err);
   const Backend *be = c->be;
   Program *p = c->p;
-  int cols = be->xgrad_cols(c);
-  cr_assert_gt(cols, 0, "%s", file);
+  cr_assert(be->folds(c), "%s", file);
   Rng r;
   rng_seed(&r, 11, 0);
-  size_t rows = (size_t)T * B;
+  size_t rows = (size_t)T * B, nx = rows * (size_t)p->x_size;
   SeqIO s = {0};
   s.T = T, s.B = B, s.dtype = DT_F32;
-  s.x = f32_random(&r, rows * (size_t)p->x_size), s.dy = f32_random(&r, rows * (size_t)p->output_size);
+  s.x = f32_random(&r, nx), s.dy = f32_random(&r, rows * (size_t)p->output_size);
   s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
   void **params = xcalloc((size_t)p->npparts + 1, sizeof(void *)), **g1 = xcalloc((size_t)p->npparts + 1, sizeof(void *));
   void **g2 = xcalloc((size_t)p->npparts + 1, sizeof(void *));
@@ -104,36 +107,49 @@ static void xgrad_case(const char *file, const char *set, const char *mode, int 
     h0[i] = f32_random(&r, n), df[i] = f32_random(&r, n), fin[i] = xmalloc(sizeof(float) * n), gh[i] = xmalloc(sizeof(float) * n);
   }
   s.params = (const void **)params, s.h0 = (const void **)h0, s.dfinal = (const void **)df, s.final = fin, s.grad_h0 = gh;
-  float *gx = xmalloc(sizeof(float) * rows * (size_t)p->x_size), *prod = xcalloc(rows * (size_t)p->x_size, sizeof(float));
+  float *gx = xmalloc(sizeof(float) * nx), *out = xcalloc(nx, sizeof(float));
+  int32_t ids[T * B];
   Work *w = be->work_new(c);
   be->forward(c, w, &s);
   s.grad_x = gx, s.grad_params = g1;
   be->backward(c, w, &s);
-  s.grad_x = NULL, s.grad_params = g2;
+  /* one token per row: the sums are the rows */
+  for (int i = 0; i < T * B; i++) ids[i] = T * B - 1 - i;
+  SeqFold f = {ids, T * B, out};
+  s.grad_x = NULL, s.grad_params = g2, s.fold = &f;
   be->backward(c, w, &s);
-  int ld;
-  const float *G = be->xgrad_rows(c, w, &ld);
-  cr_assert_geq(ld, cols);
-  be->xgrad_mul(c, w, G, (int)rows, ld, prod, p->x_size);
-  cr_assert_eq(memcmp(prod, gx, sizeof(float) * rows * (size_t)p->x_size), 0, "%s: G M differs from grad_x", file);
+  for (size_t i = 0; i < rows; i++)
+    cr_assert_eq(memcmp(out + (size_t)ids[i] * p->x_size, gx + i * p->x_size, sizeof(float) * (size_t)p->x_size), 0,
+                 "%s: row %zu of the fold differs from grad_x's", file, i);
   for (int i = 0; i < p->npparts; i++)
     cr_assert_eq(memcmp(g1[i], g2[i], sizeof(float) * (size_t)p->pparts[i].numel), 0, "%s: param part %d", file, i);
+  /* four tokens, added to what out holds */
+  enum { V = 4 };
+  for (int i = 0; i < T * B; i++) ids[i] = (int32_t)(rng_uniform(&r) * V) % V;
+  float want[V * 64] = {0};
+  cr_assert_leq(p->x_size, 64);
+  for (size_t i = 0; i < V * (size_t)p->x_size; i++) out[i] = 0.25f * (float)i, want[i] = out[i];
+  nn_embedding_backward(want, gx, ids, T * B, V, p->x_size);
+  f = (SeqFold){ids, V, out};
+  be->backward(c, w, &s);
+  for (size_t i = 0; i < V * (size_t)p->x_size; i++)
+    cr_assert(fabsf(out[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])), "%s: fold element %zu: %g, want %g", file, i, out[i], want[i]);
   be->work_free(w);
   for (int i = 0; i < p->npparts; i++) free(params[i]), free(g1[i]), free(g2[i]);
   for (int i = 0; i < p->nsparts; i++) free(h0[i]), free(df[i]), free(fin[i]), free(gh[i]);
   free(params), free(g1), free(g2), free(h0), free(df), free(fin), free(gh);
-  free((void *)s.x), free((void *)s.dy), free(s.y), free(gx), free(prod);
+  free((void *)s.x), free((void *)s.dy), free(s.y), free(gx), free(out);
   pipeline_release(c);
   cell_free(cell);
   arena_free(&arena);
 }
 
-Test(cpu, input_gradient_left_as_product) {
-  xgrad_case("stdlib/gru.cell", NULL, NULL, 1);
-  xgrad_case("stdlib/lstm.cell", NULL, NULL, 3);
-  xgrad_case("stdlib/mgu.cell", "see_h=true", NULL, 2);
-  xgrad_case("stdlib/mgu.cell", NULL, NULL, 3);   /* scan mode: the product before the reverse scans' phase */
-  xgrad_case("stdlib/elman.cell", NULL, NULL, 1);
+Test(cpu, input_gradient_folded_by_token) {
+  fold_case("stdlib/gru.cell", NULL, NULL, 1);
+  fold_case("stdlib/lstm.cell", NULL, NULL, 3);
+  fold_case("stdlib/mgu.cell", "see_h=true", NULL, 2);
+  fold_case("stdlib/mgu.cell", NULL, NULL, 3);   /* scan mode: the product before the reverse scans' phase */
+  fold_case("stdlib/elman.cell", NULL, NULL, 1);
   Arena arena = {0};
   Cell *cell = h_cell(&arena, "stdlib/lru.cell", NULL, "H=19,D=5", false, NULL);
   char err[256];
@@ -141,8 +157,8 @@ Test(cpu, input_gradient_left_as_product) {
   o.backend = backend_find("cpu");
   Compiled *c = pipeline_compile(cell, &o, err, sizeof err);
   cr_assert(c, "compile: %s", err);
-  cr_assert_eq(c->be->xgrad_cols(c), 0);
-  cr_assert_null(backend_find("interp")->xgrad_cols);
+  cr_assert(!c->be->folds(c));
+  cr_assert_null(backend_find("interp")->folds);
   pipeline_release(c);
   cell_free(cell);
   arena_free(&arena);

@@ -75,8 +75,8 @@ struct Model {
   float *d_x, *d_y, *d_on;        /* real inputs, MSE targets, MSE row flags */
   int maxc;
   uint64_t seed;
-  int fold_cols;                  /* > 0: the embedding's gradient folded through layer 0 (model_folds_embedding) */
-  float *fold_sums;               /* [vocab, fold_cols]: layer 0's input adjoints summed by token */
+  bool fold;                      /* the embedding's gradient folded through layer 0 (model_folds_embedding) */
+  SeqFold fold_req;               /* ... layer 0's backward's SeqIO.fold: into the embedding's gradient */
 };
 
 /* ---- tensors ---- */
@@ -638,22 +638,19 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
 }
 
 /* The embedding's gradient through layer 0, folded: where the embedding feeds layer 0 directly (stacked
- * layers) and the layer's back end leaves its input gradient as one product G M (Backend.xgrad_cols),
- * the gradient of token v's row is the sum of grad_x's rows of that token, (sum of G's rows) M: the
- * layer's backward skips its input-gradient product over all T B rows, and the model sums G by token
- * and multiplies the vocab's sums by M. Taken where the vocabulary is at most half the rows, unless
- * CELLC_EMBED_FOLD=0 (comparisons). The same gradient as the product and the sum by token, summed in
- * another order. */
+ * layers), the gradient of token v's row is the sum of layer 0's input gradient's rows of that
+ * token, and a back end that folds (Backend.folds: the cpu, where the input gradient is one product
+ * G M) computes those sums in layer 0's backward (SeqIO.fold) with one product row per token
+ * instead of per row. Taken where the vocabulary is at most half the rows, unless the tuning says
+ * no (CELLC_EMBED_FOLD=0, for comparisons). The same gradient as the input gradient summed by
+ * token, summed in another order. */
 static void plan_embedding_fold(Model *m) {
-  if (!m->embed || m->block || m->nlayers < 1 || !m->backend->xgrad_cols || tuning()->no_embed_fold) return;
+  if (!m->embed || m->block || m->nlayers < 1 || tuning()->no_embed_fold) return;
   if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
-  int cols = m->backend->xgrad_cols(m->layers[0].exe[0]);
-  if (cols <= 0) return;
-  m->fold_cols = cols;
-  m->fold_sums = dbuf(m, (size_t)m->task.vocab * (size_t)cols);
+  m->fold = m->backend->folds && m->backend->folds(m->layers[0].exe[0]);
 }
 
-bool model_folds_embedding(const Model *m) { return m->fold_cols > 0; }
+bool model_folds_embedding(const Model *m) { return m->fold; }
 
 /* model_new: the cell found -> the model's shape -> dims against the configuration -> tensors
  * (cells compiled) -> initial values -> activations. */
@@ -729,7 +726,6 @@ void model_free(Model *m) {
   for (int i = 0; i < 2; i++) dfree(m, m->dact[i]), dfree(m, m->dtmp[i]);
   dfree(m, m->scratch), dfree(m, m->readout_out), dfree(m, m->dreadout), dfree(m, m->logits), dfree(m, m->dlogits);
   dfree(m, m->d_ids), dfree(m, m->d_targets), dfree(m, m->d_x), dfree(m, m->d_y), dfree(m, m->d_on), dfree(m, m->dstore);
-  dfree(m, m->fold_sums);
   free(m->targets), free(m->on);
   free(m->layers), free(m->tensors), free(m->store), free(m->source);
   arena_free(&m->arena);
@@ -852,8 +848,8 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   else m->ops->copy(m->ops, m->act[k + 1], branch, sizeof(float) * n);
 }
 
-/* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din (layer 0 of a folded embedding: leaves it
- * as the layer's product, plan_embedding_fold). */
+/* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din (layer 0 of a folded embedding: adds it
+ * summed by token to the embedding's gradient instead, plan_embedding_fold). */
 static void layer_backward(Model *m, int k, float *din, const float *dout) {
   Layer *L = &m->layers[k];
   int C = m->block ? m->width : L->out;
@@ -876,7 +872,10 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
   }
   s->dy = d;
   if (!m->block) {
-    s->grad_x = k == 0 && m->fold_cols ? NULL : din;
+    bool fold = k == 0 && m->fold;
+    if (fold) m->fold_req = (SeqFold){m->d_ids, m->task.vocab, m->tensors[m->enc_w].dgrad[0]};
+    s->grad_x = fold ? NULL : din;
+    s->fold = fold ? &m->fold_req : NULL;
     m->backend->backward(L->exe[0], L->work[0], s);
   } else if (L->norm_w >= 0) {
     float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
@@ -977,13 +976,7 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
     float *t = dcur;
     dcur = dnext, dnext = t;
   }
-  if (m->fold_cols) { /* a host back end's (Backend.xgrad_*): G is host memory, summed by runtime/nn */
-    Layer *L0 = &m->layers[0];
-    int ld, V = m->task.vocab;
-    const float *G = m->backend->xgrad_rows(L0->exe[0], L0->work[0], &ld);
-    o->zero(o, m->fold_sums, sizeof(float) * (size_t)V * (size_t)m->fold_cols);
-    nn_embedding_backward_ld(m->fold_sums, G, (size_t)ld, m->d_ids, m->rows, V, m->fold_cols);
-    m->backend->xgrad_mul(L0->exe[0], L0->work[0], m->fold_sums, V, m->fold_cols, enc->dgrad[0], m->width);
+  if (m->fold) { /* layer 0's backward added it (layer_backward) */
   } else if (m->embed) o->embed_bwd(o, enc->dgrad[0], dcur, m->d_ids, m->rows, m->task.vocab, m->width);
   else
     o->linear_bwd(o, NULL, enc->dgrad[0], m->tensors[m->enc_b].dgrad[0], dcur, m->d_x, enc->dval[0], m->rows,

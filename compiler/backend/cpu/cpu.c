@@ -16,6 +16,7 @@
 #include "emit_cpu.h"
 #include "exec.h"
 #include "gemm.h"
+#include "nn.h" /* nn_embedding_backward_ld: SeqIO.fold's sums by token */
 
 /* A compiled program: its plan and the plan's table (what the executor runs; its kstatic_fwd and
  * kstatic_bwd are the static values, run by the portable evaluator), a function per kernel (or
@@ -43,6 +44,8 @@ typedef struct CpuWork {
   float **bases;           /* per slot: where row 0 of its values is (a step-local slot: row 0 of its B rows) */
   GemmPacked *packs;       /* per product of the plan (EtStep.pack): its matrix, packed */
   bool xgrad_left;         /* the last backward left grad_x as the product of step xg (grad_x NULL) */
+  float *fold_sums;        /* SeqIO.fold: G's rows summed by token [vocab, cols], fold_n floats */
+  size_t fold_n;
   bool warm;               /* a backward has run: the arrays are allocated and touched (CELLC_PROFILE=steps
                               leaves out the first sequence, its page faults) */
 } CpuWork;
@@ -312,7 +315,7 @@ static ExecIO io_of(const SeqIO *s, bool backward) {
                   .out = (float *const *)(backward ? s->grad_h0 : s->final), .grads = (float *const *)s->grad_params};
 }
 
-/* Where the call bound the arrays, for cpu_read_steps and the xgrad entries. */
+/* Where the call bound the arrays, for cpu_read_steps and the fold (cpu_fold). */
 static void keep_binding(CpuWork *w, const Exec *e) { w->arr = e->abase, w->bases = e->bases, w->packs = e->packs; }
 
 static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
@@ -326,18 +329,21 @@ static void cpu_forward(Compiled *cc, Work *ww, const SeqIO *s) {
   keep_binding(w, &e);
 }
 
+static void cpu_fold(CpuCell *c, CpuWork *w, const SeqIO *s);
+
 static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
   CHECK(w->T == s->T && w->B == s->B);
   w->xgrad_left = s->grad_x == NULL;
-  CHECK(!w->xgrad_left || c->tab->xgrad_step >= 0);
+  CHECK(!w->xgrad_left || (s->fold && c->tab->xgrad_step >= 0)); /* grad_x NULL: folded (cpu_folds) */
   Host host;
   Exec e;
   exec_of(c, w, &host, s, &e);
   ExecIO io = io_of(s, true);
   CHECK(exec_backward(&e, &io, w->mem) == EXEC_OK);
   keep_binding(w, &e);
+  if (s->fold) cpu_fold(c, w, s);
   w->warm = true;
 }
 
@@ -362,33 +368,30 @@ static const char *cpu_supports(const Program *p, const BackendOptions *o) {
   return NULL;
 }
 
-/* The plan step of the table's xgrad_step. */
+/* ---- the input gradient summed by token (SeqIO.fold, Backend.folds) ---- */
+
+/* The plan step of the table's xgrad_step: grad_x = G M over all rows. */
 static const PStep *xgrad_pstep(const CpuCell *c) {
   int i;
   const Phase *ph = phase_of_step(c, c->tab->xgrad_step, &i);
   return &ph->steps[i];
 }
 
-static int cpu_xgrad_cols(Compiled *cc) {
-  CpuCell *c = (CpuCell *)cc;
-  return c->tab->xgrad_step >= 0 ? plan_gemm_operands(c->pl, xgrad_pstep(c)).nO : 0;
-}
+static bool cpu_folds(const Compiled *cc) { return ((const CpuCell *)cc)->tab->xgrad_step >= 0; }
 
-static const float *cpu_xgrad_rows(Compiled *cc, Work *ww, int *ld) {
-  CpuCell *c = (CpuCell *)cc;
-  CpuWork *w = (CpuWork *)ww;
-  CHECK(c->tab->xgrad_step >= 0 && w->xgrad_left);
-  int v = plan_gemm_operands(c->pl, xgrad_pstep(c)).v;
-  *ld = width_of(c, v);
-  return w->bases[v];
-}
-
-static void cpu_xgrad_mul(Compiled *cc, Work *ww, const float *rows, int n, int ld, float *out, int ldo) {
-  CpuCell *c = (CpuCell *)cc;
-  CpuWork *w = (CpuWork *)ww;
-  CHECK(c->tab->xgrad_step >= 0 && w->xgrad_left);
+/* After a backward that skipped the product (grad_x NULL): fold->out += (G's rows summed by
+ * token) M, the sums by runtime/nn's embedding backward (its order, whatever the threads). */
+static void cpu_fold(CpuCell *c, CpuWork *w, const SeqIO *s) {
+  const SeqFold *f = s->fold;
+  CHECK(c->tab->xgrad_step >= 0 && w->xgrad_left && f->vocab > 0);
+  GemmOperands g = plan_gemm_operands(c->pl, xgrad_pstep(c));
+  int cols = g.nO, ld = width_of(c, g.v);
+  size_t n = (size_t)f->vocab * (size_t)cols;
+  if (w->fold_n < n) free(w->fold_sums), w->fold_sums = xmalloc(sizeof(float) * n), w->fold_n = n;
+  memset(w->fold_sums, 0, sizeof(float) * n);
+  nn_embedding_backward_ld(w->fold_sums, w->bases[g.v], (size_t)ld, f->ids, s->T * s->B, f->vocab, cols);
   const EtStep *st = &((const EtStep *)((const char *)c->tab + c->tab->steps))[c->tab->xgrad_step];
-  gemm_run(&w->packs[st->pack], n, rows, ld, out, ldo, true);
+  gemm_run(&w->packs[st->pack], f->vocab, w->fold_sums, cols, f->out, c->base.p->x_size, true);
 }
 
 static int threads_of(const BackendOptions *o) { return o->threads > 0 ? o->threads : support_threads(); }
@@ -440,9 +443,9 @@ static void cpu_work_free(Work *ww) {
   if (!w) return;
   work_profile_report(&w->base);
   free(w->mem);
+  free(w->fold_sums);
   free(w);
 }
 
 const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, .device = DEVICE_CPU, BACKEND_ENTRY_POINTS(cpu),
-                           .emit = cpu_emit, .xgrad_cols = cpu_xgrad_cols, .xgrad_rows = cpu_xgrad_rows,
-                           .xgrad_mul = cpu_xgrad_mul};
+                           .emit = cpu_emit, .folds = cpu_folds};
