@@ -33,6 +33,7 @@ case_up() {
 }
 case_up "runtime/support including the model" runtime/support/upward.c model.h "train/model"
 case_up "runtime/nn including the compiler" runtime/nn/upward.h pipeline.h "compiler/pipeline"
+case_up "runtime/device including the back-end interface" runtime/device/upward.c backend.h "compiler/backend"
 case_up "lang including the configuration" lang/upward.c cfg.h "train/cfg"
 case_up "the compiler including the training library's model" compiler/check/upward.c model.h "train/model"
 case_up "train/cfg including train/model" train/cfg/upward.c model.h "train/model"
@@ -43,8 +44,8 @@ case_up "the probes including a command's header" probes/upward.c cli.h "no fold
 case_up "the probes including another folder's private header" probes/upward.c task_impl.h "no folder's public header"
 
 # Calls, not only includes (the objects of `make`): no command file calls another command file's
-# functions (what they share is cmd/cli.c), and the model's host operations do not call back into
-# the model (model.c uses model_ops.c, not the other way).
+# functions (what they share is cmd/cli.c), and the host device does not call back into the model
+# (model.c uses runtime/device, not the other way).
 defined() { nm --defined-only "$1" | awk '$2 ~ /^[TDBR]$/ {print $3}' | sort -u; }
 calls() { nm -u "$1" | awk '{print $2}' | sort -u; }
 calls_none_of() { # NAME OBJECT OBJECTS...: OBJECT calls no function the others define
@@ -60,7 +61,7 @@ for f in cmd/cmd_*.c; do
   # shellcheck disable=SC2086
   calls_none_of "$f calls no other command's file" "$obj" $others
 done
-calls_none_of "train/model/model_ops.c calls nothing of model.c" build/train/model/model_ops.o build/train/model/model.o
+calls_none_of "runtime/device/device.c calls nothing of model.c" build/runtime/device/device.o build/train/model/model.o
 
 # the commands are listed once, in help.c's table: main names no command's function, and the
 # table names every cmd_<name> a command file defines
