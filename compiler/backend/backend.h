@@ -1,9 +1,11 @@
 /* backend.h: the interface every back end implements (interp, cpu, cuda, cuda-emu), and the one
  * sequence-I/O struct they all take. A back end compiles a differentiated Program into a Compiled
  * program, allocates work for it, runs the forward and the backward over whole sequences,
- * reads per-step arrays back for diagnostics, and (where it can) writes its code to files. The
- * pipeline (compiler/pipeline) finds back ends by name; nothing outside a back end's folder reads
- * its internals. */
+ * reads per-step arrays back for diagnostics, and (where it can) writes its code to files. It runs
+ * on a device (runtime/device's Device, of the kind Backend.device): the buffers of a SeqIO are
+ * that device's memory, and everything outside the cells runs on the device, not here. The
+ * pipeline (compiler/pipeline) lists the back ends and opens the devices; nothing outside a back
+ * end's folder reads its internals. */
 #ifndef CELLC_BACKEND_H
 #define CELLC_BACKEND_H
 
