@@ -1,5 +1,5 @@
 /* test_cuda_train.c: every kernel of the device operations of training (cellc_train.cu through
- * cuda_ops.c) on cuda-emu against its CPU counterpart (the host table: runtime/nn and
+ * cuda_ops.c) on cuda-emu against its CPU counterpart (the host device: runtime/nn and
  * runtime/optim) on the same random data: embedding, linear (cuBLAS), readouts, the broadcast and
  * column sums of learned initial states, cross-entropy with masks and MSE with row flags (training
  * and evaluation), the gradient norm, clipping's scale, SGD (with and without momentum), Adam and
@@ -32,7 +32,7 @@ static void teardown(void) {
 
 TestSuite(cuda_train, .init = setup, .fini = teardown);
 
-/* A buffer on both sides: host floats h (the host table works on them) and a device copy d. */
+/* A buffer on both sides: host floats h (the host device works on them) and a device copy d. */
 typedef struct Pair {
   float *h;
   float *d;

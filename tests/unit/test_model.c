@@ -663,7 +663,7 @@ Test(model_errors, missing_cell_file) {
   expect_model_error("tests/cells/no_such.cell", COPYING "[model]\nlayers = 1\nwidth = 4\n" TRAIN, NEEDLES("no_such.cell"));
 }
 
-/* The host table's zero on a buffer large enough to split over threads (three asked for), at a
+/* The host device's zero on a buffer large enough to split over threads (three asked for), at a
  * length that is no multiple of the slices: every byte zeroed, none past the end touched. */
 Test(host_ops, zero_splits_over_threads) {
   set_threads(3);
@@ -679,7 +679,7 @@ Test(host_ops, zero_splits_over_threads) {
   free(p);
 }
 
-/* The host table's mse is nn_mse, bit for bit: the sum and every gradient value, on values whose
+/* The host device's mse is nn_mse, bit for bit: the sum and every gradient value, on values whose
  * float and double roundings differ. */
 Test(mse, host_ops_are_nn_mse) {
   int N = 37, K = 3;
@@ -700,7 +700,7 @@ Test(mse, host_ops_are_nn_mse) {
  * the two (a copy field by field would go stale when a field is added). */
 _Static_assert(__builtin_types_compatible_p(DevAdam, OptAdamK), "DevAdam is runtime/optim's OptAdamK");
 
-/* The host table's adam is opt_adam_apply, bit for bit. */
+/* The host device's adam is opt_adam_apply, bit for bit. */
 Test(model_ops, host_adam_is_opt_adam_apply) {
   enum { N = 29 };
   float p1[N], p2[N], g[N], m1[N] = {0}, m2[N] = {0}, v1[N] = {0}, v2[N] = {0};

@@ -1,6 +1,6 @@
 /* model.h: the model `cellc train` builds around a compiled cell (spec "TASK.cfg" [model]):
  * encoder, `layers` copies of the cell in stack or residual blocks with norms, mixers and dropout,
- * readout, head and loss, with the forward and backward of one batch on the CPU back end.
+ * readout, head and loss, with the forward and backward of one batch on a device (device.h).
  *
  * The model, for a batch of B sequences of length T (rows r = t B + b, channels innermost):
  *   a_0 = embed.weight[tokens]                       (encoder = embed: token tasks)
