@@ -388,7 +388,8 @@ static void cpu_fold(CpuCell *c, CpuWork *w, const SeqIO *s) {
   int cols = g.nO, ld = width_of(c, g.v);
   size_t n = (size_t)f->vocab * (size_t)cols;
   if (w->fold_n < n) free(w->fold_sums), w->fold_sums = xmalloc(sizeof(float) * n), w->fold_n = n;
-  memset(w->fold_sums, 0, sizeof(float) * n);
+  Device *host = device_host(); /* its zero splits a large buffer over the threads */
+  host->zero(host, w->fold_sums, sizeof(float) * n);
   nn_embedding_backward_ld(w->fold_sums, w->bases[g.v], (size_t)ld, f->ids, s->T * s->B, f->vocab, cols);
   const EtStep *st = &((const EtStep *)((const char *)c->tab + c->tab->steps))[c->tab->xgrad_step];
   gemm_run(&w->packs[st->pack], f->vocab, w->fold_sums, cols, f->out, c->base.p->x_size, true);
