@@ -36,7 +36,7 @@ typedef struct ExecIO {
   const float *x, *dy;
   float *y;                     /* the forward's outputs */
   float *dx;                    /* the backward's dL/dx, or NULL: EXEC_SEQIO leaves it to the caller as
-                                   the product of step tab->xgrad_step (Backend.xgrad_cols), EXEC_CAPI
+                                   the product of step tab->xgrad_step (the fold: SeqIO.fold), EXEC_CAPI
                                    writes it to the workspace */
   const float *const *params;   /* EXEC_SEQIO: per param part; EXEC_CAPI: per param */
   const float *const *noise;    /* EXEC_SEQIO: per noise stream (EXEC_CAPI draws them from seed) */
