@@ -728,11 +728,22 @@ static int expr(Checker *k, const Expr *e) {
 
 static void check_init_expr(Checker *k, const Expr *e);
 
+/* An initializer where a number belongs: only a wrapping initializer (inv_softplus) takes one. */
+static _Noreturn void nested_init(Checker *k, const Expr *e) {
+  const char *const *names;
+  int n = init_names(&names);
+  for (int i = 0; i < n; i++)
+    if (init_find(names[i])->wraps)
+      fail(k, e->loc, "'%s' is an initializer; only %s takes an initializer as its argument", e->name, names[i]);
+  fail(k, e->loc, "'%s' is an initializer, not a number", e->name);
+}
+
 static void check_init_expr_node(Checker *k, const Expr *e) {
   switch (e->kind) {
   case EX_NUM: return;
   case EX_NAME: {
     Entity *ent = lookup(k, e->name);
+    if (!ent && init_find(e->name)) nested_init(k, e);
     if (!ent) unknown_name(k, e->loc, e->name, "name");
     if (ent->kind != E_DIM && ent->kind != E_OPTION)
       fail(k, e->loc, "initializer arguments are constants: numbers, dims and options; '%s' is %s", e->name,
@@ -745,6 +756,7 @@ static void check_init_expr_node(Checker *k, const Expr *e) {
     bool found = false;
     for (int i = 0; i < nok; i++)
       if (!strcmp(ok[i], e->name)) found = true;
+    if (!found && init_find(e->name)) nested_init(k, e);
     if (!found) fail(k, e->loc, "'%s' cannot be used in an initializer argument", e->name);
     int want = (!strcmp(e->name, "min") || !strcmp(e->name, "max")) ? 2 : 1;
     if (e->nargs != want) fail(k, e->loc, "%s takes %d argument%s, got %d", e->name, want, want == 1 ? "" : "s", e->nargs);
@@ -806,23 +818,74 @@ static bool eval_init_expr(Cell *c, const Expr *e, double *out) {
   }
 }
 
-static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, const ParamInfo *self) {
+/* The suggestion for an unknown initializer name (with `learned` for a state's). */
+static _Noreturn void unknown_init(Checker *k, Loc loc, const char *name, bool for_state) {
+  const char *const *names;
+  int n = init_names(&names);
+  const char **cands = arena_alloc(k->arena, sizeof(char *) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) cands[i] = names[i];
+  if (for_state) cands[n++] = "learned";
+  const char *near = edit_nearest(name, cands, n);
+  if (near) fail(k, loc, "unknown initializer '%s'; did you mean '%s'?", name, near);
+  fail(k, loc, "unknown initializer '%s'", name);
+}
+
+static void check_init_values(Checker *k, const char *name, const Expr **args, int nargs);
+
+/* The argument of a wrapping initializer `outer` (inv_softplus): another initializer, written
+ * NAME or NAME(ARGS), that draws values. Sets *inner, *ninner to it. */
+static void check_wrapped_init(Checker *k, const char *outer, const Expr *a, const char **inner, int *ninner) {
+  bool named = a->kind == EX_CALL || a->kind == EX_NAME;
+  const InitDef *def = named ? init_find(a->name) : NULL;
+  if (!def) {
+    if (named && !(a->kind == EX_NAME && lookup(k, a->name))) unknown_init(k, a->loc, a->name, false);
+    fail(k, a->loc, "'%s' takes an initializer as its argument, such as %s(log_uniform(0.001, 0.1))", outer, outer);
+  }
+  if (def->wraps) fail(k, a->loc, "'%s' cannot take '%s': only one initializer may be nested", outer, a->name);
+  if (def->ref_param) fail(k, a->loc, "'%s' takes an initializer that draws values; '%s' reads another param", outer, a->name);
+  int n = a->kind == EX_CALL ? a->nargs : 0;
+  if (n < def->min_args || n > def->max_args) {
+    if (def->min_args == def->max_args)
+      fail(k, a->loc, "initializer '%s' takes %d argument%s, got %d", a->name, def->min_args, def->min_args == 1 ? "" : "s", n);
+    fail(k, a->loc, "initializer '%s' takes %d to %d arguments, got %d", a->name, def->min_args, def->max_args, n);
+  }
+  for (int i = 0; i < n; i++) check_init_expr(k, a->args[i]);
+  check_init_values(k, a->name, (const Expr **)a->args, n);
+  *inner = a->name, *ninner = n;
+}
+
+/* The checks of init_check_args on arguments that evaluate now (all of them numbers and options,
+ * or the dims bound), reported at the argument at fault. */
+static void check_init_values(Checker *k, const char *name, const Expr **args, int nargs) {
+  double v[8];
+  for (int j = 0; j < nargs; j++)
+    if (j >= 8 || !eval_init_expr(k->c, args[j], &v[j]) || !isfinite(v[j])) return;
+  char why[200];
+  int bad;
+  if (init_check_args(name, v, nargs, &bad, why, sizeof why) != 0) fail(k, args[bad]->loc, "%s", why);
+}
+
+/* Evaluates an initializer's arguments once the dims are bound (a wrapping one's: its inner
+ * initializer's) into out[], and checks what needs no shape, at the argument at fault. */
+static void eval_init_args(Checker *k, const char *name, const Expr **args, int nargs, const char *inner, int ninner,
+                           double *out) {
+  if (inner) name = inner, nargs = ninner, args = (const Expr **)args[0]->args;
+  for (int j = 0; j < nargs; j++)
+    if (j >= 8 || !eval_init_expr(k->c, args[j], &out[j]) || !isfinite(out[j]))
+      fail(k, args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");
+  check_init_values(k, name, args, nargs);
+}
+
+static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, const ParamInfo *self, const char **inner,
+                       int *ninner) {
   *ref = -1;
+  *inner = NULL, *ninner = 0;
   if (for_state && !strcmp(in->name, "learned")) {
     if (in->has_parens) fail(k, in->loc, "'learned' takes no arguments");
     return;
   }
   const InitDef *def = init_find(in->name);
-  if (!def) {
-    const char *const *names;
-    int n = init_names(&names);
-    const char **cands = arena_alloc(k->arena, sizeof(char *) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++) cands[i] = names[i];
-    if (for_state) cands[n++] = "learned";
-    const char *near = edit_nearest(in->name, cands, n);
-    if (near) fail(k, in->loc, "unknown initializer '%s'; did you mean '%s'?", in->name, near);
-    fail(k, in->loc, "unknown initializer '%s'", in->name);
-  }
+  if (!def) unknown_init(k, in->loc, in->name, for_state);
   if (in->nargs < def->min_args || in->nargs > def->max_args) {
     if (def->min_args == def->max_args)
       fail(k, in->loc, "initializer '%s' takes %d argument%s, got %d", in->name, def->min_args,
@@ -844,7 +907,12 @@ static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, 
     *ref = ent->idx;
     return;
   }
+  if (def->wraps) {
+    check_wrapped_init(k, in->name, in->args[0], inner, ninner);
+    return;
+  }
   for (int i = 0; i < in->nargs; i++) check_init_expr(k, in->args[i]);
+  check_init_values(k, in->name, (const Expr **)in->args, in->nargs);
 }
 
 /* ---- statements ---- */
@@ -911,7 +979,7 @@ static void stmt_param(Checker *k, Stmt *s) {
   p.init = u.name, p.init_loc = u.loc, p.init_args = u.args, p.ninit_args = u.nargs;
   p.tags = s->tags;
   p.ntags = s->ntags;
-  check_init(k, s->init, false, &p.ref, &p);
+  check_init(k, s->init, false, &p.ref, &p, &p.inner, &p.ninner_args);
   declare(k, s->name, s->name_loc, E_PARAM, c->nparams);
   VEC_PUSH(c->params, c->nparams, k->capparams, p);
 }
@@ -928,7 +996,7 @@ static void stmt_state(Checker *k, Stmt *s) {
   if (s->init) {
     int ref;
     ParamInfo fake = {0};
-    check_init(k, s->init, true, &ref, &fake);
+    check_init(k, s->init, true, &ref, &fake, &st.inner, &st.ninner_args);
     InitUse u = init_use(s->init);
     st.init = u.name, st.init_loc = u.loc, st.init_args = u.args, st.ninit_args = u.nargs;
     if (!strcmp(st.init, "learned")) {
@@ -1476,11 +1544,7 @@ static bool bind(Checker *k) {
   check_params_total(k, values, true);
   for (int i = 0; i < c->nparams; i++) {
     ParamInfo *p = &c->params[i];
-    for (int j = 0; j < p->ninit_args && p->ref < 0; j++) {
-      if (j >= 8 || !eval_init_expr(c, p->init_args[j], &p->args[j]) || !isfinite(p->args[j])) {
-        fail(k, p->init_args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");
-      }
-    }
+    if (p->ref < 0) eval_init_args(k, p->init, p->init_args, p->ninit_args, p->inner, p->ninner_args, p->args);
   }
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *s = &c->states[i];
@@ -1492,10 +1556,7 @@ static bool bind(Checker *k) {
       s->n[j] = (int)v;
     }
     if (s->init && strcmp(s->init, "learned"))
-      for (int j = 0; j < s->ninit_args; j++)
-        if (j >= 8 || !eval_init_expr(c, s->init_args[j], &s->args[j]) || !isfinite(s->args[j])) {
-          fail(k, s->init_args[j < 8 ? j : 0]->loc, "this initializer argument does not evaluate to a finite number");
-        }
+      eval_init_args(k, s->init, s->init_args, s->ninit_args, s->inner, s->ninner_args, s->args);
   }
   long v;
   if (!dims_eval(&c->dt, c->input_dim, values, &v)) CHECK(0);

@@ -40,7 +40,9 @@ typedef struct ParamInfo {
   Loc init_loc;
   const Expr **init_args;
   int ninit_args;
-  double args[8];       /* evaluated at binding */
+  double args[8];       /* evaluated at binding (of `inner` when there is one) */
+  const char *inner;    /* inv_softplus(INIT): INIT's name, whose arguments args[] hold; else NULL */
+  int ninner_args;
   int ref;              /* lru_gamma: the param it reads, else -1 */
   const char **tags;
   int ntags;
@@ -57,6 +59,8 @@ typedef struct StateInfo {
   const Expr **init_args;
   int ninit_args;
   double args[8];
+  const char *inner;    /* as ParamInfo's */
+  int ninner_args;
   int param;            /* learned: the param holding the initial value, else -1 */
   int update;           /* its NEWVAL node */
   int order;            /* position among the updates in the body */

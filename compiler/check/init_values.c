@@ -12,9 +12,12 @@ int cell_draw_param(const Cell *c, int i, const InitText *over, const double *co
   const ParamInfo *pi = &c->params[i];
   const char *name = pi->init;
   const double *args = pi->args;
+  const char *wrap = NULL;
   int nargs = pi->ninit_args, ref = pi->ref;
+  if (pi->inner) wrap = name, name = pi->inner, nargs = pi->ninner_args;
   if (over) {
-    name = over->name, args = over->args, nargs = over->nargs, ref = -1;
+    name = over->name, args = over->args, nargs = over->nargs, ref = -1, wrap = NULL;
+    if (over->inner[0]) wrap = over->name, name = over->inner;
     for (int j = 0; over->ref[0] && j < i; j++)
       if (!strcmp(c->params[j].name, over->ref)) ref = j;
     if (over->ref[0] && ref < 0) {
@@ -22,13 +25,15 @@ int cell_draw_param(const Cell *c, int i, const InitText *over, const double *co
       return -1;
     }
   }
-  return init_fill(name, args, nargs, ref >= 0 ? earlier[ref] : NULL, pi->rank, pi->n, pi->cplx, standard_size(c), rng,
-                   out, err, errlen);
+  return init_fill_wrapped(wrap, name, args, nargs, ref >= 0 ? earlier[ref] : NULL, pi->rank, pi->n, pi->cplx,
+                           standard_size(c), rng, out, err, errlen);
 }
 
 int cell_draw_state(const Cell *c, int s, Rng *rng, double *out, char *err, size_t errlen) {
   const StateInfo *si = &c->states[s];
   CHECK(si->init && si->param < 0);
-  return init_fill(si->init, si->args, si->ninit_args, NULL, si->rank, si->n, si->cplx, si->rank ? si->n[0] : 1, rng, out,
-                   err, errlen);
+  const char *wrap = si->inner ? si->init : NULL, *name = si->inner ? si->inner : si->init;
+  int nargs = si->inner ? si->ninner_args : si->ninit_args;
+  return init_fill_wrapped(wrap, name, si->args, nargs, NULL, si->rank, si->n, si->cplx, si->rank ? si->n[0] : 1, rng,
+                           out, err, errlen);
 }

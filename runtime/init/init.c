@@ -1,4 +1,4 @@
-/* init.c: the initializers of spec section 6. Elementwise ones draw one value per real
+/* init.c: the initializers of spec sections 6 and 9. Elementwise ones draw one value per real
  * number (re then im for complex); orthogonal draws a Gaussian matrix and takes its QR. */
 #include "init.h"
 
@@ -11,37 +11,41 @@
 
 #include "support.h"
 
-#define INIT_LIST(X)                                                                 \
-  X(ZEROS, "zeros", 0, 0, false)                                                     \
-  X(ONES, "ones", 0, 0, false)                                                       \
-  X(CONST, "const", 1, 1, false)                                                     \
-  X(UNIFORM, "uniform", 2, 2, false)                                                 \
-  X(NORMAL, "normal", 2, 2, false)                                                   \
-  X(GLOROT, "glorot", 0, 0, false)                                                   \
-  X(ORTHOGONAL, "orthogonal", 0, 0, false)                                           \
-  X(STANDARD, "standard", 0, 0, false)                                               \
-  X(CHRONO, "chrono", 1, 1, false)                                                   \
-  X(UGI, "ugi", 0, 0, false)                                                         \
-  X(GUMBEL, "gumbel", 2, 2, false)                                                   \
-  X(LRU_NU, "lru_nu", 2, 2, false)                                                   \
-  X(LRU_THETA, "lru_theta", 1, 1, false)                                             \
-  X(LRU_GAMMA, "lru_gamma", 1, 1, true)
+#define INIT_LIST(X)  /* id, name, min and max argument counts, ref_param, wraps */ \
+  X(ZEROS, "zeros", 0, 0, false, false)               \
+  X(ONES, "ones", 0, 0, false, false)                 \
+  X(CONST, "const", 1, 1, false, false)               \
+  X(UNIFORM, "uniform", 2, 2, false, false)           \
+  X(NORMAL, "normal", 2, 2, false, false)             \
+  X(GLOROT, "glorot", 0, 0, false, false)             \
+  X(ORTHOGONAL, "orthogonal", 0, 0, false, false)     \
+  X(STANDARD, "standard", 0, 0, false, false)         \
+  X(CHRONO, "chrono", 1, 1, false, false)             \
+  X(UGI, "ugi", 0, 0, false, false)                   \
+  X(GUMBEL, "gumbel", 2, 2, false, false)             \
+  X(LRU_NU, "lru_nu", 2, 2, false, false)             \
+  X(LRU_THETA, "lru_theta", 1, 1, false, false)       \
+  X(LRU_GAMMA, "lru_gamma", 1, 1, true, false)        \
+  X(ARANGE, "arange", 2, 2, false, false)             \
+  X(S4D_REAL, "s4d_real", 0, 0, false, false)         \
+  X(LOG_UNIFORM, "log_uniform", 2, 2, false, false)   \
+  X(INV_SOFTPLUS, "inv_softplus", 1, 1, false, true)
 
 typedef enum {
-#define X(id, name, lo, hi, ref) INIT_##id,
+#define X(id, name, lo, hi, ref, wraps) INIT_##id,
   INIT_LIST(X)
 #undef X
   INIT_COUNT
 } InitKind;
 
 static const InitDef init_defs[] = {
-#define X(id, name, lo, hi, ref) [INIT_##id] = {name, lo, hi, ref},
+#define X(id, name, lo, hi, ref, wraps) [INIT_##id] = {name, lo, hi, ref, wraps},
     INIT_LIST(X)
 #undef X
 };
 
 static const char *const init_name_list[] = {
-#define X(id, name, lo, hi, ref) name,
+#define X(id, name, lo, hi, ref, wraps) name,
     INIT_LIST(X)
 #undef X
 };
@@ -75,7 +79,8 @@ typedef struct Draw {
   InitKind kind;
   double a, b; /* uniform: lo, width; normal: mean, std; glorot, standard: bound, -;
                   chrono: tmax - 2, -; ugi, gumbel: lo of u, width of u; lru_nu: r_min^2,
-                  r_max^2 - r_min^2; lru_theta: max_phase, - */
+                  r_max^2 - r_min^2; lru_theta: max_phase, -; log_uniform: log lo,
+                  log hi - log lo */
   double alpha, tau; /* gumbel (ugi: 0, 1) */
 } Draw;
 
@@ -99,6 +104,7 @@ static double draw_one(const Draw *d, Rng *rng) {
     return log(-0.5 * log(x));
   }
   case INIT_LRU_THETA: return log(d->a * rng_uniform_open(rng));
+  case INIT_LOG_UNIFORM: return exp(d->a + d->b * rng_uniform(rng));
   default: UNREACHABLE("draw_one: not an elementwise random initializer");
   }
 }
@@ -218,8 +224,55 @@ static int init_prepare(InitKind kind, const double *args, int rank, const int *
     if (!(args[0] > 0)) return init_fail(err, errlen, "lru_theta(max_phase) needs max_phase > 0, got lru_theta(%g)", args[0]);
     d->a = args[0];
     return 0;
+  case INIT_LOG_UNIFORM: {
+    int bad;
+    if (init_check_args("log_uniform", args, 2, &bad, err, errlen) != 0) return -1;
+    d->a = log(args[0]), d->b = log(args[1]) - log(args[0]);
+    return 0;
+  }
   default: return 0;
   }
+}
+
+int init_check_args(const char *name, const double *args, int nargs, int *bad, char *err, size_t errlen) {
+  *bad = 0;
+  if (!strcmp(name, "log_uniform") && nargs == 2) {
+    /* exp(U(log lo, log hi)): log lo must exist; lo == hi is the constant lo, as uniform(c, c) is c. */
+    if (!(args[0] > 0)) return init_fail(err, errlen, "log_uniform(lo, hi) needs lo > 0, got log_uniform(%g, %g)", args[0], args[1]);
+    *bad = 1;
+    if (!(args[1] >= args[0]))
+      return init_fail(err, errlen, "log_uniform(lo, hi) needs hi >= lo, got log_uniform(%g, %g)", args[0], args[1]);
+  }
+  return 0;
+}
+
+double init_inv_softplus(double x) {
+  /* For x > 1, log(expm1(x)) = x + log(1 - e^-x): no overflow of expm1 past x = 709, and the log's
+   * argument lies in (0.63, 1). For x <= 1, expm1 keeps full relative precision down to the
+   * smallest x (log(expm1(1e-300)) = log(1e-300)), where log(exp(x) - 1) would give log(0). */
+  return x > 1 ? x + log(-expm1(-x)) : log(expm1(x));
+}
+
+int init_fill_wrapped(const char *wrap, const char *name, const double *args, int nargs, const double *ref, int rank,
+                      const int *shape, bool cplx, int H, Rng *rng, double *out, char *err, size_t errlen) {
+  if (!wrap) return init_fill(name, args, nargs, ref, rank, shape, cplx, H, rng, out, err, errlen);
+  const InitDef *w = init_find(wrap), *in = init_find(name);
+  if (!w) return init_fail(err, errlen, "unknown initializer '%s'", wrap);
+  if (!w->wraps) return init_fail(err, errlen, "%s does not take an initializer as its argument", wrap);
+  if (!in) return init_fail(err, errlen, "unknown initializer '%s'", name);
+  if (in->wraps || in->ref_param)
+    return init_fail(err, errlen, "%s takes an initializer that draws values, not %s", wrap, name);
+  /* log(expm1(x)) has no complex meaning that a recurrence here would use, and im = 0 maps to -inf. */
+  if (cplx) return init_fail(err, errlen, "%s needs a real param", wrap);
+  if (init_fill(name, args, nargs, ref, rank, shape, cplx, H, rng, out, err, errlen) != 0) return -1;
+  size_t numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (size_t)shape[i];
+  for (size_t i = 0; i < numel; i++) {
+    if (!(out[i] > 0) || !isfinite(out[i]))
+      return init_fail(err, errlen, "%s needs positive values, but %s gave %g", wrap, name, out[i]);
+    out[i] = init_inv_softplus(out[i]);
+  }
+  return 0;
 }
 
 int init_fill(const char *name, const double *args, int nargs, const double *ref, int rank, const int *shape,
@@ -227,6 +280,7 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
   CHECK(rank >= 0 && rank <= 2);
   const InitDef *def = init_find(name);
   if (!def) return init_fail(err, errlen, "unknown initializer '%s'", name);
+  if (def->wraps) return init_fail(err, errlen, "%s takes another initializer as its argument, such as %s(log_uniform(0.001, 0.1))", name, name);
   InitKind kind = (InitKind)(def - init_defs);
   if (!def->ref_param && (nargs < def->min_args || nargs > def->max_args)) {
     if (def->min_args == 0) return init_fail(err, errlen, "%s takes no arguments, got %d", name, nargs);
@@ -264,6 +318,17 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
       fill_orthogonal(shape[0], shape[1], rng, w);
       for (size_t i = 0; i < numel; i++) out[2 * i] = w[i], out[2 * i + 1] = 0.0;
       free(w);
+    }
+    return 0;
+  }
+  case INIT_ARANGE:   /* start + step * j along the last dim, as torch.arange repeated */
+  case INIT_S4D_REAL: { /* log(j + 1) along the last dim: Mamba's A_log, A = -(j + 1) */
+    size_t last = rank ? (size_t)shape[rank - 1] : 1;
+    for (size_t i = 0; i < numel; i++) {
+      double j = (double)(i % last);
+      double v = kind == INIT_ARANGE ? args[0] + args[1] * j : log(j + 1.0);
+      if (cplx) out[2 * i] = v, out[2 * i + 1] = 0.0;
+      else out[i] = v;
     }
     return 0;
   }
@@ -360,6 +425,47 @@ static void unknown_init(const char *name, char *why, size_t n) {
   for (int i = 0; i < nn && used > 0 && (size_t)used < n; i++) used += snprintf(why + used, n - (size_t)used, "%s %s", i ? "," : "", names[i]);
 }
 
+/* A wrapping initializer's argument, NAME(ARGS) from the '(' at s[open]: another initializer, parsed
+ * by init_parse, into out->inner and out->args. The index after the ')', or -1. */
+static long parse_wrapped(const InitDef *d, const char *s, size_t open, InitText *out, char *why, size_t n, int *off,
+                          int *len) {
+  size_t slen = strlen(s), close = open + 1;
+  for (int depth = 0; close < slen && (s[close] != ')' || depth > 0); close++) depth += s[close] == '(' ? 1 : s[close] == ')' ? -1 : 0;
+  if (close >= slen) {
+    *off = (int)open, *len = 1;
+    snprintf(why, n, "'(' without its ')'");
+    return -1;
+  }
+  size_t a = open + 1, b = close;
+  while (a < b && is_blank((unsigned char)s[a])) a++;
+  while (b > a && is_blank((unsigned char)s[b - 1])) b--;
+  char *text = xmalloc(b - a + 1);
+  memcpy(text, s + a, b - a);
+  text[b - a] = 0;
+  InitText in;
+  int rc = a == b ? -1 : init_parse(text, &in, why, n, off, len);
+  free(text);
+  if (a == b) {
+    *off = (int)a, *len = 1;
+    snprintf(why, n, "%s takes an initializer as its argument, such as %s(log_uniform(0.001, 0.1))", d->name, d->name);
+    return -1;
+  }
+  if (rc < 0) {
+    *off += (int)a;
+    return -1;
+  }
+  const InitDef *id = init_find(in.name);
+  if (id->wraps || id->ref_param) {
+    *off = (int)a, *len = (int)(b - a);
+    snprintf(why, n, "%s takes an initializer that draws values, not %s", d->name, in.name);
+    return -1;
+  }
+  memcpy(out->inner, in.name, sizeof out->inner);
+  memcpy(out->args, in.args, sizeof out->args);
+  out->nargs = in.nargs;
+  return (long)close + 1;
+}
+
 int init_parse(const char *s, InitText *out, char *why, size_t n, int *off, int *len) {
   memset(out, 0, sizeof *out);
   size_t i = 0, slen = strlen(s);
@@ -378,7 +484,17 @@ int init_parse(const char *s, InitText *out, char *why, size_t n, int *off, int 
     return -1;
   }
   while (is_blank((unsigned char)s[i])) i++;
-  if (s[i] == '(') {
+  if (d->wraps && s[i] != '(') {
+    *off = 0, *len = (int)slen;
+    snprintf(why, n, "%s takes an initializer as its argument, such as %s(log_uniform(0.001, 0.1))", d->name, d->name);
+    return -1;
+  }
+  if (d->wraps) {
+    long after = parse_wrapped(d, s, i, out, why, n, off, len);
+    if (after < 0) return -1;
+    i = (size_t)after;
+    while (is_blank((unsigned char)s[i])) i++;
+  } else if (s[i] == '(') {
     long after = parse_args_of(d, s, i, out, why, n, off, len);
     if (after < 0) return -1;
     i = (size_t)after;
@@ -389,7 +505,7 @@ int init_parse(const char *s, InitText *out, char *why, size_t n, int *off, int 
     snprintf(why, n, "unexpected '%c' after the initializer", s[i]);
     return -1;
   }
-  int given = d->ref_param ? (out->ref[0] != 0) : out->nargs;
+  int given = d->ref_param ? (out->ref[0] != 0) : d->wraps ? 1 : out->nargs;
   if (given < d->min_args || given > d->max_args) {
     *off = 0, *len = (int)slen;
     if (d->min_args == d->max_args)

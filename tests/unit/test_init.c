@@ -1,6 +1,8 @@
-/* test_init.c: the initializers of spec section 6: their table, the statistics and bounds
- * of each on large samples, orthogonality, determinism, and every rejected argument. */
+/* test_init.c: the initializers of spec sections 6 and 9: their table, the statistics and bounds
+ * of each on large samples, orthogonality, determinism, the exact values of the deterministic
+ * ones, inv_softplus's precision, the initializer text, and every rejected argument. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -53,7 +55,7 @@ static void expect_error(const char *name, const double *args, int nargs, const 
 Test(init, table_knows_every_initializer) {
   const char *const *names;
   int n = init_names(&names);
-  cr_assert_eq(n, 14);
+  cr_assert_eq(n, 18);
   for (int i = 0; i < n; i++) {
     const InitDef *d = init_find(names[i]);
     cr_assert_not_null(d, "%s", names[i]);
@@ -73,6 +75,16 @@ Test(init, table_argument_counts) {
   cr_assert_eq(init_find("lru_theta")->max_args, 1);
   cr_assert(init_find("lru_gamma")->ref_param);
   cr_assert_not(init_find("ugi")->ref_param);
+  cr_assert_eq(init_find("arange")->min_args, 2);
+  cr_assert_eq(init_find("arange")->max_args, 2);
+  cr_assert_eq(init_find("s4d_real")->max_args, 0);
+  cr_assert_eq(init_find("log_uniform")->min_args, 2);
+  cr_assert_eq(init_find("inv_softplus")->min_args, 1);
+  cr_assert_eq(init_find("inv_softplus")->max_args, 1);
+  cr_assert(init_find("inv_softplus")->wraps);
+  const char *const *names;
+  int n = init_names(&names);
+  for (int i = 0; i < n; i++) cr_assert_eq(init_find(names[i])->wraps, !strcmp(names[i], "inv_softplus"), "%s", names[i]);
 }
 
 Test(init, constants_real_and_complex) {
@@ -413,3 +425,204 @@ Test(init, error_lru_theta_non_positive_max_phase) {
 Test(init, error_lru_gamma_without_ref) { expect_error("lru_gamma", NULL, 0, NULL, 1, (int[]){4}, 8, "lru_gamma needs"); }
 
 Test(init, error_standard_without_a_state_size) { expect_error("standard", NULL, 0, NULL, 1, (int[]){4}, 0, "positive size"); }
+
+/* ---- version 2 (spec section 9) ---- */
+
+/* softplus(y) = log(1 + e^y), without overflow for large y. */
+static double softplus(double y) { return y > 0 ? y + log1p(exp(-y)) : log1p(exp(y)); }
+
+Test(init, arange_fills_the_last_dim_exactly_and_draws_nothing) {
+  double out[2 * 12];
+  Rng r, before;
+  rng_seed(&r, 5, 0);
+  before = r;
+  cr_assert_eq(init_fill("arange", (double[]){1, 0.5}, 2, NULL, 2, (int[]){3, 4}, false, 8, &r, out, err, sizeof err), 0,
+               "%s", err);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) cr_assert_eq(out[i * 4 + j], 1 + 0.5 * j, "[%d, %d] = %g", i, j, out[i * 4 + j]);
+  cr_assert_eq(memcmp(&r, &before, sizeof r), 0);
+  cr_assert_eq(fill("arange", (double[]){-2, 3}, 2, 1, (int[]){5}, false, 1, out), 0, "%s", err);
+  for (int j = 0; j < 5; j++) cr_assert_eq(out[j], -2 + 3.0 * j);
+  cr_assert_eq(fill("arange", (double[]){7, 3}, 2, 0, NULL, false, 1, out), 0, "%s", err);
+  cr_assert_eq(out[0], 7);
+  cr_assert_eq(fill("arange", (double[]){0, 1}, 2, 2, (int[]){2, 3}, true, 1, out), 0, "%s", err);
+  for (int i = 0; i < 6; i++) {
+    cr_assert_eq(out[2 * i], (double)(i % 3));
+    cr_assert_eq(out[2 * i + 1], 0.0);
+  }
+}
+
+Test(init, s4d_real_is_log_j_plus_one_along_the_last_dim) {
+  enum { D = 3, NS = 16 };
+  double out[D * NS];
+  Rng r, before;
+  rng_seed(&r, 5, 0);
+  before = r;
+  cr_assert_eq(init_fill("s4d_real", NULL, 0, NULL, 2, (int[]){D, NS}, false, 8, &r, out, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(memcmp(&r, &before, sizeof r), 0);
+  for (int i = 0; i < D; i++)
+    for (int j = 0; j < NS; j++) {
+      cr_assert_eq(out[i * NS + j], log(j + 1.0));
+      /* Mamba's A = -exp(A_log) = -(j + 1), to rounding */
+      cr_assert_leq(fabs(exp(out[i * NS + j]) - (j + 1)), 4 * DBL_EPSILON * (j + 1));
+    }
+  cr_assert_eq(out[0], 0.0);
+}
+
+Test(init, log_uniform_range_and_log_values_uniform) {
+  double lo = 0.001, hi = 0.1, *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("log_uniform", (double[]){lo, hi}, 2, 1, (int[]){N}, false, 11, v), 0, "%s", err);
+  double a = log(lo), b = log(hi), w = b - a, s = 0, s2 = 0;
+  int below_gm = 0, first_decade = 0;
+  for (int i = 0; i < N; i++) {
+    cr_assert(v[i] >= lo * (1 - 1e-15) && v[i] <= hi * (1 + 1e-15), "%g outside [%g, %g]", v[i], lo, hi);
+    double l = log(v[i]);
+    s += l, s2 += l * l;
+    below_gm += v[i] < sqrt(lo * hi);
+    first_decade += v[i] < 0.01;
+  }
+  double mean = s / N, var = s2 / N - mean * mean;
+  /* log v ~ U(log lo, log hi): mean the midpoint, variance w^2 / 12; half the draws in each decade */
+  cr_assert_lt(fabs(mean - (a + b) / 2), 5 * w / sqrt(12.0 * N));
+  cr_assert_lt(fabs(var - w * w / 12) / (w * w / 12), 0.02);
+  cr_assert_lt(fabs(below_gm / (double)N - 0.5), 5 * 0.5 / sqrt(N));
+  cr_assert_lt(fabs(first_decade / (double)N - 0.5), 5 * 0.5 / sqrt(N));
+  cr_assert_lt(min_of(v, N), lo * 1.001);
+  cr_assert_gt(max_of(v, N), hi * 0.999);
+  free(v);
+}
+
+Test(init, log_uniform_is_exp_of_uniform_of_the_logs) {
+  double lu[64], u[64];
+  cr_assert_eq(fill("log_uniform", (double[]){0.5, 8}, 2, 2, (int[]){8, 8}, false, 3, lu), 0, "%s", err);
+  cr_assert_eq(fill("uniform", (double[]){0, 1}, 2, 2, (int[]){8, 8}, false, 3, u), 0, "%s", err);
+  for (int i = 0; i < 64; i++) cr_assert_eq(lu[i], exp(log(0.5) + (log(8.0) - log(0.5)) * u[i]));
+  cr_assert_eq(fill("log_uniform", (double[]){2, 2}, 2, 1, (int[]){4}, false, 3, lu), 0, "%s", err);
+  for (int i = 0; i < 4; i++) cr_assert_float_eq(lu[i], 2.0, 1e-15);
+}
+
+Test(init, inv_softplus_inverts_softplus_of_the_inner_values) {
+  double *in = xmalloc(sizeof(double) * N), *out = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("log_uniform", (double[]){0.001, 0.1}, 2, 2, (int[]){N / 100, 100}, false, 21, in), 0, "%s", err);
+  Rng r;
+  rng_seed(&r, 21, 0);
+  cr_assert_eq(init_fill_wrapped("inv_softplus", "log_uniform", (double[]){0.001, 0.1}, 2, NULL, 2, (int[]){N / 100, 100},
+                                 false, 8, &r, out, err, sizeof err),
+               0, "%s", err);
+  for (int i = 0; i < N; i++) {
+    cr_assert_lt(out[i], log(expm1(0.1)) + 1e-12); /* Mamba's dt bias: softplus(.) in [0.001, 0.1] */
+    cr_assert_leq(fabs(softplus(out[i]) - in[i]), 4 * DBL_EPSILON * in[i], "softplus(%.17g) = %.17g, want %.17g", out[i],
+                  softplus(out[i]), in[i]);
+  }
+  /* no wrap: init_fill itself */
+  rng_seed(&r, 21, 0);
+  cr_assert_eq(init_fill_wrapped(NULL, "log_uniform", (double[]){0.001, 0.1}, 2, NULL, 2, (int[]){N / 100, 100}, false, 8,
+                                 &r, out, err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(memcmp(in, out, sizeof(double) * N), 0);
+  free(in), free(out);
+}
+
+Test(init, inv_softplus_keeps_precision_for_tiny_and_large_values) {
+  const double xs[] = {4.9e-324, 1e-300, 1e-30, 1e-12, 1e-8, 1e-3, 0.5, 0.6931471805599453, 1, 1.5, 20, 40, 700, 1e4, 1e300};
+  for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+    double x = xs[i], y = init_inv_softplus(x);
+    cr_assert(isfinite(y), "inv_softplus(%g) = %g", x, y);
+    /* y's own rounding (|y| ulp-sized in absolute terms) comes back through exp as |y| eps relative */
+    cr_assert_leq(fabs(softplus(y) - x), (4 + fabs(y)) * DBL_EPSILON * x + 4.9e-324, "softplus(inv_softplus(%.17g)) = %.17g",
+                  x, softplus(y));
+    /* tiny x: log(expm1(x)) = log(x) + x/2 + O(x^2), to the last bits */
+    if (x < 1e-8 && x > 1e-300) cr_assert_leq(fabs(y - (log(x) + x / 2)), 2 * DBL_EPSILON * fabs(y), "inv_softplus(%g) = %.17g", x, y);
+  }
+  /* the naive log(exp(x) - 1) gives log(0) = -inf here */
+  cr_assert_float_eq(init_inv_softplus(1e-300), log(1e-300), 1e-12);
+  cr_assert(isinf(log(exp(1e-300) - 1)));
+  /* and overflows here: inv_softplus(x) = x - e^-x + ... */
+  cr_assert_eq(init_inv_softplus(1000), 1000);
+}
+
+Test(init, error_log_uniform_arguments) {
+  expect_error("log_uniform", (double[]){0, 1}, 2, NULL, 1, (int[]){4}, 8, "needs lo > 0");
+  expect_error("log_uniform", (double[]){-1, 1}, 2, NULL, 1, (int[]){4}, 8, "needs lo > 0");
+  expect_error("log_uniform", (double[]){2, 1}, 2, NULL, 1, (int[]){4}, 8, "needs hi >= lo");
+  expect_error("log_uniform", (double[]){1}, 1, NULL, 1, (int[]){4}, 8, "log_uniform takes 2 arguments, got 1");
+  expect_error("arange", (double[]){1}, 1, NULL, 1, (int[]){4}, 8, "arange takes 2 arguments, got 1");
+  expect_error("s4d_real", (double[]){1}, 1, NULL, 1, (int[]){4}, 8, "s4d_real takes no arguments");
+  int bad = -1;
+  cr_assert_eq(init_check_args("log_uniform", (double[]){0, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 0);
+  cr_assert_eq(init_check_args("log_uniform", (double[]){3, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 1);
+  cr_assert_eq(init_check_args("log_uniform", (double[]){1, 1}, 2, &bad, err, sizeof err), 0);
+  cr_assert_eq(init_check_args("uniform", (double[]){3, 1}, 2, &bad, err, sizeof err), 0); /* version 1: when drawn */
+}
+
+static void expect_wrapped_error(const char *wrap, const char *name, const double *args, int nargs, bool cplx,
+                                 const char *want) {
+  double out[16];
+  Rng r;
+  rng_seed(&r, 1, 0);
+  err[0] = 0;
+  cr_assert_eq(init_fill_wrapped(wrap, name, args, nargs, NULL, 1, (int[]){4}, cplx, 8, &r, out, err, sizeof err), -1,
+               "%s(%s) accepted", wrap, name);
+  cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+Test(init, error_inv_softplus) {
+  expect_error("inv_softplus", (double[]){0.5}, 1, NULL, 1, (int[]){4}, 8, "takes another initializer");
+  expect_wrapped_error("inv_softplus", "zeros", NULL, 0, false, "needs positive values, but zeros gave 0");
+  expect_wrapped_error("inv_softplus", "s4d_real", NULL, 0, false, "needs positive values, but s4d_real gave 0");
+  expect_wrapped_error("inv_softplus", "const", (double[]){-1}, 1, false, "gave -1");
+  expect_wrapped_error("inv_softplus", "ones", NULL, 0, true, "needs a real param");
+  expect_wrapped_error("inv_softplus", "inv_softplus", NULL, 0, false, "draws values, not inv_softplus");
+  expect_wrapped_error("inv_softplus", "lru_gamma", NULL, 0, false, "draws values, not lru_gamma");
+  expect_wrapped_error("uniform", "ones", NULL, 0, false, "does not take an initializer");
+  expect_wrapped_error("inv_softplus", "log_uniform", (double[]){0, 1}, 2, false, "needs lo > 0");
+  double out[4];
+  Rng r;
+  rng_seed(&r, 1, 0);
+  cr_assert_eq(init_fill_wrapped("inv_softplus", "arange", (double[]){1, 1}, 2, NULL, 1, (int[]){4}, false, 8, &r, out, err,
+                                 sizeof err),
+               0, "%s", err);
+  for (int j = 0; j < 4; j++) cr_assert_eq(out[j], init_inv_softplus(1.0 + j));
+}
+
+Test(init, text_of_a_wrapped_initializer) {
+  InitText t;
+  int off, len;
+  cr_assert_eq(init_parse("inv_softplus(log_uniform(0.001, 0.1))", &t, err, sizeof err, &off, &len), 0, "%s", err);
+  cr_assert_str_eq(t.name, "inv_softplus");
+  cr_assert_str_eq(t.inner, "log_uniform");
+  cr_assert_eq(t.nargs, 2);
+  cr_assert_eq(t.args[0], 0.001);
+  cr_assert_eq(t.args[1], 0.1);
+  cr_assert_eq(init_parse(" inv_softplus ( ones ) ", &t, err, sizeof err, &off, &len), -1); /* a name starts the text */
+  cr_assert_eq(init_parse("inv_softplus ( ones ) ", &t, err, sizeof err, &off, &len), 0, "%s", err);
+  cr_assert_str_eq(t.inner, "ones");
+  cr_assert_eq(init_parse("inv_softplus( arange(1, 2) )", &t, err, sizeof err, &off, &len), 0, "%s", err);
+  cr_assert_str_eq(t.inner, "arange");
+  cr_assert_eq(init_parse("log_uniform(0.5, 2)", &t, err, sizeof err, &off, &len), 0, "%s", err);
+  cr_assert_str_eq(t.inner, "");
+}
+
+static void expect_text_error(const char *text, const char *want, int want_off) {
+  InitText t;
+  int off = -1, len = -1;
+  err[0] = 0;
+  cr_assert_eq(init_parse(text, &t, err, sizeof err, &off, &len), -1, "'%s' accepted", text);
+  cr_assert_not_null(strstr(err, want), "'%s': message '%s' lacks '%s'", text, err, want);
+  cr_assert_eq(off, want_off, "'%s': at %d, want %d", text, off, want_off);
+}
+
+Test(init, text_errors_of_wrapped_initializers) {
+  expect_text_error("inv_softplus", "takes an initializer as its argument", 0);
+  expect_text_error("inv_softplus()", "takes an initializer as its argument", 13);
+  expect_text_error("inv_softplus(0.5)", "expected an initializer", 13);
+  expect_text_error("inv_softplus(log_unifrom(1, 2))", "did you mean 'log_uniform'", 13);
+  expect_text_error("inv_softplus(log_uniform(1))", "log_uniform takes 2 arguments, not 1", 13);
+  expect_text_error("inv_softplus(inv_softplus(ones))", "draws values, not inv_softplus", 13);
+  expect_text_error("inv_softplus(lru_gamma(nu))", "draws values, not lru_gamma", 13);
+  expect_text_error("inv_softplus(ones", "'(' without its ')'", 12);
+  expect_text_error("inv_softplus(ones) x", "unexpected 'x'", 19);
+  expect_text_error("uniform(log_uniform(1, 2), 3)", "expected a number", 8);
+}
