@@ -236,6 +236,7 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
 STDLIB_CELLS(STDLIB_PTXAS)
 PTXAS_TEST(ops, "tests/cells/ops.cell", NULL, "H=128,D=64")
 PTXAS_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=128,D=64")
+PTXAS_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=128,D=64")
 
 /* ---- no driver ---- */
 
