@@ -1293,6 +1293,16 @@ static Decomp decompose_node(Analysis *an, int id) {
     if (!x.ok) return blame(an, x, id, false);
     return (Decomp){false, -1, -1, id};
   }
+  case OP_MASK: {
+    /* where's selection by a state-free comparison is a 0/1 factor: where(c, a * h + b, h) is
+     * linear in h, its coefficient mask(m, a) + mask(1 - m, 1) */
+    if (!independent(an, n.a[0])) return culprit_in(an, id);
+    Decomp x = decompose(an, n.a[1]);
+    if (!x.ok) return blame(an, x, id, false);
+    d.a = x.a < 0 ? -1 : tnode(k, OP_MASK, n.a[0], x.a, loc);
+    d.b = x.b < 0 ? -1 : tnode(k, OP_MASK, n.a[0], x.b, loc);
+    return d;
+  }
   case OP_NEWVAL: return (Decomp){false, -1, -1, id};
   default: return culprit_in(an, id);
   }
