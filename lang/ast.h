@@ -25,6 +25,10 @@ typedef enum {
   EX_MUL,
   EX_DIV,
   EX_MATMUL, /* a @ b */
+  EX_LT,     /* a < b: only as where's first argument (the checker says so elsewhere) */
+  EX_LE,
+  EX_GT,
+  EX_GE,
 } ExprKind;
 
 typedef struct Expr Expr;

@@ -94,7 +94,9 @@ int parse_lex(PARSE_STYPE *val, Lexer *lx) {
       }
       ["] { return lex_error(lx, val, "unterminated string"); }
 
-      [{}()[\],:;=~@+*/-] { return emit(lx, val, (unsigned char)lx->tok[0]); }
+      "<=" { return emit(lx, val, TOK_LE); }
+      ">=" { return emit(lx, val, TOK_GE); }
+      [{}()[\],:;=~@+*/<>-] { return emit(lx, val, (unsigned char)lx->tok[0]); }
 
       [\x80-\xff]+ { return lex_error(lx, val, "unexpected character (non-ASCII text is allowed only in comments and strings)"); }
       * { return lex_error(lx, val, "unexpected character"); }

@@ -65,15 +65,16 @@ static Stmt *mk_stmt(Lexer *lx, StmtKind k, Tok kw, Tok name) {
 %token <tok> STATE "state" LET "let" GATE "gate" OUTPUT "output" IF "if" ELSE "else"
 %token <tok> TAG "tag" TRUE "true" FALSE "false"
 %token <tok> '{' '}' '(' ')' '[' ']' ',' ':' ';' '=' '~' '@' '+' '-' '*' '/'
+%token <tok> '<' '>' LE "<=" GE ">="
 
-%type <expr> expr term unary mat postfix
+%type <expr> expr term unary mat postfix carg
 %type <dim> dimsum dimprod dimatom
 %type <stmt> stmt
 %type <shape> shape opt_shape
 %type <init> init opt_state_init
 %type <cell> cell
 %type <option> option
-%type <list> stmts options opt_options option_list args dims opt_tags tag_list
+%type <list> stmts options opt_options option_list args cargs dims opt_tags tag_list
 %type <tok> opt_kind literal
 
 %%
@@ -256,7 +257,7 @@ postfix:
     NUMBER { $$ = mk_expr(lx, EX_NUM, $1.loc, NULL, NULL); $$->num = $1.num; }
   | INTEGER { $$ = mk_expr(lx, EX_NUM, $1.loc, NULL, NULL); $$->num = $1.num; $$->is_int = true; }
   | IDENT { $$ = mk_expr(lx, EX_NAME, $1.loc, NULL, NULL); $$->name = $1.s; }
-  | IDENT '(' args ')' {
+  | IDENT '(' cargs ')' {
       $$ = mk_expr(lx, EX_CALL, $1.loc, NULL, NULL);
       $$->name = $1.s; $$->args = ITEMS(Expr **, $3); $$->nargs = $3.n;
     }
@@ -266,12 +267,32 @@ args:
     expr { $$ = (List){0}; ast_push(A, &$$, $1); }
   | args ',' expr { $$ = $1; ast_push(A, &$$, $3); }
   ;
+/* a call's arguments: expressions, or a comparison (version 2: where's condition; the checker
+ * refuses one anywhere else, with its location) */
+cargs:
+    carg { $$ = (List){0}; ast_push(A, &$$, $1); }
+  | cargs ',' carg { $$ = $1; ast_push(A, &$$, $3); }
+  ;
+carg:
+    expr
+  | expr '<' expr { $$ = mk_expr(lx, EX_LT, $2.loc, $1, $3); }
+  | expr LE expr { $$ = mk_expr(lx, EX_LE, $2.loc, $1, $3); }
+  | expr '>' expr { $$ = mk_expr(lx, EX_GT, $2.loc, $1, $3); }
+  | expr GE expr { $$ = mk_expr(lx, EX_GE, $2.loc, $1, $3); }
+  ;
 
 %%
 
 void parse_error(Lexer *lx, const char *msg) {
   /* Bison's stack overflow says only "memory exhausted" */
   if (!strcmp(msg, "memory exhausted")) msg = "nested too deeply (the parser's stack is full)";
+  /* a comparison parses only as a call's argument: elsewhere say where it belongs */
+  static const char *const cmp[] = {"unexpected '<'", "unexpected '>'", "unexpected \"<=\"", "unexpected \">=\""};
+  for (int i = 0; i < 4; i++)
+    if (strstr(msg, cmp[i])) {
+      diag_error(lx->last, "%s (a comparison is allowed only as where's first argument)", msg);
+      return;
+    }
   diag_error(lx->last, "%s", msg);
 }
 

@@ -328,6 +328,8 @@ def main():
             tc = os.path.join(ROOT, "tests", "cells")
             test_cell(os.path.join(tc, "ops.cell"), work)
             test_cell(os.path.join(tc, "ops.cell"), work, extra=["--set", "use_gumbel=true"], label="ops-gumbel-eval")
+            for c in ("ops_v2", "ops_v2_scan"):  # language version 2's elementwise built-ins
+                test_cell(os.path.join(tc, c + ".cell"), work)
             for c in ("learned_gate", "learned_scan", "drawn_state"):
                 test_cell(os.path.join(tc, "learned_gate.cell"), work, cell=c)
             # scan cells whose state's coefficient times its gradient is also another gradient

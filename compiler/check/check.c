@@ -255,6 +255,10 @@ static void etext(const Expr *e, char *buf, int *len, int size, int prec) {
   case EX_MUL: p = 2, op = " * "; break;
   case EX_DIV: p = 2, op = " / "; break;
   case EX_MATMUL: p = 4, op = " @ "; break;
+  case EX_LT: p = 0, op = " < "; break;
+  case EX_LE: p = 0, op = " <= "; break;
+  case EX_GT: p = 0, op = " > "; break;
+  case EX_GE: p = 0, op = " >= "; break;
   }
   if (prec > p) PUT("(");
   etext(e->a, buf, len, size, p);
@@ -552,7 +556,7 @@ static int konst(Checker *k, double v, Loc loc, const Expr *ast) {
 
 /* ---- built-in functions ---- */
 
-typedef enum { F_REAL1, F_ANY1, F_ABS, F_MINMAX, F_COMPLEX, F_PART, F_CONJ, F_CIS, F_REDUCE, F_CONCAT, F_NORM, F_GUMBEL } FnKind;
+typedef enum { F_REAL1, F_ANY1, F_ABS, F_MINMAX, F_COMPLEX, F_PART, F_CONJ, F_CIS, F_REDUCE, F_CONCAT, F_NORM, F_GUMBEL, F_CLAMP, F_WHERE } FnKind;
 static const struct {
   const char *name;
   int nargs;
@@ -568,6 +572,9 @@ static const struct {
     {"cis", 1, F_CIS, OP_CIS},           {"sum", 1, F_REDUCE, OP_SUM},        {"mean", 1, F_REDUCE, OP_MEAN},
     {"concat", 2, F_CONCAT, OP_CONCAT},  {"layernorm", 1, F_NORM, OP_LAYERNORM}, {"rmsnorm", 1, F_NORM, OP_RMSNORM},
     {"gumbel_sigmoid", 2, F_GUMBEL, OP_GUMBEL},
+    /* version 2 */
+    {"expm1", 1, F_REAL1, OP_EXPM1},     {"log1p", 1, F_REAL1, OP_LOG1P},     {"erf", 1, F_REAL1, OP_ERF},
+    {"pow", 2, F_MINMAX, OP_POW},        {"clamp", 3, F_CLAMP, OP_MIN},       {"where", 3, F_WHERE, OP_MASK},
 };
 #define NBUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
@@ -581,6 +588,31 @@ static void need_real(Checker *k, const Expr *call, int arg, int id) {
 static void need_vector(Checker *k, const Expr *call, int arg, int id) {
   if (N(k, id)->rank > 1)
     fail(k, call->args[arg]->loc, "%s takes a vector, got %s", call->name, shape_str(k, N(k, id)));
+}
+
+static bool is_comparison(const Expr *e) { return e->kind == EX_LT || e->kind == EX_LE || e->kind == EX_GT || e->kind == EX_GE; }
+
+/* where(c, x, y), c a comparison l < r (<=, >, >=): a 0/1 mask m = lt(l, r) (operands swapped for
+ * > and <=, and x, y swapped for <= and >=: l <= r is not (r < l)), then mask(m, x) + mask(1 - m, y).
+ * Exact: the value chosen plus a zero (a NaN or inf in the branch not chosen does not leak), and
+ * the derivative goes to the chosen branch only. */
+static int where(Checker *k, const Expr *e) {
+  const Expr *c = e->args[0];
+  if (!is_comparison(c)) fail(k, c->loc, "where's first argument must be a comparison (a < b, a <= b, a > b, a >= b)");
+  int l = expr(k, c->a), r = expr(k, c->b);
+  int x = expr(k, e->args[1]), y = expr(k, e->args[2]);
+  const Expr *parts[4] = {c->a, c->b, e->args[1], e->args[2]};
+  int ids[4] = {l, r, x, y};
+  for (int i = 0; i < 4; i++)
+    if (N(k, ids[i])->cplx) fail(k, parts[i]->loc, "where takes real arguments, got %s", shape_str(k, N(k, ids[i])));
+  bool swap_lr = c->kind == EX_GT || c->kind == EX_LE, swap_xy = c->kind == EX_LE || c->kind == EX_GE;
+  int m = binary(k, OP_LT, c->loc, c, swap_lr ? r : l, swap_lr ? l : r);
+  if (swap_xy) {
+    int t = x;
+    x = y, y = t;
+  }
+  int notm = binary(k, OP_SUB, c->loc, c, konst(k, 1, c->loc, c), m);
+  return binary(k, OP_ADD, e->loc, e, binary(k, OP_MASK, e->loc, e, m, x), binary(k, OP_MASK, e->loc, e, notm, y));
 }
 
 static int call(Checker *k, const Expr *e) {
@@ -599,11 +631,22 @@ static int call(Checker *k, const Expr *e) {
   if (e->nargs != builtins[f].nargs)
     fail(k, e->loc, "%s takes %d argument%s, got %d", e->name, builtins[f].nargs, builtins[f].nargs == 1 ? "" : "s",
          e->nargs);
+  if (builtins[f].kind == F_WHERE) return where(k, e);
   int a = expr(k, e->args[0]);
   int b = e->nargs > 1 ? expr(k, e->args[1]) : -1;
   Node *x = N(k, a);
   Op op = builtins[f].op;
   switch (builtins[f].kind) {
+  case F_CLAMP: {
+    /* torch.clamp: min(max(a, lo), hi); the min and max derivatives give a the gradient 1 on
+     * [lo, hi], bounds included, as PyTorch's */
+    int hi = expr(k, e->args[2]);
+    need_real(k, e, 0, a);
+    need_real(k, e, 1, b);
+    need_real(k, e, 2, hi);
+    return binary(k, OP_MIN, e->loc, e, binary(k, OP_MAX, e->loc, e, a, b), hi);
+  }
+  case F_WHERE: UNREACHABLE("where");
   case F_REAL1:
     need_real(k, e, 0, a);
     return mk(k, op, e->loc, e, x->rank, x->dim, false, a, -1);
@@ -698,6 +741,10 @@ static int expr_node(Checker *k, const Expr *e) {
   case EX_SUB: return binary(k, OP_SUB, e->loc, e, expr(k, e->a), expr(k, e->b));
   case EX_MUL: return binary(k, OP_MUL, e->loc, e, expr(k, e->a), expr(k, e->b));
   case EX_DIV: return binary(k, OP_DIV, e->loc, e, expr(k, e->a), expr(k, e->b));
+  case EX_LT:
+  case EX_LE:
+  case EX_GT:
+  case EX_GE: fail(k, e->loc, "a comparison is allowed only as where's first argument");
   case EX_MATMUL: {
     int m = expr(k, e->a), v = expr(k, e->b);
     Node *M = N(k, m), *V = N(k, v);
@@ -1313,6 +1360,16 @@ static Decomp decompose_node(Analysis *an, int id) {
     Decomp x = decompose(an, n.a[0]);
     if (!x.ok) return blame(an, x, id, false);
     return (Decomp){false, -1, -1, id};
+  }
+  case OP_MASK: {
+    /* where's selection by a state-free comparison is a 0/1 factor: where(c, a * h + b, h) is
+     * linear in h, its coefficient mask(m, a) + mask(1 - m, 1) */
+    if (!independent(an, n.a[0])) return culprit_in(an, id);
+    Decomp x = decompose(an, n.a[1]);
+    if (!x.ok) return blame(an, x, id, false);
+    d.a = x.a < 0 ? -1 : tnode(k, OP_MASK, n.a[0], x.a, loc);
+    d.b = x.b < 0 ? -1 : tnode(k, OP_MASK, n.a[0], x.b, loc);
+    return d;
   }
   case OP_NEWVAL: return (Decomp){false, -1, -1, id};
   default: return culprit_in(an, id);

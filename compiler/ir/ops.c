@@ -55,6 +55,7 @@ static const struct {
     {"EXP", "exp", "expf"},   {"LOG", "log", "logf"},    {"LOG1P", "log1p", "log1pf"},
     {"TANH", "tanh", "tanhf"}, {"ERF", "erf", "erff"},   {"SQRT", "sqrt", "sqrtf"},
     {"FABS", "fabs", "fabsf"}, {"SIN", "sin", "sinf"},   {"COS", "cos", "cosf"},
+    {"EXPM1", "expm1", "expm1f"}, {"POW", "pow", "powf"},
 };
 
 static bool is_ident(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }

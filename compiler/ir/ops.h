@@ -31,7 +31,7 @@
  * Why expressions over a vocabulary (and not hand-written functions, or templates of text): the
  * compiler checks the meaning as C in both types, the text is the very tokens it checked (#meaning),
  * and the numerically stable forms (sigmoid and softplus branch on the sign) are kept as written.
- * Vocabulary: EXP LOG LOG1P TANH ERF SQRT FABS SIN COS (libm, in the instance's type), K(lit) (a
+ * Vocabulary: EXP EXPM1 LOG LOG1P POW TANH ERF SQRT FABS SIN COS (libm, in the instance's type), K(lit) (a
  * literal in the instance's type: K(0.5) is 0.5 or 0.5f), OPX(NAME, x) (the meaning of op NAME,
  * unary, at x: an op defined above). Integer literals (0, 1, -1) need no K. */
 #define GRAPH_OPS(X, E)                                                                            \
@@ -69,7 +69,12 @@
   E(ERF, 1, "erf", R, RULE, 0, ERF(a))                                                             \
   E(STEP, 1, "step", R, ZERO, 0, a > 0 ? 1 : 0)                                                    \
   E(SIGN, 1, "sign", R, ZERO, 0, a > 0 ? 1 : a < 0 ? -1 : 0)                                       \
-  E(LT, 2, "lt", R, ZERO, 0, a < b ? 1 : 0)                                                        \
+  E(LT, 2, "lt", B, ZERO, 0, a < b ? 1 : 0)                                                        \
+  E(EXPM1, 1, "expm1", B, RULE, 0, EXPM1(a))                                                       \
+  E(LOG1P, 1, "log1p", B, RULE, 0, LOG1P(a))                                                       \
+  E(POW, 2, "pow", B, RULE, 0, POW(a, b))                                                          \
+  /* where's select: b where a > 0, else 0 (a is a 0/1 mask from lt; no derivative through a) */  \
+  E(MASK, 2, "mask", B, RULE, 0, a > 0 ? b : 0)                                                    \
   /* shapes */                                                                                     \
   X(BCAST, 1, "bcast", B, RULE, OPP_CPLX)   /* a size-1 value to the node's shape */               \
   X(SUM, 1, "sum", B, RULE, OPP_CPLX)       /* a vector's (or matrix's) elements summed */         \
@@ -102,7 +107,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-static_assert(OP_COUNT == 50, "update the op table's users when adding ops");
+static_assert(OP_COUNT == 54, "update the op table's users when adding ops");
 
 const char *op_name(Op op);  /* "ADD" */
 const char *op_text(Op op);  /* "+" */

@@ -11,6 +11,8 @@
 #define EXP OPS_CAT(exp, OPS_LIBM)
 #define LOG OPS_CAT(log, OPS_LIBM)
 #define LOG1P OPS_CAT(log1p, OPS_LIBM)
+#define EXPM1 OPS_CAT(expm1, OPS_LIBM)
+#define POW OPS_CAT(pow, OPS_LIBM)
 #define TANH OPS_CAT(tanh, OPS_LIBM)
 #define ERF OPS_CAT(erf, OPS_LIBM)
 #define SQRT OPS_CAT(sqrt, OPS_LIBM)
@@ -40,6 +42,8 @@ static inline OPS_T OPS_DISPATCH(Op op, OPS_T a, OPS_T b) {
 #undef EXP
 #undef LOG
 #undef LOG1P
+#undef EXPM1
+#undef POW
 #undef TANH
 #undef ERF
 #undef SQRT

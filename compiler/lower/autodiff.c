@@ -119,6 +119,28 @@ static void d_ERF(AD *d, int id, int G) {
   int a = arg(d, id, 0);
   add_adj(d, a, mul(d, G, mul(d, k(d, M_2_SQRTPI), un(d, OP_EXP, un(d, OP_NEG, mul(d, a, a))))));
 }
+static void d_EXPM1(AD *d, int id, int G) { add_adj(d, arg(d, id, 0), mul(d, G, addn(d, id, k(d, 1)))); }
+static void d_LOG1P(AD *d, int id, int G) {
+  add_adj(d, arg(d, id, 0), divn(d, G, addn(d, k(d, 1), arg(d, id, 0))));
+}
+/* 1 where x != 0 (NaN included), else 0 */
+static int nonzero(AD *d, int x) { return g_binary(d->g, OP_LT, k(d, 0), un(d, OP_ABS, x)); }
+/* mask(m, v), or v itself where m is a constant that keeps it (a constant exponent or base) */
+static int mask_by(AD *d, int m, int v) {
+  const Node *n = nd(d, m);
+  return n->op == OP_CONST && n->k > 0 ? v : g_binary(d->g, OP_MASK, m, v);
+}
+/* As torch.pow: d/da = b a^(b-1), 0 where b == 0 (so pow(0, 0) has gradient 0, not 0 * inf);
+ * d/db = a^b log a, 0 where a == 0 (log 0 = -inf would give NaN). A negative base gives NaN
+ * through log, as PyTorch's does. */
+static void d_POW(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  int da = mul(d, G, mul(d, b, g_binary(d->g, OP_POW, a, sub(d, b, k(d, 1)))));
+  add_adj(d, a, mask_by(d, nonzero(d, b), da));
+  add_adj(d, b, mask_by(d, nonzero(d, a), mul(d, G, mul(d, id, un(d, OP_LOG, a)))));
+}
+/* the mask (a comparison) gets nothing; the selected value gets the adjoint where selected */
+static void d_MASK(AD *d, int id, int G) { add_adj(d, arg(d, id, 1), g_binary(d->g, OP_MASK, arg(d, id, 0), G)); }
 static void d_BCAST(AD *d, int id, int G) {
   Node *x = nd(d, arg(d, id, 0));
   add_adj(d, arg(d, id, 0), g_bcast(d->g, g_sum(d->g, G), x->rank, x->n));

@@ -91,6 +91,8 @@ STDLIB_CELLS(STDLIB_CONFORMANCE)
  * sqrt's derivative too (scan_dprev_sqrt), the adjoint of the new term where both terms share the
  * factor 0.5 (scan_dprev_scale) or a per-row gate z (scan_dprev_gate) */
 CONFORMANCE(ops, "tests/cells/ops.cell", NULL, "H=11,D=3")
+CONFORMANCE(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=11,D=3")
+CONFORMANCE(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=11,D=3")
 CONFORMANCE(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")

@@ -235,6 +235,8 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
 #define STDLIB_PTXAS(name, file, set, dims, md) PTXAS_TEST(name, file, set, h_dims(dims, 128, 64))
 STDLIB_CELLS(STDLIB_PTXAS)
 PTXAS_TEST(ops, "tests/cells/ops.cell", NULL, "H=128,D=64")
+PTXAS_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=128,D=64")
+PTXAS_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=128,D=64")
 
 /* ---- no driver ---- */
 

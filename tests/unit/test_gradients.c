@@ -55,6 +55,8 @@ static void check_cell_grads(const char *file, const char *sets, const char *dim
 #define STDLIB_GRAD(name, file, set, dims, md) GRAD_TEST(name, file, set, h_dims(dims, 4, 3))
 STDLIB_CELLS(STDLIB_GRAD)
 GRAD_TEST(ops, "tests/cells/ops.cell", NULL, "H=3,D=2")
+GRAD_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=3,D=2")
+GRAD_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=3,D=2")
 
 Test(gradients, gumbel_through_noise) { check_cell_grads("tests/cells/ops.cell", "use_gumbel=true", "H=3,D=2", 3, 2, true, false); }
 

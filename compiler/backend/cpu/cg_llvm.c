@@ -205,6 +205,25 @@ static LLVMValueRef v_libm(Cg *cg, const char *name, LLVMValueRef x) {
   return y;
 }
 
+/* pow per lane through libm: a binary v_libm */
+static LLVMValueRef v_libm2(Cg *cg, const char *name, LLVMValueRef x, LLVMValueRef y) {
+  LLVMTypeRef args[2] = {cg->f32, cg->f32};
+  LLVMTypeRef fty = LLVMFunctionType(cg->f32, args, 2, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(cg->mod, name);
+  if (!f) f = LLVMAddFunction(cg->mod, name, fty);
+  if (LLVMTypeOf(x) == cg->f32) {
+    LLVMValueRef xy[2] = {x, y};
+    return LLVMBuildCall2(cg->b, fty, f, xy, 2, "");
+  }
+  LLVMValueRef r = LLVMGetUndef(cg->v8);
+  for (int i = 0; i < cg->vw; i++) {
+    LLVMValueRef lane = LLVMConstInt(cg->i32, (unsigned long long)i, 0);
+    LLVMValueRef xy[2] = {LLVMBuildExtractElement(cg->b, x, lane, ""), LLVMBuildExtractElement(cg->b, y, lane, "")};
+    r = LLVMBuildInsertElement(cg->b, r, LLVMBuildCall2(cg->b, fty, f, xy, 2, ""), lane, "");
+  }
+  return r;
+}
+
 static LLVMValueRef b2f(Cg *cg, LLVMValueRef cond, LLVMTypeRef ty) {
   return SEL(cond, kf(cg, ty, 1), kf(cg, ty, 0));
 }
@@ -244,6 +263,12 @@ EMIT(ERF, v_erf(cg, a))
 EMIT(STEP, b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty))
 EMIT(SIGN, FSUB(b2f(cg, FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), ty), b2f(cg, FCMP(LLVMRealOLT, a, kf(cg, ty, 0)), ty)))
 EMIT(LT, b2f(cg, FCMP(LLVMRealOLT, a, b), ty))
+/* expm1 and log1p through libm: their point is accuracy near 0, which a polynomial of exp or
+ * log would lose */
+EMIT(EXPM1, v_libm(cg, "expm1f", a))
+EMIT(LOG1P, v_libm(cg, "log1pf", a))
+EMIT(POW, v_libm2(cg, "powf", a, b))
+EMIT(MASK, SEL(FCMP(LLVMRealOGT, a, kf(cg, ty, 0)), b, kf(cg, ty, 0)))
 #undef EMIT
 
 /* every elementwise op of the table has its emit_<op> (a missing one fails the build) */
