@@ -252,16 +252,18 @@ int g_outer(Graph *g, int u, int v) {
   return graph_add(g, z);
 }
 
+void graph_dump_node(Graph *g, int id, FILE *f) {
+  Node *n = &g->nodes[id];
+  fprintf(f, "%%%d = %s", id, op_name(n->op));
+  for (int i = 0; i < op_arity(n->op); i++) fprintf(f, " %%%d", n->a[i]);
+  if (n->op == OP_CONST) fprintf(f, " %g", n->k);
+  if (op_is_leaf(n->op) && n->op != OP_CONST) fprintf(f, " #%d", n->idx);
+  if (n->op == OP_SLICE) fprintf(f, " @%d", n->idx);
+  fprintf(f, " : [");
+  for (int i = 0; i < n->rank; i++) fprintf(f, i ? ", %d" : "%d", n->n[i]);
+  fprintf(f, "]%s\n", n->cplx ? " complex" : "");
+}
+
 void graph_dump(Graph *g, FILE *f) {
-  for (int id = 0; id < g->nnodes; id++) {
-    Node *n = &g->nodes[id];
-    fprintf(f, "%%%d = %s", id, op_name(n->op));
-    for (int i = 0; i < op_arity(n->op); i++) fprintf(f, " %%%d", n->a[i]);
-    if (n->op == OP_CONST) fprintf(f, " %g", n->k);
-    if (op_is_leaf(n->op) && n->op != OP_CONST) fprintf(f, " #%d", n->idx);
-    if (n->op == OP_SLICE) fprintf(f, " @%d", n->idx);
-    fprintf(f, " : [");
-    for (int i = 0; i < n->rank; i++) fprintf(f, i ? ", %d" : "%d", n->n[i]);
-    fprintf(f, "]%s\n", n->cplx ? " complex" : "");
-  }
+  for (int id = 0; id < g->nnodes; id++) graph_dump_node(g, id, f);
 }

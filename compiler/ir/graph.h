@@ -67,5 +67,7 @@ void node_eval_f32(Graph *g, int id, float *out, const float *a, const float *b)
 
 /* Print a node as math (for `cellc derive` and debugging). */
 void graph_dump(Graph *g, FILE *f);
+/* One node of it as graph_dump prints it: "%id = op %args ... : [shape]", a line. */
+void graph_dump_node(Graph *g, int id, FILE *f);
 
 #endif

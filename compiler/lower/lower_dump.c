@@ -4,15 +4,8 @@
 #include "lower.h"
 
 static void node_line(Graph *g, int id, FILE *f) {
-  const Node *n = &g->nodes[id];
-  fprintf(f, "  %%%d = %s", id, op_name(n->op));
-  for (int i = 0; i < op_arity(n->op); i++) fprintf(f, " %%%d", n->a[i]);
-  if (n->op == OP_CONST) fprintf(f, " %g", n->k);
-  if (op_is_leaf(n->op) && n->op != OP_CONST) fprintf(f, " #%d", n->idx);
-  if (n->op == OP_SLICE) fprintf(f, " @%d", n->idx);
-  fprintf(f, " : [");
-  for (int i = 0; i < n->rank; i++) fprintf(f, i ? ", %d" : "%d", n->n[i]);
-  fprintf(f, "]\n");
+  fprintf(f, "  ");
+  graph_dump_node(g, id, f);
 }
 
 static const char *part_name(int part, bool cplx) { return !cplx ? "" : part ? ".im" : ".re"; }

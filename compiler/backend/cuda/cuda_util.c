@@ -99,16 +99,4 @@ char *cuda_make_temp_dir(const char *prefix) {
   return dir;
 }
 
-void cuda_remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d));) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char *p = xasprintf("%s/%s", dir, e->d_name);
-      unlink(p);
-      free(p);
-    }
-    closedir(d);
-  }
-  rmdir(dir);
-}
+void cuda_remove_dir(const char *dir) { fsout_remove_dir(dir); }
