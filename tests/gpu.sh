@@ -5,7 +5,8 @@
 # stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), `cellc run --backend
 # cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
 # LRU residual model's first 20 steps against the CPU. Skips with one line where there is no GPU. Ends with
-# "N passed, M failed".
+# "N passed, M failed". CELLC_GPU_JOBS: Criterion's jobs per test binary (default 1; the GPU
+# machine's cores shorten the run), CELLC_GPU_TIMEOUT: seconds per binary (default 1800).
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -17,10 +18,11 @@ if [ $rc -eq 3 ]; then
   exit 0
 fi
 pass=0; fail=0
+jobs=${CELLC_GPU_JOBS:-1}; limit=${CELLC_GPU_TIMEOUT:-1800}
 if [ $rc -ne 0 ]; then echo "test-gpu: cellc run --backend cuda exited $rc: $probe"; fail=$((fail + 1)); fi
 # a Criterion binary's counts into pass and fail: criterion NAME (output in $out, status in $rc)
 criterion() {
-  echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion' | head -60
+  echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion|^\[----\]   [^ ]' | head -60
   syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
   if [ -z "$syn" ]; then
     echo "$1: no synthesis (exit $rc)"; fail=$((fail + 1))
@@ -30,14 +32,14 @@ criterion() {
     pass=$((pass + passing)); fail=$((fail + tested - passing))
   fi
 }
-out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_cuda --jobs 1 2>&1); rc=$?
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_cuda --jobs $jobs 2>&1); rc=$?
 criterion test_cuda
 # the conformance test's cuda suite (every cell against the interpreter at T = 9 and 130) on the GPU
-out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout 1800 build/tests/test_backends --jobs 1 --filter 'cuda/*' 2>&1); rc=$?
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_backends --jobs $jobs --filter 'cuda/*' 2>&1); rc=$?
 criterion test_backends
 # cellc emit --target cuda: every stdlib cell's P.cu built by nvcc (-shared, -lcublas) for this GPU's
 # arch and run through its C API against the CPU back end (test_cuda_emit.c with CELLC_EMIT_GPU)
-out=$(timeout 1800 build/tests/gpu_cuda_emit --jobs 1 2>&1); rc=$?
+out=$(timeout $limit build/tests/gpu_cuda_emit --jobs $jobs 2>&1); rc=$?
 criterion gpu_cuda_emit
 # the command line: the same inputs on cuda and cpu, every tensor within float32 rounding
 for cell in gru lru; do

@@ -29,9 +29,9 @@ static const Backend *under_test(void) {
 }
 
 /* The reference (interp, or cpu for the GPU's larger sizes) and the back end under test on the same
- * inputs; the worst relative error below tol. */
-static void compare_with(const char *refname, double tol, const char *file, const char *set, const char *dims, int T,
-                         int B, const char *mode) {
+ * inputs, parameters pscale * N(0, 1); the worst relative error below tol. */
+static void compare_with(const char *refname, double tol, double pscale, const char *file, const char *set,
+                         const char *dims, int T, int B, const char *mode) {
   Arena arena = {0};
   Cell *c = h_cell(&arena, file, set, dims, false, mode);
   char err[2048];
@@ -42,7 +42,7 @@ static void compare_with(const char *refname, double tol, const char *file, cons
   cr_assert(ref, "compile: %s", err);
   Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
   cr_assert(cu, "compile: %s", err);
-  HBufs *R = h_bufs_new(ref->p, T, B, 7, 0.4, 0.5), *S = h_bufs_new(cu->p, T, B, 7, 0.4, 0.5);
+  HBufs *R = h_bufs_new(ref->p, T, B, 7, pscale, 0.5), *S = h_bufs_new(cu->p, T, B, 7, pscale, 0.5);
   h_bufs_copy_inputs(S, R, ref->p);
   pipeline_run_f64(ref, &R->io);
   pipeline_run_f64(cu, &S->io);
@@ -56,7 +56,7 @@ static void compare_with(const char *refname, double tol, const char *file, cons
 }
 
 static void compare(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
-  compare_with("interp", 1e-4, file, set, dims, T, B, mode);
+  compare_with("interp", 1e-4, 0.4, file, set, dims, T, B, mode);
 }
 
 /* cuda-emu in scan mode against cuda-emu in sequential mode. */
@@ -162,11 +162,14 @@ Test(cuda, read_steps_states) {
   arena_free(&arena);
 }
 
-/* On a GPU (make test-gpu): the benchmark's sizes against the CPU back end (both float32). */
+/* On a GPU (make test-gpu): the benchmark's sizes against the CPU back end (both float32). The
+ * parameters are small enough for a contracting recurrence: at 0.4 * N(0, 1) and H = 128 the tanh
+ * cells are chaotic, and two float32 runs that sum in different orders part ways within tens of
+ * steps (the CPU back end against the float64 interpreter too). */
 #define GPU_TEST(name, file, set, dims, mode)                                                    \
   Test(cuda, name##_gpu_large) {                                                                 \
     if (under_test() != &cuda_backend) cr_skip_test("needs CELLC_TEST_CUDA_BACKEND=cuda");       \
-    compare_with("cpu", 1e-3, file, set, dims, 512, 64, mode);                                   \
+    compare_with("cpu", 1e-3, 0.05, file, set, dims, 512, 64, mode);                                   \
   }
 
 GPU_TEST(gru, "stdlib/gru.cell", NULL, "H=128,D=128", NULL)

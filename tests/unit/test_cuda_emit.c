@@ -648,7 +648,9 @@ static void gpu_load(Emu *e, const char *dir, const char *arch) {
   free(nvcc), free(so), free(cu), free(gpu), free(lib);
 }
 
-/* The emitted code on the GPU against the CPU back end on the same inputs (both float32). */
+/* The emitted code on the GPU against the CPU back end on the same inputs (both float32), the
+ * parameters 0.1 * N(0, 1): a contracting recurrence at H = 64 (at larger scales the tanh cells are
+ * chaotic over 300 steps and no two float32 runs of different summation order agree). */
 static void gpu_matches_cpu(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
   Emu e;
   char arch[16];
@@ -656,7 +658,7 @@ static void gpu_matches_cpu(const char *file, const char *set, const char *dims,
   Subject s, ref;
   subject_open(&s, file, set, dims, mode, "cuda");
   subject_open(&ref, file, set, dims, mode, "cpu");
-  HBufs *R = h_bufs_new(ref.cu->p, T, B, 7, 0.4, 0.5), *E = h_bufs_new(s.cu->p, T, B, 7, 0.4, 0.5);
+  HBufs *R = h_bufs_new(ref.cu->p, T, B, 7, 0.1, 0.5), *E = h_bufs_new(s.cu->p, T, B, 7, 0.1, 0.5);
   pipeline_run_f64(ref.cu, &R->io);
   char *dir = emit_to(&s, "P", arch);
   Shape sh = shape_of(s.cu->p, s.cell);

@@ -35,4 +35,12 @@ typedef unsigned long long uint64_t;
 #define CELLC_NO_UNROLL _Pragma("unroll 1")
 #endif
 
+/* Before a step kernel's product loop: four iterations' loads in flight. Each step of a sequential
+ * phase waits on these loops, and rolled they wait on one memory latency per iteration. */
+#ifdef CELLC_EMU
+#define CELLC_UNROLL4
+#else
+#define CELLC_UNROLL4 _Pragma("unroll 4")
+#endif
+
 #endif

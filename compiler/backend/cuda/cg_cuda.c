@@ -357,7 +357,7 @@ static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
       snprintf(m, sizeof m, "bases[%d][o * %d + i]", hm, nI);
       fprintf(f, "    CELLC_NO_UNROLL for (int o = threadIdx.x >> 5; o < %d; o += blockDim.x >> 5) {\n", nO);
       fprintf(f, "      float acc = 0.0f;\n");
-      fprintf(f, "      CELLC_NO_UNROLL for (int i = lane; i < %d; i += 32) acc += %s * %s;\n", nI, m, v);
+      fprintf(f, "      CELLC_UNROLL4 for (int i = lane; i < %d; i += 32) acc += %s * %s;\n", nI, m, v);
       fprintf(f, "      for (int k = 16; k > 0; k >>= 1) acc += __shfl_xor_sync(CELLC_FULL_MASK, acc, k);\n");
       fprintf(f, "      if (lane == 0) %s = %s%sacc;\n", y, st->accumulate ? y : "", acc);
       fprintf(f, "    }\n");
@@ -368,7 +368,7 @@ static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
       snprintf(m, sizeof m, "bases[%d][o * %d + i]", hm, nI);
       fprintf(f, "    CELLC_NO_UNROLL for (int i = threadIdx.x; i < %d; i += blockDim.x) {\n", nI);
       fprintf(f, "      float acc = 0.0f;\n");
-      fprintf(f, "      CELLC_NO_UNROLL for (int o = 0; o < %d; o++) acc += %s * %s;\n", nO, m, v);
+      fprintf(f, "      CELLC_UNROLL4 for (int o = 0; o < %d; o++) acc += %s * %s;\n", nO, m, v);
       fprintf(f, "      %s = %s%sacc;\n", y, st->accumulate ? y : "", acc);
       fprintf(f, "    }\n");
     }
