@@ -267,8 +267,7 @@ static void visit_adjoint(Sched *s, int b) {
     if (n->op == OP_OUTER) {
       visit(s, n->a[0]), visit(s, n->a[1]);
       s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
-    } else {
-      CHECK(n->rank < 2);
+    } else { /* summed over rows as a flat row of its elements, whatever its shape */
       visit(s, terms[i]);
       s->must_store[terms[i]] = true;
     }
