@@ -944,8 +944,11 @@ static int name_ref(Checker *k, const Expr *e) {
   if (!ent) unknown_name(k, e->loc, e->name, "name");
   switch (ent->kind) {
   case E_OPTION: return konst(k, c->options[ent->idx].value, e->loc, e);
-  case E_DIM:
-    fail(k, e->loc, "'%s' is a dim: a size, not a value (mean(v) divides by a vector's size)", e->name);
+  case E_DIM: { /* version 2: a dim as a real constant (1 / sqrt(K)), its value once bound */
+    int id = mk(k, OP_DIMVAL, e->loc, e, 0, NULL, false, -1, -1);
+    N(k, id)->st[0] = dims_var(&c->dt, c->dims[ent->idx].sym);
+    return id;
+  }
   case E_INPUT: {
     int d = c->input_dim;
     return mk(k, OP_INPUT, e->loc, e, 1, &d, false, -1, -1);
@@ -1830,6 +1833,11 @@ static bool bind(Checker *k) {
              dims_eval(&c->dt, n->dim[i], values, &v) ? v : -1L);
       }
       n->n[i] = (int)v;
+    }
+    if (n->op == OP_DIMVAL) {
+      long v;
+      if (!dims_eval(&c->dt, n->st[0], values, &v)) CHECK(0); /* every dim is bound here */
+      n->k = (double)v;
     }
     if (n->op == OP_AXSLICE || n->op == OP_GROUPNORM) {
       /* st[0]: the start or the groups as a dim; st[1]: its value */

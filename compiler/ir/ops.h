@@ -109,7 +109,8 @@
   X(RMEAN, 1, "mean", T, NONE, 0)           /* idx: axis */                                        \
   X(SOFTMAX, 1, "softmax", T, NONE, 0)      /* idx: axis */                                        \
   X(GROUPNORM, 1, "groupnorm", T, NONE, 0)  /* st[0]: the groups (a dim) */                        \
-  X(EYE, 0, "eye", T, ZERO, 0)              /* the identity, the node's [n, n] */
+  X(EYE, 0, "eye", T, ZERO, 0)              /* the identity, the node's [n, n] */                  \
+  X(DIMVAL, 0, "dim", T, ZERO, 0)           /* a dim as a real number: st[0] the dim, k its value */
 
 /* Expands a row of either kind to nothing (for a list of one kind only). */
 #define OPS_SKIP(...)
@@ -123,7 +124,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-static_assert(OP_COUNT == 68, "update the op table's users when adding ops");
+static_assert(OP_COUNT == 69, "update the op table's users when adding ops");
 
 const char *op_name(Op op);  /* "ADD" */
 const char *op_text(Op op);  /* "+" */

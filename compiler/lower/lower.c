@@ -206,6 +206,7 @@ static Pair lower_node(Lowerer *L, int id) {
     if (n->cplx && v.im < 0) v.im = zeros_like(L, v.re);
     return v;
   }
+  case OP_DIMVAL: return real(g_const(g, n->k, 0, NULL));
   case OP_EYE: {
     int one = g_const(g, 1, 1, sz), st[MAX_RANK] = {sz[0] + 1};
     return real(g_viewt(g, one, 2, sz, 0, st));

@@ -2,6 +2,8 @@
 # tests/cells/tensor_*.cell, written from their equations with torch's own operations (matmul,
 # transpose, reshape, softmax, ...), so they check cellc's meaning of those built-ins against
 # PyTorch's. Convention as cells.py: y, finals, gates = ref(params, x, h0, opts).
+import math
+
 import torch
 
 
@@ -24,7 +26,8 @@ def gla(params, x, h0, opts=None):
 
 def ops(params, x, h0, opts=None):
     """tests/cells/tensor_ops.cell: softmax, amax, amin, mean and sum over axes, layernorm and
-    rmsnorm over an axis, groupnorm, slice along an axis, eye, a batched matmul by a param."""
+    rmsnorm over an axis, groupnorm, slice along an axis, eye, a batched matmul by a param, a dim
+    as a number (1 / sqrt(D))."""
     h = h0["h"]
     B = x.shape[1]
     R = params["R"]                                  # [2, 3, 3]
@@ -40,6 +43,6 @@ def ops(params, x, h0, opts=None):
         g = torch.nn.functional.group_norm(u.reshape(B, 6, 1), 2, eps=1e-5).reshape(B, 6)
         sl = u[:, :, 1:3]                            # slice(u, 1, 2, 2)
         h = torch.tanh(h + s.sum(dim=1) + r.mean(dim=1) + m.sum(dim=1, keepdim=True)
-                       + ln.sum(dim=1) * rms.sum(dim=1) + g[:, 0:3] + sl.sum(dim=2).sum(dim=1, keepdim=True))
+                       + ln.sum(dim=1) * rms.sum(dim=1) + g[:, 0:3] + sl.sum(dim=2).sum(dim=1, keepdim=True) / math.sqrt(x.shape[2]))
         ys.append(h)
     return torch.stack(ys), {"h": h}, {}
