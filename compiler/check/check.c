@@ -1651,13 +1651,39 @@ static int culprit_read(Checker *k, int id, int self, bool foreign, signed char 
   Node *n = N(k, id);
   if (n->op == OP_PREV) return (n->idx != self) == foreign ? id : -1;
   if (n->op == OP_NEWVAL && n->idx != self)
-    return foreign && k->c->states[n->idx].rec == REC_NONLINEAR ? id : -1;
+    return foreign && k->c->states[n->idx].rec != REC_DIAG_LINEAR ? id : -1;
   for (int i = 0; i < op_arity(n->op); i++)
     if (n->a[i] >= 0) {
       int p = culprit_read(k, n->a[i], self, foreign, seen);
       if (p >= 0) return p;
     }
   return -1;
+}
+
+/* Whether node id is affine in state an->state's previous value (matrix-linear when it is not
+ * diagonal): it reaches the state only through +, -, *, / by state-free values, a product with a
+ * state-free operand on either side, transpose, reshape, broadcast, a sum over an axis, a slice,
+ * or where's selection by a state-free comparison. */
+static bool affine(Analysis *an, int id, signed char *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node *n = N(an->k, id);
+  bool r = false;
+  if (independent(an, id)) r = true;
+  else
+    switch (n->op) {
+    case OP_PREV: r = n->idx == an->state; break;
+    case OP_ADD: case OP_SUB: r = affine(an, n->a[0], memo) && affine(an, n->a[1], memo); break;
+    case OP_NEG: case OP_TRANSPOSE: case OP_RESHAPE: case OP_EXPAND: case OP_BCAST: case OP_RSUM: case OP_RMEAN:
+    case OP_SUM: case OP_MEAN: case OP_AXSLICE: r = affine(an, n->a[0], memo); break;
+    case OP_MUL: case OP_MATMUL: case OP_MATVEC:
+      r = (independent(an, n->a[0]) && affine(an, n->a[1], memo)) || (independent(an, n->a[1]) && affine(an, n->a[0], memo));
+      break;
+    case OP_DIV: r = independent(an, n->a[1]) && affine(an, n->a[0], memo); break;
+    case OP_MASK: r = independent(an, n->a[0]) && affine(an, n->a[1], memo); break;
+    default: r = false;
+    }
+  memo[id] = r;
+  return r;
 }
 
 static void analyze(Checker *k) {
@@ -1682,7 +1708,9 @@ static void analyze(Checker *k) {
       s->coef_a = d.a;
       s->coef_b = d.b;
     } else {
-      s->rec = REC_NONLINEAR;
+      signed char *memo = arena_alloc(k->arena, (size_t)c->g.nnodes);
+      memset(memo, -1, (size_t)c->g.nnodes);
+      s->rec = affine(&an, update_expr, memo) ? REC_MATRIX_LINEAR : REC_NONLINEAR;
       s->culprit = d.culprit;
     }
   }
@@ -1693,11 +1721,14 @@ static void analyze(Checker *k) {
   (void)nn;
   c->mode = MODE_SCAN;
   for (int i = 0; i < c->nstates; i++)
-    if (c->states[i].rec == REC_NONLINEAR) c->mode = MODE_SEQUENTIAL;
+    if (c->states[i].rec != REC_DIAG_LINEAR) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
     for (int i = 0; i < c->nstates; i++) {
       StateInfo *s = &c->states[i];
+      if (s->rec == REC_MATRIX_LINEAR)
+        fail(k, s->loc, "cannot run cell '%s' in scan mode: state '%s' is matrix-linear (affine in itself, not diagonal); a scan needs diagonal-linear states",
+             c->name, s->name);
       if (s->rec != REC_NONLINEAR) continue;
       Node *cu = N(k, s->culprit);
       signed char *seen = arena_alloc(k->arena, (size_t)c->g.nnodes);
@@ -1708,8 +1739,8 @@ static void analyze(Checker *k) {
       }
       const char *term = cu->ast ? expr_text(k->arena, cu->ast) : "?";
       if (p >= 0 && N(k, p)->op == OP_NEWVAL)
-        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' uses the new value of state '%s', which is nonlinear",
-             c->name, s->name, term, c->states[N(k, p)->idx].name);
+        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' uses the new value of state '%s', which is %s",
+             c->name, s->name, term, c->states[N(k, p)->idx].name, recurrence_name(c->states[N(k, p)->idx].rec));
       const char *prev = p >= 0 ? c->states[N(k, p)->idx].name : s->name;
       fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' reads the previous value of '%s'",
            c->name, s->name, term, prev);

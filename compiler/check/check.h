@@ -10,7 +10,13 @@
 #include "ir.h"
 
 typedef enum { MODE_SCAN, MODE_SEQUENTIAL } Mode;
-typedef enum { REC_DIAG_LINEAR, REC_NONLINEAR } Recurrence;
+/* A state's recurrence class (language spec section 9): diagonal-linear (a * S + b, a scan),
+ * matrix-linear (affine in S, not diagonal: the delta rule; sequential until a chunked form
+ * exists), nonlinear. */
+typedef enum { REC_DIAG_LINEAR, REC_NONLINEAR, REC_MATRIX_LINEAR } Recurrence;
+static inline const char *recurrence_name(Recurrence r) {
+  return r == REC_DIAG_LINEAR ? "diagonal-linear" : r == REC_MATRIX_LINEAR ? "matrix-linear" : "nonlinear";
+}
 typedef enum { OPT_REAL, OPT_INT, OPT_BOOL } OptType;
 
 typedef struct DimInfo {
