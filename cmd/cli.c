@@ -64,6 +64,15 @@ int cli_cell_arg(CellArgs *a, int argc, char **argv, int *i) {
     if (!strcmp(f, "--set")) {
       if (a->nsets == 64) return cli_usage_error("too many --set flags (64 at most): '%s'", v), -1;
       if (split_binding(v, &a->sets[a->nsets]) < 0) return cli_usage_error("--set takes NAME=VALUE, not '%s'", v), -1;
+      if (!strcmp(a->sets[a->nsets].name, "chunk")) { /* the run's chunk length, not a cell option */
+        const char *cv = a->sets[a->nsets].value;
+        char *end = NULL;
+        long L = strtol(cv, &end, 10);
+        if (!*cv || *end || L < 0 || L > 1000000000)
+          return cli_usage_error("--set chunk takes a whole number of steps (0: the whole sequence), not '%s'", cv), -1;
+        a->chunk_set = true, a->chunk = (int)L;
+        return 1;
+      }
       a->nsets++;
     } else if (!strcmp(f, "--dims")) {
       char *copy = strdup(v), *save = NULL;

@@ -55,7 +55,12 @@ typedef struct CellArgs {
   Binding dims[64];
   int ndims;
   const char *mode;     /* auto | scan | sequential */
+  bool chunk_set;       /* --set chunk=L (language spec section 10): not a cell option */
+  int chunk;            /* its steps per chunk; 0: the whole sequence */
 } CellArgs;
+
+/* The chunk length asked for (chunk_length's `asked`): --set chunk=L, else -1 (the compiler's). */
+static inline int cli_chunk(const CellArgs *a) { return a->chunk_set ? a->chunk : -1; }
 
 /* Takes --set, --dims, --cell, --mode at argv[*i] (advancing *i); returns 1
  * when taken, 0 when not one of them, -1 after a usage error (exit 2). */

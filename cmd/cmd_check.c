@@ -62,8 +62,8 @@ static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, cons
 /* A state's bytes per batch row and token: float32, both parts of a complex one. */
 static long state_bytes(const StateInfo *s) { return (long)state_numel(s) * (s->cplx ? 2 : 1) * (long)sizeof(float); }
 
-/* mem: pipeline_train_bytes_per_token of a bound cell (0 unbound) */
-static cJSON *cell_json(const Cell *c, size_t mem) {
+/* mem: pipeline_train_memory of a bound cell */
+static cJSON *cell_json(const Cell *c, TrainMemory mem) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "name", c->name);
   cJSON_AddStringToObject(o, "mode", mode_name(c->mode));
@@ -81,10 +81,10 @@ static cJSON *cell_json(const Cell *c, size_t mem) {
     cJSON_AddItemToArray(states, j);
   }
   if (c->bound) {
-    /* every state is kept at every step until chunked checkpointing exists: chunk 1 */
     cJSON *mj = cJSON_AddObjectToObject(o, "memory");
-    cJSON_AddNumberToObject(mj, "train_peak_bytes_per_token", (double)mem);
-    cJSON_AddNumberToObject(mj, "chunk", 1);
+    cJSON_AddNumberToObject(mj, "train_peak_bytes_per_token", (double)mem.per_token);
+    cJSON_AddNumberToObject(mj, "chunk", mem.chunk);
+    cJSON_AddNumberToObject(mj, "chunk_bytes", (double)mem.per_chunk);
   } else cJSON_AddNullToObject(o, "memory");
   cJSON *gates = cJSON_AddArrayToObject(o, "gates");
   for (int i = 0; i < c->ngates; i++) {
@@ -143,7 +143,7 @@ static void shape_human(const Cell *c, int rank, const int *dim, const int *n, b
   }
 }
 
-static void cell_human(const Cell *c, size_t mem, FILE *f) {
+static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
   char buf[256];
   fprintf(f, "cell %s: mode %s\n", c->name, mode_name(c->mode));
   fprintf(f, "  dims:");
@@ -194,8 +194,11 @@ static void cell_human(const Cell *c, size_t mem, FILE *f) {
     if (c->bound) fprintf(f, "  (%ld bytes/token)", state_bytes(s));
     fprintf(f, "\n");
   }
-  if (c->bound)
-    fprintf(f, "  memory: %zu bytes per batch row and token in training (states kept at every step)\n", mem);
+  if (c->bound && mem.chunk)
+    fprintf(f, "  memory: %zu bytes per batch row and token in training, and %zu per batch row for chunks of %d steps\n",
+            mem.per_token, mem.per_chunk, mem.chunk);
+  else if (c->bound)
+    fprintf(f, "  memory: %zu bytes per batch row and token in training (states kept at every step)\n", mem.per_token);
   if (c->ngates) {
     fprintf(f, "  gates:\n");
     for (int i = 0; i < c->ngates; i++)
@@ -294,7 +297,7 @@ int cmd_check(int argc, char **argv) {
   cJSON *root = cJSON_CreateObject();
   cJSON *cells = cJSON_AddArrayToObject(root, "cells");
   for (int i = 0; i < nchecked && status == 0; i++) {
-    size_t mem = checked[i]->bound ? pipeline_train_bytes_per_token(checked[i]) : 0;
+    TrainMemory mem = checked[i]->bound ? pipeline_train_memory(checked[i], cli_chunk(&a)) : (TrainMemory){0};
     if (json) cJSON_AddItemToArray(cells, cell_json(checked[i], mem));
     else {
       if (i) printf("\n");

@@ -267,7 +267,7 @@ static void dev_parts_down(Device *dv, void **host, void **dev, int n, const siz
 
 /* Forward and backward of a back end on a device on float32 host buffers: every buffer uploaded
  * (inputs) or allocated (outputs) in the device's memory, the outputs downloaded. */
-static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z) {
+static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z, Chunker *k) {
   const Program *p = c->p;
   int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
   char err[1024];
@@ -282,8 +282,8 @@ static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z
   d.noise = (const void **)dev_parts(dv, h->noise, nz, z->zn);
   d.final = dev_parts(dv, NULL, ns, z->sn), d.grad_h0 = dev_parts(dv, NULL, ns, z->sn);
   d.grad_params = dev_parts(dv, NULL, np, z->pn), d.gates = dev_parts(dv, NULL, ng, z->gn);
-  c->be->forward(c, w, &d);
-  c->be->backward(c, w, &d);
+  chunked_forward(c, w, &d, k);
+  chunked_backward(c, w, &d, k);
   dv->download(dv, h->y, d.y, sizeof(float) * z->y);
   dv->download(dv, h->grad_x, d.grad_x, sizeof(float) * z->x);
   dev_parts_down(dv, h->final, d.final, ns, z->sn, false);
@@ -299,21 +299,23 @@ static void run_on_device(Compiled *c, Work *w, const SeqIO *h, const IoSizes *z
   device_release(dv);
 }
 
-/* Forward and backward on w, then w freed (its profile into *prof when given). */
-static void run_and_free(Compiled *c, Work *w, const SeqIO *d, Profile *prof) {
-  c->be->forward(c, w, d);
-  c->be->backward(c, w, d);
+/* Forward and backward on w (in chunks with k), then w freed (its profile into *prof when given). */
+static void run_and_free(Compiled *c, Work *w, const SeqIO *d, Profile *prof, Chunker *k) {
+  chunked_forward(c, w, d, k);
+  chunked_backward(c, w, d, k);
   if (prof) *prof = w->prof;
   c->be->work_free(w);
 }
 
-static void run_f64(Compiled *c, const SeqIO *d, Profile *prof) {
+static void run_f64(Compiled *c, const SeqIO *d, Profile *prof, int chunk) {
   CHECK(d->dtype == DT_F64);
   const Backend *be = c->be;
   Work *w = be->work_new(c);
   if (prof) w->profiling = true;
+  Chunker *k = chunk > 0 ? chunker_new(c, chunk) : NULL;
   if (be->dtype == DT_F64) {
-    run_and_free(c, w, d, prof);
+    run_and_free(c, w, d, prof, k);
+    chunker_free(k);
     return;
   }
   Program *p = c->p;
@@ -339,11 +341,12 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof) {
   s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
   if (be->device != DEVICE_CPU) {
     IoSizes z = {rows * (size_t)p->x_size, rows * (size_t)p->output_size, pn, sn, gn, zn};
-    run_on_device(c, w, &s, &z);
+    run_on_device(c, w, &s, &z, k);
     if (prof) *prof = w->prof;
     be->work_free(w);
   } else
-    run_and_free(c, w, &s, prof);
+    run_and_free(c, w, &s, prof, k);
+  chunker_free(k);
   f64_from(d->y, s.y, rows * (size_t)p->output_size);
   f64_from(d->grad_x, s.grad_x, rows * (size_t)p->x_size);
   for (int i = 0; i < np; i++) f64_from(d->grad_params[i], s.grad_params[i], pn[i]);
@@ -356,7 +359,9 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof) {
   free(pn), free(sn), free(gn), free(zn);
 }
 
-void pipeline_run_f64(Compiled *c, const SeqIO *d) { run_f64(c, d, NULL); }
+void pipeline_run_f64(Compiled *c, const SeqIO *d) { run_f64(c, d, NULL, 0); }
 
-void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof) { run_f64(c, d, prof); }
+void pipeline_run_f64_chunked(Compiled *c, const SeqIO *d, int chunk) { run_f64(c, d, NULL, chunk); }
+
+void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof) { run_f64(c, d, prof, 0); }
 

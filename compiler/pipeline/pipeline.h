@@ -64,6 +64,9 @@ int pipeline_emit(Cell *c, const PipelineOptions *o, const EmitOptions *eo, char
  * (d->dtype DT_F64), converted to float32 and back for a float32 back end (and copied to and from
  * the device for a device-memory one). */
 void pipeline_run_f64(Compiled *c, const SeqIO *d);
+/* pipeline_run_f64 in chunks of `chunk` steps, the states kept at chunk boundaries only (chunked.h;
+ * 0: the whole sequence at once). */
+void pipeline_run_f64_chunked(Compiled *c, const SeqIO *d, int chunk);
 /* pipeline_run_f64 with the work profiling (Work.profiling): where its time went, into *prof. */
 void pipeline_run_f64_profiled(Compiled *c, const SeqIO *d, Profile *prof);
 
@@ -79,8 +82,46 @@ bool pipeline_dump_known(const char *name);
 const char *pipeline_dump_names(void);
 /* Prints dump `name` (one pipeline_dump_known accepts) of a checked, bound cell to f. */
 void pipeline_dump(Cell *c, const char *name, FILE *f);
-/* Training memory of a checked, bound cell in its mode: the bytes kept per batch row and token
- * (plan_bytes_per_row of the training plan). */
-size_t pipeline_train_bytes_per_token(Cell *c);
+/* Training memory of a checked, bound cell in its mode, per batch row: what grows with the
+ * sequence (bytes per token) and what a chunk needs whatever the length (bytes), for chunks of
+ * chunk_length(p, asked) steps. Whole sequences (chunk 0) keep every array of the training plan
+ * per token (plan_bytes_per_row); chunks of L keep the caller's per-token arrays and a state every
+ * L steps per token, and L steps of the rest, the gradient handed between chunks and one
+ * recomputed final state in the chunk's bytes. */
+typedef struct TrainMemory {
+  size_t per_token, per_chunk;
+  int chunk;
+} TrainMemory;
+TrainMemory pipeline_train_memory(Cell *c, int asked);
+
+/* Chunks (chunked.c): a sequence run in chunks of L steps with its states kept only at chunk boundaries
+ * (language spec section 10). The forward runs chunk after chunk, each from the previous one's
+ * final states, keeping those boundary states; the backward goes through the chunks last to first,
+ * runs each chunk's forward again from its boundary (the last one's is still in the work) and
+ * then its backward, the gradient of its initial states becoming the previous chunk's dfinal and
+ * the weight gradients summed over chunks. The back end's work then holds L steps, not T: the
+ * memory a training run keeps per token is the boundaries' (a state every L steps) and the
+ * per-token inputs and outputs. The same operations on the same values: the results are those of
+ * one whole-sequence run up to the order of the weight gradients' sums over chunks. */
+
+/* The chunk length the compiler chooses for p (0: the whole sequence at once): CHUNK_DEFAULT
+ * steps where a state is a tensor (rank 2 or 3: per-head matrices, Mamba's [D, N]), whose every
+ * step would otherwise be kept; version 1's vector states stay whole. asked >= 0 (`--set
+ * chunk=L`, `model.chunk`) overrides: 0 is the whole sequence. */
+#define CHUNK_DEFAULT 64
+int chunk_length(const Program *p, int asked);
+
+typedef struct Chunker Chunker;
+
+/* A chunker for compiled program c in chunks of L steps (L >= 1), its buffers in the memory of
+ * c's device. */
+Chunker *chunker_new(Compiled *c, int L);
+void chunker_free(Chunker *k);
+int chunker_length(const Chunker *k);
+
+/* c's forward and backward on w over s: in chunks where k is given and shorter than s->T, else
+ * the back end's own whole-sequence calls. The backward follows the forward of the same s. */
+void chunked_forward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
+void chunked_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
 
 #endif

@@ -36,14 +36,20 @@ void pipeline_dump(Cell *c, const char *name, FILE *f) {
   program_free(p);
 }
 
-size_t pipeline_train_bytes_per_token(Cell *c) {
+TrainMemory pipeline_train_memory(Cell *c, int asked) {
   bool scan = c->mode == MODE_SCAN;
   Program *p = lower_cell(c, true, scan);
   ad_differentiate(p);
   PlanOptions po = {.scan = scan, .gates = false};
   Plan *pl = plan_new(p, &po);
-  size_t bytes = plan_bytes_per_row(pl);
+  TrainMemory m = {plan_bytes_per_row(pl), 0, chunk_length(p, asked)};
+  if (m.chunk > 0) {
+    size_t io = plan_io_bytes_per_row(pl), states = 0;
+    for (int q = 0; q < p->nsparts; q++) states += sizeof(float) * (size_t)p->sparts[q].size;
+    m.per_chunk = (size_t)m.chunk * (m.per_token - io) + 3 * states;
+    m.per_token = io + (states + (size_t)m.chunk - 1) / (size_t)m.chunk;
+  }
   plan_free(pl);
   program_free(p);
-  return bytes;
+  return m;
 }

@@ -130,6 +130,8 @@ void plan_free(Plan *pl);
 /* The float32 bytes a training run keeps per batch row and step: every array with a row per token
  * (the executor's values and states, and the caller's x, dy, y, dx, gates and noise). */
 size_t plan_bytes_per_row(const Plan *pl);
+/* Of those, the caller's: x, dy, y, dx, gates and noise (a chunked run keeps them whole). */
+size_t plan_io_bytes_per_row(const Plan *pl);
 /* The plan, for --debug output. */
 void plan_dump(const Plan *pl, FILE *f);
 

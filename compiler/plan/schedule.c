@@ -872,15 +872,22 @@ size_t plan_array_floats(const PlanArray *a, int T, int B) {
   }
 }
 
-size_t plan_bytes_per_row(const Plan *pl) {
+static size_t bytes_per_row(const Plan *pl, bool io_only) {
   size_t floats = 0;
   for (int i = 0; i < pl->narrays; i++) switch (pl->arrays[i].kind) {
-    case ARR_ROWS: case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: case ARR_X: case ARR_DY: case ARR_NOISE:
-    case ARR_Y: case ARR_GX: case ARR_GATE: floats += (size_t)pl->arrays[i].width; break;
+    case ARR_ROWS: case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL:
+      if (!io_only) floats += (size_t)pl->arrays[i].width;
+      break;
+    case ARR_X: case ARR_DY: case ARR_NOISE: case ARR_Y: case ARR_GX: case ARR_GATE:
+      floats += (size_t)pl->arrays[i].width;
+      break;
     default: break; /* per run, not per row: params, statics, sums, h0's gradient, stacks */
     }
   return floats * sizeof(float);
 }
+
+size_t plan_bytes_per_row(const Plan *pl) { return bytes_per_row(pl, false); }
+size_t plan_io_bytes_per_row(const Plan *pl) { return bytes_per_row(pl, true); }
 
 void plan_free(Plan *pl) {
   if (!pl) return;

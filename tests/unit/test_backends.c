@@ -95,6 +95,47 @@ CONFORMANCE(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=11,D=3")
 CONFORMANCE(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=11,D=3")
 CONFORMANCE(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=5,D=4")
 CONFORMANCE(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=5")
+
+/* ---- chunks (pipeline.h, "Chunks"): a run in chunks of L steps, the states kept at chunk
+ * boundaries and each chunk's forward run again in the backward, against the same back end's
+ * whole-sequence run: the same outputs, final states, gates and gradients (the weight gradients
+ * summed over chunks in another order: float64 1e-12, float32 1e-5 relative). T = 30 in chunks of
+ * 7 (the last one 2 steps), with nonzero initial states and dfinal. */
+static void chunked_like_whole(const Config *k, const char *file, const char *set, const char *dims, const char *mode) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, file, set, dims, false, mode);
+  char err[2048];
+  PipelineOptions o = {0};
+  o.backend = backend_of(k), o.gates = true, o.threads = k->threads;
+  Compiled *be = pipeline_compile(c, &o, err, sizeof err);
+  cr_assert(be, "compile on %s: %s", o.backend->name, err);
+  int T = 30, B = 3;
+  HBufs *W = h_bufs_new(be->p, T, B, 7, 0.4, 0.5), *C = h_bufs_new(be->p, T, B, 7, 0.4, 0.5);
+  pipeline_run_f64(be, &W->io);
+  pipeline_run_f64_chunked(be, &C->io, 7);
+  const char *what;
+  double e = h_compare(W, C, be->p, &what), tol = o.backend->dtype == DT_F64 ? 1e-12 : 1e-5;
+  cr_expect(e < tol, "%s on %s, %s, chunks of 7 against the whole: %s relative error %g", file, o.backend->name,
+            be->opt.scan ? "scan" : "sequential", what, e);
+  h_bufs_free(W), h_bufs_free(C);
+  pipeline_release(be);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+static const Config INTERP_F64 = {.backend = "interp"};
+#define CHUNKS(name, file, set, dims)                                                                          \
+  Test(chunks, name##_interp) { chunked_like_whole(&INTERP_F64, file, set, dims, NULL); }                     \
+  Test(chunks, name##_cpu) { chunked_like_whole(&CPU, file, set, dims, NULL); }                               \
+  Test(chunks, name##_cpu_sequential) { chunked_like_whole(&CPU, file, set, dims, "sequential"); }            \
+  Test(chunks, name##_cpu_threads) { chunked_like_whole(&CPU_THREADS, file, set, dims, NULL); }               \
+  Test(cuda, name##_chunks) { chunked_like_whole(&CUDA, file, set, dims, NULL); }                             \
+  Test(cuda, name##_chunks_sequential) { chunked_like_whole(&CUDA, file, set, dims, "sequential"); }
+
+CHUNKS(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=5,D=4")
+CHUNKS(gru, "stdlib/gru.cell", NULL, "H=6,D=4")
+CHUNKS(lru, "stdlib/lru.cell", NULL, "H=6,D=4")
+CHUNKS(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=5")
 CONFORMANCE(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")

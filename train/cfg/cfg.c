@@ -45,6 +45,8 @@ static const CfgKey model_keys[] = {
     {"dropout", CFG_REAL, "0.0", 0, 1, false, true, 0, NULL, NULL, "dropout probability"},
     {"readout", CFG_CHOICE, "auto", 0, 0, false, false, 0, readouts, NULL,
      "all (per-step outputs) | last | mean | auto (by task)"},
+    {"chunk", CFG_INT, "-1", -1, MAX_COUNT, false, false, 0, NULL, NULL,
+     "steps per chunk with states kept at chunk boundaries only: -1 the compiler's choice, 0 none"},
 };
 
 static const CfgKey train_keys[] = {

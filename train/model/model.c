@@ -22,6 +22,7 @@ typedef struct Layer {
   Cell *cell[2]; /* [0] training, [1] evaluation */
   Compiled *exe[2];
   Work *work[2];
+  Chunker *chunk[2];              /* per program: its chunks (model.chunk), or NULL: whole sequences */
   SeqIO seq[2];
   int in, out;      /* its x size and output size */
   int first;        /* its first tensor in the model */
@@ -62,6 +63,7 @@ struct Model {
   MixKind mix;
   int mix_hidden;
   double dropout;
+  int chunk;                      /* model.chunk: chunk_length's `asked` */
   NnReadout readout;
   Layer *layers;
   float **act;                    /* (nlayers + 1) layer inputs [rows, C_k], act[nlayers] the top */
@@ -276,6 +278,8 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
     L->work[v] = v == 1 && L->exe[1] == L->exe[0] ? L->work[0] : m->backend->work_new(L->exe[v]);
+    int chunk = chunk_length(L->exe[v]->p, m->chunk);
+    L->chunk[v] = v == 1 && L->exe[1] == L->exe[0] ? L->chunk[0] : chunk > 0 ? chunker_new(L->exe[v], chunk) : NULL;
   }
   return 0;
 }
@@ -477,6 +481,7 @@ static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
   m->mix = (MixKind)choose(cfg, "model.mixer", mixers, 3);
   m->mix_hidden = m->mix == MIX_MLP ? 4 * m->width : m->width;
   m->dropout = cfg_real(cfg, "model.dropout");
+  m->chunk = (int)cfg_int(cfg, "model.chunk");
   if (!m->block && (m->norm != NORM_NONE || m->mix != MIX_NONE)) {
     cfg_error(cfg, m->norm != NORM_NONE ? "model.norm" : "model.mixer", true, "norms and mixers belong to residual blocks: set model.block = residual");
     return -1;
@@ -711,6 +716,7 @@ void model_free(Model *m) {
     int nsp = L->exe[0] ? L->exe[0]->p->nsparts : 0, nno = L->exe[0] ? L->exe[0]->p->nnoise : 0;
     for (int v = 0; v < 2; v++) {
       if (L->work[v] && (v == 0 || L->work[1] != L->work[0])) m->backend->work_free(L->work[v]);
+      if (v == 0 || L->chunk[1] != L->chunk[0]) chunker_free(L->chunk[v]);
       pipeline_release(L->exe[v]);
       free(L->seq[v].params), free(L->seq[v].grad_params), free(L->seq[v].noise);
       if (L->cell[v]) cell_free(L->cell[v]);
@@ -830,7 +836,7 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   /* a plain stack with nothing after the cell: it writes the next layer's input itself */
   bool direct = !m->block && L->mix_w < 0 && !drop;
   s->y = direct ? m->act[k + 1] : L->y;
-  m->backend->forward(L->exe[v], L->work[v], s);
+  chunked_forward(L->exe[v], L->work[v], s, L->chunk[v]);
   if (direct) return;
   const float *branch = L->y;
   if (L->mix_w >= 0) {
@@ -876,16 +882,16 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
     if (fold) m->fold_req = (SeqFold){m->d_ids, m->task.vocab, m->tensors[m->enc_w].dgrad[0]};
     s->grad_x = fold ? NULL : din;
     s->fold = fold ? &m->fold_req : NULL;
-    m->backend->backward(L->exe[0], L->work[0], s);
+    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
   } else if (L->norm_w >= 0) {
     float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
     s->grad_x = dn;
-    m->backend->backward(L->exe[0], L->work[0], s);
+    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
     m->ops->copy(m->ops, din, dout, sizeof(float) * n);
     norm_backward(m, L, din, dn, m->act[k]);
   } else {
     s->grad_x = din;
-    m->backend->backward(L->exe[0], L->work[0], s);
+    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
     m->ops->acc(m->ops, din, dout, n);
   }
   learned_states(m, L, true);
@@ -1052,7 +1058,7 @@ static bool states_bad(Model *m, int k, bool training, char *buf, size_t n) {
   Cell *c = L->cell[v];
   size_t B = (size_t)m->B;
   float **h = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
-  bool kept = true;
+  bool kept = !L->chunk[v]; /* a chunked run keeps the states at chunk boundaries only */
   for (int q = 0; q < p->nsparts && kept; q++) {
     h[q] = xmalloc(sizeof(float) * ((size_t)m->T + 1) * B * (size_t)p->sparts[q].size + 1);
     kept = m->backend->read_steps(L->exe[v], L->work[v], STEPS_STATE, q, h[q]) == 0;
