@@ -137,6 +137,7 @@ typedef struct Emit {
   Graph *g;
   FILE *f;
   int *tmp_off;        /* per node: its offset in the warp's temporaries, or -1 */
+  bool block;          /* a step kernel's elementwise step: the whole block over the row's elements */
   char *err;
   size_t errlen;
 } Emit;
@@ -163,10 +164,15 @@ static void print_at(Emit *e, int id, const char *ix) {
   }
 }
 
-/* for (j = lane; j < count; j += 32) */
+/* for (j = lane; j < count; j += 32), or over the whole block in a step kernel */
 static void print_lane_loop(Emit *e, const char *var, int count) {
-  fprintf(e->f, "    CELLC_NO_UNROLL for (int %s = lane; %s < %d; %s += 32) ", var, var, count, var);
+  if (e->block)
+    fprintf(e->f, "    CELLC_NO_UNROLL for (int %s = threadIdx.x; %s < %d; %s += blockDim.x) ", var, var, count, var);
+  else fprintf(e->f, "    CELLC_NO_UNROLL for (int %s = lane; %s < %d; %s += 32) ", var, var, count, var);
 }
+
+/* Between two nodes: the warp's lanes, or the block's threads, see each other's writes. */
+static void print_sync(Emit *e) { fprintf(e->f, e->block ? "    __syncthreads();\n" : "    __syncwarp();\n"); }
 
 static int emit_node(Emit *e, int id) {
   Graph *g = e->g;
@@ -186,7 +192,9 @@ static int emit_node(Emit *e, int id) {
     break;
   case OP_SUM: {
     int na = node_numel(graph_node(g, a));
-    fprintf(f, "    {\n      float acc = 0.0f;\n  ");
+    bool block = e->block; /* a sum is a warp's shuffle: in a step kernel, warp 0's */
+    e->block = false;
+    fprintf(f, block ? "    if (threadIdx.x < 32) {\n      float acc = 0.0f;\n  " : "    {\n      float acc = 0.0f;\n  ");
     print_lane_loop(e, "j", na);
     fprintf(f, "acc += ");
     print_at(e, a, "j");
@@ -194,6 +202,7 @@ static int emit_node(Emit *e, int id) {
     fprintf(f, "      if (lane == 0) ");
     print_at(e, id, "0");
     fprintf(f, " = acc;\n    }\n");
+    e->block = block;
     break;
   }
   case OP_CONCAT: {
@@ -260,7 +269,8 @@ static int emit_node(Emit *e, int id) {
     if (scatter) {
       print_lane_loop(e, "j", numel);
       print_at(e, id, "j");
-      fprintf(f, " = 0.0f;\n    __syncwarp();\n");
+      fprintf(f, " = 0.0f;\n");
+      print_sync(e);
     }
     print_lane_loop(e, "j", node_numel(v));
     fprintf(f, "{\n      const int k = %d + (j / %d) * %d + (j / %d %% %d) * %d + (j %% %d) * %d;\n      ", n->idx,
@@ -327,7 +337,7 @@ static int emit_node(Emit *e, int id) {
     fprintf(f, " = %s;\n    }\n", expr);
     free(expr);
   }
-  fprintf(f, "    __syncwarp();\n");
+  print_sync(e);
   return 0;
 }
 
@@ -396,7 +406,7 @@ static void slot_at(const Plan *pl, char *buf, size_t n, int h, const char *ix) 
 /* One plan step of a per-step phase for the block's row r, by the whole block, then a barrier.
  * GEMM: a warp an output, lanes over the inner dimension (coalesced rows of M), a shuffle sum;
  * GEMM_T: a thread an output, the loop over M's rows (coalesced across threads); the elementwise
- * kernel: warp 0, as in k<i>. */
+ * kernel: as k<i>'s nodes, but the whole block over the row's elements (a sum: warp 0). */
 static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
   const Plan *pl = e->pl;
   Graph *g = e->g;
@@ -460,10 +470,11 @@ static int emit_step(Emit *e, const PStep *st, int *tmp_max) {
     int tmp = place_temporaries(e, name, K->nodes, K->n);
     if (tmp < 0) return -1;
     if (tmp > *tmp_max) *tmp_max = tmp;
-    fprintf(f, "    /* k%d */\n    if (threadIdx.x < 32) {\n", st->kernel);
+    fprintf(f, "    /* k%d: the block over the row's elements */\n", st->kernel);
+    e->block = true;
     for (int i = 0; i < K->n; i++)
       if (emit_node(e, K->nodes[i])) return -1;
-    fprintf(f, "    }\n");
+    e->block = false;
     break;
   }
   default: UNREACHABLE("persistent step");
@@ -502,7 +513,7 @@ char *cg_cuda_source(const Plan *pl, CgCudaInfo *info, char *err, size_t errlen)
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   CHECK(f);
-  Emit e = {pl, g, f, xmalloc(sizeof(int) * (size_t)g->nnodes), err, errlen};
+  Emit e = {.pl = pl, .g = g, .f = f, .tmp_off = xmalloc(sizeof(int) * (size_t)g->nnodes), .err = err, .errlen = errlen};
   fprintf(f, "#include \"cellc_prelude.h\"\n\n");
   fprintf(f, "/* Elementwise kernels: a warp a row, lanes over a node's elements. bases[i]: slot i's row 0\n"
              " * (read where used: held in registers across the kernel they would spill); t: the warp's\n"
