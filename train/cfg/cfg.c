@@ -45,6 +45,9 @@ static const CfgKey model_keys[] = {
     {"dropout", CFG_REAL, "0.0", 0, 1, false, true, 0, NULL, NULL, "dropout probability"},
     {"readout", CFG_CHOICE, "auto", 0, 0, false, false, 0, readouts, NULL,
      "all (per-step outputs) | last | mean | auto (by task)"},
+    /* a list of the cell's names, checked against the cell by the model (as init.PARAM is) */
+    {"unfreeze", CFG_PATH, "", 0, 0, false, false, 0, NULL, NULL,
+     "frozen params of the cell to train after all: a comma list (unset: none)"},
 };
 
 static const CfgKey train_keys[] = {
