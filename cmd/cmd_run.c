@@ -409,6 +409,14 @@ static int check_unknown_inputs(RunData *r) {
       return 1;
     }
     const char *near = edit_nearest(name, r->known, r->nknown);
+    /* param.NAME for a buffer (or buffer.NAME for a param): the other prefix is the likely meaning */
+    const char *dot = strchr(name, '.');
+    for (int j = 0; dot && j < r->nknown; j++) {
+      const char *kd = strchr(r->known[j], '.');
+      if (kd && !strcmp(kd, dot) && (!strncmp(name, "param.", 6) || !strncmp(name, "buffer.", 7)) &&
+          (!strncmp(r->known[j], "param.", 6) || !strncmp(r->known[j], "buffer.", 7)))
+        near = r->known[j];
+    }
     if (near) diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input); did you mean '%s'?", r->a->inputs, name, r->c->name, near);
     else diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input)", r->a->inputs, name, r->c->name);
     return 1;
