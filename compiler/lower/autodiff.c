@@ -463,7 +463,8 @@ void ad_print(Program *p, FILE *f) {
   for (int i = 0; i < p->npparts; i++) {
     ParamPart *pp = &p->pparts[i];
     snprintf(what, sizeof what, "d%s%s", c->params[pp->param].name, c->params[pp->param].cplx ? (pp->part ? ".im" : ".re") : "");
-    print_out(&P, what, pp->grad, done);
+    if (pp->no_grad) fprintf(f, "  %s: none (%s)\n", what, c->params[pp->param].buffer ? "a buffer" : "frozen");
+    else print_out(&P, what, pp->grad, done);
   }
   for (int i = 0; i < nn; i++) free(P.name[i]);
   free(P.name);
