@@ -108,6 +108,9 @@ static cJSON *cell_json(const Cell *c, TrainMemory mem) {
     }
     cJSON *tags = cJSON_AddArrayToObject(j, "tags");
     for (int t = 0; t < p->ntags; t++) cJSON_AddItemToArray(tags, cJSON_CreateString(p->tags[t]));
+    /* only where true, as init_args only where there are some */
+    if (p->buffer) cJSON_AddBoolToObject(j, "buffer", true);
+    if (p->frozen) cJSON_AddBoolToObject(j, "frozen", true);
     cJSON_AddItemToArray(params, j);
   }
   cJSON *dims = cJSON_AddArrayToObject(o, "dims");
@@ -169,12 +172,18 @@ static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
     for (int j = 0; j < c->params[i].rank; j++) e *= c->params[i].n[j];
     total += e * (c->params[i].cplx ? 2 : 1);
   }
-  if (counted) fprintf(f, "  params: %d (%ld numbers)\n", c->nparams, total);
-  else fprintf(f, "  params: %d\n", c->nparams);
+  int nbuf = 0, nfrozen = 0;
+  for (int i = 0; i < c->nparams; i++) nbuf += c->params[i].buffer, nfrozen += c->params[i].frozen;
+  if (counted) fprintf(f, "  params: %d (%ld numbers)", c->nparams, total);
+  else fprintf(f, "  params: %d", c->nparams);
+  if (nbuf || nfrozen) fprintf(f, "; %d buffer%s, %d frozen", nbuf, nbuf == 1 ? "" : "s", nfrozen);
+  fprintf(f, "\n");
   for (int i = 0; i < c->nparams; i++) {
     const ParamInfo *p = &c->params[i];
     shape_human(c, p->rank, p->dim, p->n, p->cplx, buf, (int)sizeof buf);
     fprintf(f, "    %-12s %-20s ~ %s", p->name, buf, init_text(&text_arena, p));
+    if (p->frozen) fprintf(f, " frozen");
+    if (p->buffer) fprintf(f, "  buffer");
     if (p->ntags) {
       fprintf(f, "  tag");
       for (int t = 0; t < p->ntags; t++) fprintf(f, "%s %s", t ? "," : "", p->tags[t]);

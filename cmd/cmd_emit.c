@@ -112,6 +112,8 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
     cJSON_AddStringToObject(p, "field", emit_field(c->params[i].name, buf, sizeof buf));
     cJSON_AddItemToObject(p, "shape", shape_of(c->params[i].rank, c->params[i].n, false));
     cJSON_AddBoolToObject(p, "complex", c->params[i].cplx);
+    if (c->params[i].buffer) cJSON_AddBoolToObject(p, "buffer", true); /* only where true, as in check --json */
+    if (c->params[i].frozen) cJSON_AddBoolToObject(p, "frozen", true);
     cJSON_AddItemToArray(ps, p);
   }
   for (int i = 0; i < c->nstates; i++) {

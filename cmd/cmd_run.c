@@ -289,8 +289,11 @@ static void shape_tensors(RunData *r) {
   for (int i = 0; i < np; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t ps[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
-    add_tensor(r, &r->params[i], arena_printf(r->arena, "param.%s", pi->name), pi->rank, ps, pi->cplx);
-    add_tensor(r, &r->gparams[i], arena_printf(r->arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
+    add_tensor(r, &r->params[i], arena_printf(r->arena, "%s.%s", pi->buffer ? "buffer" : "param", pi->name), pi->rank,
+               ps, pi->cplx);
+    /* a buffer or frozen param has no gradient: its tensor stays zero and is neither read nor written */
+    if (pi->buffer || pi->frozen) tensor_init(&r->gparams[i], "", pi->rank, ps, pi->cplx);
+    else add_tensor(r, &r->gparams[i], arena_printf(r->arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
   }
   for (int i = 0; i < ns; i++) {
     StateInfo *si = &c->states[i];
@@ -406,6 +409,14 @@ static int check_unknown_inputs(RunData *r) {
       return 1;
     }
     const char *near = edit_nearest(name, r->known, r->nknown);
+    /* param.NAME for a buffer (or buffer.NAME for a param): the other prefix is the likely meaning */
+    const char *dot = strchr(name, '.');
+    for (int j = 0; dot && j < r->nknown; j++) {
+      const char *kd = strchr(r->known[j], '.');
+      if (kd && !strcmp(kd, dot) && (!strncmp(name, "param.", 6) || !strncmp(name, "buffer.", 7)) &&
+          (!strncmp(r->known[j], "param.", 6) || !strncmp(r->known[j], "buffer.", 7)))
+        near = r->known[j];
+    }
     if (near) diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input); did you mean '%s'?", r->a->inputs, name, r->c->name, near);
     else diag_plain("%s: unexpected tensor '%s' (cell '%s' has no such input)", r->a->inputs, name, r->c->name);
     return 1;
@@ -492,7 +503,10 @@ static void set_meta(SftWriter *w, const RunData *r) {
 static int write_outputs(const RunData *r) {
   SftDtype dt = !strcmp(r->a->precision, "f32") ? SFT_F32 : SFT_F64;
   SftWriter *w = sft_writer_new();
-  for (int i = 0; i < r->c->nparams; i++) tensor_write(w, &r->params[i], dt), tensor_write(w, &r->gparams[i], dt);
+  for (int i = 0; i < r->c->nparams; i++) {
+    tensor_write(w, &r->params[i], dt);
+    if (!r->c->params[i].buffer && !r->c->params[i].frozen) tensor_write(w, &r->gparams[i], dt);
+  }
   tensor_write(w, &r->x, dt), tensor_write(w, &r->dy, dt), tensor_write(w, &r->y, dt), tensor_write(w, &r->gx, dt);
   for (int i = 0; i < r->c->nstates; i++) {
     tensor_write(w, &r->h0[i], dt), tensor_write(w, &r->dfinal[i], dt);

@@ -82,7 +82,7 @@ static void print_model(Run *r) {
     const ModelTensor *t = model_tensor(m, i);
     char *shape = run_shape_text(t->shape, t->ndim);
     printf("%-32s %-18s %12lld%s\n", t->name, shape, (long long)(t->numel * (t->cplx ? 2 : 1)),
-           t->learned ? "" : "  (buffer, not learned)");
+           t->learned ? "" : t->frozen ? "  (frozen, not learned)" : "  (buffer, not learned)");
     free(shape);
   }
   printf("total: %lld learned params in %d tensors\n", (long long)model_nparams(m), model_ntensors(m));

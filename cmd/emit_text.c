@@ -45,6 +45,9 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
     fprintf(f, " *   param %s ", c->params[i].name);
     shape_text(f, c->params[i].rank, c->params[i].n, c->params[i].cplx, false);
     if (strcmp(c->params[i].name, emit_field(c->params[i].name, buf, sizeof buf))) fprintf(f, " (field %s)", buf);
+    if (c->params[i].buffer || c->params[i].frozen)
+      fprintf(f, " (%s: passed like a param; its grad member is written zeros, nothing is computed for it)",
+              c->params[i].buffer ? "buffer, a constant" : "frozen");
     fprintf(f, "\n");
   }
   for (int i = 0; i < c->nstates; i++) {
@@ -277,7 +280,8 @@ static const char TORCH_BODY[] =
     "\n"
     "    h0 and finals are dicts {state name: [B, ...] tensor} (a complex state with a trailing 2); a state\n"
     "    missing from h0 starts at zero. Params are nn.Parameters named as in the cell, float32, drawn\n"
-    "    uniform in +-1/sqrt(fan_in) (load the values you want with load_state_dict).\"\"\"\n"
+    "    uniform in +-1/sqrt(fan_in) (load the values you want with load_state_dict); the cell's buffers\n"
+    "    are module buffers, its frozen params nn.Parameters with requires_grad False.\"\"\"\n"
     "\n"
     "    def __init__(self):\n"
     "        super().__init__()\n"
@@ -285,7 +289,11 @@ static const char TORCH_BODY[] =
     "            full = tuple(shape) + ((2,) if cplx else ())\n"
     "            fan_in = shape[-1] if shape else 1\n"
     "            bound = 1.0 / math.sqrt(fan_in)\n"
-    "            self.register_parameter(name, torch.nn.Parameter(torch.empty(full).uniform_(-bound, bound)))\n"
+    "            t = torch.empty(full).uniform_(-bound, bound)\n"
+    "            if name in BUFFERS:\n"
+    "                self.register_buffer(name, t)\n"
+    "            else:\n"
+    "                self.register_parameter(name, torch.nn.Parameter(t, requires_grad=name not in FROZEN))\n"
     "\n"
     "    def forward(self, x, h0=None):\n"
     "        B = x.shape[1]\n"
@@ -311,6 +319,15 @@ char *emit_torch_text(const EmitInfo *e) {
           e->train_noise ? "True" : "False");
   py_list(f, "PARAMS", c->nparams, c, true);
   py_list(f, "STATES", c->nstates, c, false);
+  for (int pass = 0; pass < 2; pass++) { /* BUFFERS, FROZEN: the params that are not trained */
+    fprintf(f, "%s = [", pass ? "FROZEN" : "BUFFERS");
+    for (int i = 0, n = 0; i < c->nparams; i++)
+      if (pass ? c->params[i].frozen : c->params[i].buffer) {
+        char buf[128];
+        fprintf(f, "%s\"%s\"", n++ ? ", " : "", emit_field(c->params[i].name, buf, sizeof buf));
+      }
+    fprintf(f, "]\n");
+  }
   fputs(TORCH_BODY, f);
   fclose(f);
   return text;

@@ -72,7 +72,7 @@ typedef struct InitAst {
 typedef enum {
   ST_INPUT,  /* input NAME shape */
   ST_DIM,    /* dim NAME (= dimexpr)? */
-  ST_PARAM,  /* param NAME shape? kind? ~ init tags? */
+  ST_PARAM,  /* param NAME shape? kind? ~ init frozen? tags?, or buffer NAME shape? kind? ~ init (is_buffer) */
   ST_STATE,  /* state NAME shape? kind? (= init)? */
   ST_LET,    /* let NAME = expr */
   ST_GATE,   /* gate NAME = expr */
@@ -95,6 +95,9 @@ struct Stmt {
   const char **tags;
   Loc *tag_locs;
   int ntags;
+  bool is_buffer;       /* ST_PARAM written `buffer NAME ...`: a constant, never trained */
+  bool frozen;          /* ST_PARAM: `frozen` after the initializer */
+  Loc frozen_loc;
   Expr *expr;
   Stmt **then_body, **else_body;
   int nthen, nelse;

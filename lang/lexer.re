@@ -62,6 +62,8 @@ int parse_lex(PARSE_STYPE *val, Lexer *lx) {
       "input"  { return emit(lx, val, TOK_INPUT); }
       "dim"    { return emit(lx, val, TOK_DIM); }
       "param"  { return emit(lx, val, TOK_PARAM); }
+      "buffer" { return emit(lx, val, TOK_BUFFER); }
+      "frozen" { return emit(lx, val, TOK_FROZEN); }
       "state"  { return emit(lx, val, TOK_STATE); }
       "let"    { return emit(lx, val, TOK_LET); }
       "gate"   { return emit(lx, val, TOK_GATE); }

@@ -46,6 +46,16 @@ static Stmt *mk_stmt(Lexer *lx, StmtKind k, Tok kw, Tok name) {
   return s;
 }
 #define ITEMS(T, l) ((T)(l).items)
+static void set_frozen_tags(Lexer *lx, Stmt *s, Tok frozen, List tags) {
+  s->frozen = frozen.s != NULL;
+  s->frozen_loc = frozen.loc;
+  s->tags = (const char **)tags.items; s->ntags = tags.n;
+  s->tag_locs = arena_alloc(A, sizeof(Loc) * (size_t)(tags.n + 1));
+  for (int i = 0; i < tags.n; i++) {
+    Tok *t = tags.items[i];
+    s->tags[i] = t->s; s->tag_locs[i] = t->loc;
+  }
+}
 }
 
 %union {
@@ -63,7 +73,7 @@ static Stmt *mk_stmt(Lexer *lx, StmtKind k, Tok kw, Tok name) {
 %token <tok> IDENT "identifier" NUMBER "number" INTEGER "integer" STRING "string"
 %token <tok> CELL "cell" IMPORT "import" INPUT "input" DIM "dim" PARAM "param"
 %token <tok> STATE "state" LET "let" GATE "gate" OUTPUT "output" IF "if" ELSE "else"
-%token <tok> TAG "tag" TRUE "true" FALSE "false"
+%token <tok> TAG "tag" TRUE "true" FALSE "false" BUFFER "buffer" FROZEN "frozen"
 %token <tok> '{' '}' '(' ')' '[' ']' ',' ':' ';' '=' '~' '@' '+' '-' '*' '/'
 %token <tok> '<' '>' LE "<=" GE ">="
 
@@ -71,11 +81,11 @@ static Stmt *mk_stmt(Lexer *lx, StmtKind k, Tok kw, Tok name) {
 %type <dim> dimsum dimprod dimatom
 %type <stmt> stmt
 %type <shape> shape opt_shape
-%type <init> init opt_state_init
+%type <init> init opt_state_init opt_buffer_init
 %type <cell> cell
 %type <option> option
 %type <list> stmts options opt_options option_list args cargs dims opt_tags tag_list
-%type <tok> opt_kind literal
+%type <tok> opt_kind literal opt_frozen
 
 %%
 
@@ -149,15 +159,18 @@ stmt:
     INPUT IDENT shape { $$ = mk_stmt(lx, ST_INPUT, $1, $2); $$->shape = $3; }
   | DIM IDENT { $$ = mk_stmt(lx, ST_DIM, $1, $2); }
   | DIM IDENT '=' dimsum { $$ = mk_stmt(lx, ST_DIM, $1, $2); $$->dim_value = $4; }
-  | PARAM IDENT opt_shape opt_kind '~' init opt_tags {
+  | PARAM IDENT opt_shape opt_kind '~' init opt_frozen opt_tags {
       $$ = mk_stmt(lx, ST_PARAM, $1, $2);
       $$->shape = $3; $$->kind_name = $4.s; $$->kind_loc = $4.loc; $$->init = $6;
-      $$->tags = ITEMS(const char **, $7); $$->ntags = $7.n;
-      $$->tag_locs = arena_alloc(A, sizeof(Loc) * (size_t)($7.n + 1));
-      for (int i = 0; i < $7.n; i++) {
-        Tok *t = $7.items[i];
-        $$->tags[i] = t->s; $$->tag_locs[i] = t->loc;
-      }
+      set_frozen_tags(lx, $$, $7, $8);
+    }
+  /* a buffer is a param that is never trained; it parses like one (a missing initializer, `frozen`
+     and tags included) so that the checker can say what is wrong with it, with its location */
+  | BUFFER IDENT opt_shape opt_kind opt_buffer_init opt_frozen opt_tags {
+      $$ = mk_stmt(lx, ST_PARAM, $1, $2);
+      $$->is_buffer = true;
+      $$->shape = $3; $$->kind_name = $4.s; $$->kind_loc = $4.loc; $$->init = $5;
+      set_frozen_tags(lx, $$, $6, $7);
     }
   | STATE IDENT opt_shape opt_kind opt_state_init {
       $$ = mk_stmt(lx, ST_STATE, $1, $2);
@@ -206,6 +219,9 @@ init:
     }
   ;
 opt_state_init: %empty { $$ = NULL; } | '=' init { $$ = $2; } ;
+opt_buffer_init: %empty { $$ = NULL; } | '~' init { $$ = $2; } ;
+/* "frozen" after a param's initializer (its Tok.s is NULL when absent) */
+opt_frozen: %empty { $$ = (Tok){0}; } | FROZEN { $$ = $1; } ;
 
 /* tags = "tag" IDENT ("," IDENT)* */
 opt_tags: %empty { $$ = (List){0}; } | TAG tag_list { $$ = $2; } ;
@@ -297,6 +313,11 @@ void parse_error(Lexer *lx, const char *msg) {
       diag_error(lx->last, "%s (a comparison is allowed only as where's first argument)", msg);
       return;
     }
+  /* `frozen` has one place: say which */
+  if (strstr(msg, "unexpected frozen")) {
+    diag_error(lx->last, "%s (`frozen` follows a param's initializer, before its tags: `param A ~ INIT frozen`)", msg);
+    return;
+  }
   diag_error(lx->last, "%s", msg);
 }
 

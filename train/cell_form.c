@@ -148,6 +148,9 @@ void cell_form_add_layer(CellForm *f, int k, const Cell *c) {
     const ParamInfo *p = &c->params[i];
     char tags[512] = "";
     for (int t = 0; t < p->ntags && strlen(tags) < 400; t++) snprintf(tags + strlen(tags), sizeof tags - strlen(tags), " tag %s", p->tags[t]);
+    /* what is trained belongs to the program: a checkpoint of a frozen param resumes only frozen */
+    if (p->buffer) snprintf(tags + strlen(tags), sizeof tags - strlen(tags), " buffer");
+    if (p->frozen) snprintf(tags + strlen(tags), sizeof tags - strlen(tags), " frozen");
     char *d = decl_text(c, p->rank, p->dim, p->cplx, tags);
     form_add(f, k, xasprintf("param %s", p->name), d, xstrdup(d));
   }

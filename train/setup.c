@@ -86,11 +86,12 @@ static int build_optimizer(Run *r) {
   for (int i = 0; i < n; i++) {
     ModelTensor *t = model_tensor(r->model, i);
     r->moff[i] = SIZE_MAX;
-    if (!t->learned) continue;
     int gi = 0; /* the default group */
     for (int j = 0; j < t->ntags && !gi; j++)
       for (int g = 0; g < ntags; g++)
         if (!strcmp(t->tags[j], tags[g])) gi = group[g], used[g] = true;
+    /* a frozen param's tag still names a group of the cell (it trains once unfrozen) */
+    if (!t->learned) continue;
     r->moff[i] = r->opt->nparams;
     for (int part = 0; part < (t->cplx ? 2 : 1); part++) opt_add(r->opt, gi, t->dval[part], t->dgrad[part], (size_t)t->numel);
   }

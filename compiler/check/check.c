@@ -181,7 +181,8 @@ static void warn_unused(Stmt **stmts, int n, const CellAst *c) {
   for (int i = 0; i < n; i++) {
     const Stmt *s = stmts[i];
     if ((s->kind == ST_PARAM || s->kind == ST_LET) && !stmts_use(c->body, c->nbody, s->name) && !warned_before(s))
-      diag_warning(s->name_loc, "%s '%s' is never used (cell '%s')", s->kind == ST_PARAM ? "param" : "let", s->name, c->name);
+      diag_warning(s->name_loc, "%s '%s' is never used (cell '%s')",
+                   s->kind == ST_PARAM ? (s->is_buffer ? "buffer" : "param") : "let", s->name, c->name);
     if (s->kind == ST_IF) {
       warn_unused(s->then_body, s->nthen, c);
       warn_unused(s->else_body, s->nelse, c);
@@ -377,7 +378,8 @@ static _Noreturn void unknown_name(Checker *k, Loc loc, const char *name, const 
 static void declare(Checker *k, const char *name, Loc loc, EntityKind kind, int idx) {
   Entity *prev = lookup(k, name);
   if (prev) {
-    diag_error(loc, "'%s' is already declared (as %s)", name, kind_word(prev->kind));
+    bool buf = prev->kind == E_PARAM && k->c->params[prev->idx].buffer;
+    diag_error(loc, "'%s' is already declared (as %s)", name, buf ? "a buffer" : kind_word(prev->kind));
     diag_note(prev->loc, "the first declaration is here");
     longjmp(k->fail, 1);
   }
@@ -1265,9 +1267,22 @@ typedef struct InitUse {
 
 static InitUse init_use(const InitAst *in) { return (InitUse){in->name, in->loc, (const Expr **)in->args, in->nargs}; }
 
+/* A buffer: a constant, initialized like a param and never trained; `frozen` is a param's. */
+static void check_buffer_or_frozen(Checker *k, const Stmt *s) {
+  if (!s->is_buffer) return;
+  if (!s->init)
+    fail(k, s->name_loc, "buffer '%s' needs an initializer: `buffer %s ~ INIT` (a buffer is a constant)", s->name,
+         s->name);
+  if (s->frozen)
+    fail(k, s->frozen_loc, "a buffer is never trained, so it is not `frozen`; `frozen` follows a param's initializer");
+  if (s->ntags > 0)
+    fail(k, s->tag_locs[0], "a buffer takes no tags: it is never trained (tags steer training)");
+}
+
 static void stmt_param(Checker *k, Stmt *s) {
   Cell *c = k->c;
-  ParamInfo p = {.name = s->name, .loc = s->name_loc, .state = -1};
+  check_buffer_or_frozen(k, s);
+  ParamInfo p = {.name = s->name, .loc = s->name_loc, .state = -1, .buffer = s->is_buffer, .frozen = s->frozen};
   shape_of(k, s->shape, &p.rank, p.dim, false);
   p.cplx = is_complex(k, s, "param");
   InitUse u = init_use(s->init);
@@ -1317,6 +1332,8 @@ static void stmt_update(Checker *k, Stmt *s) {
   Entity *e = lookup(k, s->name);
   if (!e) unknown_name(k, s->name_loc, s->name, "state");
   if (e->kind != E_STATE) {
+    if (e->kind == E_PARAM && c->params[e->idx].buffer)
+      fail(k, s->name_loc, "'%s' is a buffer, a constant; only states are updated (use `let` for a new value)", s->name);
     if (e->kind == E_VALUE)
       fail(k, s->name_loc, "'%s' is already defined; lets and gates are assigned once, and only states are updated", s->name);
     fail(k, s->name_loc, "'%s' is %s; only states are updated (use `let %s = ...` for a new value)", s->name,

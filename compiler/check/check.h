@@ -53,6 +53,8 @@ typedef struct ParamInfo {
   const char **tags;
   int ntags;
   int state;            /* the state whose learned initial value this is, else -1 */
+  bool buffer;          /* `buffer NAME ~ INIT`: a constant, never trained, no gradient */
+  bool frozen;          /* `param ... ~ INIT frozen`: not trained unless a configuration unfreezes it */
 } ParamInfo;
 
 typedef struct StateInfo {

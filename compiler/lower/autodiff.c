@@ -17,6 +17,9 @@ typedef struct AD {
   Graph *g;
   int *adj; /* per node: its adjoint, or -1 (zero); grows with the graph */
   int cap;
+  bool *frozen; /* per forward node: static and reaching no trained param (only buffers, frozen params
+                   and constants), so no adjoint is built for it; NULL when every param trains */
+  int nfrozen;
 } AD;
 
 static Node *nd(AD *d, int id) { return graph_node(d->g, id); }
@@ -35,6 +38,7 @@ static void set_adj(AD *d, int id, int v) {
 
 static void add_adj(AD *d, int id, int contrib) {
   if (contrib < 0 || g_is_const(d->g, contrib, 0)) return;
+  if (d->frozen && id < d->nfrozen && d->frozen[id]) return;
   set_adj(d, id, adj_of(d, id) < 0 ? contrib : g_binary(d->g, OP_ADD, adj_of(d, id), contrib));
 }
 
@@ -254,11 +258,35 @@ static const Rule rules[OP_COUNT] = {
 
 static void rule(AD *d, int id, int G) { rules[nd(d, id)->op](d, id, G); }
 
+/* The forward nodes whose adjoint nobody needs: static ones that reach no trained param. NULL when
+ * every param trains, so that such programs differentiate exactly as they always have. */
+static bool *frozen_nodes(Program *p) {
+  bool any = false;
+  for (int i = 0; i < p->npparts; i++) any = any || p->pparts[i].no_grad;
+  if (!any) return NULL;
+  program_mark_dyn(p);
+  bool *fz = xcalloc((size_t)p->nforward + 1, sizeof(bool));
+  for (int id = 0; id < p->nforward; id++) {
+    Node *x = graph_node(&p->g, id);
+    if (p->dyn[id]) continue;
+    if (x->op == OP_PARAM) {
+      fz[id] = p->pparts[x->idx].no_grad;
+      continue;
+    }
+    bool all = true;
+    for (int i = 0; i < op_arity(x->op); i++) all = all && fz[x->a[i]];
+    fz[id] = all; /* a constant (no arguments) needs no adjoint either */
+  }
+  return fz;
+}
+
 void ad_differentiate(Program *p) {
   CHECK(!p->differentiated);
   Graph *g = &p->g;
-  AD d = {p, g, NULL, 0};
+  AD d = {p, g, NULL, 0, NULL, 0};
   int nfwd = p->nforward;
+  d.frozen = frozen_nodes(p);
+  d.nfrozen = d.frozen ? nfwd : 0;
 
   p->dy = g_leaf(g, OP_DY, 0, 1, &p->output_size);
   add_adj(&d, p->output, p->dy);
@@ -310,6 +338,7 @@ void ad_differentiate(Program *p) {
   for (int i = 0; i < p->npparts; i++) p->pparts[i].grad = adj_of(&d, p->pparts[i].leaf);
   free(is_dyn);
   free(d.adj);
+  free(d.frozen);
   p->differentiated = true;
   program_mark_dyn(p);
 }
@@ -495,7 +524,8 @@ void ad_print(Program *p, FILE *f) {
   for (int i = 0; i < p->npparts; i++) {
     ParamPart *pp = &p->pparts[i];
     snprintf(what, sizeof what, "d%s%s", c->params[pp->param].name, c->params[pp->param].cplx ? (pp->part ? ".im" : ".re") : "");
-    print_out(&P, what, pp->grad, done);
+    if (pp->no_grad) fprintf(f, "  %s: none (%s)\n", what, c->params[pp->param].buffer ? "a buffer" : "frozen");
+    else print_out(&P, what, pp->grad, done);
   }
   for (int i = 0; i < nn; i++) free(P.name[i]);
   free(P.name);

@@ -330,6 +330,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
       ParamPart pp = {.param = i, .part = part, .rank = pi->rank, .n = {pi->n[0], pi->n[1], pi->n[2]}, .grad = -1};
       pp.numel = 1;
       for (int d = 0; d < pi->rank; d++) pp.numel *= pi->n[d];
+      pp.no_grad = pi->buffer || pi->frozen;
       pp.leaf = g_leaf(g, OP_PARAM, p->npparts, pi->rank, pi->n);
       p->pparts = xrealloc(p->pparts, sizeof(ParamPart) * (size_t)(p->npparts + 1));
       p->pparts[p->npparts++] = pp;
@@ -420,7 +421,7 @@ void program_free(Program *p) {
 }
 
 uint64_t *program_signature(const Program *p, size_t *len) {
-  size_t cap = 16 + (size_t)p->g.nnodes * 12 + (size_t)p->nsparts * 9 + (size_t)p->npparts + (size_t)p->nbounds * 3 +
+  size_t cap = 16 + (size_t)p->g.nnodes * 12 + (size_t)p->nsparts * 9 + (size_t)p->npparts * 2 + (size_t)p->nbounds * 3 +
                (size_t)p->ngates + (size_t)p->nnoise, n = 0;
   uint64_t *v = xmalloc(sizeof(uint64_t) * cap);
 #define PUT(x) (v[n++] = (uint64_t)(int64_t)(x))
@@ -438,6 +439,8 @@ uint64_t *program_signature(const Program *p, size_t *len) {
     PUT(x->next), PUT(x->a), PUT(x->b), PUT(x->g), PUT(x->dtotal), PUT(x->dprev), PUT(x->dnew), PUT(x->size), PUT(x->cplx);
   }
   for (int i = 0; i < p->npparts; i++) PUT(p->pparts[i].grad);
+  for (int i = 0; i < p->npparts; i++)
+    if (p->pparts[i].no_grad) PUT(-2 - i); /* only programs with a buffer or frozen param sign it */
   for (int i = 0; i < p->nbounds; i++) PUT(p->bounds[i].node), PUT(p->bounds[i].adj), PUT(p->bounds[i].acc);
   for (int i = 0; i < p->ngates; i++) PUT(p->gates[i].node);
   for (int i = 0; i < p->nnoise; i++) PUT(p->noise_sizes[i]);

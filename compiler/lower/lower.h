@@ -15,6 +15,7 @@ typedef struct ParamPart {
   int rank, n[MAX_RANK], numel;
   int leaf;            /* PARAM node */
   int grad;            /* backward: dL/d(this part), a node of the static backward, or -1 (zero) */
+  bool no_grad;        /* a buffer, or a frozen param: the backward builds no gradient for it (grad -1) */
 } ParamPart;
 
 typedef struct StatePart {

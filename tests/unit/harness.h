@@ -214,7 +214,9 @@ static inline double *h_dup(const double *v, size_t n) {
 }
 
 /* The gradients of c (a float64 back end) on h's inputs against central finite differences: every
- * param part, x and every h0 part. The worst relative error; `what` names it ("param part 2"). */
+ * param part, x and every h0 part. The worst relative error; `what` names it ("param part 2"). A
+ * buffer's or frozen param's part has no gradient: it must come back exactly zero (infinite error
+ * otherwise). */
 static inline double h_fd_worst(Compiled *c, HBufs *h, char *what, size_t len) {
   const Program *p = c->p;
   size_t nx = (size_t)h->T * (size_t)h->B * (size_t)p->x_size;
@@ -224,8 +226,14 @@ static inline double h_fd_worst(Compiled *c, HBufs *h, char *what, size_t len) {
   for (int i = 0; i < h->ns; i++) gh[i] = h_dup(h->gh0[i], h->sn[i]);
   double *gx = h_dup(h->gx, nx), worst = h_fd_error(c, h, h->x, nx, gx), e;
   snprintf(what, len, "x");
-  for (int i = 0; i < h->np; i++)
+  for (int i = 0; i < h->np; i++) {
+    if (p->pparts[i].no_grad) {
+      for (size_t j = 0; j < h->pn[i]; j++)
+        if (gp[i][j] != 0) worst = INFINITY, snprintf(what, len, "param part %d (no gradient) not zero", i);
+      continue;
+    }
     if ((e = h_fd_error(c, h, h->params[i], h->pn[i], gp[i])) > worst || isnan(e)) worst = e, snprintf(what, len, "param part %d", i);
+  }
   for (int i = 0; i < h->ns; i++)
     if ((e = h_fd_error(c, h, h->h0[i], h->sn[i], gh[i])) > worst || isnan(e)) worst = e, snprintf(what, len, "h0 part %d", i);
   h_parts_free(gp, h->np), h_parts_free(gh, h->ns);

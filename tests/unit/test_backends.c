@@ -139,6 +139,8 @@ CHUNKS(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=5")
 CONFORMANCE(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
+/* buffers and a frozen param: no gradient on any back end (zero, as the interpreter's) */
+CONFORMANCE(buffer_frozen, "tests/cells/buffer_frozen.cell", NULL, "H=19,D=5")
 /* runs of elementwise ops between products (tests/cells/runs.cell) */
 Test(interp_f32, runs) { conform(&INTERP_F32, "tests/cells/runs.cell", NULL, "H=19,D=5", 9, 3, NULL); }
 Test(cpu, runs_auto) { conform(&CPU, "tests/cells/runs.cell", NULL, "H=19,D=5", 9, 3, NULL); }

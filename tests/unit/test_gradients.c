@@ -56,6 +56,33 @@ static void check_cell_grads(const char *file, const char *sets, const char *dim
 STDLIB_CELLS(STDLIB_GRAD)
 GRAD_TEST(ops, "tests/cells/ops.cell", NULL, "H=3,D=2")
 GRAD_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=3,D=2")
+/* buffers and a frozen param: their gradients exactly zero, the others' against finite differences */
+GRAD_TEST(buffer_frozen, "tests/cells/buffer_frozen.cell", NULL, "H=3,D=2")
+/* the frozen param unfrozen (as model.unfreeze does: before lowering): its gradient is built again */
+Test(gradients, buffer_frozen_unfrozen) {
+  Arena arena = {0};
+  Cell *cell = h_cell(&arena, "tests/cells/buffer_frozen.cell", NULL, "H=3,D=2", false, NULL);
+  int frozen = 0;
+  for (int i = 0; i < cell->nparams; i++) frozen += cell->params[i].frozen, cell->params[i].frozen = false;
+  cr_assert(frozen == 1, "the cell has %d frozen params", frozen);
+  Program *p = lower_cell(cell, false, false);
+  ad_differentiate(p);
+  int with_grad = 0;
+  for (int i = 0; i < p->npparts; i++) with_grad += p->pparts[i].grad >= 0;
+  cr_expect(with_grad == 3, "%d params with a gradient (W, b, A_log)", with_grad);
+  BackendOptions o = {0};
+  char err[128], what[64];
+  Compiled *exe = interp_backend.compile(p, &o, err, sizeof err);
+  cr_assert(exe, "compile: %s", err);
+  HBufs *h = h_bufs_new(p, 5, 2, 42, 0.5, 0.5);
+  double e = h_fd_worst(exe, h, what, sizeof what);
+  cr_expect(e < 1e-6, "unfrozen: %s: relative error %g", what, e);
+  interp_backend.free(exe);
+  h_bufs_free(h);
+  program_free(p);
+  cell_free(cell);
+  arena_free(&arena);
+}
 GRAD_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=3,D=2")
 /* version 2's tensors: views, reductions over axes, batched products, a per-head matrix state */
 GRAD_TEST(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=2,D=3")

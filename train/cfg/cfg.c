@@ -47,6 +47,9 @@ static const CfgKey model_keys[] = {
      "all (per-step outputs) | last | mean | auto (by task)"},
     {"chunk", CFG_INT, "-1", -1, MAX_COUNT, false, false, 0, NULL, NULL,
      "steps per chunk with states kept at chunk boundaries only: -1 the compiler's choice, 0 none"},
+    /* a list of the cell's names, checked against the cell by the model (as init.PARAM is) */
+    {"unfreeze", CFG_PATH, "", 0, 0, false, false, 0, NULL, NULL,
+     "frozen params of the cell to train after all: a comma list (unset: none)"},
 };
 
 static const CfgKey train_keys[] = {

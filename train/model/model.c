@@ -229,6 +229,48 @@ static const CfgEntry *init_override(const Cfg *cfg, int k, const char *param) {
   return found;
 }
 
+/* model.unfreeze: each name a frozen param of the cell, which then trains as any param (in both
+ * variants of the layer's cell, before they are compiled: the backward then builds its gradient).
+ * Every name is checked before any param changes. -1 after the located error. */
+static int apply_unfreeze(const Cfg *cfg, Cell *const *cells, int ncells) {
+  const char *list = cfg_word(cfg, "model.unfreeze");
+  const Cell *c = cells[0];
+  for (int pass = 0; pass < 2; pass++)
+    for (const char *p = list; p && *p;) {
+      while (*p == ' ' || *p == '\t' || *p == ',') p++;
+      const char *end = p;
+      while (*end && *end != ',') end++;
+      const char *last = end;
+      while (last > p && (last[-1] == ' ' || last[-1] == '\t')) last--;
+      if (last == p) break;
+      char name[128];
+      snprintf(name, sizeof name, "%.*s", (int)(last - p), p);
+      p = end;
+      int found = -1;
+      const char *frozen[256];
+      int nf = 0;
+      for (int i = 0; i < c->nparams; i++) {
+        if (!strcmp(c->params[i].name, name)) found = i;
+        if (c->params[i].frozen && nf < 256) frozen[nf++] = c->params[i].name;
+      }
+      if (pass == 1) {
+        for (int v = 0; v < ncells; v++) cells[v]->params[found].frozen = false;
+        continue;
+      }
+      if (found >= 0 && c->params[found].frozen) continue;
+      char owner[160], msg[512];
+      snprintf(owner, sizeof owner, "cell '%s'", c->name);
+      if (found >= 0 && c->params[found].buffer)
+        cfg_error(cfg, "model.unfreeze", true, "'%s' is a buffer of cell '%s': a buffer is never trained", name, c->name);
+      else if (found >= 0)
+        cfg_error(cfg, "model.unfreeze", true, "param '%s' of cell '%s' is not frozen: it trains already", name, c->name);
+      else
+        cfg_error(cfg, "model.unfreeze", true, "%s", no_such_text(msg, sizeof msg, owner, "frozen param", name, frozen, nf));
+      return -1;
+    }
+  return 0;
+}
+
 /* ---- building ---- */
 
 /* Checks layer k's cell for training and evaluation and compiles both. */
@@ -260,6 +302,7 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     L->cell[v] = check_cell(&m->arena, src, ast, &o);
     if (!L->cell[v]) return -1;
   }
+  if (apply_unfreeze(cfg, L->cell, 2) < 0) return -1;
   Cell *c = L->cell[0];
   if (c->input_size != L->in) {
     diag_error(c->input_loc, "the cell's input has %d channels, but layer %d gets %d", c->input_size, k, L->in);
@@ -291,8 +334,11 @@ static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
   for (int i = 0; i < c->nparams; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t n[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
-    int t = add_tensor(m, arena_printf(&m->arena, "layer.%d.%s", k, pi->name), pi->rank, n, pi->cplx, true);
+    /* a buffer, or a param still frozen: saved and restored with the others, never trained */
+    int t = add_tensor(m, arena_printf(&m->arena, "layer.%d.%s", k, pi->name), pi->rank, n, pi->cplx,
+                       !pi->buffer && !pi->frozen);
     m->tensors[t].tags = pi->tags, m->tensors[t].ntags = pi->ntags;
+    m->tensors[t].frozen = pi->frozen;
   }
   /* every init.PARAM entry names a param of this layer's cell */
   const CfgEntry *e;

@@ -38,7 +38,9 @@ typedef struct ModelTensor {
   float *dgrad[2];    /* device memory on a device (model_to_host / model_to_device copy the values) */
   const char *const *tags;
   int ntags;
-  bool learned;       /* false: a buffer the optimizer does not touch (batch norm's running statistics) */
+  bool learned;       /* false: a buffer the optimizer does not touch (batch norm's running statistics, a
+                         cell's buffers and frozen params) */
+  bool frozen;        /* a cell's frozen param (not learned, as configured: model.unfreeze) */
 } ModelTensor;
 
 typedef struct Model Model;
