@@ -295,10 +295,17 @@ static void shape_tensors(RunData *r) {
   for (int i = 0; i < ns; i++) {
     StateInfo *si = &c->states[i];
     int nd = lead_shape(shape, 1, lead + 1, si->rank, si->n);
-    add_tensor(r, &r->h0[i], arena_printf(r->arena, "h0.%s", si->name), nd, shape, si->cplx);
+    /* a history (prev, conv) is hist.NAME [B, K, size] (its initial value), oldest step first */
+    const char *h0name = si->hist_lag ? "" : "h0.", *gname = si->hist_lag ? "grad." : "grad.h0.";
+    if (si->hist_lag) {
+      int size = si->n[0] / si->hist_lag;
+      nd = graph_node(&c->g, si->hist_of)->rank ? 3 : 2;
+      shape[1] = si->hist_lag, shape[2] = size;
+    }
+    add_tensor(r, &r->h0[i], arena_printf(r->arena, "%s%s", h0name, si->name), nd, shape, si->cplx);
     add_tensor(r, &r->dfinal[i], arena_printf(r->arena, "dfinal.%s", si->name), nd, shape, si->cplx);
     add_tensor(r, &r->final[i], arena_printf(r->arena, "final.%s", si->name), nd, shape, si->cplx);
-    add_tensor(r, &r->gh0[i], arena_printf(r->arena, "grad.h0.%s", si->name), nd, shape, si->cplx);
+    add_tensor(r, &r->gh0[i], arena_printf(r->arena, "%s%s", gname, si->name), nd, shape, si->cplx);
   }
   for (int i = 0; i < ng; i++) {
     Node *gn = graph_node(&p->g, p->gates[i].node);

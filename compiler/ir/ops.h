@@ -93,7 +93,10 @@
   X(RE, 1, "re", T, NONE, OPP_CPLX)                                                                \
   X(IM, 1, "im", T, NONE, OPP_CPLX)                                                                \
   X(CONJ, 1, "conj", T, NONE, OPP_CPLX)                                                            \
-  X(CIS, 1, "cis", T, NONE, 0)
+  X(CIS, 1, "cis", T, NONE, 0)                                                                     \
+  /* time: a value's history is a hidden state (check.c) holding its last K steps, oldest first */ \
+  X(LAG, 1, "prev", T, NONE, OPP_CPLX)      /* idx: lag k; a[0]: the history's PREV; step t - k */ \
+  X(HISTNEW, 2, "history", T, NONE, OPP_CPLX) /* the history's new value: PREV a[0] shifted, a[1] in */
 
 /* Expands a row of either kind to nothing (for a list of one kind only). */
 #define OPS_SKIP(...)
@@ -107,7 +110,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-static_assert(OP_COUNT == 54, "update the op table's users when adding ops");
+static_assert(OP_COUNT == 56, "update the op table's users when adding ops");
 
 const char *op_name(Op op);  /* "ADD" */
 const char *op_text(Op op);  /* "+" */

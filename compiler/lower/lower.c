@@ -78,6 +78,26 @@ static int norm(Lowerer *L, int v, bool center) {
   return g_binary(g, OP_DIV, d, g_bcast(g, den, rank, n));
 }
 
+/* prev(v, k) and a history's update. A history holds the last K steps of a value of size n,
+ * oldest first: step t - k is the slice at (K - k) n; the new history drops the oldest step and
+ * appends v (a: the history's PREV pair; b: v for the update). */
+static Pair lower_history(Lowerer *L, const Node *n, Pair a, Pair b) {
+  Graph *g = &L->p->g;
+  int size = node_numel(R(L, a.re));
+  if (n->op == OP_LAG) {
+    int vn = n->rank ? n->n[0] : 1, off = size - n->idx * vn;
+    int re = g_slice(g, a.re, off, vn), im = a.im < 0 ? -1 : g_slice(g, a.im, off, vn);
+    if (n->rank == 0) re = g_sum(g, re), im = im < 0 ? -1 : g_sum(g, im);
+    return (Pair){re, im};
+  }
+  int one = 1, vn = node_numel(R(L, b.re));
+  int vre = R(L, b.re)->rank ? b.re : g_bcast(g, b.re, 1, &one);
+  int vim = a.im < 0 ? -1 : b.im < 0 ? zeros_like(L, vre) : R(L, b.im)->rank ? b.im : g_bcast(g, b.im, 1, &one);
+  if (size == vn) return (Pair){vre, vim};
+  int re = g_concat(g, g_slice(g, a.re, vn, size - vn), vre);
+  return (Pair){re, vim < 0 ? -1 : g_concat(g, g_slice(g, a.im, vn, size - vn), vim)};
+}
+
 static Pair lower_node(Lowerer *L, int id) {
   Program *p = L->p;
   Graph *g = &p->g;
@@ -173,6 +193,8 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_IM: return real(im_of(L, a));
   case OP_CONJ: return a.im < 0 ? a : (Pair){a.re, g_unary(g, OP_NEG, a.im)};
   case OP_CIS: return (Pair){g_unary(g, OP_COS, a.re), g_unary(g, OP_SIN, a.re)};
+  case OP_LAG:
+  case OP_HISTNEW: return lower_history(L, n, a, b);
   default:
     /* an elementwise op of real values only (the op table: no OPP_CPLX): as it is */
     if (!op_is_elementwise(n->op) || (op_props(n->op) & OPP_CPLX)) UNREACHABLE(op_name(n->op));
