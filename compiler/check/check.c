@@ -669,6 +669,7 @@ static int time_value(Checker *k, const Expr *call, const Expr *arg, EntityKind 
          call->name, arg->name, arg->name, rn->op == OP_PREV ? "previous" : "new", k->c->states[rn->idx].name, call->name);
   }
   if (N(k, v)->rank > 1) fail(k, arg->loc, "%s takes a vector or a scalar, got %s", call->name, shape_str(k, N(k, v)));
+  if (N(k, v)->cplx) fail(k, arg->loc, "%s takes a real value, got the complex %s (read re() and im() apart)", call->name, shape_str(k, N(k, v)));
   *kind = ent->kind;
   return v;
 }
@@ -727,7 +728,7 @@ static int time_call(Checker *k, const Expr *e) {
          xs, name);
   }
   if (is_dyn(k, w)) fail(k, e->args[1]->loc, "conv's W must not depend on the input or a state");
-  if (W->cplx || x->cplx) fail(k, e->loc, "conv takes real values");
+  if (W->cplx) fail(k, e->args[1]->loc, "conv's W must be real, got the complex %s", shape_str(k, W));
   if (!dims_is_const(&k->c->dt, W->dim[1], &width) || width < 1 || width > MAX_LAG + 1)
     fail(k, e->args[1]->loc, "conv's W is %s: its width K must be a number from 1 to %d", shape_str(k, W), MAX_LAG + 1);
   int sum = -1;
@@ -1587,7 +1588,7 @@ static void analyze(Checker *k) {
   for (int i = 0; i < c->nstates; i++) order[c->states[i].order] = i;
   for (int oi = 0; oi < c->nstates; oi++) {
     StateInfo *s = &c->states[order[oi]];
-    if (s->hist_lag > 0) { /* a history shifts by a step: it runs sequentially */
+    if (s->hist_lag > 0) { /* a history shifts by a step: not a scan, but no recurrence either */
       s->rec = REC_NONLINEAR;
       continue;
     }
@@ -1614,17 +1615,13 @@ static void analyze(Checker *k) {
   free(memo);
   (void)nn;
   c->mode = MODE_SCAN;
-  for (int i = 0; i < c->nstates; i++)
-    if (c->states[i].rec == REC_NONLINEAR) c->mode = MODE_SEQUENTIAL;
+  for (int i = 0; i < c->nstates; i++) /* (a scan-mode plan runs the histories step by step) */
+    if (c->states[i].rec == REC_NONLINEAR && !c->states[i].hist_lag) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
-    for (int i = 0; i < c->nstates; i++)
-      if (c->states[i].hist_lag > 0)
-        fail(k, c->states[i].loc, "cannot run cell '%s' in scan mode: it reads '%s' at earlier steps (prev or conv), which runs in sequential mode",
-             c->name, c->states[i].hist_name);
     for (int i = 0; i < c->nstates; i++) {
       StateInfo *s = &c->states[i];
-      if (s->rec != REC_NONLINEAR) continue;
+      if (s->rec != REC_NONLINEAR || s->hist_lag) continue;
       Node *cu = N(k, s->culprit);
       signed char *seen = arena_alloc(k->arena, (size_t)c->g.nnodes);
       int p = culprit_read(k, s->culprit, i, true, seen);

@@ -95,8 +95,8 @@
   X(CONJ, 1, "conj", T, NONE, OPP_CPLX)                                                            \
   X(CIS, 1, "cis", T, NONE, 0)                                                                     \
   /* time: a value's history is a hidden state (check.c) holding its last K steps, oldest first */ \
-  X(LAG, 1, "prev", T, NONE, OPP_CPLX)      /* idx: lag k; a[0]: the history's PREV; step t - k */ \
-  X(HISTNEW, 2, "history", T, NONE, OPP_CPLX) /* the history's new value: PREV a[0] shifted, a[1] in */
+  X(LAG, 1, "prev", T, NONE, 0)             /* idx: lag k; a[0]: the history's PREV; step t - k */ \
+  X(HISTNEW, 2, "history", T, NONE, 0)      /* the history's new value: PREV a[0] shifted, a[1] in */
 
 /* Expands a row of either kind to nothing (for a list of one kind only). */
 #define OPS_SKIP(...)

@@ -78,24 +78,20 @@ static int norm(Lowerer *L, int v, bool center) {
   return g_binary(g, OP_DIV, d, g_bcast(g, den, rank, n));
 }
 
-/* prev(v, k) and a history's update. A history holds the last K steps of a value of size n,
- * oldest first: step t - k is the slice at (K - k) n; the new history drops the oldest step and
- * appends v (a: the history's PREV pair; b: v for the update). */
+/* prev(v, k) and a history's update (real values). A history holds the last K steps of a value
+ * of size n, oldest first: step t - k is the slice at (K - k) n; the new history drops the oldest
+ * step and appends v (a: the history's PREV; b: v for the update). */
 static Pair lower_history(Lowerer *L, const Node *n, Pair a, Pair b) {
   Graph *g = &L->p->g;
   int size = node_numel(R(L, a.re));
   if (n->op == OP_LAG) {
-    int vn = n->rank ? n->n[0] : 1, off = size - n->idx * vn;
-    int re = g_slice(g, a.re, off, vn), im = a.im < 0 ? -1 : g_slice(g, a.im, off, vn);
-    if (n->rank == 0) re = g_sum(g, re), im = im < 0 ? -1 : g_sum(g, im);
-    return (Pair){re, im};
+    int vn = n->rank ? n->n[0] : 1;
+    int v = g_slice(g, a.re, size - n->idx * vn, vn);
+    return real(n->rank ? v : g_sum(g, v));
   }
   int one = 1, vn = node_numel(R(L, b.re));
-  int vre = R(L, b.re)->rank ? b.re : g_bcast(g, b.re, 1, &one);
-  int vim = a.im < 0 ? -1 : b.im < 0 ? zeros_like(L, vre) : R(L, b.im)->rank ? b.im : g_bcast(g, b.im, 1, &one);
-  if (size == vn) return (Pair){vre, vim};
-  int re = g_concat(g, g_slice(g, a.re, vn, size - vn), vre);
-  return (Pair){re, vim < 0 ? -1 : g_concat(g, g_slice(g, a.im, vn, size - vn), vim)};
+  int v = R(L, b.re)->rank ? b.re : g_bcast(g, b.re, 1, &one);
+  return real(size == vn ? v : g_concat(g, g_slice(g, a.re, vn, size - vn), v));
 }
 
 static Pair lower_node(Lowerer *L, int id) {
