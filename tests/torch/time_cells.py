@@ -3,7 +3,8 @@
 # (a width-4 convolution and prev(u, 1) in the output), written here from their equations, not
 # from cellc's lowering. Per cell and configuration (T = 1, 2, 9; B = 3; nonzero histories hist.*,
 # h0 and dfinal of every state, histories included), `bin/cellc run --backend interp --precision
-# f64 --inputs IN` is compared tensor by tensor with the float64 reference:
+# f64 --inputs IN` is compared tensor by tensor with the float64 reference, in scan and in sequential
+# mode; and so are the cpu and cuda-emu back ends in float32 (relative error < 2e-4):
 #   L = sum(y * dy) + sum over states (histories too) of sum(final * dfinal),
 #   y, gate.*, final.*, final.hist.* and every gradient (grad.param.*, grad.x, grad.h0.*,
 #   grad.hist.*), max|a - b| / max(max|b|, 1e-300) < 1e-9.
@@ -88,7 +89,7 @@ def shape_of(code, H, D):
     return tuple({"H": H, "D": D}.get(ch, None) or int(ch) for ch in code)
 
 
-def check(args, name, T, B, H, D, seed, results):
+def check(args, name, T, B, H, D, seed, results, backend="interp", mode="scan"):
     ref, pshapes, states, hists = CELLS[name]
     rng = np.random.RandomState(seed)
     inp = {"x": rng.normal(size=(T, B, D))}
@@ -103,12 +104,14 @@ def check(args, name, T, B, H, D, seed, results):
         inp["hist." + n] = rng.normal(size=(B, K, H))
         inp["dfinal.hist." + n] = rng.normal(size=(B, K, H))
     inp["dy"] = rng.normal(size=(T, B, H))
-    label = "%s T=%d B=%d" % (name, T, B)
+    label = "%s T=%d B=%d %s %s" % (name, T, B, backend, mode)
+    f64 = backend == "interp"
+    tol = 1e-9 if f64 else 2e-4
     d = tempfile.mkdtemp(dir=args.work)
     ip, op = os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")
     sft.write(ip, inp)
-    cmd = [args.cellc, "run", os.path.join(ROOT, "tests/cells/%s.cell" % name), "--backend", "interp", "--precision",
-           "f64", "--dims", "H=%d,D=%d" % (H, D), "--T", str(T), "--B", str(B), "--inputs", ip, "--out", op]
+    cmd = [args.cellc, "run", os.path.join(ROOT, "tests/cells/%s.cell" % name), "--backend", backend, "--precision",
+           "f64" if f64 else "f32", "--mode", mode, "--dims", "H=%d,D=%d" % (H, D), "--T", str(T), "--B", str(B), "--inputs", ip, "--out", op]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if p.returncode != 0:
         results.append((False, "%s: run: %s" % (label, p.stderr.decode()[:2000])))
@@ -137,7 +140,7 @@ def check(args, name, T, B, H, D, seed, results):
             results.append((False, "%s: %s is %s, want %s" % (label, k, got.shape, w.shape)))
             continue
         err = np.max(np.abs(got - w)) / max(np.max(np.abs(w)), 1e-300)
-        results.append((err < 1e-9, "%s: %s relative error %.2e" % (label, k, err)))
+        results.append((err < tol, "%s: %s relative error %.2e" % (label, k, err)))
 
 
 def main():
@@ -148,8 +151,10 @@ def main():
     args.work = args.keep or tempfile.mkdtemp()
     results = []
     for name in CELLS:
-        for T, seed in ((1, 1), (2, 2), (9, 3)):
-            check(args, name, T, 3, 5, 3, seed, results)
+        for backend in ("interp", "cpu", "cuda-emu"):
+            for mode in ("scan", "sequential"):
+                for T, seed in ((1, 1), (2, 2), (9, 3)):
+                    check(args, name, T, 3, 5, 3, seed, results, backend, mode)
     fails = [m for ok, m in results if not ok]
     for m in fails:
         print("FAIL", m)
