@@ -669,7 +669,7 @@ static int time_value(Checker *k, const Expr *call, const Expr *arg, EntityKind 
          call->name, arg->name, arg->name, rn->op == OP_PREV ? "previous" : "new", k->c->states[rn->idx].name, call->name);
   }
   if (N(k, v)->rank > 1) fail(k, arg->loc, "%s takes a vector or a scalar, got %s", call->name, shape_str(k, N(k, v)));
-  if (N(k, v)->cplx) fail(k, arg->loc, "%s takes a real value, got the complex %s (read re() and im() apart)", call->name, shape_str(k, N(k, v)));
+  if (N(k, v)->cplx) fail(k, arg->loc, "%s takes a real value, got %s (read re() and im() apart)", call->name, shape_str(k, N(k, v)));
   *kind = ent->kind;
   return v;
 }
@@ -724,13 +724,15 @@ static int time_call(Checker *k, const Expr *e) {
     char ws[160], xs[160];
     snprintf(ws, sizeof ws, "%s", shape_str(k, W));
     snprintf(xs, sizeof xs, "%s", shape_str(k, x));
-    fail(k, e->args[1]->loc, "conv(%s, W): W is %s and '%s' is %s; W must be [C, K] with C the size of '%s'", name, ws, name,
-         xs, name);
+    const char *wt = expr_text(k->arena, e->args[1]);
+    fail(k, e->args[1]->loc, "conv(%s, %s): '%s' is %s and '%s' is %s; the weight must be [C, K] with C the size of '%s'", name,
+         wt, wt, ws, name, xs, name);
   }
-  if (is_dyn(k, w)) fail(k, e->args[1]->loc, "conv's W must not depend on the input or a state");
-  if (W->cplx) fail(k, e->args[1]->loc, "conv's W must be real, got the complex %s", shape_str(k, W));
+  if (is_dyn(k, w)) fail(k, e->args[1]->loc, "conv's weight must not depend on the input or a state");
+  if (W->cplx) fail(k, e->args[1]->loc, "conv's weight must be real, got %s", shape_str(k, W));
   if (!dims_is_const(&k->c->dt, W->dim[1], &width) || width < 1 || width > MAX_LAG + 1)
-    fail(k, e->args[1]->loc, "conv's W is %s: its width K must be a number from 1 to %d", shape_str(k, W), MAX_LAG + 1);
+    fail(k, e->args[1]->loc, "conv's weight is %s: its width (the last dim, the steps it reads) must be a number from 1 to %d",
+         shape_str(k, W), MAX_LAG + 1);
   int sum = -1;
   for (int j = 0; j < (int)width; j++) {
     int ej = -1; /* the one-hot [K] of column j */
