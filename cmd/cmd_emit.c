@@ -120,6 +120,11 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
     cJSON_AddStringToObject(s, "name", c->states[i].name);
     cJSON_AddStringToObject(s, "field", emit_field(c->states[i].name, buf, sizeof buf));
     if (c->states[i].param >= 0) cJSON_AddStringToObject(s, "learned", c->params[c->states[i].param].name);
+    if (c->states[i].hist_lag) { /* prev and conv: the last `steps` steps of `of`, oldest first */
+      cJSON *h = cJSON_AddObjectToObject(s, "history");
+      cJSON_AddStringToObject(h, "of", c->states[i].hist_name);
+      cJSON_AddNumberToObject(h, "steps", c->states[i].hist_lag);
+    }
     cJSON_AddItemToObject(s, "shape", shape_of(c->states[i].rank, c->states[i].n, false));
     cJSON_AddBoolToObject(s, "complex", c->states[i].cplx);
     cJSON_AddItemToArray(ss, s);
