@@ -42,9 +42,7 @@ static const char *init_text(Arena *a, const ParamInfo *p) {
 static Arena text_arena; /* the initializers' text, for the life of the command */
 
 /* A history (prev, conv) is no recurrence: it holds earlier steps of a value */
-static const char *rec_name(const StateInfo *s) {
-  return s->hist_lag ? "history" : s->rec == REC_DIAG_LINEAR ? "diagonal-linear" : "nonlinear";
-}
+static const char *rec_name(const StateInfo *s) { return s->hist_lag ? "history" : recurrence_name(s->rec); }
 static const char *mode_name(Mode m) { return m == MODE_SCAN ? "scan" : "sequential"; }
 
 static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, const int *n) {
@@ -62,7 +60,11 @@ static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, cons
   }
 }
 
-static cJSON *cell_json(const Cell *c) {
+/* A state's bytes per batch row and token: float32, both parts of a complex one. */
+static long state_bytes(const StateInfo *s) { return (long)state_numel(s) * (s->cplx ? 2 : 1) * (long)sizeof(float); }
+
+/* mem: pipeline_train_bytes_per_token of a bound cell (0 unbound) */
+static cJSON *cell_json(const Cell *c, size_t mem) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "name", c->name);
   cJSON_AddStringToObject(o, "mode", mode_name(c->mode));
@@ -72,14 +74,23 @@ static cJSON *cell_json(const Cell *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", s->name);
     cJSON_AddStringToObject(j, "recurrence", rec_name(s));
+    cJSON_AddStringToObject(j, "class", rec_name(s)); /* language spec section 10's name */
     if (s->hist_lag) {
       cJSON_AddStringToObject(j, "of", s->hist_name);
       cJSON_AddNumberToObject(j, "steps", s->hist_lag);
     }
     shape_json(c, cJSON_AddArrayToObject(j, "shape"), s->rank, s->dim, s->n);
+    if (c->bound) cJSON_AddNumberToObject(j, "bytes_per_token", (double)state_bytes(s));
+    else cJSON_AddNullToObject(j, "bytes_per_token");
     cJSON_AddBoolToObject(j, "complex", s->cplx);
     cJSON_AddItemToArray(states, j);
   }
+  if (c->bound) {
+    /* every state is kept at every step until chunked checkpointing exists: chunk 1 */
+    cJSON *mj = cJSON_AddObjectToObject(o, "memory");
+    cJSON_AddNumberToObject(mj, "train_peak_bytes_per_token", (double)mem);
+    cJSON_AddNumberToObject(mj, "chunk", 1);
+  } else cJSON_AddNullToObject(o, "memory");
   cJSON *gates = cJSON_AddArrayToObject(o, "gates");
   for (int i = 0; i < c->ngates; i++) {
     cJSON *j = cJSON_CreateObject();
@@ -137,7 +148,7 @@ static void shape_human(const Cell *c, int rank, const int *dim, const int *n, b
   }
 }
 
-static void cell_human(const Cell *c, FILE *f) {
+static void cell_human(const Cell *c, size_t mem, FILE *f) {
   char buf[256];
   fprintf(f, "cell %s: mode %s\n", c->name, mode_name(c->mode));
   fprintf(f, "  dims:");
@@ -185,10 +196,14 @@ static void cell_human(const Cell *c, FILE *f) {
     const StateInfo *s = &c->states[i];
     shape_human(c, s->rank, s->dim, s->n, s->cplx, buf, (int)sizeof buf);
     if (s->hist_lag)
-      fprintf(f, "    %-12s %-20s history: the last %d step%s of %s\n", s->name, buf, s->hist_lag, s->hist_lag == 1 ? "" : "s",
+      fprintf(f, "    %-12s %-20s history: the last %d step%s of %s", s->name, buf, s->hist_lag, s->hist_lag == 1 ? "" : "s",
               s->hist_name);
-    else fprintf(f, "    %-12s %-20s %s\n", s->name, buf, rec_name(s));
+    else fprintf(f, "    %-12s %-20s %s", s->name, buf, rec_name(s));
+    if (c->bound) fprintf(f, "  (%ld bytes/token)", state_bytes(s));
+    fprintf(f, "\n");
   }
+  if (c->bound)
+    fprintf(f, "  memory: %zu bytes per batch row and token in training (states kept at every step)\n", mem);
   if (c->ngates) {
     fprintf(f, "  gates:\n");
     for (int i = 0; i < c->ngates; i++)
@@ -287,10 +302,11 @@ int cmd_check(int argc, char **argv) {
   cJSON *root = cJSON_CreateObject();
   cJSON *cells = cJSON_AddArrayToObject(root, "cells");
   for (int i = 0; i < nchecked && status == 0; i++) {
-    if (json) cJSON_AddItemToArray(cells, cell_json(checked[i]));
+    size_t mem = checked[i]->bound ? pipeline_train_bytes_per_token(checked[i]) : 0;
+    if (json) cJSON_AddItemToArray(cells, cell_json(checked[i], mem));
     else {
       if (i) printf("\n");
-      cell_human(checked[i], stdout);
+      cell_human(checked[i], mem, stdout);
     }
   }
   for (int i = 0; i < nchecked; i++) cell_free(checked[i]);

@@ -288,7 +288,7 @@ static void shape_tensors(RunData *r) {
   add_tensor(r, &r->y, "y", 3, ys, false), add_tensor(r, &r->gx, "grad.x", 3, xs, false);
   for (int i = 0; i < np; i++) {
     ParamInfo *pi = &c->params[i];
-    int64_t ps[2] = {pi->n[0], pi->n[1]};
+    int64_t ps[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
     add_tensor(r, &r->params[i], arena_printf(r->arena, "param.%s", pi->name), pi->rank, ps, pi->cplx);
     add_tensor(r, &r->gparams[i], arena_printf(r->arena, "grad.param.%s", pi->name), pi->rank, ps, pi->cplx);
   }
@@ -359,7 +359,7 @@ static int take_states(RunData *r) {
     int got = tensor_take(&r->h0[i], r->in, r->a->inputs);
     if (got < 0) return 1;
     if (!got && si->init) {
-      int size = si->rank ? si->n[0] : 1, parts = si->cplx ? 2 : 1;
+      int size = state_numel(si), parts = si->cplx ? 2 : 1;
       double *v = xcalloc((size_t)(2 * size + 1), sizeof(double));
       int rc = 0;
       if (si->param >= 0) {
@@ -458,7 +458,7 @@ static void run_program(RunData *r, Compiled *comp) {
   for (int i = 0; i < r->c->nstates; i++) {
     StateInfo *si = &r->c->states[i];
     if (si->param < 0) continue;
-    int size = si->rank ? si->n[0] : 1;
+    int size = state_numel(si);
     for (int part = 0; part < (si->cplx ? 2 : 1); part++)
       for (int b = 0; b < r->B; b++)
         for (int j = 0; j < size; j++) r->gparams[si->param].part[part][j] += r->gh0[i].part[part][(int64_t)b * size + j];

@@ -29,6 +29,7 @@ typedef enum {
   EX_LE,
   EX_GT,
   EX_GE,
+  EX_LIST,   /* [a, b, ...] (args): only as reshape's shape (the checker says so elsewhere) */
 } ExprKind;
 
 typedef struct Expr Expr;

@@ -267,8 +267,8 @@ args:
     expr { $$ = (List){0}; ast_push(A, &$$, $1); }
   | args ',' expr { $$ = $1; ast_push(A, &$$, $3); }
   ;
-/* a call's arguments: expressions, or a comparison (version 2: where's condition; the checker
- * refuses one anywhere else, with its location) */
+/* a call's arguments: expressions, a comparison (version 2: where's condition) or a list of sizes
+ * (reshape's shape); the checker refuses the last two anywhere else, with their location */
 cargs:
     carg { $$ = (List){0}; ast_push(A, &$$, $1); }
   | cargs ',' carg { $$ = $1; ast_push(A, &$$, $3); }
@@ -279,6 +279,10 @@ carg:
   | expr LE expr { $$ = mk_expr(lx, EX_LE, $2.loc, $1, $3); }
   | expr '>' expr { $$ = mk_expr(lx, EX_GT, $2.loc, $1, $3); }
   | expr GE expr { $$ = mk_expr(lx, EX_GE, $2.loc, $1, $3); }
+  | '[' args ']' {
+      $$ = mk_expr(lx, EX_LIST, $1.loc, NULL, NULL);
+      $$->args = ITEMS(Expr **, $2); $$->nargs = $2.n;
+    }
   ;
 
 %%

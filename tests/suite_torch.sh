@@ -30,5 +30,18 @@ for t in selftest parity time_cells; do
   fi
   pass=$((pass + p)); fail=$((fail + f))
 done
+# version 2's tensor cells against their PyTorch references (tests/torch/tensors.py)
+for spec in gla:NH=2,K=3,V=4,D=5 ops:D=4; do
+  c=${spec%%:*}; d=${spec#*:}
+  echo "-- tests/torch/parity.py tests/cells/tensor_$c.cell"
+  "$PY" tests/torch/parity.py --cell-file tests/cells/tensor_$c.cell --ref tests/torch/tensors.py:$c --dims $d >"$tmp" 2>&1
+  rc=$?
+  grep -v '^PASS' "$tmp"
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$tmp" | tail -n 1)
+  if [ -z "$line" ]; then echo "tensor_$c: no summary line (exit $rc)"; fail=$((fail + 1)); continue; fi
+  p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
+  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+  pass=$((pass + p)); fail=$((fail + f))
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

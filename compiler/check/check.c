@@ -259,6 +259,14 @@ static void etext(const Expr *e, char *buf, int *len, int size, int prec) {
   case EX_LE: p = 0, op = " <= "; break;
   case EX_GT: p = 0, op = " > "; break;
   case EX_GE: p = 0, op = " >= "; break;
+  case EX_LIST:
+    PUT("[");
+    for (int i = 0; i < e->nargs; i++) {
+      if (i) PUT(", ");
+      etext(e->args[i], buf, len, size, 0);
+    }
+    PUT("]");
+    return;
   }
   if (prec > p) PUT("(");
   etext(e->a, buf, len, size, p);
@@ -452,7 +460,7 @@ static void shape_of(Checker *k, const ShapeAst *s, int *rank, int *dim, bool in
     *rank = 0;
     return;
   }
-  if (s->n > 2) fail(k, s->loc, "values are scalars, vectors or matrices: a shape has at most 2 sizes, this one has %d", s->n);
+  if (s->n > MAX_RANK) fail(k, s->loc, "a shape has at most %d sizes, this one has %d", MAX_RANK, s->n);
   *rank = s->n;
   for (int i = 0; i < s->n; i++) dim[i] = size_expr(k, s->dims[i], input);
 }
@@ -491,7 +499,7 @@ static int mk(Checker *k, Op op, Loc loc, const Expr *ast, int rank, const int *
   n.op = op;
   n.rank = rank;
   for (int i = 0; i < rank; i++) n.dim[i] = dim[i];
-  n.n[0] = n.n[1] = -1;
+  n.n[0] = n.n[1] = n.n[2] = -1;
   n.cplx = cplx;
   n.a[0] = a0;
   n.a[1] = a1;
@@ -539,6 +547,33 @@ static int bcast_to(Checker *k, int a, const Node *like, Loc loc) {
   return mk(k, OP_BCAST, loc, x->ast, like->rank, like->dim, x->cplx, a, -1);
 }
 
+/* ---- version 2: broadcasting as PyTorch's (trailing dims align; a 1 stretches) ---- */
+
+static bool dim_is(Checker *k, int sym, long want) {
+  long v;
+  return dims_is_const(&k->c->dt, sym, &v) && v == want;
+}
+
+static bool broadcast_shape(Checker *k, const Node *x, const Node *y, int *rank, int *dim) {
+  *rank = x->rank > y->rank ? x->rank : y->rank;
+  for (int i = 0; i < *rank; i++) {
+    int xi = i - (*rank - x->rank), yi = i - (*rank - y->rank);
+    int dx = xi >= 0 ? x->dim[xi] : -1, dy = yi >= 0 ? y->dim[yi] : -1;
+    if (dx < 0 || dx == dy || (dy >= 0 && dim_is(k, dx, 1))) dim[i] = dy >= 0 ? dy : dx;
+    else if (dy < 0 || dim_is(k, dy, 1)) dim[i] = dx;
+    else return false;
+  }
+  return true;
+}
+
+static int expand_to(Checker *k, int a, int rank, const int *dim, Loc loc) {
+  Node *x = N(k, a);
+  Node like = {.rank = rank};
+  for (int i = 0; i < rank; i++) like.dim[i] = dim[i];
+  if (same_shape(x, &like)) return a;
+  return mk(k, OP_EXPAND, loc, x->ast, rank, dim, x->cplx, a, -1);
+}
+
 /* An elementwise binary op with broadcasting and complex promotion. */
 static int binary(Checker *k, Op op, Loc loc, const Expr *ast, int a, int b) {
   Node *x = N(k, a), *y = N(k, b);
@@ -548,17 +583,19 @@ static int binary(Checker *k, Op op, Loc loc, const Expr *ast, int a, int b) {
     else if (numel1(k, x) && numel1(k, y)) {
       if (x->rank < y->rank) a = bcast_to(k, a, y, loc);
       else b = bcast_to(k, b, x, loc);
-    } else
-      fail(k, loc, "shape mismatch in '%s': %s and %s", op_text(op), shape_str(k, x), shape_str(k, y));
+    } else {
+      int rank, dim[MAX_RANK];
+      if (!broadcast_shape(k, x, y, &rank, dim))
+        fail(k, loc, "shape mismatch in '%s': %s and %s do not broadcast", op_text(op), shape_str(k, x), shape_str(k, y));
+      a = expand_to(k, a, rank, dim, loc);
+      b = expand_to(k, b, rank, dim, loc);
+    }
     x = N(k, a), y = N(k, b);
   }
   bool cplx = x->cplx || y->cplx;
   if (cplx && (op == OP_MIN || op == OP_MAX))
     fail(k, loc, "%s takes real arguments, got %s and %s", op_text(op), shape_str(k, x), shape_str(k, y));
-  int id = mk(k, op, loc, ast, x->rank, x->dim, cplx, a, b);
-  if (N(k, id)->rank == 2 && is_dyn(k, id))
-    fail(k, loc, "a matrix may only be computed from params, options and numbers; this one depends on the input or a state");
-  return id;
+  return mk(k, op, loc, ast, x->rank, x->dim, cplx, a, b);
 }
 
 static int konst(Checker *k, double v, Loc loc, const Expr *ast) {
@@ -781,17 +818,225 @@ static void finish_histories(Checker *k) {
   }
 }
 
+/* ---- version 2's tensor built-ins ---- */
+
+/* An integer constant argument (an axis): a number written without a point, maybe negated. */
+static long const_int(Checker *k, const Expr *e, const char *fn, const char *what) {
+  bool neg = false;
+  const Expr *x = e;
+  if (x->kind == EX_NEG) neg = true, x = x->a;
+  if (x->kind != EX_NUM || !x->is_int || x->num > 1e6)
+    fail(k, e->loc, "%s's %s must be an integer constant", fn, what);
+  return neg ? -(long)x->num : (long)x->num;
+}
+
+/* An axis of a value of rank `rank` (negative counts from the end), as 0..rank-1. */
+static int axis_arg(Checker *k, const Expr *call, int arg, int rank) {
+  long a = const_int(k, call->args[arg], call->name, "axis");
+  if (a < -rank || a >= rank)
+    fail(k, call->args[arg]->loc, "axis %ld is out of range for a value of rank %d (axes -%d to %d)", a, rank, rank,
+         rank - 1);
+  return (int)(a < 0 ? a + rank : a);
+}
+
+/* A size argument: a constant expression over integers, dims and int options, as a dim. */
+static int size_arg(Checker *k, const Expr *e, const char *fn) {
+  int a, b, r = -1;
+  switch (e->kind) {
+  case EX_NUM:
+    if (!e->is_int || e->num > 1e9) fail(k, e->loc, "%s takes a whole number here, got %g", fn, e->num);
+    return dims_const(&k->c->dt, (long)e->num);
+  case EX_NAME: {
+    Entity *ent = lookup(k, e->name);
+    if (!ent) unknown_name(k, e->loc, e->name, "dim");
+    if (ent->kind == E_DIM) return dims_var(&k->c->dt, k->c->dims[ent->idx].sym);
+    if (ent->kind == E_OPTION && k->c->options[ent->idx].type == OPT_INT)
+      return dims_const(&k->c->dt, (long)k->c->options[ent->idx].value);
+    fail(k, e->loc, "%s takes a size here (a number, a dim or an int option); '%s' is %s", fn, e->name,
+         kind_word(ent->kind));
+  }
+  case EX_ADD: case EX_SUB: case EX_MUL:
+    a = size_arg(k, e->a, fn), b = size_arg(k, e->b, fn);
+    r = e->kind == EX_ADD ? dims_add(&k->c->dt, a, b) : e->kind == EX_SUB ? dims_sub(&k->c->dt, a, b) : dims_mul(&k->c->dt, a, b);
+    if (r < 0) fail(k, e->loc, "size expression is too complex");
+    return r;
+  default: fail(k, e->loc, "%s takes a size here: a number, a dim, or +, -, * of them", fn);
+  }
+}
+
+static int numel_dim(Checker *k, const Node *x, Loc loc) {
+  int e = dims_const(&k->c->dt, 1);
+  for (int i = 0; i < x->rank; i++)
+    if ((e = dims_mul(&k->c->dt, e, x->dim[i])) < 0) fail(k, loc, "size expression is too complex");
+  return e;
+}
+
+static int reshaped(Checker *k, int a, int rank, const int *dim, Loc loc, const Expr *ast) {
+  Node *x = N(k, a);
+  Node like = {.rank = rank};
+  for (int i = 0; i < rank; i++) like.dim[i] = dim[i];
+  if (same_shape(x, &like)) return a;
+  return mk(k, OP_RESHAPE, loc, ast, rank, dim, x->cplx, a, -1);
+}
+
+/* torch.matmul for ranks 1 to 3: a vector operand gets a dim of 1 (dropped from the result), a
+ * batch dim of 1 or a missing one broadcasts. */
+static int matmul(Checker *k, const Expr *e, int a, int b) {
+  Node *A = N(k, a), *B = N(k, b);
+  if (A->rank < 1 || B->rank < 1) fail(k, e->loc, "'@' takes tensors of rank 1 to 3, got %s @ %s", shape_str(k, A), shape_str(k, B));
+  if (A->cplx || B->cplx) fail(k, e->loc, "'@' of tensors takes real values, got %s @ %s", shape_str(k, A), shape_str(k, B));
+  int ka = A->dim[A->rank - 1], kb = B->rank == 1 ? B->dim[0] : B->dim[B->rank - 2];
+  if (ka != kb) fail(k, e->loc, "shape mismatch in '@': %s @ %s (inner sizes differ)", shape_str(k, A), shape_str(k, B));
+  int ba = A->rank == 3 ? A->dim[0] : -1, bb = B->rank == 3 ? B->dim[0] : -1, batch = ba >= 0 ? ba : bb;
+  if (ba >= 0 && bb >= 0 && ba != bb) {
+    if (dim_is(k, ba, 1)) batch = bb;
+    else if (!dim_is(k, bb, 1))
+      fail(k, e->loc, "shape mismatch in '@': %s @ %s (batch sizes differ)", shape_str(k, A), shape_str(k, B));
+  }
+  int rank = 0, dim[MAX_RANK];
+  if (batch >= 0) dim[rank++] = batch;
+  if (A->rank >= 2) dim[rank++] = A->dim[A->rank - 2];
+  if (B->rank >= 2) dim[rank++] = B->dim[B->rank - 1];
+  return mk(k, OP_MATMUL, e->loc, e, rank, dim, false, a, b);
+}
+
+static const char *const v2_names[] = {"transpose", "reshape", "unsqueeze", "flatten", "slice", "eye",
+                                       "outer", "amax", "amin", "softmax", "groupnorm"};
+#define NV2 ((int)(sizeof v2_names / sizeof v2_names[0]))
+
+static void v2_nargs(Checker *k, const Expr *e, int lo, int hi) {
+  if (e->nargs < lo || e->nargs > hi) {
+    if (lo == hi) fail(k, e->loc, "%s takes %d argument%s, got %d", e->name, lo, lo == 1 ? "" : "s", e->nargs);
+    fail(k, e->loc, "%s takes %d to %d arguments, got %d", e->name, lo, hi, e->nargs);
+  }
+}
+
+static void need_real_v2(Checker *k, const Expr *e, int id) {
+  if (N(k, id)->cplx) fail(k, e->args[0]->loc, "%s takes a real value, got %s", e->name, shape_str(k, N(k, id)));
+}
+
+/* Version 2's built-ins over tensors and axes, or -1 when e is none of them. */
+static int call_v2(Checker *k, const Expr *e) {
+  const char *f = e->name;
+  bool axis_form = (!strcmp(f, "sum") || !strcmp(f, "mean") || !strcmp(f, "layernorm") || !strcmp(f, "rmsnorm")) && e->nargs == 2;
+  bool v2 = axis_form;
+  for (int i = 0; i < NV2; i++) v2 |= !strcmp(f, v2_names[i]);
+  if (!v2) return -1;
+  Cell *c = k->c;
+  if (!strcmp(f, "eye")) {
+    v2_nargs(k, e, 1, 1);
+    int n = size_arg(k, e->args[0], f), dim[2] = {n, n};
+    return mk(k, OP_EYE, e->loc, e, 2, dim, false, -1, -1);
+  }
+  if (!strcmp(f, "slice")) v2_nargs(k, e, 3, 4);
+  else if (!strcmp(f, "transpose") || !strcmp(f, "flatten")) v2_nargs(k, e, 1, 1);
+  else v2_nargs(k, e, 2, 2);
+  int a = expr(k, e->args[0]);
+  Node *x = N(k, a);
+  int rank = x->rank, dim[MAX_RANK] = {x->dim[0], x->dim[1], x->dim[2]};
+  if (!strcmp(f, "transpose")) {
+    if (rank < 2) fail(k, e->args[0]->loc, "transpose takes a matrix or a rank-3 tensor, got %s", shape_str(k, x));
+    int t = dim[rank - 1];
+    dim[rank - 1] = dim[rank - 2], dim[rank - 2] = t;
+    return mk(k, OP_TRANSPOSE, e->loc, e, rank, dim, x->cplx, a, -1);
+  }
+  if (!strcmp(f, "flatten")) {
+    int n = numel_dim(k, x, e->loc);
+    return reshaped(k, a, 1, &n, e->loc, e);
+  }
+  if (!strcmp(f, "reshape")) {
+    const Expr *l = e->args[1];
+    if (l->kind != EX_LIST) fail(k, l->loc, "reshape's shape is a list of sizes: reshape(v, [a, b])");
+    if (l->nargs > MAX_RANK) fail(k, l->loc, "a shape has at most %d sizes, this one has %d", MAX_RANK, l->nargs);
+    int r = l->nargs, d[MAX_RANK];
+    for (int i = 0; i < r; i++) d[i] = size_arg(k, l->args[i], f);
+    Node like = {.rank = r};
+    for (int i = 0; i < r; i++) like.dim[i] = d[i];
+    int want = numel_dim(k, x, e->loc), got = numel_dim(k, &like, e->loc);
+    if (want != got) {
+      char ws[64], gs[64];
+      const char *xs = shape_str(k, x); /* sets the dims' names for cell_dim_text */
+      cell_dim_text(c, want, ws, (int)sizeof ws);
+      cell_dim_text(c, got, gs, (int)sizeof gs);
+      fail(k, l->loc, "reshape: %s has %s elements, the shape %s", xs, ws, gs);
+    }
+    return reshaped(k, a, r, d, e->loc, e);
+  }
+  if (!strcmp(f, "unsqueeze")) {
+    if (rank >= MAX_RANK) fail(k, e->args[0]->loc, "unsqueeze: %s has %d dims already, the most a value has", shape_str(k, x), MAX_RANK);
+    int ax = axis_arg(k, e, 1, rank + 1), d[MAX_RANK];
+    for (int i = 0, j = 0; i <= rank; i++) d[i] = i == ax ? dims_const(&c->dt, 1) : dim[j++];
+    return reshaped(k, a, rank + 1, d, e->loc, e);
+  }
+  if (!strcmp(f, "slice")) {
+    need_real_v2(k, e, a);
+    if (rank < 1) fail(k, e->args[0]->loc, "slice takes a vector or a tensor, got %s", shape_str(k, x));
+    int ax = e->nargs == 4 ? axis_arg(k, e, 3, rank) : rank - 1;
+    int start = size_arg(k, e->args[1], f);
+    dim[ax] = size_arg(k, e->args[2], f);
+    int id = mk(k, OP_AXSLICE, e->loc, e, rank, dim, false, a, -1);
+    N(k, id)->idx = ax;
+    N(k, id)->st[0] = start;
+    return id;
+  }
+  if (!strcmp(f, "outer")) {
+    int b = expr(k, e->args[1]);
+    Node *y = N(k, b);
+    x = N(k, a);
+    if (x->cplx || y->cplx) fail(k, e->loc, "outer takes real values, got %s and %s", shape_str(k, x), shape_str(k, y));
+    if (x->rank < 1 || x->rank > 2 || y->rank != x->rank || (x->rank == 2 && x->dim[0] != y->dim[0]))
+      fail(k, e->loc, "outer takes two vectors, or two matrices [h, m] and [h, n]; got %s and %s", shape_str(k, x), shape_str(k, y));
+    int one = dims_const(&c->dt, 1), r = x->rank + 1, da[MAX_RANK], db[MAX_RANK];
+    for (int i = 0; i + 1 < x->rank; i++) da[i] = db[i] = x->dim[i];
+    da[r - 2] = x->dim[x->rank - 1], da[r - 1] = one;
+    db[r - 2] = one, db[r - 1] = y->dim[y->rank - 1];
+    return binary(k, OP_MUL, e->loc, e, reshaped(k, a, r, da, e->loc, e), reshaped(k, b, r, db, e->loc, e));
+  }
+  if (!strcmp(f, "groupnorm")) {
+    need_real_v2(k, e, a);
+    if (rank < 1) fail(k, e->args[0]->loc, "groupnorm takes a vector or a tensor, got %s", shape_str(k, x));
+    int id = mk(k, OP_GROUPNORM, e->loc, e, rank, dim, false, a, -1);
+    N(k, id)->st[0] = size_arg(k, e->args[1], f);
+    return id;
+  }
+  /* over one axis */
+  if (rank < 1) fail(k, e->args[0]->loc, "%s over an axis takes a vector or a tensor, got %s", f, shape_str(k, x));
+  need_real_v2(k, e, a);
+  int ax = axis_arg(k, e, 1, rank);
+  int id;
+  if (!strcmp(f, "softmax") || !strcmp(f, "layernorm") || !strcmp(f, "rmsnorm")) {
+    Op op = f[0] == 's' ? OP_SOFTMAX : f[0] == 'l' ? OP_LAYERNORM : OP_RMSNORM;
+    id = mk(k, op, e->loc, e, rank, dim, false, a, -1);
+    N(k, id)->idx = op == OP_SOFTMAX ? ax : ax + 1; /* the norms: 0 is version 1's "over everything" */
+    return id;
+  }
+  for (int i = ax; i + 1 < rank; i++) dim[i] = dim[i + 1];
+  if (!strcmp(f, "amin")) {
+    int neg = mk(k, OP_NEG, e->loc, e, x->rank, x->dim, false, a, -1);
+    id = mk(k, OP_RMAX, e->loc, e, rank - 1, dim, false, neg, -1);
+    N(k, id)->idx = ax;
+    return mk(k, OP_NEG, e->loc, e, rank - 1, dim, false, id, -1);
+  }
+  Op op = !strcmp(f, "sum") ? OP_RSUM : !strcmp(f, "mean") ? OP_RMEAN : OP_RMAX;
+  id = mk(k, op, e->loc, e, rank - 1, dim, false, a, -1);
+  N(k, id)->idx = ax;
+  return id;
+}
+
 static int call(Checker *k, const Expr *e) {
   if (!strcmp(e->name, "prev") || !strcmp(e->name, "conv")) return time_call(k, e);
+  int v2 = call_v2(k, e);
+  if (v2 >= 0) return v2;
   int f = -1;
   for (int i = 0; i < NBUILTINS; i++)
     if (!strcmp(builtins[i].name, e->name)) f = i;
   if (f < 0) {
     Entity *ent = lookup(k, e->name);
     if (ent) fail(k, e->loc, "'%s' is %s, not a function", e->name, kind_word(ent->kind));
-    const char *names[NBUILTINS];
+    const char *names[NBUILTINS + NV2];
     for (int i = 0; i < NBUILTINS; i++) names[i] = builtins[i].name;
-    const char *near = edit_nearest(e->name, names, NBUILTINS);
+    for (int i = 0; i < NV2; i++) names[NBUILTINS + i] = v2_names[i];
+    const char *near = edit_nearest(e->name, names, NBUILTINS + NV2);
     if (near) fail(k, e->loc, "unknown function '%s'; did you mean '%s'?", e->name, near);
     fail(k, e->loc, "unknown function '%s'", e->name);
   }
@@ -835,9 +1080,7 @@ static int call(Checker *k, const Expr *e) {
   case F_CIS:
     need_real(k, e, 0, a);
     return mk(k, op, e->loc, e, x->rank, x->dim, true, a, -1);
-  case F_REDUCE:
-    need_vector(k, e, 0, a);
-    return mk(k, op, e->loc, e, 0, NULL, x->cplx, a, -1);
+  case F_REDUCE: return mk(k, op, e->loc, e, 0, NULL, x->cplx, a, -1); /* over every element */
   case F_CONCAT: {
     need_vector(k, e, 0, a);
     need_vector(k, e, 1, b);
@@ -868,8 +1111,11 @@ static int name_ref(Checker *k, const Expr *e) {
   if (!ent) unknown_name(k, e->loc, e->name, "name");
   switch (ent->kind) {
   case E_OPTION: return konst(k, c->options[ent->idx].value, e->loc, e);
-  case E_DIM:
-    fail(k, e->loc, "'%s' is a dim: a size, not a value (mean(v) divides by a vector's size)", e->name);
+  case E_DIM: { /* version 2: a dim as a real constant (1 / sqrt(K)), its value once bound */
+    int id = mk(k, OP_DIMVAL, e->loc, e, 0, NULL, false, -1, -1);
+    N(k, id)->st[0] = dims_var(&c->dt, c->dims[ent->idx].sym);
+    return id;
+  }
   case E_INPUT: {
     int d = c->input_dim;
     return mk(k, OP_INPUT, e->loc, e, 1, &d, false, -1, -1);
@@ -912,16 +1158,18 @@ static int expr_node(Checker *k, const Expr *e) {
   case EX_LE:
   case EX_GT:
   case EX_GE: fail(k, e->loc, "a comparison is allowed only as where's first argument");
+  case EX_LIST: fail(k, e->loc, "a list of sizes is allowed only as reshape's shape");
   case EX_MATMUL: {
     int m = expr(k, e->a), v = expr(k, e->b);
     Node *M = N(k, m), *V = N(k, v);
-    if (M->rank != 2) fail(k, e->loc, "'@' needs a matrix on the left, got %s", shape_str(k, M));
-    if (V->rank != 1) fail(k, e->loc, "'@' needs a vector on the right, got %s", shape_str(k, V));
-    if (M->dim[1] != V->dim[0])
-      fail(k, e->loc, "shape mismatch in '@': %s @ %s", shape_str(k, M), shape_str(k, V));
-    if (is_dyn(k, m)) fail(k, e->loc, "the matrix of '@' must not depend on the input or a state");
-    int d = M->dim[0];
-    return mk(k, OP_MATVEC, e->loc, e, 1, &d, M->cplx || V->cplx, m, v);
+    /* a fixed matrix times a vector: version 1's product, a GEMM over the batch */
+    if (M->rank == 2 && V->rank == 1 && !is_dyn(k, m)) {
+      if (M->dim[1] != V->dim[0])
+        fail(k, e->loc, "shape mismatch in '@': %s @ %s", shape_str(k, M), shape_str(k, V));
+      int d = M->dim[0];
+      return mk(k, OP_MATVEC, e->loc, e, 1, &d, M->cplx || V->cplx, m, v);
+    }
+    return matmul(k, e, m, v);
   }
   }
   UNREACHABLE("expression kind");
@@ -1116,7 +1364,7 @@ static void check_init(Checker *k, const InitAst *in, bool for_state, int *ref, 
     if (ent->kind != E_PARAM) fail(k, a->loc, "'%s' is %s; '%s' takes a param", a->name, kind_word(ent->kind), in->name);
     ParamInfo *p = &k->c->params[ent->idx];
     if (p->cplx || p->rank != self->rank || (p->rank > 0 && p->dim[0] != self->dim[0]) ||
-        (p->rank > 1 && p->dim[1] != self->dim[1]))
+        (p->rank > 1 && p->dim[1] != self->dim[1]) || (p->rank > 2 && p->dim[2] != self->dim[2]))
       fail(k, a->loc, "'%s' needs a real param of the same shape as '%s'", in->name, self->name);
     *ref = ent->idx;
     return;
@@ -1202,7 +1450,6 @@ static void stmt_state(Checker *k, Stmt *s) {
   Cell *c = k->c;
   StateInfo st = {.name = s->name, .loc = s->name_loc};
   shape_of(k, s->shape, &st.rank, st.dim, false);
-  if (st.rank > 1) fail(k, s->shape->loc, "a state is a scalar or a vector, not a matrix");
   st.cplx = is_complex(k, s, "state");
   st.update = -1;
   st.param = -1;
@@ -1218,7 +1465,7 @@ static void stmt_state(Checker *k, Stmt *s) {
       p.name = arena_join(k->arena, s->name, ".", "init");
       p.loc = s->init->loc;
       p.rank = st.rank;
-      p.dim[0] = st.dim[0];
+      for (int i = 0; i < st.rank; i++) p.dim[i] = st.dim[i];
       p.cplx = st.cplx;
       p.init = "zeros";
       p.init_loc = s->init->loc;
@@ -1252,7 +1499,7 @@ static void stmt_update(Checker *k, Stmt *s) {
   Node *x = N(k, v);
   Node like = {0};
   like.rank = st->rank;
-  like.dim[0] = st->dim[0];
+  for (int i = 0; i < st->rank; i++) like.dim[i] = st->dim[i];
   if (!same_shape(x, &like)) {
     if (!numel1(k, x)) {
       char want[160];
@@ -1332,7 +1579,7 @@ static void body(Checker *k, Stmt **stmts, int n) {
       }
       int v = expr(k, s->expr);
       if (N(k, v)->cplx) fail(k, s->loc, "the output is complex; it must be real (take re(), im() or abs())");
-      if (N(k, v)->rank > 1) fail(k, s->loc, "the output is a matrix; it must be a vector or a scalar");
+      if (N(k, v)->rank > 1) fail(k, s->loc, "the output is %s; it must be a vector or a scalar (flatten a tensor)", shape_str(k, N(k, v)));
       k->has_output = true;
       k->output_loc = s->loc;
       c->output = v;
@@ -1572,13 +1819,39 @@ static int culprit_read(Checker *k, int id, int self, bool foreign, signed char 
   Node *n = N(k, id);
   if (n->op == OP_PREV) return (n->idx != self) == foreign ? id : -1;
   if (n->op == OP_NEWVAL && n->idx != self)
-    return foreign && k->c->states[n->idx].rec == REC_NONLINEAR ? id : -1;
+    return foreign && k->c->states[n->idx].rec != REC_DIAG_LINEAR ? id : -1;
   for (int i = 0; i < op_arity(n->op); i++)
     if (n->a[i] >= 0) {
       int p = culprit_read(k, n->a[i], self, foreign, seen);
       if (p >= 0) return p;
     }
   return -1;
+}
+
+/* Whether node id is affine in state an->state's previous value (matrix-linear when it is not
+ * diagonal): it reaches the state only through +, -, *, / by state-free values, a product with a
+ * state-free operand on either side, transpose, reshape, broadcast, a sum over an axis, a slice,
+ * or where's selection by a state-free comparison. */
+static bool affine(Analysis *an, int id, signed char *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node *n = N(an->k, id);
+  bool r = false;
+  if (independent(an, id)) r = true;
+  else
+    switch (n->op) {
+    case OP_PREV: r = n->idx == an->state; break;
+    case OP_ADD: case OP_SUB: r = affine(an, n->a[0], memo) && affine(an, n->a[1], memo); break;
+    case OP_NEG: case OP_TRANSPOSE: case OP_RESHAPE: case OP_EXPAND: case OP_BCAST: case OP_RSUM: case OP_RMEAN:
+    case OP_SUM: case OP_MEAN: case OP_AXSLICE: r = affine(an, n->a[0], memo); break;
+    case OP_MUL: case OP_MATMUL: case OP_MATVEC:
+      r = (independent(an, n->a[0]) && affine(an, n->a[1], memo)) || (independent(an, n->a[1]) && affine(an, n->a[0], memo));
+      break;
+    case OP_DIV: r = independent(an, n->a[1]) && affine(an, n->a[0], memo); break;
+    case OP_MASK: r = independent(an, n->a[0]) && affine(an, n->a[1], memo); break;
+    default: r = false;
+    }
+  memo[id] = r;
+  return r;
 }
 
 static void analyze(Checker *k) {
@@ -1607,7 +1880,9 @@ static void analyze(Checker *k) {
       s->coef_a = d.a;
       s->coef_b = d.b;
     } else {
-      s->rec = REC_NONLINEAR;
+      signed char *memo = arena_alloc(k->arena, (size_t)c->g.nnodes);
+      memset(memo, -1, (size_t)c->g.nnodes);
+      s->rec = affine(&an, update_expr, memo) ? REC_MATRIX_LINEAR : REC_NONLINEAR;
       s->culprit = d.culprit;
     }
   }
@@ -1618,11 +1893,14 @@ static void analyze(Checker *k) {
   (void)nn;
   c->mode = MODE_SCAN;
   for (int i = 0; i < c->nstates; i++) /* (a scan-mode plan runs the histories step by step) */
-    if (c->states[i].rec == REC_NONLINEAR && !c->states[i].hist_lag) c->mode = MODE_SEQUENTIAL;
+    if (c->states[i].rec != REC_DIAG_LINEAR && !c->states[i].hist_lag) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
     for (int i = 0; i < c->nstates; i++) {
       StateInfo *s = &c->states[i];
+      if (s->rec == REC_MATRIX_LINEAR)
+        fail(k, s->loc, "cannot run cell '%s' in scan mode: state '%s' is matrix-linear (affine in itself, not diagonal); a scan needs diagonal-linear states",
+             c->name, s->name);
       if (s->rec != REC_NONLINEAR || s->hist_lag) continue;
       Node *cu = N(k, s->culprit);
       signed char *seen = arena_alloc(k->arena, (size_t)c->g.nnodes);
@@ -1633,8 +1911,8 @@ static void analyze(Checker *k) {
       }
       const char *term = cu->ast ? expr_text(k->arena, cu->ast) : "?";
       if (p >= 0 && N(k, p)->op == OP_NEWVAL)
-        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' uses the new value of state '%s', which is nonlinear",
-             c->name, s->name, term, c->states[N(k, p)->idx].name);
+        fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' uses the new value of state '%s', which is %s",
+             c->name, s->name, term, c->states[N(k, p)->idx].name, recurrence_name(c->states[N(k, p)->idx].rec));
       const char *prev = p >= 0 ? c->states[N(k, p)->idx].name : s->name;
       fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' reads the previous value of '%s'",
            c->name, s->name, term, prev);
@@ -1758,6 +2036,24 @@ static bool bind(Checker *k) {
              dims_eval(&c->dt, n->dim[i], values, &v) ? v : -1L);
       }
       n->n[i] = (int)v;
+    }
+    if (n->op == OP_DIMVAL) {
+      long v;
+      if (!dims_eval(&c->dt, n->st[0], values, &v)) CHECK(0); /* every dim is bound here */
+      n->k = (double)v;
+    }
+    if (n->op == OP_AXSLICE || n->op == OP_GROUPNORM) {
+      /* st[0]: the start or the groups as a dim; st[1]: its value */
+      long v;
+      Node *src = &c->g.nodes[n->a[0]];
+      if (!dims_eval(&c->dt, n->st[0], values, &v) || v < 0 || v > 1000000000)
+        fail(k, n->loc, "%s: a size here is not a whole number with the dims given", op_text(n->op));
+      if (n->op == OP_AXSLICE && v + n->n[n->idx] > src->n[n->idx])
+        fail(k, n->loc, "slice: start %ld and length %d pass the end of axis %d (size %d)", v, n->n[n->idx], n->idx,
+             src->n[n->idx]);
+      if (n->op == OP_GROUPNORM && (v < 1 || n->n[n->rank - 1] % v != 0))
+        fail(k, n->loc, "groupnorm: %d channels do not split into %ld groups", n->n[n->rank - 1], v);
+      n->st[1] = (int)v;
     }
   }
   for (int i = 0; i < c->nparams; i++) {

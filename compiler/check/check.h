@@ -10,7 +10,13 @@
 #include "ir.h"
 
 typedef enum { MODE_SCAN, MODE_SEQUENTIAL } Mode;
-typedef enum { REC_DIAG_LINEAR, REC_NONLINEAR } Recurrence;
+/* A state's recurrence class (language spec section 9): diagonal-linear (a * S + b, a scan),
+ * matrix-linear (affine in S, not diagonal: the delta rule; sequential until a chunked form
+ * exists), nonlinear. */
+typedef enum { REC_DIAG_LINEAR, REC_NONLINEAR, REC_MATRIX_LINEAR } Recurrence;
+static inline const char *recurrence_name(Recurrence r) {
+  return r == REC_DIAG_LINEAR ? "diagonal-linear" : r == REC_MATRIX_LINEAR ? "matrix-linear" : "nonlinear";
+}
 typedef enum { OPT_REAL, OPT_INT, OPT_BOOL } OptType;
 
 typedef struct DimInfo {
@@ -33,8 +39,8 @@ typedef struct ParamInfo {
   const char *name;
   Loc loc;
   int rank;
-  int dim[2];           /* symbolic sizes */
-  int n[2];             /* bound sizes */
+  int dim[MAX_RANK];    /* symbolic sizes */
+  int n[MAX_RANK];      /* bound sizes */
   bool cplx;
   const char *init;     /* initializer name */
   Loc init_loc;
@@ -52,7 +58,7 @@ typedef struct ParamInfo {
 typedef struct StateInfo {
   const char *name;
   Loc loc;
-  int rank, dim[2], n[2];
+  int rank, dim[MAX_RANK], n[MAX_RANK];
   bool cplx;
   const char *init;     /* NULL (zeros), "learned", or an initializer name */
   Loc init_loc;
@@ -73,6 +79,15 @@ typedef struct StateInfo {
   int hist_of;          /* ... the typed node of the value */
   const char *hist_name; /* ... the value's name (the state's is "hist.NAME") */
 } StateInfo;
+
+/* The elements of a state (of one part of a complex one). */
+static inline int state_numel(const StateInfo *s) {
+  int e = 1;
+  for (int i = 0; i < s->rank; i++) e *= s->n[i];
+  return e;
+}
+/* The size initializers scale by (`standard`'s H): a state's last dim (1 for a scalar). */
+static inline int state_last_dim(const StateInfo *s) { return s->rank ? s->n[s->rank - 1] : 1; }
 
 typedef struct GateInfo {
   const char *name;

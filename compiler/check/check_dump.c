@@ -32,7 +32,7 @@ void cell_dump(const Cell *c, FILE *f) {
   }
   for (int i = 0; i < c->nstates; i++) {
     const StateInfo *s = &c->states[i];
-    fprintf(f, "state %s = %%%d (%s", s->name, s->update, s->rec == REC_DIAG_LINEAR ? "diagonal-linear" : "nonlinear");
+    fprintf(f, "state %s = %%%d (%s", s->name, s->update, recurrence_name(s->rec));
     if (s->rec == REC_DIAG_LINEAR) {
       if (s->coef_a >= 0) fprintf(f, ", a %%%d", s->coef_a);
       if (s->coef_b >= 0) fprintf(f, ", b %%%d", s->coef_b);

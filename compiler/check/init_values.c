@@ -4,8 +4,8 @@
 
 #include "check.h"
 
-/* The size `standard` scales by: the first state's (1 without a state or for a scalar one). */
-static int standard_size(const Cell *c) { return c->nstates && c->states[0].rank ? c->states[0].n[0] : 1; }
+/* The size `standard` scales by: the first state's last dim (1 without a state or for a scalar one). */
+static int standard_size(const Cell *c) { return c->nstates ? state_last_dim(&c->states[0]) : 1; }
 
 int cell_draw_param(const Cell *c, int i, const InitText *over, const double *const *earlier, Rng *rng, double *out,
                     char *err, size_t errlen) {
@@ -34,6 +34,6 @@ int cell_draw_state(const Cell *c, int s, Rng *rng, double *out, char *err, size
   CHECK(si->init && si->param < 0);
   const char *wrap = si->inner ? si->init : NULL, *name = si->inner ? si->inner : si->init;
   int nargs = si->inner ? si->ninner_args : si->ninit_args;
-  return init_fill_wrapped(wrap, name, si->args, nargs, NULL, si->rank, si->n, si->cplx, si->rank ? si->n[0] : 1, rng,
+  return init_fill_wrapped(wrap, name, si->args, nargs, NULL, si->rank, si->n, si->cplx, state_last_dim(si), rng,
                            out, err, errlen);
 }

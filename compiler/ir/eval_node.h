@@ -47,6 +47,56 @@ void NODE_EVAL(Graph *g, int id, NODE_T *out, const NODE_T *a, const NODE_T *b) 
     for (int i = 0; i < n->n[0]; i++)
       for (int j = 0; j < n->n[1]; j++) out[(size_t)i * (size_t)n->n[1] + (size_t)j] = a[i] * b[j];
     return;
+  case OP_VIEW:
+  case OP_VIEWT: {
+    /* the view's coordinates c (VIEW: the node's, VIEWT: its argument's) against the source's
+     * flat index idx + sum c_d st[d] */
+    Node *v = n->op == OP_VIEW ? n : graph_node(g, n->a[0]);
+    int vn[MAX_RANK] = {1, 1, 1}, st[MAX_RANK] = {0, 0, 0};
+    for (int d = 0; d < v->rank; d++) vn[MAX_RANK - v->rank + d] = v->n[d], st[MAX_RANK - v->rank + d] = n->st[d];
+    if (n->op == OP_VIEWT) memset(out, 0, sizeof(NODE_T) * (size_t)e);
+    size_t j = 0;
+    for (int c0 = 0; c0 < vn[0]; c0++)
+      for (int c1 = 0; c1 < vn[1]; c1++)
+        for (int c2 = 0; c2 < vn[2]; c2++, j++) {
+          size_t src = (size_t)n->idx + (size_t)c0 * (size_t)st[0] + (size_t)c1 * (size_t)st[1] + (size_t)c2 * (size_t)st[2];
+          if (n->op == OP_VIEW) out[j] = a[src];
+          else out[src] = a[j];
+        }
+    return;
+  }
+  case OP_RSUM:
+  case OP_RMAX: {
+    /* a as [outer, len, inner] around the axis */
+    Node *x = graph_node(g, n->a[0]);
+    int outer = 1, inner = 1, len = x->n[n->idx];
+    for (int d = 0; d < n->idx; d++) outer *= x->n[d];
+    for (int d = n->idx + 1; d < x->rank; d++) inner *= x->n[d];
+    for (int o = 0; o < outer; o++)
+      for (int i = 0; i < inner; i++) {
+        const NODE_T *p = a + (size_t)o * (size_t)len * (size_t)inner + (size_t)i;
+        NODE_T s = p[0];
+        for (int l = 1; l < len; l++) {
+          NODE_T v = p[(size_t)l * (size_t)inner];
+          s = n->op == OP_RSUM ? s + v : (v > s ? v : s);
+        }
+        out[(size_t)o * (size_t)inner + (size_t)i] = s;
+      }
+    return;
+  }
+  case OP_BMM: {
+    Node *x = graph_node(g, n->a[0]);
+    int nb = n->n[0], m = n->n[1], k = x->n[2], nn = n->n[2];
+    for (int bi = 0; bi < nb; bi++)
+      for (int i = 0; i < m; i++)
+        for (int j = 0; j < nn; j++) {
+          NODE_T s = 0;
+          for (int l = 0; l < k; l++)
+            s += a[((size_t)bi * (size_t)m + (size_t)i) * (size_t)k + (size_t)l] * b[((size_t)bi * (size_t)k + (size_t)l) * (size_t)nn + (size_t)j];
+          out[((size_t)bi * (size_t)m + (size_t)i) * (size_t)nn + (size_t)j] = s;
+        }
+    return;
+  }
   default:
     if (!op_is_elementwise(n->op)) UNREACHABLE(op_name(n->op));
     if (op_arity(n->op) == 1)

@@ -30,6 +30,7 @@ static uint64_t node_hash(const Node *n) {
   MIX(n->rank);
   for (int i = 0; i < n->rank; i++) MIX(n->n[i]);
   for (int i = 0; i < op_arity(n->op); i++) MIX(n->a[i]);
+  for (int i = 0; i < MAX_RANK; i++) MIX(n->st[i]);
   MIX(n->idx);
   uint64_t kb;
   memcpy(&kb, &n->k, sizeof kb);
@@ -43,6 +44,8 @@ static bool node_equal(const Node *x, const Node *y) {
   if (memcmp(&x->k, &y->k, sizeof x->k) != 0) return false;
   for (int i = 0; i < x->rank; i++)
     if (x->n[i] != y->n[i]) return false;
+  for (int i = 0; i < MAX_RANK; i++)
+    if (x->st[i] != y->st[i]) return false;
   for (int i = 0; i < op_arity(x->op); i++)
     if (x->a[i] != y->a[i]) return false;
   return true;
@@ -114,9 +117,16 @@ bool g_is_const(Graph *g, int id, double k) {
 static bool is_const(Graph *g, int id) { return graph_node(g, id)->op == OP_CONST; }
 static double kval(Graph *g, int id) { return graph_node(g, id)->k; }
 
+static bool same_dims(const Node *x, int rank, const int *n) {
+  if (x->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (x->n[i] != n[i]) return false;
+  return true;
+}
+
 int g_unary(Graph *g, Op op, int a) {
   Node *x = graph_node(g, a);
-  int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+  int rank = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
   if (x->op == OP_CONST) return g_const(g, op_eval_scalar(op, x->k, 0), rank, n);
   if (op == OP_NEG && x->op == OP_NEG) return x->a[0];
   Node y = shaped(op, rank, n);
@@ -127,8 +137,7 @@ int g_unary(Graph *g, Op op, int a) {
 int g_bcast(Graph *g, int a, int rank, const int *n) {
   Node *x = graph_node(g, a);
   Node y = shaped(OP_BCAST, rank, n);
-  if (x->rank == rank && (rank == 0 || (x->n[0] == n[0] && (rank == 1 || x->n[1] == n[1]))))
-    return a;
+  if (same_dims(x, rank, n)) return a;
   CHECK(node_numel(x) == 1);
   if (x->op == OP_CONST) return g_const(g, x->k, rank, n);
   y.a[0] = a;
@@ -139,13 +148,13 @@ int g_binary(Graph *g, Op op, int a, int b) {
   Node *x = graph_node(g, a), *y = graph_node(g, b);
   int ex = node_numel(x), ey = node_numel(y);
   /* broadcast the size-1 side to the other's shape */
-  if (!(x->rank == y->rank && ex == ey && (x->rank < 2 || x->n[1] == y->n[1]))) {
+  if (!same_dims(x, y->rank, y->n)) {
     if (ex == 1) a = g_bcast(g, a, y->rank, y->n);
     else if (ey == 1) b = g_bcast(g, b, x->rank, x->n);
     else UNREACHABLE("g_binary: shapes differ");
     x = graph_node(g, a), y = graph_node(g, b);
   }
-  int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+  int rank = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
   if (is_const(g, a) && is_const(g, b)) return g_const(g, op_eval_scalar(op, kval(g, a), kval(g, b)), rank, n);
   switch (op) {
   case OP_ADD:
@@ -252,6 +261,97 @@ int g_outer(Graph *g, int u, int v) {
   return graph_add(g, z);
 }
 
+/* ---- version 2's tensors ---- */
+
+void shape_strides(int rank, const int *n, int *st) {
+  int s = 1;
+  for (int d = rank - 1; d >= 0; d--) st[d] = s, s *= n[d];
+}
+
+/* Whether a view reads its source as it lies: every element, in order. */
+static bool view_is_identity(const Node *x, int rank, const int *n, int off, const int *st) {
+  int want[MAX_RANK];
+  shape_strides(rank, n, want);
+  int e = 1;
+  for (int d = 0; d < rank; d++) {
+    e *= n[d];
+    if (n[d] > 1 && st[d] != want[d]) return false;
+  }
+  return off == 0 && e == node_numel(x);
+}
+
+int g_view(Graph *g, int a, int rank, const int *n, int off, const int *st) {
+  Node *x = graph_node(g, a);
+  CHECK(rank >= 0 && rank <= MAX_RANK);
+  if (x->op == OP_CONST) return g_const(g, x->k, rank, n);
+  if (view_is_identity(x, rank, n, off, st) && same_dims(x, rank, n)) return a;
+  Node y = shaped(OP_VIEW, rank, n);
+  y.a[0] = a;
+  y.idx = off;
+  for (int d = 0; d < rank; d++) y.st[d] = n[d] > 1 ? st[d] : 0; /* a size-1 dim's stride is moot */
+  return graph_add(g, y);
+}
+
+int g_viewt(Graph *g, int v, int rank, const int *n, int off, const int *st) {
+  Node *x = graph_node(g, v);
+  CHECK(rank >= 0 && rank <= MAX_RANK);
+  if (g_is_const(g, v, 0)) return g_const(g, 0, rank, n);
+  Node y = shaped(OP_VIEWT, rank, n);
+  y.a[0] = v;
+  y.idx = off;
+  for (int d = 0; d < x->rank; d++) {
+    y.st[d] = x->n[d] > 1 ? st[d] : 0;
+    CHECK(x->n[d] == 1 || st[d] > 0); /* injective: no broadcast dims */
+  }
+  return graph_add(g, y);
+}
+
+int g_reshape(Graph *g, int a, int rank, const int *n) {
+  int st[MAX_RANK];
+  shape_strides(rank, n, st);
+  int e = 1;
+  for (int d = 0; d < rank; d++) e *= n[d];
+  CHECK(node_numel(graph_node(g, a)) == e);
+  return g_view(g, a, rank, n, 0, st);
+}
+
+static int reduce(Graph *g, Op op, int a, int axis) {
+  Node *x = graph_node(g, a);
+  CHECK(axis >= 0 && axis < x->rank);
+  int rank = x->rank - 1, n[MAX_RANK] = {0};
+  for (int d = 0, j = 0; d < x->rank; d++)
+    if (d != axis) n[j++] = x->n[d];
+  if (x->op == OP_CONST) return g_const(g, op == OP_RSUM ? x->k * x->n[axis] : x->k, rank, n);
+  if (x->n[axis] == 1) return g_reshape(g, a, rank, n);
+  Node y = shaped(op, rank, n);
+  y.a[0] = a;
+  y.idx = axis;
+  return graph_add(g, y);
+}
+
+int g_rsum(Graph *g, int a, int axis) { return reduce(g, OP_RSUM, a, axis); }
+int g_rmax(Graph *g, int a, int axis) { return reduce(g, OP_RMAX, a, axis); }
+
+int g_spread(Graph *g, int v, int rank, const int *n, int axis) {
+  Node *x = graph_node(g, v);
+  int xst[MAX_RANK], st[MAX_RANK] = {0};
+  CHECK(x->rank == rank - 1);
+  shape_strides(x->rank, x->n, xst);
+  for (int i = 0, j = 0; i < rank; i++) st[i] = i == axis ? 0 : xst[j++];
+  return g_view(g, v, rank, n, 0, st);
+}
+
+int g_bmm(Graph *g, int a, int b) {
+  Node *x = graph_node(g, a), *y = graph_node(g, b);
+  CHECK(x->rank == 3 && y->rank == 3 && x->n[0] == y->n[0] && x->n[2] == y->n[1]);
+  int n[MAX_RANK] = {x->n[0], x->n[1], y->n[2]};
+  if (g_is_const(g, a, 0) || g_is_const(g, b, 0)) return g_const(g, 0, 3, n);
+  Node z = shaped(OP_BMM, 3, n);
+  z.a[0] = a;
+  z.a[1] = b;
+  return graph_add(g, z);
+}
+
 void graph_dump_node(Graph *g, int id, FILE *f) {
   Node *n = &g->nodes[id];
   fprintf(f, "%%%d = %s", id, op_name(n->op));
@@ -259,6 +359,12 @@ void graph_dump_node(Graph *g, int id, FILE *f) {
   if (n->op == OP_CONST) fprintf(f, " %g", n->k);
   if (op_is_leaf(n->op) && n->op != OP_CONST) fprintf(f, " #%d", n->idx);
   if (n->op == OP_SLICE) fprintf(f, " @%d", n->idx);
+  if (n->op == OP_VIEW || n->op == OP_VIEWT) {
+    int r = n->op == OP_VIEW ? n->rank : graph_node(g, n->a[0])->rank;
+    fprintf(f, " @%d st", n->idx);
+    for (int i = 0; i < r; i++) fprintf(f, " %d", n->st[i]);
+  }
+  if (n->op == OP_RSUM || n->op == OP_RMAX) fprintf(f, " axis %d", n->idx);
   fprintf(f, " : [");
   for (int i = 0; i < n->rank; i++) fprintf(f, i ? ", %d" : "%d", n->n[i]);
   fprintf(f, "]%s\n", n->cplx ? " complex" : "");

@@ -83,6 +83,12 @@
   X(MATVEC, 2, "@", B, RULE, OPP_CPLX)      /* [O, I] @ [I] -> [O] */                              \
   X(MATVEC_T, 2, "@T", R, RULE, 0)          /* [O, I]^T @ [O] -> [I] */                            \
   X(OUTER, 2, "outer", R, RULE, 0)          /* [O] x [I] -> [O, I] */                              \
+  /* version 2's tensors (rank <= 3): the real graph's structural ops */                          \
+  X(VIEW, 1, "view", B, RULE, 0)            /* out[c] = a[idx + sum_d c_d st[d]] (c: out coords) */ \
+  X(VIEWT, 1, "viewt", R, RULE, 0)          /* an injective VIEW's adjoint: zeros, a scattered */  \
+  X(RSUM, 1, "sum", B, RULE, 0)             /* idx: the axis of a summed over (dropped) */          \
+  X(RMAX, 1, "amax", B, RULE, 0)            /* idx: the axis of a maximized over (dropped) */      \
+  X(BMM, 2, "@", B, RULE, 0)                /* [b, m, k] @ [b, k, n] -> [b, m, n] */               \
   /* typed graph only: lowering expands these */                                                   \
   X(NEWVAL, 1, "new", T, NONE, OPP_CPLX)    /* idx: state; marks its updated value */              \
   X(MEAN, 1, "mean", T, NONE, OPP_CPLX)                                                            \
@@ -94,6 +100,17 @@
   X(IM, 1, "im", T, NONE, OPP_CPLX)                                                                \
   X(CONJ, 1, "conj", T, NONE, OPP_CPLX)                                                            \
   X(CIS, 1, "cis", T, NONE, 0)                                                                     \
+  /* version 2, typed graph only: lowering turns them into VIEW, RSUM, BMM and elementwise ops */  \
+  X(EXPAND, 1, "expand", T, NONE, 0)        /* broadcast to the node's shape (trailing dims align) */ \
+  X(TRANSPOSE, 1, "transpose", T, NONE, 0)  /* the last two dims swapped */                        \
+  X(RESHAPE, 1, "reshape", T, NONE, 0)      /* the same elements, row-major, in the node's shape */ \
+  X(AXSLICE, 1, "slice", T, NONE, 0)        /* idx: axis; st[0]: the start (a dim) */              \
+  X(MATMUL, 2, "matmul", T, NONE, 0)        /* torch.matmul, ranks 1 to 3 */                       \
+  X(RMEAN, 1, "mean", T, NONE, 0)           /* idx: axis */                                        \
+  X(SOFTMAX, 1, "softmax", T, NONE, 0)      /* idx: axis */                                        \
+  X(GROUPNORM, 1, "groupnorm", T, NONE, 0)  /* st[0]: the groups (a dim) */                        \
+  X(EYE, 0, "eye", T, ZERO, 0)              /* the identity, the node's [n, n] */                  \
+  X(DIMVAL, 0, "dim", T, ZERO, 0)           /* a dim as a real number: st[0] the dim, k its value */ \
   /* time: a value's history is a hidden state (check.c) holding its last K steps, oldest first */ \
   X(LAG, 1, "prev", T, NONE, 0)             /* idx: lag k; a[0]: the history's PREV; step t - k */ \
   X(HISTNEW, 2, "history", T, NONE, 0)      /* the history's new value: PREV a[0] shifted, a[1] in */
@@ -110,7 +127,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-static_assert(OP_COUNT == 56, "update the op table's users when adding ops");
+static_assert(OP_COUNT == 71, "update the op table's users when adding ops");
 
 const char *op_name(Op op);  /* "ADD" */
 const char *op_text(Op op);  /* "+" */

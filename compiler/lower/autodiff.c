@@ -182,6 +182,67 @@ static void d_OUTER(AD *d, int id, int G) {
   add_adj(d, v, g_matvec_t(d->g, G, u));
 }
 
+/* A node's shape, copied: adding nodes may move the node array. */
+typedef struct Dims {
+  int rank, n[MAX_RANK];
+} Dims;
+static Dims dims_of(AD *d, int id) {
+  Node *x = nd(d, id);
+  return (Dims){x->rank, {x->n[0], x->n[1], x->n[2]}};
+}
+
+/* A view's adjoint: summed over its broadcast dims (stride 0), then scattered back. */
+static void d_VIEW(AD *d, int id, int G) {
+  Node *v = nd(d, id);
+  int a = arg(d, id, 0), rank = v->rank, off = v->idx, n[MAX_RANK], st[MAX_RANK];
+  for (int i = 0; i < rank; i++) n[i] = v->n[i], st[i] = v->st[i];
+  Dims x = dims_of(d, a);
+  for (int i = rank - 1; i >= 0; i--) {
+    if (n[i] == 1 || st[i] != 0) continue;
+    G = g_rsum(d->g, G, i);
+    for (int j = i; j + 1 < rank; j++) n[j] = n[j + 1], st[j] = st[j + 1];
+    rank--;
+  }
+  int r = g_reshape(d->g, G, rank, n);
+  add_adj(d, a, g_viewt(d->g, r, x.rank, x.n, off, st));
+}
+/* a scatter's adjoint: the gather of the same places */
+static void d_VIEWT(AD *d, int id, int G) {
+  Node *t = nd(d, id);
+  int a = arg(d, id, 0), off = t->idx, st[MAX_RANK] = {t->st[0], t->st[1], t->st[2]};
+  Dims v = dims_of(d, a);
+  add_adj(d, a, g_view(d->g, G, v.rank, v.n, off, st));
+}
+static int spread(AD *d, int G, Dims x, int axis) { return g_spread(d->g, G, x.rank, x.n, axis); }
+static void d_RSUM(AD *d, int id, int G) {
+  int a = arg(d, id, 0), axis = nd(d, id)->idx;
+  add_adj(d, a, spread(d, G, dims_of(d, a), axis));
+}
+/* amax: the adjoint shared equally by the maxima (as torch.amax) */
+static void d_RMAX(AD *d, int id, int G) {
+  int a = arg(d, id, 0), axis = nd(d, id)->idx;
+  Dims x = dims_of(d, a);
+  int mb = spread(d, id, x, axis);
+  int one = g_const(d->g, 1, x.rank, x.n);
+  int eq = g_binary(d->g, OP_SUB, g_binary(d->g, OP_SUB, one, g_binary(d->g, OP_LT, a, mb)), g_binary(d->g, OP_LT, mb, a));
+  int share = g_binary(d->g, OP_DIV, G, g_rsum(d->g, eq, axis));
+  add_adj(d, a, g_binary(d->g, OP_MUL, eq, spread(d, share, x, axis)));
+}
+/* [b, r, c] with its last two dims swapped, as a view */
+static int swap_last(AD *d, int m) {
+  Dims x = dims_of(d, m);
+  int n[MAX_RANK] = {x.n[0], x.n[2], x.n[1]}, st[MAX_RANK] = {x.n[1] * x.n[2], 1, x.n[2]};
+  return g_view(d->g, m, 3, n, 0, st);
+}
+/* C = A @ B: dA = G @ B^T, dB = A^T @ G */
+static void d_BMM(AD *d, int id, int G) {
+  int a = arg(d, id, 0), b = arg(d, id, 1);
+  int bt = swap_last(d, b);
+  add_adj(d, a, g_bmm(d->g, G, bt));
+  int at = swap_last(d, a);
+  add_adj(d, b, g_bmm(d->g, at, G));
+}
+
 #define DIFF_RULE(name) d_##name
 #define DIFF_ZERO(name) d_zero
 #define DIFF_NONE(name) d_none
@@ -204,7 +265,7 @@ void ad_differentiate(Program *p) {
   for (int i = 0; i < p->nsparts; i++) {
     StatePart *s = &p->sparts[i];
     Node *x = graph_node(g, s->prev);
-    int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+    int rank = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
     s->dnew = g_leaf(g, OP_DNEW, i, rank, n);
   }
   /* per-row backward: dynamic nodes in reverse order; stop at static ones */
@@ -234,7 +295,7 @@ void ad_differentiate(Program *p) {
     Node *x = graph_node(g, id);
     if (x->op == OP_CONST) continue;
     Boundary bd = {id, adj_of(&d, id), -1};
-    int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+    int rank = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
     bd.acc = g_leaf(g, OP_ACC, p->nbounds, rank, n);
     p->bounds = xrealloc(p->bounds, sizeof(Boundary) * (size_t)(p->nbounds + 1));
     p->bounds[p->nbounds++] = bd;

@@ -71,7 +71,7 @@ static int mean_of(Lowerer *L, int v) {
 static int norm(Lowerer *L, int v, bool center) {
   Graph *g = &L->p->g;
   Node *x = R(L, v);
-  int rank = x->rank, n[2] = {x->n[0], x->n[1]};
+  int rank = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
   int d = center ? g_binary(g, OP_SUB, v, g_bcast(g, mean_of(L, v), rank, n)) : v;
   int var = mean_of(L, g_binary(g, OP_MUL, d, d));
   int den = g_unary(g, OP_SQRT, g_binary(g, OP_ADD, var, g_const(g, 1e-5, 0, NULL)));
@@ -94,11 +94,105 @@ static Pair lower_history(Lowerer *L, const Node *n, Pair a, Pair b) {
   return real(size == vn ? v : g_concat(g, g_slice(g, a.re, vn, size - vn), v));
 }
 
+/* ---- version 2's tensors: views, reductions over an axis, products ---- */
+
+/* v broadcast to (rank, n) as PyTorch's: trailing dims align, a dim of 1 or a missing one stretches */
+static int expand(Graph *g, int v, int rank, const int *n) {
+  Node *x = graph_node(g, v);
+  int xr = x->rank, xn[MAX_RANK] = {x->n[0], x->n[1], x->n[2]}, xst[MAX_RANK], st[MAX_RANK] = {0};
+  shape_strides(xr, xn, xst);
+  for (int i = 0; i < rank; i++) {
+    int xi = i - (rank - xr);
+    st[i] = xi < 0 || xn[xi] == 1 ? 0 : xst[xi];
+  }
+  return g_view(g, v, rank, n, 0, st);
+}
+
+static int transpose(Graph *g, int v) {
+  Node *x = graph_node(g, v);
+  int r = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]}, st[MAX_RANK];
+  shape_strides(r, n, st);
+  int t = n[r - 1];
+  n[r - 1] = n[r - 2], n[r - 2] = t;
+  t = st[r - 1];
+  st[r - 1] = st[r - 2], st[r - 2] = t;
+  return g_view(g, v, r, n, 0, st);
+}
+
+static int axslice(Graph *g, int v, int axis, int start, int len) {
+  Node *x = graph_node(g, v);
+  int r = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]}, st[MAX_RANK];
+  shape_strides(r, n, st);
+  n[axis] = len;
+  return g_view(g, v, r, n, start * st[axis], st);
+}
+
+/* torch.matmul: both sides as [batch, rows, cols] (a vector gets a dim of 1, a batch of 1
+ * stretches), one batched product, then the result's shape */
+static int matmul(Graph *g, int a, int b, int rank, const int *n) {
+  Node *x = graph_node(g, a);
+  int xr = x->rank, an[MAX_RANK];
+  if (xr == 1) an[0] = 1, an[1] = 1, an[2] = x->n[0];
+  else if (xr == 2) an[0] = 1, an[1] = x->n[0], an[2] = x->n[1];
+  else an[0] = x->n[0], an[1] = x->n[1], an[2] = x->n[2];
+  Node *y = graph_node(g, b);
+  int yr = y->rank, bn[MAX_RANK];
+  if (yr == 1) bn[0] = 1, bn[1] = y->n[0], bn[2] = 1;
+  else if (yr == 2) bn[0] = 1, bn[1] = y->n[0], bn[2] = y->n[1];
+  else bn[0] = y->n[0], bn[1] = y->n[1], bn[2] = y->n[2];
+  int batch = an[0] > bn[0] ? an[0] : bn[0];
+  int A = g_reshape(g, a, 3, an), B = g_reshape(g, b, 3, bn);
+  an[0] = bn[0] = batch;
+  A = expand(g, A, 3, an), B = expand(g, B, 3, bn);
+  return g_reshape(g, g_bmm(g, A, B), rank, n);
+}
+
+static int reduce_mean(Graph *g, int v, int axis) {
+  int len = graph_node(g, v)->n[axis];
+  int s = g_rsum(g, v, axis);
+  Node *y = graph_node(g, s);
+  int yn[MAX_RANK] = {y->n[0], y->n[1], y->n[2]};
+  return g_binary(g, OP_MUL, s, g_const(g, 1.0 / len, y->rank, yn));
+}
+
+/* softmax over an axis, the maximum subtracted first (the result does not depend on it) */
+static int softmax(Graph *g, int v, int axis) {
+  Node *x = graph_node(g, v);
+  int r = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
+  int e = g_unary(g, OP_EXP, g_binary(g, OP_SUB, v, g_spread(g, g_rmax(g, v, axis), r, n, axis)));
+  return g_binary(g, OP_DIV, e, g_spread(g, g_rsum(g, e, axis), r, n, axis));
+}
+
+/* layernorm (center) or rmsnorm over an axis: no affine part, eps 1e-5, biased variance */
+static int norm_axis(Graph *g, int v, int axis, bool center) {
+  Node *x = graph_node(g, v);
+  int r = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]};
+  int d = center ? g_binary(g, OP_SUB, v, g_spread(g, reduce_mean(g, v, axis), r, n, axis)) : v;
+  int var = reduce_mean(g, g_binary(g, OP_MUL, d, d), axis);
+  Node *y = graph_node(g, var);
+  int yn[MAX_RANK] = {y->n[0], y->n[1], y->n[2]};
+  int den = g_unary(g, OP_SQRT, g_binary(g, OP_ADD, var, g_const(g, 1e-5, y->rank, yn)));
+  return g_binary(g, OP_DIV, d, g_spread(g, den, r, n, axis));
+}
+
+/* groupnorm: the last dim in `groups` groups, each normalized as layernorm */
+static int groupnorm(Graph *g, int v, int groups) {
+  Node *x = graph_node(g, v);
+  int r = x->rank, n[MAX_RANK] = {x->n[0], x->n[1], x->n[2]}, e = node_numel(x);
+  int gn[2] = {e / (n[r - 1] / groups), n[r - 1] / groups};
+  return g_reshape(g, norm_axis(g, g_reshape(g, v, 2, gn), 1, true), r, n);
+}
+
+/* A view-like op of a maybe complex value: the same on both parts. */
+static Pair both(Graph *g, Pair a, int (*f)(Graph *, int, int, const int *), int rank, const int *n) {
+  return (Pair){f(g, a.re, rank, n), a.im < 0 ? -1 : f(g, a.im, rank, n)};
+}
+
 static Pair lower_node(Lowerer *L, int id) {
   Program *p = L->p;
   Graph *g = &p->g;
   Node *n = T(L, id);
-  int rank = n->rank, sz[2] = {n->n[0], n->n[1]};
+  int rank = n->rank, sz[MAX_RANK] = {n->n[0], n->n[1], n->n[2]};
   switch (n->op) {
   case OP_CONST: return real(g_const(g, n->k, rank, sz));
   case OP_INPUT: return real(p->x);
@@ -127,6 +221,11 @@ static Pair lower_node(Lowerer *L, int id) {
     Pair v = lower(L, n->a[0]);
     if (n->cplx && v.im < 0) v.im = zeros_like(L, v.re);
     return v;
+  }
+  case OP_DIMVAL: return real(g_const(g, n->k, 0, NULL));
+  case OP_EYE: {
+    int one = g_const(g, 1, 1, sz), st[MAX_RANK] = {sz[0] + 1};
+    return real(g_viewt(g, one, 2, sz, 0, st));
   }
   default: break;
   }
@@ -172,8 +271,18 @@ static Pair lower_node(Lowerer *L, int id) {
     return (Pair){g_binary(g, OP_SUB, rr, g_matvec(g, a.im, b.im)),
                   g_binary(g, OP_ADD, g_matvec(g, a.re, b.im), g_matvec(g, a.im, b.re))};
   }
-  case OP_LAYERNORM: return real(norm(L, a.re, true));
-  case OP_RMSNORM: return real(norm(L, a.re, false));
+  case OP_LAYERNORM: return real(n->idx ? norm_axis(g, a.re, n->idx - 1, true) : norm(L, a.re, true));
+  case OP_RMSNORM: return real(n->idx ? norm_axis(g, a.re, n->idx - 1, false) : norm(L, a.re, false));
+  case OP_EXPAND: return both(g, a, expand, rank, sz);
+  case OP_RESHAPE: return both(g, a, g_reshape, rank, sz);
+  case OP_TRANSPOSE: return (Pair){transpose(g, a.re), a.im < 0 ? -1 : transpose(g, a.im)};
+  case OP_AXSLICE: return real(axslice(g, a.re, n->idx, n->st[1], sz[n->idx]));
+  case OP_MATMUL: return real(matmul(g, a.re, b.re, rank, sz));
+  case OP_RSUM: return real(g_rsum(g, a.re, n->idx));
+  case OP_RMAX: return real(g_rmax(g, a.re, n->idx));
+  case OP_RMEAN: return real(reduce_mean(g, a.re, n->idx));
+  case OP_SOFTMAX: return real(softmax(g, a.re, n->idx));
+  case OP_GROUPNORM: return real(groupnorm(g, a.re, n->st[1]));
   case OP_GUMBEL: {
     if (!p->training) return real(g_unary(g, OP_SIGMOID, g_binary(g, OP_DIV, a.re, b.re)));
     Node *x = R(L, a.re);
@@ -236,8 +345,9 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
     ParamInfo *pi = &c->params[i];
     p->ppart_of[i] = p->npparts;
     for (int part = 0; part < (pi->cplx ? 2 : 1); part++) {
-      ParamPart pp = {.param = i, .part = part, .rank = pi->rank, .n = {pi->n[0], pi->n[1]}, .grad = -1};
-      pp.numel = pi->rank == 0 ? 1 : pi->rank == 1 ? pi->n[0] : pi->n[0] * pi->n[1];
+      ParamPart pp = {.param = i, .part = part, .rank = pi->rank, .n = {pi->n[0], pi->n[1], pi->n[2]}, .grad = -1};
+      pp.numel = 1;
+      for (int d = 0; d < pi->rank; d++) pp.numel *= pi->n[d];
       pp.leaf = g_leaf(g, OP_PARAM, p->npparts, pi->rank, pi->n);
       p->pparts = xrealloc(p->pparts, sizeof(ParamPart) * (size_t)(p->npparts + 1));
       p->pparts[p->npparts++] = pp;
@@ -249,7 +359,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
     StateInfo *si = &c->states[i];
     p->spart_of[i] = p->nsparts;
     for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
-      StatePart sp = {.state = i, .part = part, .cplx = si->cplx, .size = si->rank ? si->n[0] : 1};
+      StatePart sp = {.state = i, .part = part, .cplx = si->cplx, .size = state_numel(si)};
       sp.prev = g_leaf(g, OP_PREV, p->nsparts, si->rank, si->n);
       sp.next = sp.a = sp.b = sp.dnew = sp.dprev = sp.g = sp.dtotal = -1;
       p->sparts = xrealloc(p->sparts, sizeof(StatePart) * (size_t)(p->nsparts + 1));
@@ -328,7 +438,7 @@ void program_free(Program *p) {
 }
 
 uint64_t *program_signature(const Program *p, size_t *len) {
-  size_t cap = 16 + (size_t)p->g.nnodes * 8 + (size_t)p->nsparts * 9 + (size_t)p->npparts + (size_t)p->nbounds * 3 +
+  size_t cap = 16 + (size_t)p->g.nnodes * 12 + (size_t)p->nsparts * 9 + (size_t)p->npparts + (size_t)p->nbounds * 3 +
                (size_t)p->ngates + (size_t)p->nnoise, n = 0;
   uint64_t *v = xmalloc(sizeof(uint64_t) * cap);
 #define PUT(x) (v[n++] = (uint64_t)(int64_t)(x))
@@ -338,7 +448,8 @@ uint64_t *program_signature(const Program *p, size_t *len) {
     const Node *x = &p->g.nodes[i];
     uint64_t kb;
     memcpy(&kb, &x->k, sizeof kb);
-    PUT(x->op), PUT(x->rank), PUT(x->n[0]), PUT(x->n[1]), PUT(x->a[0]), PUT(x->a[1]), PUT(x->idx), v[n++] = kb;
+    PUT(x->op), PUT(x->rank), PUT(x->n[0]), PUT(x->n[1]), PUT(x->n[2]), PUT(x->a[0]), PUT(x->a[1]), PUT(x->idx), v[n++] = kb;
+    PUT(x->st[0]), PUT(x->st[1]), PUT(x->st[2]);
   }
   for (int i = 0; i < p->nsparts; i++) {
     const StatePart *x = &p->sparts[i];

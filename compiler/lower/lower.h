@@ -12,7 +12,7 @@
  * separate planes by the runtime. */
 typedef struct ParamPart {
   int param, part;     /* part 0 = re (or the real value), 1 = im */
-  int rank, n[2], numel;
+  int rank, n[MAX_RANK], numel;
   int leaf;            /* PARAM node */
   int grad;            /* backward: dL/d(this part), a node of the static backward, or -1 (zero) */
 } ParamPart;

@@ -79,5 +79,8 @@ bool pipeline_dump_known(const char *name);
 const char *pipeline_dump_names(void);
 /* Prints dump `name` (one pipeline_dump_known accepts) of a checked, bound cell to f. */
 void pipeline_dump(Cell *c, const char *name, FILE *f);
+/* Training memory of a checked, bound cell in its mode: the bytes kept per batch row and token
+ * (plan_bytes_per_row of the training plan). */
+size_t pipeline_train_bytes_per_token(Cell *c);
 
 #endif

@@ -35,3 +35,15 @@ void pipeline_dump(Cell *c, const char *name, FILE *f) {
     program_dump(p, f);
   program_free(p);
 }
+
+size_t pipeline_train_bytes_per_token(Cell *c) {
+  bool scan = c->mode == MODE_SCAN;
+  Program *p = lower_cell(c, true, scan);
+  ad_differentiate(p);
+  PlanOptions po = {.scan = scan, .gates = false};
+  Plan *pl = plan_new(p, &po);
+  size_t bytes = plan_bytes_per_row(pl);
+  plan_free(pl);
+  program_free(p);
+  return bytes;
+}

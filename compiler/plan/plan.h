@@ -127,6 +127,9 @@ bool *plan_step_local(const Plan *pl);
 /* The floats an array the back end owns holds for T steps of B rows (0 for the caller's arrays). */
 size_t plan_array_floats(const PlanArray *a, int T, int B);
 void plan_free(Plan *pl);
+/* The float32 bytes a training run keeps per batch row and step: every array with a row per token
+ * (the executor's values and states, and the caller's x, dy, y, dx, gates and noise). */
+size_t plan_bytes_per_row(const Plan *pl);
 /* The plan, for --debug output. */
 void plan_dump(const Plan *pl, FILE *f);
 

@@ -278,8 +278,7 @@ static void visit_adjoint(Sched *s, int b) {
     if (n->op == OP_OUTER) {
       visit(s, n->a[0]), visit(s, n->a[1]);
       s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
-    } else {
-      CHECK(n->rank < 2);
+    } else { /* summed over rows as a flat row of its elements, whatever its shape */
       visit(s, terms[i]);
       s->must_store[terms[i]] = true;
     }
@@ -896,6 +895,16 @@ size_t plan_array_floats(const PlanArray *a, int T, int B) {
   case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
   default: return 0;
   }
+}
+
+size_t plan_bytes_per_row(const Plan *pl) {
+  size_t floats = 0;
+  for (int i = 0; i < pl->narrays; i++) switch (pl->arrays[i].kind) {
+    case ARR_ROWS: case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: case ARR_X: case ARR_DY: case ARR_NOISE:
+    case ARR_Y: case ARR_GX: case ARR_GATE: floats += (size_t)pl->arrays[i].width; break;
+    default: break; /* per run, not per row: params, statics, sums, h0's gradient, stacks */
+    }
+  return floats * sizeof(float);
 }
 
 void plan_free(Plan *pl) {

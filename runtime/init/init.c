@@ -178,9 +178,11 @@ static void fill_orthogonal(int O, int I, Rng *rng, double *w) {
 /* Checks the arguments of `kind` and sets up its draw; 0 or -1 with a message. */
 static int init_prepare(InitKind kind, const double *args, int rank, const int *shape, int H, Draw *d, char *err,
                         size_t errlen) {
-  int first = rank == 0 ? 1 : shape[0]; /* d: the param's first size */
-  double fan_in = rank == 0 ? 1 : rank == 1 ? shape[0] : shape[1];
-  double fan_out = rank == 0 ? 1 : shape[0];
+  /* d: the param's first size; of a rank-3 param [NH, O, I] (a matrix per head) its last, and
+   * fan_in = I, fan_out = O */
+  int first = rank == 0 ? 1 : rank == 3 ? shape[2] : shape[0];
+  double fan_in = rank == 0 ? 1 : rank == 1 ? shape[0] : rank == 2 ? shape[1] : shape[2];
+  double fan_out = rank == 0 ? 1 : rank == 3 ? shape[1] : shape[0];
   d->kind = kind;
   switch (kind) {
   case INIT_UNIFORM:
@@ -277,7 +279,7 @@ int init_fill_wrapped(const char *wrap, const char *name, const double *args, in
 
 int init_fill(const char *name, const double *args, int nargs, const double *ref, int rank, const int *shape,
               bool cplx, int H, Rng *rng, double *out, char *err, size_t errlen) {
-  CHECK(rank >= 0 && rank <= 2);
+  CHECK(rank >= 0 && rank <= 3);
   const InitDef *def = init_find(name);
   if (!def) return init_fail(err, errlen, "unknown initializer '%s'", name);
   if (def->wraps) return init_fail(err, errlen, "%s takes another initializer as its argument, such as %s(log_uniform(0.001, 0.1))", name, name);
@@ -309,13 +311,14 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
     return 0;
   }
   case INIT_ORTHOGONAL: {
-    if (rank != 2) return init_fail(err, errlen, "orthogonal needs a matrix param, got a %s", rank == 0 ? "scalar" : "vector");
+    if (rank < 2) return init_fail(err, errlen, "orthogonal needs a matrix param, got a %s", rank == 0 ? "scalar" : "vector");
     /* Complex params: the real part is orthogonal and the imaginary part zero. That is a
-     * unitary matrix too, which is what the recurrences that use it need. */
-    if (!cplx) fill_orthogonal(shape[0], shape[1], rng, out);
-    else {
-      double *w = xmalloc(sizeof(double) * (numel ? numel : 1));
-      fill_orthogonal(shape[0], shape[1], rng, w);
+     * unitary matrix too, which is what the recurrences that use it need. A rank-3 param
+     * [NH, O, I]: one orthogonal matrix per head. */
+    int heads = rank == 3 ? shape[0] : 1, O = shape[rank - 2], I = shape[rank - 1];
+    double *w = cplx ? xmalloc(sizeof(double) * (numel ? numel : 1)) : out;
+    for (int h = 0; h < heads; h++) fill_orthogonal(O, I, rng, w + (size_t)h * (size_t)O * (size_t)I);
+    if (cplx) {
       for (size_t i = 0; i < numel; i++) out[2 * i] = w[i], out[2 * i + 1] = 0.0;
       free(w);
     }

@@ -240,6 +240,8 @@ STDLIB_CELLS(STDLIB_PTXAS)
 PTXAS_TEST(ops, "tests/cells/ops.cell", NULL, "H=128,D=64")
 PTXAS_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=128,D=64")
 PTXAS_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=128,D=64")
+PTXAS_TEST(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=4,K=16,V=16,D=64")
+PTXAS_TEST(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=64")
 
 /* ---- no driver ---- */
 

@@ -57,6 +57,9 @@ STDLIB_CELLS(STDLIB_GRAD)
 GRAD_TEST(ops, "tests/cells/ops.cell", NULL, "H=3,D=2")
 GRAD_TEST(ops_v2, "tests/cells/ops_v2.cell", NULL, "H=3,D=2")
 GRAD_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=3,D=2")
+/* version 2's tensors: views, reductions over axes, batched products, a per-head matrix state */
+GRAD_TEST(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=2,D=3")
+GRAD_TEST(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=3")
 
 /* prev and conv: the histories' gradients (grad.hist) from nonzero histories, in both forms */
 GRAD_TEST(qrnn_conv, "tests/cells/qrnn_conv.cell", NULL, "H=3,D=2")

@@ -286,7 +286,7 @@ static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
   L->first = m->ntensors;
   for (int i = 0; i < c->nparams; i++) {
     ParamInfo *pi = &c->params[i];
-    int64_t n[2] = {pi->n[0], pi->n[1]};
+    int64_t n[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
     int t = add_tensor(m, arena_printf(&m->arena, "layer.%d.%s", k, pi->name), pi->rank, n, pi->cplx, true);
     m->tensors[t].tags = pi->tags, m->tensors[t].ntags = pi->ntags;
   }
@@ -357,7 +357,7 @@ static int init_states(Model *m, Layer *L, int k) {
   for (int s = 0; s < c->nstates; s++) {
     StateInfo *si = &c->states[s];
     if (!si->init || si->param >= 0) continue;
-    int size = si->rank ? si->n[0] : 1, parts = si->cplx ? 2 : 1;
+    int size = state_numel(si), parts = si->cplx ? 2 : 1;
     double *v = xcalloc((size_t)(parts * size + 1), sizeof(double));
     Rng rng;
     char err[256];

@@ -29,7 +29,7 @@
 typedef struct ModelTensor {
   const char *name;
   int ndim;           /* as written in a checkpoint (complex: the trailing 2 included) */
-  int64_t shape[3];
+  int64_t shape[4]; /* up to three dims, and 2 for a complex one */
   bool cplx;
   int64_t numel;      /* per part */
   float *val[2];      /* part 0 (re), part 1 (im, complex only), host memory */

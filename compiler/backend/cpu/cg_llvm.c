@@ -456,6 +456,124 @@ static void emit_product(Cg *cg, int id) {
   for_range(cg, c.nout, prod_outer, &c);
 }
 
+/* ---- version 2's structural ops: scalar loops with the index arithmetic of eval_node.h ---- */
+
+static LLVMValueRef ci64(Cg *cg, long v) { return LLVMConstInt(cg->i64, (unsigned long long)v, 0); }
+
+/* An accumulator in the function's entry block (one per use: loops may nest). */
+static LLVMValueRef entry_alloca(Cg *cg) {
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
+  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+  LLVMValueRef acc = LLVMBuildAlloca(cg->b, cg->f32, "");
+  LLVMPositionBuilderAtEnd(cg->b, cur);
+  return acc;
+}
+
+typedef struct ViewCtx {
+  int id, src;       /* the node, and the value read (VIEW) or scattered (VIEWT) */
+  int vn[MAX_RANK];  /* the view's shape, right-aligned to three dims */
+  long st[MAX_RANK], off;
+  bool scatter;
+} ViewCtx;
+
+/* the source index of view element j: off + sum_d c_d st[d], c the coordinates of j */
+static LLVMValueRef view_index(Cg *cg, const ViewCtx *v, LLVMValueRef j) {
+  LLVMValueRef s = ci64(cg, v->off);
+  long in = 1;
+  for (int d = MAX_RANK - 1; d >= 0; d--) {
+    LLVMValueRef c = LLVMBuildURem(cg->b, LLVMBuildUDiv(cg->b, j, ci64(cg, in), ""), ci64(cg, v->vn[d]), "");
+    s = LLVMBuildAdd(cg->b, s, LLVMBuildMul(cg->b, c, ci64(cg, v->st[d]), ""), "");
+    in *= v->vn[d];
+  }
+  return s;
+}
+
+static void body_view(Cg *cg, LLVMValueRef j, void *ctx) {
+  ViewCtx *v = ctx;
+  LLVMValueRef k = view_index(cg, v, j);
+  if (v->scatter) store_at(cg, cg->rowp[v->id], k, arg_at(cg, v->src, j, false));
+  else store_at(cg, cg->rowp[v->id], j, arg_at(cg, v->src, k, false));
+}
+
+static void body_zero(Cg *cg, LLVMValueRef j, void *ctx) {
+  store_at(cg, cg->rowp[*(int *)ctx], j, kf(cg, cg->f32, 0));
+}
+
+static void emit_view(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id);
+  ViewCtx v = {.id = id, .src = n->a[0], .off = n->idx, .scatter = n->op == OP_VIEWT};
+  Node *shape = v.scatter ? graph_node(cg->g, n->a[0]) : n;
+  for (int d = 0; d < MAX_RANK; d++) v.vn[d] = 1, v.st[d] = 0;
+  for (int d = 0; d < shape->rank; d++)
+    v.vn[MAX_RANK - shape->rank + d] = shape->n[d], v.st[MAX_RANK - shape->rank + d] = n->st[d];
+  if (v.scatter) for_range(cg, node_numel(n), body_zero, &v.id);
+  for_range(cg, node_numel(shape), body_view, &v);
+}
+
+/* RSUM, RMAX: out[o, i] over a as [outer, len, inner]; BMM: out[b, i, j] = sum_l A[b, i, l] B[b, l, j] */
+typedef struct RedCtx {
+  int id;
+  long outer_stride, inner, len, step; /* a's element (o, l, i) at o * outer_stride + l * step + i */
+  LLVMValueRef acc, base;
+  bool max, bmm;
+  long m, k, nn;                        /* BMM's sizes */
+  LLVMValueRef ai, bj;                  /* BMM: the row of A and the column of B being summed */
+} RedCtx;
+
+static void red_inner(Cg *cg, LLVMValueRef l, void *ctx) {
+  RedCtx *r = ctx;
+  Node *n = graph_node(cg->g, r->id);
+  LLVMValueRef acc = LLVMBuildLoad2(cg->b, cg->f32, r->acc, "");
+  LLVMValueRef v;
+  if (r->bmm) {
+    LLVMValueRef x = arg_at(cg, n->a[0], LLVMBuildAdd(cg->b, r->ai, l, ""), false);
+    LLVMValueRef y = arg_at(cg, n->a[1], LLVMBuildAdd(cg->b, r->bj, LLVMBuildMul(cg->b, l, ci64(cg, r->nn), ""), ""), false);
+    v = FADD(acc, FMUL(x, y));
+  } else {
+    LLVMValueRef x = arg_at(cg, n->a[0], LLVMBuildAdd(cg->b, r->base, LLVMBuildMul(cg->b, l, ci64(cg, r->step), ""), ""), false);
+    v = r->max ? SEL(FCMP(LLVMRealOGT, x, acc), x, acc) : FADD(acc, x);
+  }
+  LLVMBuildStore(cg->b, v, r->acc);
+}
+
+static void red_outer(Cg *cg, LLVMValueRef o, void *ctx) {
+  RedCtx *r = ctx;
+  Node *n = graph_node(cg->g, r->id);
+  if (r->bmm) { /* o = (b * m + i) * nn + j */
+    LLVMValueRef j = LLVMBuildURem(cg->b, o, ci64(cg, r->nn), ""), bi = LLVMBuildUDiv(cg->b, o, ci64(cg, r->nn), "");
+    LLVMValueRef b = LLVMBuildUDiv(cg->b, bi, ci64(cg, r->m), "");
+    r->ai = LLVMBuildMul(cg->b, bi, ci64(cg, r->k), "");
+    r->bj = LLVMBuildAdd(cg->b, LLVMBuildMul(cg->b, b, ci64(cg, r->k * r->nn), ""), j, "");
+    LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), r->acc);
+    for_range(cg, r->k, red_inner, r);
+  } else { /* o = oi * inner + i */
+    LLVMValueRef i = LLVMBuildURem(cg->b, o, ci64(cg, r->inner), ""), oi = LLVMBuildUDiv(cg->b, o, ci64(cg, r->inner), "");
+    r->base = LLVMBuildAdd(cg->b, LLVMBuildMul(cg->b, oi, ci64(cg, r->outer_stride), ""), i, "");
+    LLVMBuildStore(cg->b, arg_at(cg, n->a[0], r->base, false), r->acc);
+    if (r->len > 1) {
+      /* elements 1 .. len-1: the range runs from 0, so step from base + step */
+      LLVMValueRef keep = r->base;
+      r->base = LLVMBuildAdd(cg->b, r->base, ci64(cg, r->step), "");
+      for_range(cg, r->len - 1, red_inner, r);
+      r->base = keep;
+    }
+  }
+  store_at(cg, cg->rowp[r->id], o, LLVMBuildLoad2(cg->b, cg->f32, r->acc, ""));
+}
+
+static void emit_reduce(Cg *cg, int id) {
+  Node *n = graph_node(cg->g, id), *x = graph_node(cg->g, n->a[0]);
+  RedCtx r = {.id = id, .acc = entry_alloca(cg)};
+  if (n->op == OP_BMM) {
+    r.bmm = true, r.m = n->n[1], r.k = x->n[2], r.nn = n->n[2];
+  } else {
+    r.max = n->op == OP_RMAX, r.inner = 1, r.len = x->n[n->idx];
+    for (int d = n->idx + 1; d < x->rank; d++) r.inner *= x->n[d];
+    r.step = r.inner, r.outer_stride = r.len * r.inner;
+  }
+  for_range(cg, node_numel(n), red_outer, &r);
+}
+
 static void emit_node(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id);
   int e = node_numel(n);
@@ -509,6 +627,8 @@ static void emit_node(Cg *cg, int id) {
   case OP_MATVEC: case OP_MATVEC_T: case OP_OUTER: /* static values only (a per-row product is a GEMM) */
     emit_product(cg, id);
     return;
+  case OP_VIEW: case OP_VIEWT: emit_view(cg, id); return;
+  case OP_RSUM: case OP_RMAX: case OP_BMM: emit_reduce(cg, id); return;
   case OP_SLICE: {
     LLVMValueRef src = graph_node(cg->g, n->a[0])->op == OP_CONST ? materialize_const(cg, n->a[0]) : cg->rowp[n->a[0]];
     CopyCtx c = {src, n->idx};

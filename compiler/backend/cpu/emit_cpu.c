@@ -16,7 +16,8 @@ extern char **environ;
 
 static bool kernel_op(Op op) {
   return op_is_elementwise(op) || op == OP_BCAST || op == OP_SUM || op == OP_CONCAT || op == OP_SLICE || op == OP_MATVEC ||
-         op == OP_MATVEC_T || op == OP_OUTER;
+         op == OP_MATVEC_T || op == OP_OUTER || op == OP_VIEW || op == OP_VIEWT || op == OP_RSUM || op == OP_RMAX ||
+         op == OP_BMM;
 }
 
 /* The static nodes of one side (forward: before the sequence; backward: after the sums), or -1

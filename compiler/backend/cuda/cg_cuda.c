@@ -249,6 +249,64 @@ static int emit_node(Emit *e, int id) {
     fprintf(f, ";\n");
     break;
   }
+  case OP_VIEW:
+  case OP_VIEWT: {
+    /* view element j at source index idx + sum_d c_d st[d]; VIEWT scatters (injective: no lane
+     * writes another's place), after zeroing */
+    bool scatter = n->op == OP_VIEWT;
+    Node *v = scatter ? graph_node(g, a) : n;
+    int vn[MAX_RANK] = {1, 1, 1}, st[MAX_RANK] = {0, 0, 0};
+    for (int d = 0; d < v->rank; d++) vn[MAX_RANK - v->rank + d] = v->n[d], st[MAX_RANK - v->rank + d] = n->st[d];
+    if (scatter) {
+      print_lane_loop(e, "j", numel);
+      print_at(e, id, "j");
+      fprintf(f, " = 0.0f;\n    __syncwarp();\n");
+    }
+    print_lane_loop(e, "j", node_numel(v));
+    fprintf(f, "{\n      const int k = %d + (j / %d) * %d + (j / %d %% %d) * %d + (j %% %d) * %d;\n      ", n->idx,
+            vn[1] * vn[2], st[0], vn[2], vn[1], st[1], vn[2], st[2]);
+    print_at(e, id, scatter ? "k" : "j");
+    fprintf(f, " = ");
+    print_at(e, a, scatter ? "j" : "k");
+    fprintf(f, ";\n    }\n");
+    break;
+  }
+  case OP_RSUM:
+  case OP_RMAX: {
+    /* a as [outer, len, inner]: a lane an output, the axis in order (as the interpreter) */
+    Node *x = graph_node(g, a);
+    int inner = 1, len = x->n[n->idx];
+    for (int d = n->idx + 1; d < x->rank; d++) inner *= x->n[d];
+    char ix[96];
+    print_lane_loop(e, "o", numel);
+    fprintf(f, "{\n      const int base = (o / %d) * %d + o %% %d;\n      float acc = ", inner, len * inner, inner);
+    print_at(e, a, "base");
+    fprintf(f, ";\n      for (int l = 1; l < %d; l++) {\n        const float v = ", len);
+    snprintf(ix, sizeof ix, "base + l * %d", inner);
+    print_at(e, a, ix);
+    fprintf(f, ";\n        acc = %s;\n      }\n      ", n->op == OP_RSUM ? "acc + v" : "v > acc ? v : acc");
+    print_at(e, id, "o");
+    fprintf(f, " = acc;\n    }\n");
+    break;
+  }
+  case OP_BMM: {
+    /* a lane an output (bb, i, j): sum over l of A[bb, i, l] B[bb, l, j], in l order */
+    Node *x = graph_node(g, a);
+    int m = n->n[1], k = x->n[2], nn = n->n[2];
+    char ia[96], ib[96];
+    print_lane_loop(e, "o", numel);
+    fprintf(f, "{\n      const int bi = o / %d, jj = o %% %d, bb = bi / %d;\n      float acc = 0.0f;\n", nn, nn, m);
+    fprintf(f, "      for (int l = 0; l < %d; l++) acc += ", k);
+    snprintf(ia, sizeof ia, "bi * %d + l", k);
+    snprintf(ib, sizeof ib, "bb * %d + l * %d + jj", k * nn, nn);
+    print_at(e, a, ia);
+    fprintf(f, " * ");
+    print_at(e, b, ib);
+    fprintf(f, ";\n      ");
+    print_at(e, id, "o");
+    fprintf(f, " = acc;\n    }\n");
+    break;
+  }
   default:
     if (!op_is_elementwise(n->op)) {
       snprintf(e->err, e->errlen, "the cuda back end cannot put a %s node (%%%d) in a kernel", op_name(n->op), id);
