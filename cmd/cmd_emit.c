@@ -124,6 +124,8 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
       cJSON *h = cJSON_AddObjectToObject(s, "history");
       cJSON_AddStringToObject(h, "of", c->states[i].hist_name);
       cJSON_AddNumberToObject(h, "steps", c->states[i].hist_lag);
+      const Node *v = &c->g.nodes[c->states[i].hist_of];
+      cJSON_AddItemToObject(h, "shape", shape_of(v->rank, v->n, false)); /* the value's: [K * its elements] in all */
     }
     cJSON_AddItemToObject(s, "shape", shape_of(c->states[i].rank, c->states[i].n, false));
     cJSON_AddBoolToObject(s, "complex", c->states[i].cplx);

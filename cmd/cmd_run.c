@@ -298,9 +298,10 @@ static void shape_tensors(RunData *r) {
     /* a history (prev, conv) is hist.NAME [B, K, size] (its initial value), oldest step first */
     const char *h0name = si->hist_lag ? "" : "h0.", *gname = si->hist_lag ? "grad." : "grad.h0.";
     if (si->hist_lag) {
-      int size = si->n[0] / si->hist_lag;
-      nd = graph_node(&c->g, si->hist_of)->rank ? 3 : 2;
-      shape[1] = si->hist_lag, shape[2] = size;
+      const Node *v = graph_node(&c->g, si->hist_of);
+      nd = 2 + v->rank;
+      shape[1] = si->hist_lag;
+      for (int d = 0; d < v->rank; d++) shape[2 + d] = v->n[d];
     }
     add_tensor(r, &r->h0[i], arena_printf(r->arena, "%s%s", h0name, si->name), nd, shape, si->cplx);
     add_tensor(r, &r->dfinal[i], arena_printf(r->arena, "dfinal.%s", si->name), nd, shape, si->cplx);

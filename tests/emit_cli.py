@@ -74,7 +74,7 @@ def reference(cell_file, meta, work, extra, seed=None):
     for s in meta["states"]:
         shape = [B] + s["shape"] + ([2] if s["complex"] else [])
         if "history" in s:  # [B, K, size]
-            shape = [B, s["history"]["steps"], s["shape"][0] // s["history"]["steps"]]
+            shape = [B, s["history"]["steps"]] + s["history"]["shape"]
         inputs[h0_name(s)] = rng.normal(0, 0.5, shape)
         inputs["dfinal." + s["name"]] = rng.normal(0, 1.0, shape)
     inp, out = os.path.join(work, "in.safetensors"), os.path.join(work, "ref.safetensors")
@@ -347,6 +347,7 @@ def main():
             # (the plan once wrote that shared value over all rows into the B rows of dh0)
             for c in ("scan_dprev_sqrt", "scan_dprev_scale", "scan_dprev_gate"):
                 test_cell(os.path.join(tc, c + ".cell"), work)
+            test_cell(os.path.join(tc, "prev_shapes.cell"), work)  # histories of a scalar, a vector, a matrix
             for c in ("qrnn_conv", "rglru_conv"):  # prev and conv: histories after the states
                 test_cell(os.path.join(tc, c + ".cell"), work)
                 test_cell(os.path.join(tc, c + ".cell"), work, extra=["--mode", "sequential"], label=c + "-sequential")

@@ -705,7 +705,10 @@ static int time_value(Checker *k, const Expr *call, const Expr *arg, EntityKind 
          "%s(%s, ...): '%s' depends on the %s value of state '%s'; %s reads values computed from the input and params only (one that depends on a previous state is a recurrence: use a state)",
          call->name, arg->name, arg->name, rn->op == OP_PREV ? "previous" : "new", k->c->states[rn->idx].name, call->name);
   }
-  if (N(k, v)->rank > 1) fail(k, arg->loc, "%s takes a vector or a scalar, got %s", call->name, shape_str(k, N(k, v)));
+  if (N(k, v)->rank > 1 && strcmp(call->name, "prev"))
+    fail(k, arg->loc, "%s takes a vector or a scalar, got %s", call->name, shape_str(k, N(k, v)));
+  if (N(k, v)->rank > 2) /* its history in files would be [B, K, a, b, c]: five dims */
+    fail(k, arg->loc, "prev takes a value of rank 2 at most, got %s (flatten or reshape it)", shape_str(k, N(k, v)));
   if (N(k, v)->cplx) fail(k, arg->loc, "%s takes a real value, got %s (read re() and im() apart)", call->name, shape_str(k, N(k, v)));
   *kind = ent->kind;
   return v;
@@ -718,7 +721,7 @@ static int lag_read(Checker *k, const char *name, EntityKind kind, int v, int la
     if (!strcmp(k->hists[i].name, name) && k->hists[i].kind == kind && (kind == E_INPUT || k->hists[i].value == v))
       h = &k->hists[i];
   if (!h) {
-    int dim = N(k, v)->rank ? N(k, v)->dim[0] : dims_const(&k->c->dt, 1);
+    int dim = dims_const(&k->c->dt, 1); /* (finish_histories sets its size) */
     int prev = mk(k, OP_PREV, loc, NULL, 1, &dim, N(k, v)->cplx, -1, -1);
     History nh = {name, kind, v, 0, prev, loc};
     VEC_PUSH(k->hists, k->nhists, k->caphists, nh);
@@ -799,8 +802,8 @@ static void finish_histories(Checker *k) {
   for (int i = 0; i < k->nhists; i++) {
     History *h = &k->hists[i];
     Node *x = N(k, h->value);
-    int size = x->rank ? x->dim[0] : dims_const(&c->dt, 1);
-    int dim = dims_mul(&c->dt, dims_const(&c->dt, h->lag), size);
+    int dim = dims_const(&c->dt, h->lag); /* K times the value's elements */
+    for (int d = 0; d < x->rank && dim >= 0; d++) dim = dims_mul(&c->dt, dim, x->dim[d]);
     if (dim < 0) fail(k, h->loc, "size expression is too complex");
     StateInfo st = {.name = arena_join(k->arena, "hist", ".", h->name), .loc = h->loc, .rank = 1, .dim = {dim, 0}};
     st.cplx = x->cplx;

@@ -79,18 +79,20 @@ static int norm(Lowerer *L, int v, bool center) {
 }
 
 /* prev(v, k) and a history's update (real values). A history holds the last K steps of a value
- * of size n, oldest first: step t - k is the slice at (K - k) n; the new history drops the oldest
- * step and appends v (a: the history's PREV; b: v for the update). */
+ * of n elements (a tensor's flattened), oldest first: step t - k is the slice at (K - k) n; the
+ * new history drops the oldest step and appends v (a: the history's PREV; b: v for the update). */
 static Pair lower_history(Lowerer *L, const Node *n, Pair a, Pair b) {
   Graph *g = &L->p->g;
-  int size = node_numel(R(L, a.re));
+  int size = node_numel(R(L, a.re)), one = 1;
   if (n->op == OP_LAG) {
-    int vn = n->rank ? n->n[0] : 1;
+    int vn = 1;
+    for (int d = 0; d < n->rank; d++) vn *= n->n[d];
     int v = g_slice(g, a.re, size - n->idx * vn, vn);
-    return real(n->rank ? v : g_sum(g, v));
+    return real(n->rank == 0 ? g_sum(g, v) : n->rank == 1 ? v : g_reshape(g, v, n->rank, n->n));
   }
-  int one = 1, vn = node_numel(R(L, b.re));
-  int v = R(L, b.re)->rank ? b.re : g_bcast(g, b.re, 1, &one);
+  Node *x = R(L, b.re);
+  int vn = node_numel(x);
+  int v = x->rank == 0 ? g_bcast(g, b.re, 1, &one) : x->rank == 1 ? b.re : g_reshape(g, b.re, 1, &vn);
   return real(size == vn ? v : g_concat(g, g_slice(g, a.re, vn, size - vn), v));
 }
 

@@ -1,6 +1,7 @@
 # Role: the PyTorch autograd reference for prev and conv (language spec section 9, "Time"): the
-# cells tests/cells/qrnn_conv.cell (width-2 convolutions, a gate) and tests/cells/rglru_conv.cell
-# (a width-4 convolution and prev(u, 1) in the output), written here from their equations, not
+# cells tests/cells/qrnn_conv.cell (width-2 convolutions, a gate), tests/cells/rglru_conv.cell
+# (a width-4 convolution and prev(u, 1) in the output) and tests/cells/prev_shapes.cell (prev of
+# a scalar, a vector and a matrix), written here from their equations, not
 # from cellc's lowering. Per cell and configuration (T = 1, 2, 9; B = 3; nonzero histories hist.*,
 # h0 and dfinal of every state, histories included), `bin/cellc run --backend interp --precision
 # f64 --inputs IN` is compared tensor by tensor with the float64 reference, in scan and in sequential
@@ -78,10 +79,27 @@ def rglru_conv(p, x, h0, hist):
     return torch.stack(ys), {"h": h, "hist.u": last_steps(hist["u"], u, 3)}, {}
 
 
+def prev_shapes(p, x, h0, hist):
+    u = x @ p["W"].T
+    v = torch.tanh(x @ p["V"].T)
+    M = u[..., :, None] * v[..., None, :]
+    s = u.sum(-1)
+    h = h0["h"]
+    ys = []
+    for t in range(x.shape[0]):
+        h = (torch.sigmoid(causal(hist["s"], s, 2, t)[1])[:, None] * h + causal(hist["M"], M, 3, t)[2].sum(-1) * 0.3
+             + causal(hist["u"], u, 2, t)[1])
+        ys.append(h)
+    finals = {"h": h, "hist.u": last_steps(hist["u"], u, 1), "hist.M": last_steps(hist["M"], M, 2),
+              "hist.s": last_steps(hist["s"], s, 1)}
+    return torch.stack(ys), finals, {}
+
+
 CELLS = {
     "qrnn_conv": (qrnn_conv, {"Wz": "HD", "Wf": "HD", "Wo": "HD", "Kz": "H2", "Kf": "H2", "Ko": "H2"},
-                  {"c": 1}, {"uz": 1, "uf": 1, "uo": 1}),
-    "rglru_conv": (rglru_conv, {"Wu": "HD", "Kc": "H4", "Wa": "HH", "Wi": "HH", "lam": "H"}, {"h": 1}, {"u": 3}),
+                  {"c": 1}, {"uz": (1, "H"), "uf": (1, "H"), "uo": (1, "H")}),
+    "rglru_conv": (rglru_conv, {"Wu": "HD", "Kc": "H4", "Wa": "HH", "Wi": "HH", "lam": "H"}, {"h": 1}, {"u": (3, "H")}),
+    "prev_shapes": (prev_shapes, {"W": "HD", "V": "HD"}, {"h": 1}, {"u": (1, "H"), "M": (2, "HH"), "s": (1, "")}),
 }
 
 
@@ -100,9 +118,9 @@ def check(args, name, T, B, H, D, seed, results, backend="interp", mode="scan"):
     for s in states:
         inp["h0." + s] = rng.uniform(-0.9, 0.9, size=(B, H))
         inp["dfinal." + s] = rng.normal(size=(B, H))
-    for n, K in hists.items():
-        inp["hist." + n] = rng.normal(size=(B, K, H))
-        inp["dfinal.hist." + n] = rng.normal(size=(B, K, H))
+    for n, (K, code) in hists.items():
+        inp["hist." + n] = rng.normal(size=(B, K) + shape_of(code, H, D))
+        inp["dfinal.hist." + n] = rng.normal(size=(B, K) + shape_of(code, H, D))
     inp["dy"] = rng.normal(size=(T, B, H))
     label = "%s T=%d B=%d %s %s" % (name, T, B, backend, mode)
     f64 = backend == "interp"
