@@ -11,6 +11,8 @@
 #   grad.hist.*), max|a - b| / max(max|b|, 1e-300) < 1e-9.
 # A history hist.NAME is [B, K, size], oldest step first: NAME at steps -K .. -1. conv(v, W)[c] =
 # sum_j W[c, j] v[t - j][c]: W[c, 0] multiplies the current step (torch's Conv1d weight flipped).
+# Also: a run of T = 9 equals two runs of 4 and 5 steps where the second takes the first's
+# final.hist.* as its hist.* and final.* as its h0.* (interp, cpu, cuda-emu).
 # Ends with "N passed, M failed"; exit status 1 if any failed.
 #   python3 tests/torch/time_cells.py [--cellc bin/cellc] [--keep DIR]
 import argparse
@@ -161,6 +163,46 @@ def check(args, name, T, B, H, D, seed, results, backend="interp", mode="scan"):
         results.append((err < tol, "%s: %s relative error %.2e" % (label, k, err)))
 
 
+def check_carry(args, name, results, backend):
+    """final.hist.* (and final.*) given back as hist.* (h0.*): T = 9 in one call or as 4 + 5."""
+    ref, pshapes, states, hists = CELLS[name]
+    H, D, B, T = 5, 3, 2, 9
+    rng = np.random.RandomState(11)
+    inp = {"x": rng.normal(size=(T, B, D))}
+    for n, code in pshapes.items():
+        inp["param." + n] = 0.6 * rng.normal(size=shape_of(code, H, D))
+    for n, (K, code) in hists.items():
+        inp["hist." + n] = rng.normal(size=(B, K) + shape_of(code, H, D))
+    f64 = backend == "interp"
+
+    def run(tensors, tag):
+        ip, op = os.path.join(args.work, "carry_%s_%s.in" % (name, tag)), os.path.join(args.work, "carry_%s_%s.out" % (name, tag))
+        sft.write(ip, tensors)
+        cmd = [args.cellc, "run", os.path.join(ROOT, "tests/cells/%s.cell" % name), "--backend", backend, "--precision",
+               "f64" if f64 else "f32", "--dims", "H=%d,D=%d" % (H, D), "--inputs", ip, "--out", op]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return sft.load(op) if p.returncode == 0 else None
+
+    whole = run(inp, "whole")
+    first = run({k: (v[:4] if k == "x" else v) for k, v in inp.items()}, "first")
+    label = "%s %s: hist.* and h0.* carried over two calls" % (name, backend)
+    if whole is None or first is None:
+        results.append((False, label + ": a run failed"))
+        return
+    second_in = {k: v for k, v in inp.items() if k.startswith("param.")}
+    second_in["x"] = inp["x"][4:]
+    for k, v in first.items():
+        if k.startswith("final."):
+            second_in[k[6:] if k.startswith("final.hist.") else "h0." + k[6:]] = v
+    second = run(second_in, "second")
+    if second is None:
+        results.append((False, label + ": the second run failed"))
+        return
+    err = max(np.max(np.abs(np.concatenate([first["y"], second["y"]]) - whole["y"])),
+              max(np.max(np.abs(second[k] - whole[k])) for k in whole if k.startswith("final.")))
+    results.append((err < (1e-12 if f64 else 1e-5), "%s (max difference %.2e)" % (label, err)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cellc", default=os.path.join(ROOT, "bin/cellc"))
@@ -173,6 +215,7 @@ def main():
             for mode in ("scan", "sequential"):
                 for T, seed in ((1, 1), (2, 2), (9, 3)):
                     check(args, name, T, 3, 5, 3, seed, results, backend, mode)
+            check_carry(args, name, results, backend)
     fails = [m for ok, m in results if not ok]
     for m in fails:
         print("FAIL", m)
