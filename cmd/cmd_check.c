@@ -41,7 +41,8 @@ static const char *init_text(Arena *a, const ParamInfo *p) {
 
 static Arena text_arena; /* the initializers' text, for the life of the command */
 
-static const char *rec_name(Recurrence r) { return recurrence_name(r); }
+/* A history (prev, conv) is no recurrence: it holds earlier steps of a value */
+static const char *rec_name(const StateInfo *s) { return s->hist_lag ? "history" : recurrence_name(s->rec); }
 static const char *mode_name(Mode m) { return m == MODE_SCAN ? "scan" : "sequential"; }
 
 static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, const int *n) {
@@ -72,8 +73,12 @@ static cJSON *cell_json(const Cell *c, TrainMemory mem) {
     const StateInfo *s = &c->states[i];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", s->name);
-    cJSON_AddStringToObject(j, "recurrence", rec_name(s->rec));
-    cJSON_AddStringToObject(j, "class", rec_name(s->rec)); /* language spec section 10's name */
+    cJSON_AddStringToObject(j, "recurrence", rec_name(s));
+    cJSON_AddStringToObject(j, "class", rec_name(s)); /* language spec section 10's name */
+    if (s->hist_lag) {
+      cJSON_AddStringToObject(j, "of", s->hist_name);
+      cJSON_AddNumberToObject(j, "steps", s->hist_lag);
+    }
     shape_json(c, cJSON_AddArrayToObject(j, "shape"), s->rank, s->dim, s->n);
     if (c->bound) cJSON_AddNumberToObject(j, "bytes_per_token", (double)state_bytes(s));
     else cJSON_AddNullToObject(j, "bytes_per_token");
@@ -199,7 +204,10 @@ static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
   for (int i = 0; i < c->nstates; i++) {
     const StateInfo *s = &c->states[i];
     shape_human(c, s->rank, s->dim, s->n, s->cplx, buf, (int)sizeof buf);
-    fprintf(f, "    %-12s %-20s %s", s->name, buf, rec_name(s->rec));
+    if (s->hist_lag)
+      fprintf(f, "    %-12s %-20s history: the last %d step%s of %s", s->name, buf, s->hist_lag, s->hist_lag == 1 ? "" : "s",
+              s->hist_name);
+    else fprintf(f, "    %-12s %-20s %s", s->name, buf, rec_name(s));
     if (c->bound) fprintf(f, "  (%ld bytes/token)", state_bytes(s));
     fprintf(f, "\n");
   }

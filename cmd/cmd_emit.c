@@ -122,6 +122,13 @@ static char *json_text(const Cell *c, const EmitArgs *a) {
     cJSON_AddStringToObject(s, "name", c->states[i].name);
     cJSON_AddStringToObject(s, "field", emit_field(c->states[i].name, buf, sizeof buf));
     if (c->states[i].param >= 0) cJSON_AddStringToObject(s, "learned", c->params[c->states[i].param].name);
+    if (c->states[i].hist_lag) { /* prev and conv: the last `steps` steps of `of`, oldest first */
+      cJSON *h = cJSON_AddObjectToObject(s, "history");
+      cJSON_AddStringToObject(h, "of", c->states[i].hist_name);
+      cJSON_AddNumberToObject(h, "steps", c->states[i].hist_lag);
+      const Node *v = &c->g.nodes[c->states[i].hist_of];
+      cJSON_AddItemToObject(h, "shape", shape_of(v->rank, v->n, false)); /* the value's: [K * its elements] in all */
+    }
     cJSON_AddItemToObject(s, "shape", shape_of(c->states[i].rank, c->states[i].n, false));
     cJSON_AddBoolToObject(s, "complex", c->states[i].cplx);
     cJSON_AddItemToArray(ss, s);
@@ -201,6 +208,21 @@ static int emit_files(Cell *c, EmitArgs *a, const char *tmp) {
 }
 
 /* cellc emit: arguments -> check (every dim bound) -> the files in a fresh directory -> --out. */
+/* Two states whose C fields coincide (a history hist.u and a declared state hist_u): located. */
+static bool state_fields_clash(const Cell *c) {
+  for (int i = 0; i < c->nstates; i++)
+    for (int j = 0; j < i; j++) {
+      char fi[128], fj[128];
+      if (strcmp(emit_field(c->states[i].name, fi, sizeof fi), emit_field(c->states[j].name, fj, sizeof fj))) continue;
+      const StateInfo *h = c->states[i].hist_lag ? &c->states[i] : &c->states[j];
+      const StateInfo *o = h == &c->states[i] ? &c->states[j] : &c->states[i];
+      diag_error(o->loc, "cellc emit: state '%s' and the history '%s' (of prev/conv) are both the C field '%s'; rename the state", o->name,
+                 h->name, fi);
+      return true;
+    }
+  return false;
+}
+
 int cmd_emit(int argc, char **argv) {
   EmitArgs a = {0};
   int rc = parse_emit_args(argc, argv, &a);
@@ -208,6 +230,7 @@ int cmd_emit(int argc, char **argv) {
   Arena arena = {0};
   Cell *c = cli_compile_cell(&arena, &a.cell, a.train_noise);
   if (!c) return arena_free(&arena), 1;
+  if (state_fields_clash(c)) return cell_free(c), arena_free(&arena), 1;
   if (!a.name) a.name = c->name;
   char err[PATH_MAX + 256];
   char *tmp = fsout_dir_begin(a.out, err, sizeof err);

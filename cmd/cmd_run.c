@@ -298,10 +298,18 @@ static void shape_tensors(RunData *r) {
   for (int i = 0; i < ns; i++) {
     StateInfo *si = &c->states[i];
     int nd = lead_shape(shape, 1, lead + 1, si->rank, si->n);
-    add_tensor(r, &r->h0[i], arena_printf(r->arena, "h0.%s", si->name), nd, shape, si->cplx);
+    /* a history (prev, conv) is hist.NAME [B, K, size] (its initial value), oldest step first */
+    const char *h0name = si->hist_lag ? "" : "h0.", *gname = si->hist_lag ? "grad." : "grad.h0.";
+    if (si->hist_lag) {
+      const Node *v = graph_node(&c->g, si->hist_of);
+      nd = 2 + v->rank;
+      shape[1] = si->hist_lag;
+      for (int d = 0; d < v->rank; d++) shape[2 + d] = v->n[d];
+    }
+    add_tensor(r, &r->h0[i], arena_printf(r->arena, "%s%s", h0name, si->name), nd, shape, si->cplx);
     add_tensor(r, &r->dfinal[i], arena_printf(r->arena, "dfinal.%s", si->name), nd, shape, si->cplx);
     add_tensor(r, &r->final[i], arena_printf(r->arena, "final.%s", si->name), nd, shape, si->cplx);
-    add_tensor(r, &r->gh0[i], arena_printf(r->arena, "grad.h0.%s", si->name), nd, shape, si->cplx);
+    add_tensor(r, &r->gh0[i], arena_printf(r->arena, "%s%s", gname, si->name), nd, shape, si->cplx);
   }
   for (int i = 0; i < ng; i++) {
     Node *gn = graph_node(&p->g, p->gates[i].node);

@@ -56,6 +56,10 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
     if (c->states[i].param >= 0)
       fprintf(f, " (learned initial value: param %s; pass it as h0 for every row, add the sum of dh0 over B to its gradient)",
               c->params[c->states[i].param].name);
+    if (c->states[i].hist_lag)
+      fprintf(f, " (history of prev/conv: the last %d step%s of %s, oldest first, [B, %d, %d]; zeros before a sequence)",
+              c->states[i].hist_lag, c->states[i].hist_lag == 1 ? "" : "s", c->states[i].hist_name, c->states[i].hist_lag,
+              c->states[i].n[0] / c->states[i].hist_lag);
     fprintf(f, "\n");
   }
   fprintf(f, " *\n");

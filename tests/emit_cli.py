@@ -57,6 +57,15 @@ def emitted_noise(seed, stream, shape):
     return np.array([((splitmix64((base + j) & M64) >> 40) + 0.5) / 16777216.0 for j in range(n)]).reshape(shape)
 
 
+def h0_name(s):
+    """cellc run's name of a state's initial value (a history of prev/conv: hist.NAME)."""
+    return s["name"] if "history" in s else "h0." + s["name"]
+
+
+def gh0_name(s):
+    return "grad." + s["name"] if "history" in s else "grad.h0." + s["name"]
+
+
 def reference(cell_file, meta, work, extra, seed=None):
     """The interpreter's float64 run with nonzero h0 and dfinal (and, for a train_noise cell, the
     emitted code's noise of that seed): its tensors by name."""
@@ -64,7 +73,9 @@ def reference(cell_file, meta, work, extra, seed=None):
     inputs = {}
     for s in meta["states"]:
         shape = [B] + s["shape"] + ([2] if s["complex"] else [])
-        inputs["h0." + s["name"]] = rng.normal(0, 0.5, shape)
+        if "history" in s:  # [B, K, size]
+            shape = [B, s["history"]["steps"]] + s["history"]["shape"]
+        inputs[h0_name(s)] = rng.normal(0, 0.5, shape)
         inputs["dfinal." + s["name"]] = rng.normal(0, 1.0, shape)
     inp, out = os.path.join(work, "in.safetensors"), os.path.join(work, "ref.safetensors")
     if seed is not None:  # the noise streams' shapes from a first run, then the emitted noise
@@ -84,7 +95,7 @@ def reference(cell_file, meta, work, extra, seed=None):
     tensors, _ = sft.read(out)
     for st in meta["states"]:  # cellc run adds dh0 summed over B to a learned initial state's param
         if "learned" in st:
-            tensors["grad.param." + st["learned"]] = tensors["grad.param." + st["learned"]] - tensors["grad.h0." + st["name"]].sum(0)
+            tensors["grad.param." + st["learned"]] = tensors["grad.param." + st["learned"]] - tensors[gh0_name(st)].sum(0)
     return tensors
 
 
@@ -98,11 +109,11 @@ def write_inputs(ref, meta, d):
     for i, p in enumerate(ps):
         raw("param.%d" % i, ref["param." + p["name"]])
     for i, s in enumerate(ss):
-        raw("h0.%d" % i, ref["h0." + s["name"]])
+        raw("h0.%d" % i, ref[h0_name(s)])
         raw("dfinal.%d" % i, ref["dfinal." + s["name"]])
     raw("x", ref["x"])
     raw("dy", ref["dy"])
-    sizes = [ref["param." + p["name"]].size for p in ps] + [ref["h0." + s["name"]].size for s in ss]
+    sizes = [ref["param." + p["name"]].size for p in ps] + [ref[h0_name(s)].size for s in ss]
     with open(os.path.join(d, "meta"), "w") as f:
         f.write("%d %d %d %d %d %d\n" % (T, B, len(ps), len(ss), ref["x"].size, ref["y"].size))
         f.write(" ".join(str(n) for n in sizes) + "\n")
@@ -127,7 +138,7 @@ def compare(ref, meta, odir):
 
     pairs = [("y", "y"), ("dx", "grad.x")]
     pairs += [("final.%d" % i, "final." + s["name"]) for i, s in enumerate(meta["states"])]
-    pairs += [("dh0.%d" % i, "grad.h0." + s["name"]) for i, s in enumerate(meta["states"])]
+    pairs += [("dh0.%d" % i, gh0_name(s)) for i, s in enumerate(meta["states"])]
     pairs += [("grad.%d" % i, "grad.param." + p["name"]) for i, p in enumerate(meta["params"])]
     worst, where = 0.0, ""
     for mine, theirs in pairs:
@@ -336,6 +347,10 @@ def main():
             # (the plan once wrote that shared value over all rows into the B rows of dh0)
             for c in ("scan_dprev_sqrt", "scan_dprev_scale", "scan_dprev_gate"):
                 test_cell(os.path.join(tc, c + ".cell"), work)
+            test_cell(os.path.join(tc, "prev_shapes.cell"), work)  # histories of a scalar, a vector, a matrix
+            for c in ("qrnn_conv", "rglru_conv"):  # prev and conv: histories after the states
+                test_cell(os.path.join(tc, c + ".cell"), work)
+                test_cell(os.path.join(tc, c + ".cell"), work, extra=["--mode", "sequential"], label=c + "-sequential")
             test_cell(os.path.join(ROOT, "stdlib", "lru.cell"), work, extra=["--mode", "sequential"], label="lru-sequential")
             test_cell(os.path.join(ROOT, "stdlib", "mgu.cell"), work, extra=["--set", "see_h=true"], label="mgu-see_h")
             test_cell(os.path.join(tc, "ops.cell"), work, extra=["--set", "use_gumbel=true", "--set", "train_noise=true"],

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The PyTorch oracle suite: selftest.py (the oracle's own checks, no cellc needed) and parity.py
-# (`bin/cellc run` against the float64 PyTorch reference of every stdlib cell).
+# (`bin/cellc run` against the float64 PyTorch reference of every stdlib cell) and time_cells.py
+# (prev and conv: tests/cells' qrnn_conv and rglru_conv against their PyTorch autograd reference).
 # Run from anywhere; prints both outputs and, last, "N passed, M failed" summed over both.
 cd "$(dirname "$0")/.." || exit 1
 PYTHONDONTWRITEBYTECODE=1
@@ -10,7 +11,7 @@ PY=/usr/bin/python3
 pass=0; fail=0
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT INT TERM
-for t in selftest parity; do
+for t in selftest parity time_cells; do
   echo "-- tests/torch/$t.py"
   "$PY" tests/torch/$t.py >"$tmp" 2>&1
   rc=$?

@@ -320,7 +320,20 @@ typedef struct Checker {
   int nupdates;
   int capparams, capstates, capgates, capdims;
   const char *defining; /* the let or gate whose expression is being checked */
+  struct History *hists; /* prev and conv: the values whose past steps are read */
+  int nhists, caphists;
 } Checker;
+
+/* A value prev or conv reads: its largest lag and the PREV node of its history (a hidden state
+ * appended after the declared ones when the body is done). */
+typedef struct History {
+  const char *name;
+  EntityKind kind;
+  int value;      /* its typed node */
+  int lag;        /* the largest lag read */
+  int prev;       /* the history's PREV node (idx and shape set at the end) */
+  Loc loc;        /* the first read */
+} History;
 
 static _Noreturn void fail(Checker *k, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static _Noreturn void fail(Checker *k, Loc loc, const char *fmt, ...) {
@@ -618,6 +631,7 @@ static const struct {
 #define NBUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
 static int expr(Checker *k, const Expr *e);
+static int name_ref(Checker *k, const Expr *e);
 
 static void need_real(Checker *k, const Expr *call, int arg, int id) {
   if (N(k, id)->cplx)
@@ -652,6 +666,161 @@ static int where(Checker *k, const Expr *e) {
   }
   int notm = binary(k, OP_SUB, c->loc, c, konst(k, 1, c->loc, c), m);
   return binary(k, OP_ADD, e->loc, e, binary(k, OP_MASK, e->loc, e, m, x), binary(k, OP_MASK, e->loc, e, notm, y));
+}
+
+/* ---- time: prev(NAME, k) and conv(NAME, W) (language spec section 9) ---- */
+
+/* A node under id that reads a state (its previous or its new value), or -1. A history's read
+ * (LAG) is a value of past steps of the input and params, not a state's. */
+static int reads_state(Checker *k, int id, signed char *seen) {
+  if (id < 0 || seen[id]) return -1;
+  seen[id] = 1;
+  Node *n = N(k, id);
+  if (n->op == OP_LAG) return -1;
+  if (n->op == OP_PREV || n->op == OP_NEWVAL) return id;
+  for (int i = 0; i < op_arity(n->op); i++) {
+    int r = reads_state(k, n->a[i], seen);
+    if (r >= 0) return r;
+  }
+  return -1;
+}
+
+/* prev's and conv's first argument: a named input, let or gate that reads no state. */
+static int time_value(Checker *k, const Expr *call, const Expr *arg, EntityKind *kind) {
+  if (arg->kind != EX_NAME)
+    fail(k, arg->loc, "%s takes a named input, let or gate as its first argument, got '%s'", call->name,
+         expr_text(k->arena, arg));
+  Entity *ent = lookup(k, arg->name);
+  if (!ent) unknown_name(k, arg->loc, arg->name, "name");
+  if (ent->kind == E_STATE)
+    fail(k, arg->loc, "'%s' is a state; %s takes a named input, let or gate (a state's previous value is the state itself, read before its update)",
+         arg->name, call->name);
+  if (ent->kind != E_INPUT && ent->kind != E_VALUE)
+    fail(k, arg->loc, "'%s' is %s; %s takes a named input, let or gate", arg->name, kind_word(ent->kind), call->name);
+  int v = name_ref(k, arg);
+  signed char *seen = arena_alloc(k->arena, (size_t)k->c->g.nnodes + 1);
+  memset(seen, 0, (size_t)k->c->g.nnodes + 1);
+  int r = reads_state(k, v, seen);
+  if (r >= 0) {
+    Node *rn = N(k, r);
+    fail(k, arg->loc,
+         "%s(%s, ...): '%s' depends on the %s value of state '%s'; %s reads values computed from the input and params only (one that depends on a previous state is a recurrence: use a state)",
+         call->name, arg->name, arg->name, rn->op == OP_PREV ? "previous" : "new", k->c->states[rn->idx].name, call->name);
+  }
+  if (N(k, v)->rank > 1 && strcmp(call->name, "prev"))
+    fail(k, arg->loc, "%s takes a vector or a scalar, got %s", call->name, shape_str(k, N(k, v)));
+  if (N(k, v)->rank > 2) /* its history in files would be [B, K, a, b, c]: five dims */
+    fail(k, arg->loc, "prev takes a value of rank 2 at most, got %s (flatten or reshape it)", shape_str(k, N(k, v)));
+  if (N(k, v)->cplx) fail(k, arg->loc, "%s takes a real value, got %s (read re() and im() apart)", call->name, shape_str(k, N(k, v)));
+  *kind = ent->kind;
+  return v;
+}
+
+/* The value of `name` (node v) at step t - lag: a read of its history, made (or widened) here. */
+static int lag_read(Checker *k, const char *name, EntityKind kind, int v, int lag, Loc loc, const Expr *ast) {
+  History *h = NULL;
+  for (int i = 0; i < k->nhists; i++)
+    if (!strcmp(k->hists[i].name, name) && k->hists[i].kind == kind && (kind == E_INPUT || k->hists[i].value == v))
+      h = &k->hists[i];
+  if (!h) {
+    int dim = dims_const(&k->c->dt, 1); /* (finish_histories sets its size) */
+    int prev = mk(k, OP_PREV, loc, NULL, 1, &dim, N(k, v)->cplx, -1, -1);
+    History nh = {name, kind, v, 0, prev, loc};
+    VEC_PUSH(k->hists, k->nhists, k->caphists, nh);
+    h = &k->hists[k->nhists - 1];
+  }
+  if (lag > h->lag) h->lag = lag;
+  Node *x = N(k, v);
+  int id = mk(k, OP_LAG, loc, ast, x->rank, x->dim, x->cplx, h->prev, -1);
+  N(k, id)->idx = lag;
+  return id;
+}
+
+#define MAX_LAG 4096
+
+static int time_call(Checker *k, const Expr *e) {
+  if (e->nargs != 2) fail(k, e->loc, "%s takes 2 arguments, got %d", e->name, e->nargs);
+  EntityKind kind;
+  const char *name = e->args[0]->name;
+  int v = time_value(k, e, e->args[0], &kind);
+  if (!strcmp(e->name, "prev")) {
+    const Expr *l = e->args[1];
+    double lag = NAN;
+    if (l->kind == EX_NUM) lag = l->num;
+    else if (l->kind == EX_NAME) {
+      Entity *ent = lookup(k, l->name);
+      if (ent && ent->kind == E_OPTION && k->c->options[ent->idx].type == OPT_INT) lag = k->c->options[ent->idx].value;
+    }
+    if (isnan(lag))
+      fail(k, l->loc, "prev's lag must be a constant: a whole number >= 1 or an int option, got '%s'", expr_text(k->arena, l));
+    if (lag < 1 || lag != floor(lag) || lag > MAX_LAG)
+      fail(k, l->loc, "prev's lag must be a whole number from 1 to %d, got %g", MAX_LAG, lag);
+    return lag_read(k, name, kind, v, (int)lag, e->loc, e);
+  }
+  /* conv(v, W) = sum_j W[:, j] * prev(v, j), prev(v, 0) = v: W's column j is W @ e_j */
+  int w = expr(k, e->args[1]);
+  Node *W = N(k, w), *x = N(k, v);
+  long width;
+  int C = x->rank ? x->dim[0] : dims_const(&k->c->dt, 1);
+  if (W->rank != 2 || W->dim[0] != C) {
+    char ws[160], xs[160];
+    snprintf(ws, sizeof ws, "%s", shape_str(k, W));
+    snprintf(xs, sizeof xs, "%s", shape_str(k, x));
+    const char *wt = expr_text(k->arena, e->args[1]);
+    fail(k, e->args[1]->loc, "conv(%s, %s): '%s' is %s and '%s' is %s; the weight must be [C, K] with C the size of '%s'", name,
+         wt, wt, ws, name, xs, name);
+  }
+  if (is_dyn(k, w)) fail(k, e->args[1]->loc, "conv's weight must not depend on the input or a state");
+  if (W->cplx) fail(k, e->args[1]->loc, "conv's weight must be real, got %s", shape_str(k, W));
+  if (!dims_is_const(&k->c->dt, W->dim[1], &width) || width < 1 || width > MAX_LAG + 1)
+    fail(k, e->args[1]->loc, "conv's weight is %s: its width (the last dim, the steps it reads) must be a number from 1 to %d",
+         shape_str(k, W), MAX_LAG + 1);
+  int sum = -1;
+  for (int j = 0; j < (int)width; j++) {
+    int ej = -1; /* the one-hot [K] of column j */
+    long parts[3] = {j, 1, width - j - 1};
+    for (int q = 0; q < 3; q++) {
+      if (parts[q] == 0) continue;
+      int d = dims_const(&k->c->dt, parts[q]);
+      int c = mk(k, OP_CONST, e->loc, e, 1, &d, false, -1, -1);
+      N(k, c)->k = q == 1 ? 1 : 0;
+      if (ej < 0) ej = c;
+      else {
+        int dd = dims_add(&k->c->dt, N(k, ej)->dim[0], d);
+        ej = mk(k, OP_CONCAT, e->loc, e, 1, &dd, false, ej, c);
+      }
+    }
+    int col = mk(k, OP_MATVEC, e->loc, e, 1, &C, false, w, ej);
+    int term = binary(k, OP_MUL, e->loc, e, col, j == 0 ? v : lag_read(k, name, kind, v, j, e->loc, e));
+    sum = sum < 0 ? term : binary(k, OP_ADD, e->loc, e, sum, term);
+  }
+  return sum;
+}
+
+/* The histories as hidden states after the declared ones: [K * size], oldest first; each step
+ * drops the oldest and appends the value. */
+static void finish_histories(Checker *k) {
+  Cell *c = k->c;
+  for (int i = 0; i < k->nhists; i++) {
+    History *h = &k->hists[i];
+    Node *x = N(k, h->value);
+    int dim = dims_const(&c->dt, h->lag); /* K times the value's elements */
+    for (int d = 0; d < x->rank && dim >= 0; d++) dim = dims_mul(&c->dt, dim, x->dim[d]);
+    if (dim < 0) fail(k, h->loc, "size expression is too complex");
+    StateInfo st = {.name = arena_join(k->arena, "hist", ".", h->name), .loc = h->loc, .rank = 1, .dim = {dim, 0}};
+    st.cplx = x->cplx;
+    st.param = -1;
+    st.coef_a = st.coef_b = st.culprit = -1;
+    st.hist_lag = h->lag, st.hist_of = h->value, st.hist_name = h->name;
+    int idx = c->nstates;
+    Node *pn = N(k, h->prev);
+    pn->idx = idx, pn->dim[0] = dim;
+    int nv = mk(k, OP_HISTNEW, h->loc, NULL, 1, &dim, st.cplx, h->prev, h->value);
+    st.update = mk(k, OP_NEWVAL, h->loc, NULL, 1, &dim, st.cplx, nv, -1);
+    N(k, st.update)->idx = idx;
+    st.order = k->nupdates++;
+    VEC_PUSH(c->states, c->nstates, k->capstates, st);
+  }
 }
 
 /* ---- version 2's tensor built-ins ---- */
@@ -860,6 +1029,7 @@ static int call_v2(Checker *k, const Expr *e) {
 }
 
 static int call(Checker *k, const Expr *e) {
+  if (!strcmp(e->name, "prev") || !strcmp(e->name, "conv")) return time_call(k, e);
   int v2 = call_v2(k, e);
   if (v2 >= 0) return v2;
   int f = -1;
@@ -1518,6 +1688,7 @@ static bool independent(Analysis *an, int id) {
   Node *n = N(an->k, id);
   bool r;
   if (n->op == OP_PREV) r = false;
+  else if (n->op == OP_LAG) r = true; /* a past value of the input and params */
   else if (n->op == OP_NEWVAL) r = an->k->c->states[n->idx].rec == REC_DIAG_LINEAR;
   else {
     r = true;
@@ -1653,7 +1824,7 @@ static bool reaches_prev(Checker *k, int id, signed char *memo) {
   if (memo[id] >= 0) return memo[id];
   Node *n = N(k, id);
   bool r = n->op == OP_PREV;
-  for (int i = 0; !r && i < op_arity(n->op); i++)
+  for (int i = 0; !r && n->op != OP_LAG && i < op_arity(n->op); i++)
     if (n->a[i] >= 0 && reaches_prev(k, n->a[i], memo)) r = true;
   memo[id] = r;
   return r;
@@ -1712,6 +1883,10 @@ static void analyze(Checker *k) {
   for (int i = 0; i < c->nstates; i++) order[c->states[i].order] = i;
   for (int oi = 0; oi < c->nstates; oi++) {
     StateInfo *s = &c->states[order[oi]];
+    if (s->hist_lag > 0) { /* a history shifts by a step: not a scan, but no recurrence either */
+      s->rec = REC_NONLINEAR;
+      continue;
+    }
     Analysis an = {k, order[oi], NULL, NULL, NULL, c->g.nnodes};
     an.indep = arena_alloc(k->arena, (size_t)c->g.nnodes + 4096);
     memset(an.indep, -1, (size_t)c->g.nnodes + 4096);
@@ -1737,8 +1912,8 @@ static void analyze(Checker *k) {
   free(memo);
   (void)nn;
   c->mode = MODE_SCAN;
-  for (int i = 0; i < c->nstates; i++)
-    if (c->states[i].rec != REC_DIAG_LINEAR) c->mode = MODE_SEQUENTIAL;
+  for (int i = 0; i < c->nstates; i++) /* (a scan-mode plan runs the histories step by step) */
+    if (c->states[i].rec != REC_DIAG_LINEAR && !c->states[i].hist_lag) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
     for (int i = 0; i < c->nstates; i++) {
@@ -1746,7 +1921,7 @@ static void analyze(Checker *k) {
       if (s->rec == REC_MATRIX_LINEAR)
         fail(k, s->loc, "cannot run cell '%s' in scan mode: state '%s' is matrix-linear (affine in itself, not diagonal); a scan needs diagonal-linear states",
              c->name, s->name);
-      if (s->rec != REC_NONLINEAR) continue;
+      if (s->rec != REC_NONLINEAR || s->hist_lag) continue;
       Node *cu = N(k, s->culprit);
       signed char *seen = arena_alloc(k->arena, (size_t)c->g.nnodes);
       int p = culprit_read(k, s->culprit, i, true, seen);
@@ -1953,6 +2128,7 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
     free(k.ents);
     free(k.dyn);
     free(k.depth);
+    free(k.hists);
     cell_free(c);
     return NULL;
   }
@@ -1975,9 +2151,11 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
   c->dim_names = names;
   Node *out = N(&k, c->output);
   c->output_dim = out->rank ? out->dim[0] : dims_const(&c->dt, 1);
+  finish_histories(&k);
   analyze(&k);
   c->bound = bind(&k);
   warn_unused(ast->body, ast->nbody, ast); /* only a cell that checks: an error says enough */
+  free(k.hists);
   free(k.ents);
   free(k.dyn);
   free(k.depth);

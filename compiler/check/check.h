@@ -75,6 +75,11 @@ typedef struct StateInfo {
   Recurrence rec;
   int coef_a, coef_b;   /* diagonal-linear: new = a * prev + b (typed-graph nodes; -1 = zero) */
   int culprit;          /* nonlinear: the node that reads a previous value */
+  /* a history (hidden: prev and conv read it): the last hist_lag steps of a named value, oldest
+     first, [hist_lag * size]; hist_lag 0 for a declared state */
+  int hist_lag;
+  int hist_of;          /* ... the typed node of the value */
+  const char *hist_name; /* ... the value's name (the state's is "hist.NAME") */
 } StateInfo;
 
 /* The elements of a state (of one part of a complex one). */

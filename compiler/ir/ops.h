@@ -110,7 +110,10 @@
   X(SOFTMAX, 1, "softmax", T, NONE, 0)      /* idx: axis */                                        \
   X(GROUPNORM, 1, "groupnorm", T, NONE, 0)  /* st[0]: the groups (a dim) */                        \
   X(EYE, 0, "eye", T, ZERO, 0)              /* the identity, the node's [n, n] */                  \
-  X(DIMVAL, 0, "dim", T, ZERO, 0)           /* a dim as a real number: st[0] the dim, k its value */
+  X(DIMVAL, 0, "dim", T, ZERO, 0)           /* a dim as a real number: st[0] the dim, k its value */ \
+  /* time: a value's history is a hidden state (check.c) holding its last K steps, oldest first */ \
+  X(LAG, 1, "prev", T, NONE, 0)             /* idx: lag k; a[0]: the history's PREV; step t - k */ \
+  X(HISTNEW, 2, "history", T, NONE, 0)      /* the history's new value: PREV a[0] shifted, a[1] in */
 
 /* Expands a row of either kind to nothing (for a list of one kind only). */
 #define OPS_SKIP(...)
@@ -124,7 +127,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-static_assert(OP_COUNT == 69, "update the op table's users when adding ops");
+static_assert(OP_COUNT == 71, "update the op table's users when adding ops");
 
 const char *op_name(Op op);  /* "ADD" */
 const char *op_text(Op op);  /* "+" */

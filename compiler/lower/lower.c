@@ -78,6 +78,24 @@ static int norm(Lowerer *L, int v, bool center) {
   return g_binary(g, OP_DIV, d, g_bcast(g, den, rank, n));
 }
 
+/* prev(v, k) and a history's update (real values). A history holds the last K steps of a value
+ * of n elements (a tensor's flattened), oldest first: step t - k is the slice at (K - k) n; the
+ * new history drops the oldest step and appends v (a: the history's PREV; b: v for the update). */
+static Pair lower_history(Lowerer *L, const Node *n, Pair a, Pair b) {
+  Graph *g = &L->p->g;
+  int size = node_numel(R(L, a.re)), one = 1;
+  if (n->op == OP_LAG) {
+    int vn = 1;
+    for (int d = 0; d < n->rank; d++) vn *= n->n[d];
+    int v = g_slice(g, a.re, size - n->idx * vn, vn);
+    return real(n->rank == 0 ? g_sum(g, v) : n->rank == 1 ? v : g_reshape(g, v, n->rank, n->n));
+  }
+  Node *x = R(L, b.re);
+  int vn = node_numel(x);
+  int v = x->rank == 0 ? g_bcast(g, b.re, 1, &one) : x->rank == 1 ? b.re : g_reshape(g, b.re, 1, &vn);
+  return real(size == vn ? v : g_concat(g, g_slice(g, a.re, vn, size - vn), v));
+}
+
 /* ---- version 2's tensors: views, reductions over an axis, products ---- */
 
 /* v broadcast to (rank, n) as PyTorch's: trailing dims align, a dim of 1 or a missing one stretches */
@@ -282,6 +300,8 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_IM: return real(im_of(L, a));
   case OP_CONJ: return a.im < 0 ? a : (Pair){a.re, g_unary(g, OP_NEG, a.im)};
   case OP_CIS: return (Pair){g_unary(g, OP_COS, a.re), g_unary(g, OP_SIN, a.re)};
+  case OP_LAG:
+  case OP_HISTNEW: return lower_history(L, n, a, b);
   default:
     /* an elementwise op of real values only (the op table: no OPP_CPLX): as it is */
     if (!op_is_elementwise(n->op) || (op_props(n->op) & OPP_CPLX)) UNREACHABLE(op_name(n->op));

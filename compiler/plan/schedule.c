@@ -36,9 +36,16 @@ typedef struct Sched {
   int arr_x, arr_dy, arr_y, arr_gx; /* the caller's arrays */
   int *stacked_in;  /* per GEMM node: its stack, or -1 */
   StackInfo *stack; /* per stack */
+  bool hybrid;      /* scan mode with sequential parts: histories (seq_part) */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
+
+/* A state part that runs step by step in a scan-mode plan: a history of prev and conv (in scan
+ * form, the one kind of state without coefficients). Its loop runs between the phases over all
+ * rows: the values it reads are computed before, its reads (prev, conv) after it, and so on in
+ * the backward, as in a sequential plan; everything else runs over all rows, the scans included. */
+static bool seq_part(Sched *s, int q) { return s->pl->scan && s->p->sparts[q].a < 0; }
 
 static bool is_gemm(Sched *s, int id) {
   Node *n = N(s, id);
@@ -156,7 +163,7 @@ static void visit(Sched *s, int id) {
     int state = p->sparts[s->scan_dtot[id]].state;
     for (int q = p->spart_of[state]; q < parts_end(p, state); q++) visit(s, p->sparts[q].g), visit(s, p->sparts[q].a);
   } else if (n->op == OP_PREV) {
-    if (s->pl->scan) visit(s, p->sparts[n->idx].next);
+    if (s->pl->scan && !seq_part(s, n->idx)) visit(s, p->sparts[n->idx].next);
   } else
     for (int i = 0; i < op_arity(n->op); i++) visit(s, n->a[i]);
 }
@@ -189,7 +196,7 @@ static int level(Sched *s, int id) {
     for (int q = p->spart_of[state]; q < parts_end(p, state); q++)
       if (IN_REGION(p->sparts[q].g)) L = max_int(L, level(s, p->sparts[q].g) + 1);
     if (L == 0) L = 1;
-  } else if (n->op == OP_PREV && s->pl->scan) {
+  } else if (n->op == OP_PREV && s->pl->scan && !seq_part(s, n->idx)) {
     L = level(s, p->sparts[n->idx].next);
   } else {
     for (int i = 0; i < op_arity(n->op); i++) {
@@ -248,6 +255,10 @@ static void mark_scanned(Sched *s) {
   for (int st = 0; st < p->nstates; st++) {
     int first = p->spart_of[st], end = parts_end(p, st);
     bool scanned = false;
+    if (seq_part(s, first)) {
+      s->hybrid = true;
+      continue;
+    }
     for (int q = first; q < end; q++) {
       Node *a = N(s, p->sparts[q].a);
       if (!(a->op == OP_CONST && a->k == 0)) scanned = true;
@@ -289,6 +300,8 @@ static void visit_roots(Sched *s) {
     if (p->pparts[i].grad >= 0) visit_static(s, p->pparts[i].grad);
   if (s->pl->scan) {
     for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].g);
+    for (int q = 0; q < p->nsparts; q++)
+      if (seq_part(s, q)) visit(s, p->sparts[q].dprev);
     s->first_pass = true;
   }
   for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
@@ -299,8 +312,9 @@ static void visit_roots(Sched *s) {
 static void mark_reads_leaf(Sched *s, bool *depP, bool *depD) {
   for (int id = 0; id < s->nn; id++) {
     Node *n = N(s, id);
-    depP[id] = n->op == OP_PREV;
-    depD[id] = n->op == OP_DNEW;
+    /* a hybrid plan's loops run the sequential parts only */
+    depP[id] = n->op == OP_PREV && (!s->hybrid || seq_part(s, n->idx));
+    depD[id] = n->op == OP_DNEW && (!s->hybrid || seq_part(s, n->idx));
     for (int i = 0; i < op_arity(n->op); i++) depP[id] |= depP[n->a[i]], depD[id] |= depD[n->a[i]];
   }
 }
@@ -309,6 +323,7 @@ static void mark_reads_leaf(Sched *s, bool *depP, bool *depD) {
 static void mark_feeds_state(Sched *s, bool *ancN, bool *ancD) {
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
+    if (s->hybrid && !seq_part(s, q)) continue;
     if (p->sparts[q].next >= 0) ancN[p->sparts[q].next] = true;
     if (p->sparts[q].dprev >= 0) ancD[p->sparts[q].dprev] = true;
   }
@@ -333,12 +348,18 @@ static void assign_regions(Sched *s) {
   for (int id = 0; id < nn; id++) {
     if (!s->vis[id] || !s->dyn[id] || s->region[id] == R_BWD_FIRST) continue;
     bool fwd = id < s->p->nforward;
-    if (s->pl->scan) s->region[id] = fwd ? R_FWD_PRE : R_BWD_PRE;
+    if (s->pl->scan && !s->hybrid) s->region[id] = fwd ? R_FWD_PRE : R_BWD_PRE;
     else if (fwd) s->region[id] = !depP[id] ? R_FWD_PRE : ancN[id] ? R_FWD_STEP : R_FWD_POST;
     else s->region[id] = !depD[id] ? R_BWD_PRE : ancD[id] ? R_BWD_STEP : R_BWD_POST;
   }
   for (int id = 0; id < nn; id++)
     if (s->vis[id] && s->dyn[id] && op_is_leaf(N(s, id)->op) && s->region[id] != R_BWD_FIRST) s->region[id] = R_FWD_PRE;
+  /* a scanned state's previous value is ready after its scan: in a hybrid plan the scan may run
+     after the sequential loop, and its readers wait for it there */
+  for (int q = 0; s->hybrid && q < s->p->nsparts; q++) {
+    StatePart *sp = &s->p->sparts[q];
+    if (!seq_part(s, q) && s->vis[sp->prev] && s->region[sp->next] == R_FWD_POST) s->region[sp->prev] = R_FWD_POST;
+  }
   free(depP), free(depD), free(ancN), free(ancD);
 }
 
@@ -473,7 +494,7 @@ static void mark_stored(Sched *s) {
     }
     /* scan mode: a dprev computed over all rows (hash-consing made it a value the rest of the
      * backward reads too) keeps an array of its own; the first rows' phase copies grad_h0 from it */
-    if (s->pl->scan && sp->dprev >= 0 && s->dyn[sp->dprev] && s->region[sp->dprev] != R_BWD_FIRST)
+    if (s->pl->scan && !seq_part(s, q) && sp->dprev >= 0 && s->dyn[sp->dprev] && s->region[sp->dprev] != R_BWD_FIRST)
       s->must_store[sp->dprev] = true;
   }
 }
@@ -486,7 +507,7 @@ static void add_fixed_arrays(Sched *s) {
   pl->dstate_array = xmalloc(sizeof(int) * (size_t)(p->nsparts + 1));
   for (int q = 0; q < p->nsparts; q++) {
     pl->state_array[q] = add_array(pl, ARR_STATE, p->sparts[q].size, 0, q);
-    pl->dstate_array[q] = add_array(pl, pl->scan ? ARR_DTOTAL : ARR_DSTATE, p->sparts[q].size, 0, q);
+    pl->dstate_array[q] = add_array(pl, pl->scan && !seq_part(s, q) ? ARR_DTOTAL : ARR_DSTATE, p->sparts[q].size, 0, q);
   }
   s->arr_x = add_array(pl, ARR_X, p->x_size, 0, 0), s->arr_dy = add_array(pl, ARR_DY, p->output_size, 0, 0);
   s->arr_y = add_array(pl, ARR_Y, p->output_size, 0, 0), s->arr_gx = add_array(pl, ARR_GX, p->x_size, 0, 0);
@@ -525,12 +546,16 @@ static void place_states(Sched *s) {
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
     int id = p->sparts[q].next, dst = add_slot(pl, pl->state_array[q], 1, 0);
-    if (s->scan_next[id] < 0) deliver_row(s, id, dst, pl->scan ? &pl->fwd_pre : &pl->fwd_step);
+    Phase *ph = !pl->scan || seq_part(s, q) ? &pl->fwd_step : s->hybrid ? &pl->fwd_post : &pl->fwd_pre;
+    if (s->scan_next[id] < 0) deliver_row(s, id, dst, ph);
     else if (pl->home[id] < 0) pl->home[id] = dst;
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
-    if (pl->scan) {
+    if (seq_part(s, q)) { /* as sequential, then its rows 0 to dL/dh0 */
+      deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
+      deliver(s, sp->dprev, add_array_slot(pl, ARR_GH0, sp->size, 0, q), &pl->bwd_first, false);
+    } else if (pl->scan) {
       if (s->scan_dtot[sp->dtotal] >= 0) pl->home[sp->dtotal] = add_slot(pl, pl->dstate_array[q], 0, 0);
       int dst = add_array_slot(pl, ARR_GH0, sp->size, 0, q);
       bool first_rows_only = sp->dprev >= 0 && s->region[sp->dprev] == R_BWD_FIRST;
@@ -544,14 +569,14 @@ static void place_states(Sched *s) {
 static void place_outputs(Sched *s) {
   Plan *pl = s->pl;
   Program *p = s->p;
-  Phase *fcopy = pl->scan ? &pl->fwd_pre : &pl->fwd_post;
+  Phase *fcopy = pl->scan && !s->hybrid ? &pl->fwd_pre : &pl->fwd_post;
   deliver_row(s, p->output, add_slot(pl, s->arr_y, 0, 0), fcopy);
   if (s->gates)
     for (int i = 0; i < p->ngates; i++) {
       int id = p->gates[i].node;
       deliver_row(s, id, add_array_slot(pl, ARR_GATE, node_numel(N(s, id)), 0, i), fcopy);
     }
-  deliver_row(s, p->dx, add_slot(pl, s->arr_gx, 0, 0), pl->scan ? &pl->bwd_pre : &pl->bwd_post);
+  deliver_row(s, p->dx, add_slot(pl, s->arr_gx, 0, 0), pl->scan && !s->hybrid ? &pl->bwd_pre : &pl->bwd_post);
 }
 
 /* A new stack of the matrices of the GEMMs members[0..n): its stacked matrix (cols x in) gets a

@@ -141,6 +141,27 @@ CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
 /* buffers and a frozen param: no gradient on any back end (zero, as the interpreter's) */
 CONFORMANCE(buffer_frozen, "tests/cells/buffer_frozen.cell", NULL, "H=19,D=5")
+/* prev and conv (histories run step by step inside a scan-mode plan): width-2 convolutions whose
+ * histories need no loop, a width-4 one whose history does; T = 1 too (histories longer than the
+ * sequence); both cells run in scan mode */
+CONFORMANCE(qrnn_conv, "tests/cells/qrnn_conv.cell", NULL, "H=11,D=3")
+CONFORMANCE(rglru_conv, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3")
+CONFORMANCE(prev_shapes, "tests/cells/prev_shapes.cell", NULL, "H=5,D=3")
+Test(cpu, rglru_conv_t1) { conform(&CPU, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 3, NULL); }
+Test(cpu, rglru_conv_t1_sequential) { conform(&CPU, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 3, "sequential"); }
+Test(cuda, rglru_conv_t1) { conform(&CUDA, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 2, NULL); }
+Test(cuda, qrnn_conv_t1_sequential) { conform(&CUDA, "tests/cells/qrnn_conv.cell", NULL, "H=11,D=3", 1, 2, "sequential"); }
+Test(cells, conv_cells_run_in_scan_mode) {
+  static const char *const files[] = {"tests/cells/qrnn_conv.cell", "tests/cells/rglru_conv.cell", "tests/cells/prev_shapes.cell"};
+  for (int i = 0; i < 3; i++) {
+    Arena arena = {0};
+    Cell *c = h_cell(&arena, files[i], NULL, "H=4,D=3", false, NULL);
+    cr_expect_eq(c->mode, MODE_SCAN, "%s: not in scan mode", files[i]);
+    cell_free(c);
+    arena_free(&arena);
+  }
+}
+
 /* runs of elementwise ops between products (tests/cells/runs.cell) */
 Test(interp_f32, runs) { conform(&INTERP_F32, "tests/cells/runs.cell", NULL, "H=19,D=5", 9, 3, NULL); }
 Test(cpu, runs_auto) { conform(&CPU, "tests/cells/runs.cell", NULL, "H=19,D=5", 9, 3, NULL); }

@@ -88,6 +88,13 @@ GRAD_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=3,D=2")
 GRAD_TEST(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=2,D=3")
 GRAD_TEST(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=3")
 
+/* prev and conv: the histories' gradients (grad.hist) from nonzero histories, in both forms */
+GRAD_TEST(qrnn_conv, "tests/cells/qrnn_conv.cell", NULL, "H=3,D=2")
+GRAD_TEST(rglru_conv, "tests/cells/rglru_conv.cell", NULL, "H=3,D=2")
+GRAD_TEST(prev_shapes, "tests/cells/prev_shapes.cell", NULL, "H=3,D=2")
+Test(gradients, qrnn_conv_scan_form) { check_cell_grads("tests/cells/qrnn_conv.cell", NULL, "H=3,D=2", 5, 2, false, true); }
+Test(gradients, rglru_conv_scan_form) { check_cell_grads("tests/cells/rglru_conv.cell", NULL, "H=3,D=2", 5, 2, false, true); }
+
 Test(gradients, gumbel_through_noise) { check_cell_grads("tests/cells/ops.cell", "use_gumbel=true", "H=3,D=2", 3, 2, true, false); }
 
 /* the scan form (new = a * prev + b from the analysis' coefficients) of every scan cell */

@@ -152,6 +152,9 @@ static const OpCase cases[OP_COUNT] = {
     [OP_IM] = {"im(complex(a, b) / complex(1.5, b))"},
     [OP_CONJ] = {"re(conj(za) * zb) + im(conj(zb))"},
     [OP_CIS] = {"re(cis(a)) + im(cis(b))"},
+    /* b reads no state: its history holds its last 2 steps */
+    [OP_LAG] = {"a * prev(b, 2) + prev(b, 1)"},
+    [OP_HISTNEW] = {"a * prev(b, 2) + prev(b, 1)"},
 };
 
 /* The case's cell, checked with H=3, D=2 (its source in a temporary file). */
