@@ -211,6 +211,9 @@ static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
     if (c->bound) fprintf(f, "  (%ld bytes/token)", state_bytes(s));
     fprintf(f, "\n");
   }
+  if (c->scan_blocker >= 0)
+    fprintf(f, "  sequential: every state is diagonal-linear, but the previous value of '%s' is read outside its update\n",
+            c->states[c->g.nodes[c->scan_blocker].idx].name);
   if (c->bound && mem.chunk)
     fprintf(f, "  memory: %zu bytes per batch row and token in training, and %zu per batch row for chunks of %d steps\n",
             mem.per_token, mem.per_chunk, mem.chunk);

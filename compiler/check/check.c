@@ -1874,6 +1874,40 @@ static bool affine(Analysis *an, int id, signed char *memo) {
   return r;
 }
 
+/* A read of state `state`'s previous value that reaches id other than through the state's own new
+ * value (the update's a * prev): the PREV node, or -1. A scan's backward hands the step before only
+ * a * dtotal, so such a read (the output or another state reading the previous value) needs the
+ * sequential plan. */
+static int outside_read(Checker *k, int id, int state, signed char *seen) {
+  if (id < 0 || seen[id]) return -1;
+  seen[id] = 1;
+  Node *n = N(k, id);
+  if (n->op == OP_PREV) return n->idx == state ? id : -1;
+  if (n->op == OP_NEWVAL && n->idx == state) return -1;
+  for (int i = 0; i < op_arity(n->op); i++) {
+    int r = outside_read(k, n->a[i], state, seen);
+    if (r >= 0) return r;
+  }
+  return -1;
+}
+
+/* The first read of a scanned state's previous value outside its update, from the output or the
+ * other states' updates (the roots of the loss), or -1. */
+static int scan_blocker(Checker *k) {
+  Cell *c = k->c;
+  signed char *seen = xmalloc((size_t)c->g.nnodes + 1);
+  int r = -1;
+  for (int s = 0; s < c->nstates && r < 0; s++) {
+    if (c->states[s].rec != REC_DIAG_LINEAR || c->states[s].hist_lag) continue;
+    memset(seen, 0, (size_t)c->g.nnodes + 1);
+    if (c->output >= 0) r = outside_read(k, c->output, s, seen);
+    for (int j = 0; j < c->nstates && r < 0; j++)
+      if (j != s && c->states[j].update >= 0) r = outside_read(k, c->states[j].update, s, seen);
+  }
+  free(seen);
+  return r;
+}
+
 static void analyze(Checker *k) {
   Cell *c = k->c;
   int nn = c->g.nnodes;
@@ -1914,7 +1948,14 @@ static void analyze(Checker *k) {
   c->mode = MODE_SCAN;
   for (int i = 0; i < c->nstates; i++) /* (a scan-mode plan runs the histories step by step) */
     if (c->states[i].rec != REC_DIAG_LINEAR && !c->states[i].hist_lag) c->mode = MODE_SEQUENTIAL;
+  c->scan_blocker = c->mode == MODE_SCAN ? scan_blocker(k) : -1;
+  if (c->scan_blocker >= 0) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
+  if (k->o->force_scan && c->scan_blocker >= 0) {
+    Node *pr = N(k, c->scan_blocker);
+    fail(k, pr->loc, "cannot run cell '%s' in scan mode: the previous value of state '%s' is read here, outside its update; a scan's backward takes only the update's own read (write the read after the update, of the new value, or run sequentially)",
+         c->name, c->states[pr->idx].name);
+  }
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
     for (int i = 0; i < c->nstates; i++) {
       StateInfo *s = &c->states[i];

@@ -123,6 +123,8 @@ typedef struct Cell {
   int output_dim;       /* symbolic size of the output (rank 0: const 1) */
   int output_size;
   Mode mode;            /* scan when every state is diagonal-linear */
+  int scan_blocker;     /* sequential although every state is diagonal-linear: the PREV node of a
+                           state read outside its own update (check.c, outside_read), else -1 */
   bool bound;           /* every dim has a value: n[] fields are valid */
 } Cell;
 

@@ -139,6 +139,8 @@ CHUNKS(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=5")
 CONFORMANCE(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")
+/* a scanned state's previous value read outside its update: sequential, so every gradient right */
+CONFORMANCE(scan_outside_read, "tests/cells/scan_outside_read.cell", NULL, "H=7,D=4")
 /* buffers and a frozen param: no gradient on any back end (zero, as the interpreter's) */
 CONFORMANCE(buffer_frozen, "tests/cells/buffer_frozen.cell", NULL, "H=19,D=5")
 /* prev and conv (histories run step by step inside a scan-mode plan): width-2 convolutions whose

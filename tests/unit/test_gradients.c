@@ -84,6 +84,7 @@ Test(gradients, buffer_frozen_unfrozen) {
   arena_free(&arena);
 }
 GRAD_TEST(ops_v2_scan, "tests/cells/ops_v2_scan.cell", NULL, "H=3,D=2")
+GRAD_TEST(scan_outside_read, "tests/cells/scan_outside_read.cell", NULL, "H=3,D=2")
 /* version 2's tensors: views, reductions over axes, batched products, a per-head matrix state */
 GRAD_TEST(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=2,D=3")
 GRAD_TEST(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=3")
