@@ -20,6 +20,7 @@ its stderr are printed (the first three per command)."""
 import argparse
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,35 +46,55 @@ REPORT_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSan
                 "Invalid read", "Invalid write", "uninitialised value")
 
 SMALL = ["--set", "train.steps=4", "--set", "log.every=2", "--set", "eval.every=4", "--set", "eval.batches=1",
-         "--set", "model.width=16", "--set", "model.hidden=16", "--set", "train.batch=8"]
+         "--set", "model.width=16", "--set", "train.batch=8"]
+HIDDEN = ["--set", "model.hidden=16"]
 COPYING = "examples/small/copying.cfg"
 # every cell of the stdlib and of tests/cells (which hold the shapes of plan that went wrong once)
 CELLS = [os.path.relpath(p, ROOT) for d in ("stdlib", "tests/cells") for p in sorted(glob.glob(os.path.join(ROOT, d, "*.cell")))]
 
 
+def declared_dims(path):
+    """The dims a cell file declares without a default (`dim NH`), in order."""
+    with open(os.path.join(ROOT, path)) as f:
+        return [m.group(1) for m in re.finditer(r"^\s*dim\s+(\w+)\s*$", f.read(), re.M)]
+
+
+# per cell: --dims (H=8 and D=4 as every version-1 cell has them, 2 for version 2's head sizes)
+# and the training keys that bind its dims (model.hidden binds H, model.dims.NAME the others)
+DIMS = {c: ",".join(["D=4"] + [f"{d}={8 if d == 'H' else 2}" for d in declared_dims(c)]) for c in CELLS}
+TRAIN_DIMS = {c: [kv for d in declared_dims(c) for kv in
+                  (["--set", "model.hidden=16"] if d == "H" else ["--set", f"model.dims.{d}=2"])] for c in CELLS}
+
+
 def commands(tmp, ckpt):
     """(name, expected status, argv builder of the run index and its scratch folder)."""
     cell = lambda i: CELLS[i % len(CELLS)]  # noqa: E731
+    dims = lambda i: DIMS[cell(i)]  # noqa: E731
     bad = os.path.join(tmp, "bad.cell")
     with open(bad, "w") as f:
         f.write("cell bad {\n  input x[D]; dim H; state h[H]\n  h = tanh(W @ x)\n}\n")
+    # the copying task for a cell without dim H: model.hidden (which binds H) left out
+    noh = os.path.join(tmp, "copying_noh.cfg")
+    with open(os.path.join(ROOT, COPYING)) as f, open(noh, "w") as g:
+        g.write("".join(line for line in f if not re.match(r"\s*hidden\s*=", line)))
+    cfg = lambda i: COPYING if "H" in declared_dims(cell(i)) else noh  # noqa: E731
     badcfg = os.path.join(tmp, "bad.cfg")
     with open(badcfg, "w") as f:
         f.write("[task]\nname = copying\n[train]\nsteps = -3\n")
     return [
         ("check", 0, lambda i, d: ["check", cell(i)]),
-        ("check --json", 0, lambda i, d: ["check", cell(i), "--json", "--dims", "H=8,D=4"]),
+        ("check --json", 0, lambda i, d: ["check", cell(i), "--json", "--dims", dims(i)]),
         ("check (error)", 1, lambda i, d: ["check", bad]),
         ("derive", 0, lambda i, d: ["derive", cell(i)]),
-        ("run", 0, lambda i, d: ["run", cell(i), "--dims", "H=8,D=4", "--out", os.path.join(d, "r.safetensors")]),
-        ("train", 0, lambda i, d: ["train", cell(i), COPYING, *SMALL, "--out", os.path.join(d, "run")]),
+        ("run", 0, lambda i, d: ["run", cell(i), "--dims", dims(i), "--out", os.path.join(d, "r.safetensors")]),
+        ("train", 0, lambda i, d: ["train", cell(i), cfg(i), *SMALL, *TRAIN_DIMS[cell(i)], "--out", os.path.join(d, "run")]),
         ("train (bad cfg)", 1, lambda i, d: ["train", cell(i), badcfg, "--out", os.path.join(d, "run")]),
-        ("eval", 0, lambda i, d: ["eval", "stdlib/mgu.cell", COPYING, *SMALL, "--checkpoint", ckpt]),
-        ("emit cpu", 0, lambda i, d: ["emit", cell(i), "--target", "cpu", "--dims", "H=8,D=4", "--out",
+        ("eval", 0, lambda i, d: ["eval", "stdlib/mgu.cell", COPYING, *SMALL, *HIDDEN, "--checkpoint", ckpt]),
+        ("emit cpu", 0, lambda i, d: ["emit", cell(i), "--target", "cpu", "--dims", dims(i), "--out",
                                       os.path.join(d, "e")]),
-        ("emit cuda", 0, lambda i, d: ["emit", cell(i), "--target", "cuda", "--dims", "H=8,D=4", "--out",
+        ("emit cuda", 0, lambda i, d: ["emit", cell(i), "--target", "cuda", "--dims", dims(i), "--out",
                                        os.path.join(d, "e")]),
-        ("diag", 0, lambda i, d: ["diag", "stdlib/mgu.cell", COPYING, *SMALL, "--batches", "1", "--out",
+        ("diag", 0, lambda i, d: ["diag", "stdlib/mgu.cell", COPYING, *SMALL, *HIDDEN, "--batches", "1", "--out",
                                   os.path.join(d, "diag")]),
         ("help", 0, lambda i, d: ["help"]),
         ("usage error", 2, lambda i, d: ["no-such-command"]),
@@ -103,7 +124,7 @@ def main():
         env["CELLC_THREADS"] = a.threads
     tmp = tempfile.mkdtemp(prefix="cellc-stress-")
     # one checkpoint for every eval run, trained once by the binary under test
-    prep = subprocess.run([cellc, "train", "stdlib/mgu.cell", COPYING, *SMALL, "--out", os.path.join(tmp, "ckpt")],
+    prep = subprocess.run([cellc, "train", "stdlib/mgu.cell", COPYING, *SMALL, *HIDDEN, "--out", os.path.join(tmp, "ckpt")],
                           capture_output=True, text=True, env=env, timeout=600)
     ckpt = os.path.join(tmp, "ckpt", "checkpoint.safetensors")
     if prep.returncode != 0 or not os.path.exists(ckpt):
