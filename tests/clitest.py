@@ -50,6 +50,15 @@ def stdlib_cells():
     return out
 
 
+def stdlib_dims(path, H, D):
+    """The --dims of a cell file at a test's H and D: stdlib/cells.list's first case of the file
+    (mamba2's heads), "H=H,D=D" for any other file."""
+    for c in stdlib_cells():
+        if os.path.basename(path) == os.path.basename(c.file) and os.path.basename(os.path.dirname(path)) == "stdlib":
+            return c.dims(H, D)
+    return "H=%d,D=%d" % (H, D)
+
+
 def check(name, ok, detail=""):
     counts["passed" if ok else "failed"] += 1
     print("PASS" if ok else "FAIL", name, *([] if ok else [detail]))

@@ -6,14 +6,16 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import check, finish, run  # noqa: E402
+from clitest import check, finish, run, stdlib_dims  # noqa: E402
 
 CELLC = os.environ.get("CELLC", "bin/cellc")
 DIMS = ["--dims", "H=4,D=3"]
 
 
 def dump(cell, what, *extra):
-    return run([CELLC, "check", f"stdlib/{cell}.cell", *DIMS, "--dump", what, *extra], 60)
+    # H = 4, D = 3 in the form stdlib/cells.list gives the cell (mamba2: its heads)
+    return run([CELLC, "check", f"stdlib/{cell}.cell", "--dims", stdlib_dims(f"stdlib/{cell}.cell", 4, 3), "--dump", what,
+                *extra], 60)
 
 
 def nodes(text):

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
 import sft  # noqa: E402
+import clitest  # noqa: E402
 from clitest import Result, check, finish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,8 +37,17 @@ def run(args, **kw):
     return Result(p.returncode, p.stdout, p.stderr)
 
 
+def dims_of(cell_file):
+    """DIMS, or for a stdlib cell with dims of its own (stdlib/cells.list) those at DIMS's H and D."""
+    d = dict(kv.split("=") for kv in DIMS.split(","))
+    if set(d) != {"D", "H"}:
+        return DIMS
+    listed = clitest.stdlib_dims(cell_file, int(d["H"]), int(d["D"]))
+    return listed if {kv.split("=")[0] for kv in listed.split(",")} - {"H", "D"} else DIMS
+
+
 def emit(cell_file, out, *extra):
-    return run([CELLC, "emit", cell_file, "--dims", DIMS, "--out", out, *extra])
+    return run([CELLC, "emit", cell_file, "--dims", dims_of(cell_file), "--out", out, *extra])
 
 
 M64 = (1 << 64) - 1
@@ -80,7 +90,7 @@ def reference(cell_file, meta, work, extra, seed=None):
     inp, out = os.path.join(work, "in.safetensors"), os.path.join(work, "ref.safetensors")
     if seed is not None:  # the noise streams' shapes from a first run, then the emitted noise
         sft.write(inp, inputs)
-        run([CELLC, "run", cell_file, "--dims", DIMS, "--T", str(T), "--B", str(B), "--backend", "interp", "--precision",
+        run([CELLC, "run", cell_file, "--dims", dims_of(cell_file), "--T", str(T), "--B", str(B), "--backend", "interp", "--precision",
              "f64", "--inputs", inp, "--out", out, "--train", *extra])
         first, _ = sft.read(out)
         for name in first:
@@ -88,7 +98,7 @@ def reference(cell_file, meta, work, extra, seed=None):
                 inputs[name] = emitted_noise(seed, int(name[6:]), first[name].shape)
         extra = list(extra) + ["--train"]
     sft.write(inp, inputs)
-    r = run([CELLC, "run", cell_file, "--dims", DIMS, "--T", str(T), "--B", str(B), "--seed", "3", "--backend", "interp",
+    r = run([CELLC, "run", cell_file, "--dims", dims_of(cell_file), "--T", str(T), "--B", str(B), "--seed", "3", "--backend", "interp",
              "--precision", "f64", "--inputs", inp, "--out", out, *extra])
     if r.rc != 0:
         raise RuntimeError("cellc run: " + r.why())

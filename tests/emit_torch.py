@@ -28,8 +28,10 @@ CELLS = list(dict.fromkeys(c.cell for c in stdlib_cells()))
 
 def load_module(cell, work):
     out = os.path.join(work, cell)
-    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"), "--dims", "D=%d,H=%d" % (D, H),
-                        "--out", out, "--torch"], capture_output=True, text=True)
+    dims = cells.SPECS[cell].dims(H, D) if cells.SPECS[cell].dims else {"D": D, "H": H}
+    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"),
+                        "--dims", ",".join("%s=%d" % kv for kv in dims.items()), "--out", out, "--torch"],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr)
     spec = importlib.util.spec_from_file_location(cell + "_torch", os.path.join(out, cell + "_torch.py"))
@@ -54,7 +56,10 @@ def compare(cell, mod):
             prm.copy_(torch.randn(prm.shape) * (0.5 if prm.dim() > 1 else 0.3))
     x = torch.randn(T, B, D, dtype=torch.float64, requires_grad=True)
     h0 = {k: (0.5 * torch.randn((B,) + shp, dtype=torch.float64)).requires_grad_() for k, (shp, _) in sspec.items()}
-    y, finals = m(x, h0)
+    # a history hist.NAME [B, K, C] is the module's state hist_NAME [B, K * C] (docs/emit.md)
+    fld = {k: k.replace(".", "_") for k in sspec}
+    y, finals = m(x, {fld[k]: v.reshape(B, -1) if k.startswith("hist.") else v for k, v in h0.items()})
+    finals = {k: finals[fld[k]].reshape(h0[k].shape) for k in sspec}
     dy = torch.randn_like(y)
     dfin = {k: torch.randn_like(v) for k, v in finals.items()}
     loss = (y * dy).sum() + sum((finals[k] * dfin[k]).sum() for k in finals)

@@ -159,10 +159,14 @@ class Spec:
     gates(opts) -> [names]; out(H, D) -> O; mode(opts) -> 'scan' | 'sequential' (the compiler's
     expected classification); defaults: the options' defaults; H_default: 'D' when H = D by default."""
 
-    def __init__(self, step, params, states, gates, out, mode, defaults=None, H_default=None):
+    def __init__(self, step, params, states, gates, out, mode, defaults=None, H_default=None, dims=None, H_dim="H"):
         self.step, self.params, self.states, self.gates, self.out, self.mode = step, params, states, gates, out, mode
         self.defaults = defaults or {}
         self.H_default = H_default
+        # dims(H, D) -> the run's --dims, for a cell whose dims are not H and D (H_dim: the one that
+        # plays H, the size the configurations vary); states named hist.NAME are histories
+        self.dims = dims
+        self.H_dim = H_dim
 
 
 def _rs(shape):
@@ -240,7 +244,7 @@ def run(name, params, x, h0, opts=None):
     """Run the named stdlib cell over x [T, B, D] from h0: returns (y, finals, gates) as documented above."""
     sp = SPECS[name]
     o = options(name, opts)
-    H = next(iter(h0.values())).shape[1]
+    H = sp.H_of(h0) if hasattr(sp, "H_of") else next(iter(h0.values())).shape[1]
     D = x.shape[-1]
     pspec, sspec = shapes(name, H, D, o)
     missing = sorted(set(pspec) - set(params))
@@ -292,3 +296,95 @@ hgru = _make("hgru")
 mingru = _make("mingru")
 
 REFS = {n: globals()[n] for n in SPECS}
+
+
+# ---------------------------------------------------------------- cells with histories (prev, conv)
+# A history hist.NAME is a state [B, K, C]: NAME at steps t-K .. t-1, oldest first. Each step
+# reads it and hands on the last K steps, so these references run step by step like the others.
+def _lag(hist, cur, k):
+    """NAME at step t - k (k = 0: the current value) from its history [B, K, C]."""
+    return cur if k == 0 else hist[:, hist.shape[1] - k]
+
+
+def _shift(hist, cur):
+    return torch.cat([hist[:, 1:], cur[:, None]], 1)
+
+
+def _dwconv(hist, cur, W):
+    """Depthwise causal convolution: sum_j W[:, j] * NAME[t - j]; W[:, 0] multiplies the current step."""
+    return sum(W[:, j] * _lag(hist, cur, j) for j in range(W.shape[1]))
+
+
+def qrnn_step(p, x, s, o):
+    # Bradbury et al. 2017: a width-2 masked convolution, then fo-pooling
+    xp = _lag(s["hist.x"], x, 1)
+    z = torch.tanh(mv(p["Wz0"], x) + mv(p["Wz1"], xp) + p["bz"])
+    f = torch.sigmoid(mv(p["Wf0"], x) + mv(p["Wf1"], xp) + p["bf"])
+    og = torch.sigmoid(mv(p["Wo0"], x) + mv(p["Wo1"], xp) + p["bo"])
+    c = f * s["c"] + (1 - f) * z
+    return {"c": c, "hist.x": _shift(s["hist.x"], x)}, og * c, {"f": f, "o": og}
+
+
+def rglru_step(p, x, s, o):
+    # De et al. 2024 (Griffin): the recurrent block around the RG-LRU, c = 8
+    gy = mv(p["Wy"], x) + p["by"]
+    g = torch.nn.functional.gelu(gy, approximate="tanh")
+    u = mv(p["Wx"], x) + p["bx"]
+    v = _dwconv(s["hist.u"], u, p["Kc"]) + p["bc"]
+    r = torch.sigmoid(mv(p["Wa"], v) + p["ba"])
+    i = torch.sigmoid(mv(p["Wi"], v) + p["bi"])
+    a = torch.sigmoid(-p["lam_neg"]) ** (8 * r)          # sigmoid(Lambda)^(c r), Lambda = -lam_neg
+    h = a * s["h"] + torch.sqrt(1 - a * a) * (i * v)
+    return {"h": h, "hist.u": _shift(s["hist.u"], u)}, mv(p["Wo"], h * g) + p["bo"], {"r": r, "i": i}
+
+
+MAMBA2_NH, MAMBA2_N = 2, 3     # the tests' heads and state size; P plays H
+
+
+def mamba2_step(p, x, s, o):
+    # Dao and Gu 2024: SSD with a scalar decay per head, one group of B, C
+    NH, P, N = s["S"].shape[1:]
+    ux, uB, uC = mv(p["Wx"], x), mv(p["WB"], x), mv(p["WC"], x)
+    u = silu(_dwconv(s["hist.ux"], ux, p["Kx"]) + p["bx"]).reshape(-1, NH, P)
+    b = silu(_dwconv(s["hist.uB"], uB, p["KB"]) + p["bB"])
+    c = silu(_dwconv(s["hist.uC"], uC, p["KC"]) + p["bC"])
+    dt = torch.nn.functional.softplus(mv(p["Wdt"], x) + p["dt_bias"])          # [B, NH]
+    A = -torch.exp(p["A_log"])
+    S = torch.exp(dt * A)[:, :, None, None] * s["S"] + dt[:, :, None, None] * torch.einsum("bhp,bn->bhpn", u, b)
+    y = torch.einsum("bhpn,bn->bhp", S, c) + p["Dskip"][None, :, None] * u
+    y = y.reshape(y.shape[0], NH * P)
+    out = mv(p["Wo"], rmsnorm(y * silu(mv(p["Wz"], x))) * p["norm_w"])
+    new = {"S": S, "hist.ux": _shift(s["hist.ux"], ux), "hist.uB": _shift(s["hist.uB"], uB),
+           "hist.uC": _shift(s["hist.uC"], uC)}
+    return new, out, {}
+
+
+def _u(shape):
+    return _rs(shape)
+
+
+SPECS["mamba2"] = Spec(
+    mamba2_step,
+    lambda H, D, o: {"Wz": _u([2 * H, D]), "Wx": _u([2 * H, D]), "WB": _u([3, D]), "WC": _u([3, D]),
+                     "Wdt": _u([2, D]), "Kx": _u([2 * H, 4]), "bx": _u([2 * H]), "KB": _u([3, 4]), "bB": _u([3]),
+                     "KC": _u([3, 4]), "bC": _u([3]), "dt_bias": _u([2]), "A_log": _u([2]), "Dskip": _u([2]),
+                     "norm_w": _u([2 * H]), "Wo": _u([D, 2 * H])},
+    lambda H, D: {"S": _u([MAMBA2_NH, H, MAMBA2_N]), "hist.ux": _u([3, MAMBA2_NH * H]),
+                  "hist.uB": _u([3, MAMBA2_N]), "hist.uC": _u([3, MAMBA2_N])},
+    lambda o: [], lambda H, D: D, lambda o: "scan",
+    dims=lambda H, D: {"NH": MAMBA2_NH, "P": H, "N": MAMBA2_N, "D": D}, H_dim="P")
+SPECS["mamba2"].H_of = lambda h0: h0["S"].shape[2]
+SPECS["rglru"] = Spec(
+    rglru_step,
+    lambda H, D, o: {"Wy": _u([H, D]), "by": _u([H]), "Wx": _u([H, D]), "bx": _u([H]), "Kc": _u([H, 4]),
+                     "bc": _u([H]), "Wa": _u([H, H]), "ba": _u([H]), "Wi": _u([H, H]), "bi": _u([H]),
+                     "lam_neg": _u([H]), "Wo": _u([D, H]), "bo": _u([D])},
+    lambda H, D: {"h": _u([H]), "hist.u": _u([3, H])}, lambda o: ["r", "i"], lambda H, D: D, lambda o: "scan")
+SPECS["qrnn"] = Spec(
+    qrnn_step,
+    lambda H, D, o: {n: _u([H, D]) for n in ("Wz0", "Wz1", "Wf0", "Wf1", "Wo0", "Wo1")} |
+    {n: _u([H]) for n in ("bz", "bf", "bo")},
+    lambda H, D: {"c": _u([H]), "hist.x": _u([1, D])}, lambda o: ["f", "o"], lambda H, D: H, lambda o: "scan")
+mamba2 = REFS["mamba2"] = _make("mamba2")
+rglru = REFS["rglru"] = _make("rglru")
+qrnn = REFS["qrnn"] = _make("qrnn")

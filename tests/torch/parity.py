@@ -89,6 +89,8 @@ def stdlib_configs():
     for name in c.SPECS:
         if c.SPECS[name].H_default == "D":      # hgru: H defaults to D
             small, big, odd = {"D": 4}, {"H": 4, "D": 4}, {"D": 3}
+        elif c.SPECS[name].dims:                # dims of their own (mamba2's heads)
+            small, big, odd = c.SPECS[name].dims(5, 4), c.SPECS[name].dims(5, 4), c.SPECS[name].dims(3, 6)
         else:
             small, big, odd = {"H": 5, "D": 4}, {"H": 5, "D": 4}, {"H": 3, "D": 6}
         out.append(Config(name, 1, 1, small, 3))
@@ -109,8 +111,13 @@ def stdlib_configs():
 # ---------------------------------------------------------------- building IN, running cellc
 def stdlib_shapes(cf):
     D = cf.dims["D"]
-    H = cf.dims.get("H", D if cells.SPECS[cf.cell].H_default == "D" else None)
+    H = cf.dims.get(cells.SPECS[cf.cell].H_dim, D if cells.SPECS[cf.cell].H_default == "D" else None)
     return cells.shapes(cf.cell, H, D, cf.opts)
+
+
+def h0_name(s):
+    """A state's initial value in cellc run's files: h0.NAME, a history's hist.NAME as it is."""
+    return s if s.startswith("hist.") else "h0." + s
 
 
 def random_inputs(cf, state_shapes, param_shapes=None, out_size=None):
@@ -118,7 +125,7 @@ def random_inputs(cf, state_shapes, param_shapes=None, out_size=None):
     rng = np.random.RandomState(1000 + cf.seed)
     t = {}
     for s, shp in sorted(state_shapes.items()):
-        t["h0." + s] = rng.uniform(0.2, 0.9, size=(cf.B,) + tuple(shp)) * rng.choice([-1.0, 1.0], size=(cf.B,) + tuple(shp))
+        t[h0_name(s)] = rng.uniform(0.2, 0.9, size=(cf.B,) + tuple(shp)) * rng.choice([-1.0, 1.0], size=(cf.B,) + tuple(shp))
         t["dfinal." + s] = rng.normal(size=(cf.B,) + tuple(shp))
     if cf.full:
         t["x"] = rng.normal(size=(cf.T, cf.B, cf.dims["D"])).astype(np.float32)
@@ -185,7 +192,7 @@ def prepare_and_run(args, cf, workdir):
     if cf.ref is None:
         pshapes, sshapes = stdlib_shapes(cf)
         D = cf.dims["D"]
-        H = cf.dims.get("H", D)
+        H = cf.dims.get(cells.SPECS[cf.cell].H_dim, D)
         t = random_inputs(cf, {k: s for k, (s, c) in sshapes.items()}, {k: s for k, (s, c) in pshapes.items()},
                           cells.SPECS[cf.cell].out(H, D))
     else:
@@ -249,13 +256,14 @@ def reference(cf, out):
     params = Tracking({k[6:]: leaf(v) for k, v in out.items() if k.startswith("param.")})
     x = leaf(out["x"])
     h0 = {k[3:]: leaf(v) for k, v in out.items() if k.startswith("h0.")}
+    h0.update({k: leaf(v) for k, v in out.items() if k.startswith("hist.")})
     if cf.ref is None:
         opts = cells.options(cf.cell, cf.opts)
         pshapes, sshapes = stdlib_shapes(cf)        # from the configuration, not from OUT
         exp_params, exp_states, exp_gates = sorted(pshapes), sorted(sshapes), sorted(cells.SPECS[cf.cell].gates(opts))
         missing = [s for s in exp_states if s not in h0]
         if missing:
-            raise KeyError("OUT lacks h0.%s" % ", h0.".join(missing))
+            raise KeyError("OUT lacks %s" % ", ".join(h0_name(s) for s in missing))
         y, finals, gates = cells.run(cf.cell, params, x, {s: h0[s] for s in exp_states}, opts)
     else:
         y, finals, gates = cf.ref(params, x, h0, dict(cf.opts))
@@ -271,7 +279,7 @@ def reference(cf, out):
             raise KeyError("OUT lacks dfinal.%s" % s)
         L = L + (finals[s] * torch.tensor(np.asarray(out["dfinal." + s], dtype=np.float64), dtype=dt)).sum()
     names = [("grad.param." + p, params[p]) for p in exp_params] + [("grad.x", x)] + \
-            [("grad.h0." + s, h0[s]) for s in exp_states]
+            [("grad." + h0_name(s), h0[s]) for s in exp_states]
     grads = torch.autograd.grad(L, [v for _, v in names], allow_unused=True)
     res = {"y": y.detach().numpy()}
     for s in exp_states:
@@ -316,7 +324,7 @@ def check_config(args, cf, in_t, outp, err, emit):
     expected = set(["x", "dy", "y", "grad.x"] + ["param." + p for p in exp_params] +
                    ["grad.param." + p for p in exp_params] + ["gate." + g for g in exp_gates])
     for s in exp_states:
-        expected |= {"h0." + s, "dfinal." + s, "final." + s, "grad.h0." + s}
+        expected |= {h0_name(s), "dfinal." + s, "final." + s, "grad." + h0_name(s)}
     have = set(out)
     miss, extra = sorted(expected - have), sorted(have - expected)
     emit(not miss and not extra, cf.label, "names",

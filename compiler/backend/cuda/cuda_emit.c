@@ -63,6 +63,15 @@ static void print_plan(FILE *f, const char *P, const Plan *pl, const CgCudaInfo 
 
 /* ---- the C API ---- */
 
+/* A struct member's name: a param's or state's name with every character that C does not allow in
+ * an identifier as '_' (a history hist.NAME is the member hist_NAME; docs/emit.md), as P.h has it. */
+static const char *field(const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%s", name);
+  for (char *c = buf; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) *c = '_';
+  return buf;
+}
+
 /* The declarations P.h holds (docs/emit.md): P.cu carries them too, under P.h's guard. */
 static void print_header_block(FILE *f, const char *P, const Program *p) {
   const Cell *c = p->cell;
@@ -74,9 +83,10 @@ static void print_header_block(FILE *f, const char *P, const Program *p) {
   }
   if (!has_o) fprintf(f, "%s_O = %d ", P, p->output_size);
   fprintf(f, "};\ntypedef struct {");
-  for (int i = 0; i < c->nparams; i++) fprintf(f, "%s float *%s;", i ? "" : "", c->params[i].name);
+  char buf[160];
+  for (int i = 0; i < c->nparams; i++) fprintf(f, "%s float *%s;", i ? "" : "", field(c->params[i].name, buf, sizeof buf));
   fprintf(f, " } %s_params;\ntypedef struct {", P);
-  for (int i = 0; i < c->nstates; i++) fprintf(f, " float *%s;", c->states[i].name);
+  for (int i = 0; i < c->nstates; i++) fprintf(f, " float *%s;", field(c->states[i].name, buf, sizeof buf));
   fprintf(f, " } %s_states;\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n", P);
   fprintf(f, "size_t %s_workspace_bytes(int T, int B);\n", P);
   fprintf(f, "int %s_forward(const %s_params *w, int T, int B, const float *x, const %s_states *h0, float *y,\n"
@@ -91,7 +101,9 @@ static void print_header_block(FILE *f, const char *P, const Program *p) {
 /* `unsigned long long name[] = {s ? (device address of s->m0) : 0, ..., 0};` over a struct's members. */
 static void print_members(FILE *f, const char *decl, const char *s, const char *const *names, int n) {
   fprintf(f, "  unsigned long long %s[] = {", decl);
-  for (int i = 0; i < n; i++) fprintf(f, "%s ? (unsigned long long)(uintptr_t)%s->%s : 0, ", s, s, names[i]);
+  char buf[160];
+  for (int i = 0; i < n; i++)
+    fprintf(f, "%s ? (unsigned long long)(uintptr_t)%s->%s : 0, ", s, s, field(names[i], buf, sizeof buf));
   fprintf(f, "0};\n");
 }
 
