@@ -1,4 +1,4 @@
-"""train_time_cells.py: the stdlib cells that read earlier steps (prev, conv: mamba2, rglru, qrnn)
+"""train_time_cells.py: the stdlib cells that read earlier steps (prev, conv: mamba, mamba2, rglru, qrnn)
 learn in `cellc train`: on selective copying (4 tokens of 8 at random positions among 12 steps,
 reproduced on 4 marker steps), one layer of 32, 300 AdamW steps, each run ends with a test loss
 clearly below chance (log 8 = 2.08 nats on the marker steps: under 1.5; measured 1.13 to 1.25)
@@ -57,8 +57,9 @@ CELLS = {
     "qrnn": ["--set", "model.hidden=32"],
     "rglru": ["--set", "model.hidden=32"],
     "mamba2": ["--set", "model.dims.NH=4", "--set", "model.dims.P=8", "--set", "model.dims.N=8"],
+    "mamba": ["--set", "model.dims.N=8", "--set", "model.dims.R=4"],
 }
-LONG_DIMS = {"qrnn": "H=16,D=8", "rglru": "H=16,D=8", "mamba2": "NH=2,P=8,N=4,D=8"}
+LONG_DIMS = {"qrnn": "H=16,D=8", "rglru": "H=16,D=8", "mamba2": "NH=2,P=8,N=4,D=8", "mamba": "E=16,N=4,R=2,D=8"}
 
 
 def long_runs(tmp):

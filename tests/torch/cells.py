@@ -388,3 +388,32 @@ SPECS["qrnn"] = Spec(
 mamba2 = REFS["mamba2"] = _make("mamba2")
 rglru = REFS["rglru"] = _make("rglru")
 qrnn = REFS["qrnn"] = _make("qrnn")
+
+
+MAMBA_N, MAMBA_R = 3, 2        # the tests' state size and dt rank; E (the inner width) plays H
+
+
+def mamba_step(p, x, s, o):
+    # Gu and Dao 2023 (stdlib/mamba.cell): the Mamba block's selective SSM (S6); conv_w[e, j] multiplies
+    # the input j steps back (a torch Conv1d weight flipped along its taps)
+    u = mv(p["W_in"], x)                                                          # [B, E]
+    c = silu(_dwconv(s["hist.u"], u, p["conv_w"]) + p["conv_b"])
+    dt = torch.nn.functional.softplus(mv(p["W_dt"], mv(p["W_x"], c)) + p["b_dt"])  # [B, E]
+    Bt, Ct = mv(p["W_B"], c), mv(p["W_C"], c)                                     # [B, N], shared by channels
+    A = -torch.exp(p["A_log"])                                                    # [E, N]
+    h = torch.exp(dt[:, :, None] * A) * s["h"] + (dt * c)[:, :, None] * Bt[:, None, :]
+    y = torch.einsum("ben,bn->be", h, Ct) + p["Dskip"] * c
+    return {"h": h, "hist.u": _shift(s["hist.u"], u)}, mv(p["W_out"], y * silu(mv(p["W_z"], x))), {}
+
+
+SPECS["mamba"] = Spec(
+    mamba_step,
+    lambda H, D, o: {"W_in": _u([H, D]), "W_z": _u([H, D]), "conv_w": _u([H, 4]), "conv_b": _u([H]),
+                     "W_x": _u([MAMBA_R, H]), "W_B": _u([MAMBA_N, H]), "W_C": _u([MAMBA_N, H]),
+                     "W_dt": _u([H, MAMBA_R]), "b_dt": _u([H]), "A_log": _u([H, MAMBA_N]), "Dskip": _u([H]),
+                     "W_out": _u([D, H])},
+    lambda H, D: {"h": _u([H, MAMBA_N]), "hist.u": _u([3, H])},
+    lambda o: [], lambda H, D: D, lambda o: "scan",
+    dims=lambda H, D: {"E": H, "N": MAMBA_N, "R": MAMBA_R, "D": D}, H_dim="E")
+SPECS["mamba"].H_of = lambda h0: h0["h"].shape[1]
+mamba = REFS["mamba"] = _make("mamba")
