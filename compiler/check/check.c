@@ -1642,6 +1642,18 @@ static bool reaches_prev(Checker *k, int id, signed char *memo) {
   return r;
 }
 
+/* Whether a value reads a previous state value other than through a state's new value (an
+ * update reads previous values itself). */
+static bool reads_prev_direct(Checker *k, int id, signed char *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node *n = N(k, id);
+  bool r = n->op == OP_PREV;
+  for (int i = 0; !r && n->op != OP_NEWVAL && i < op_arity(n->op); i++)
+    if (n->a[i] >= 0 && reads_prev_direct(k, n->a[i], memo)) r = true;
+  memo[id] = r;
+  return r;
+}
+
 /* The read that makes a culprit term of state `self` nonlinear (for the
  * message): with `foreign`, the previous value of another state or the new
  * value of a nonlinear one; without, its own previous value. -1 if none. */
@@ -1722,6 +1734,14 @@ static void analyze(Checker *k) {
   c->mode = MODE_SCAN;
   for (int i = 0; i < c->nstates; i++)
     if (c->states[i].rec != REC_DIAG_LINEAR) c->mode = MODE_SEQUENTIAL;
+  /* An output that reads a previous state value (RWKV's readout before the update) adds to that
+   * state's gradient one step back, outside a * dtotal: the reverse scans do not carry such a
+   * term, so the cell runs sequentially. */
+  memo = xmalloc((size_t)c->g.nnodes);
+  memset(memo, -1, (size_t)c->g.nnodes);
+  bool out_prev = c->output >= 0 && reads_prev_direct(k, c->output, memo);
+  free(memo);
+  if (out_prev) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_sequential) c->mode = MODE_SEQUENTIAL;
   if (k->o->force_scan && c->mode == MODE_SEQUENTIAL) {
     for (int i = 0; i < c->nstates; i++) {
@@ -1745,6 +1765,8 @@ static void analyze(Checker *k) {
       fail(k, cu->loc, "cannot run cell '%s' in scan mode: state '%s' is nonlinear: the term '%s' reads the previous value of '%s'",
            c->name, s->name, term, prev);
     }
+    Node *o = N(k, c->output);
+    fail(k, o->loc, "cannot run cell '%s' in scan mode: the output reads the previous value of a state", c->name);
   }
 }
 
