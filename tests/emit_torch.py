@@ -28,7 +28,7 @@ CELLS = list(dict.fromkeys(c.cell for c in stdlib_cells()))
 
 def load_module(cell, work):
     out = os.path.join(work, cell)
-    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"), "--dims", "D=%d,H=%d" % (D, H),
+    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"), "--dims", ",".join("%s=%d" % kv for kv in cells.SPECS[cell].dims(H, D).items()),
                         "--out", out, "--torch"], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr)
