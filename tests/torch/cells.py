@@ -195,8 +195,8 @@ def hgrn2_step(p, x, s, o):
     q = silu(_heads(mv(p["Wq"], x), NH))
     i = _heads(mv(p["Wi"], x), NH)
     S = f.unsqueeze(-1) * s["S"] + (1 - f).unsqueeze(-1) * i.unsqueeze(-2)
-    out = torch.matmul(S.transpose(-1, -2), q.unsqueeze(-1)).squeeze(-1)
-    y = mv(p["Wo"], _rms_last(out).reshape(B, NH * V))
+    out = torch.matmul(S.transpose(-1, -2), q.unsqueeze(-1)).squeeze(-1) / math.sqrt(K)
+    y = mv(p["Wo"], _rms_last(out.reshape(B, NH * V)))        # one norm over all heads
     return {"S": S}, y, {"f": f}
 
 
