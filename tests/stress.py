@@ -20,6 +20,7 @@ its stderr are printed (the first three per command)."""
 import argparse
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -49,6 +50,37 @@ SMALL = ["--set", "train.steps=4", "--set", "log.every=2", "--set", "eval.every=
 COPYING = "examples/small/copying.cfg"
 # every cell of the stdlib and of tests/cells (which hold the shapes of plan that went wrong once)
 CELLS = [os.path.relpath(p, ROOT) for d in ("stdlib", "tests/cells") for p in sorted(glob.glob(os.path.join(ROOT, d, "*.cell")))]
+# the dims of a cell: a stdlib cell's from stdlib/cells.list (the cells with heads have no H), the
+# tensor test cells' own, else H and D
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import stdlib_cells  # noqa: E402
+CELL_DIMS = {c.file: c.dims(8, 4) for c in stdlib_cells()}
+CELL_DIMS.update({"tests/cells/tensor_gla.cell": "NH=2,K=3,V=4,D=4", "tests/cells/tensor_ops.cell": "D=4"})
+# (a version-1 cell keeps H=8,D=4, hgru's default H = D included)
+
+
+def dims_of(cell):
+    d = CELL_DIMS.get(cell, "")
+    return d if set(kv.split("=")[0] for kv in d.split(",") if kv) - {"H", "D"} or d == "D=4" else "H=8,D=4"
+
+
+def has_dim_h(cell):
+    with open(os.path.join(ROOT, cell)) as f:
+        return re.search(r"\bdim\s+H\b", f.read()) is not None
+
+
+def train_sets(cell):
+    """SMALL's sizes for training this cell: model.hidden for a cell with a dim H, model.dims.*
+    for its other dims (D is model.width)."""
+    has_h = has_dim_h(cell)
+    out = [a for flag, kv in zip(SMALL[::2], SMALL[1::2]) if kv != "model.hidden=16" for a in (flag, kv)]
+    if has_h:
+        out += ["--set", "model.hidden=16"]
+    for kv in dims_of(cell).split(","):
+        k, v = kv.split("=")
+        if k not in ("D", "H"):
+            out += ["--set", "model.dims.%s=%s" % (k, v)]
+    return out
 
 
 def commands(tmp, ckpt):
@@ -60,18 +92,24 @@ def commands(tmp, ckpt):
     badcfg = os.path.join(tmp, "bad.cfg")
     with open(badcfg, "w") as f:
         f.write("[task]\nname = copying\n[train]\nsteps = -3\n")
+    # the copying task without its `hidden` line, for a cell without a dim H (a value given
+    # for a dim the cell lacks is an error)
+    nohidden = os.path.join(tmp, "copying_no_hidden.cfg")
+    with open(os.path.join(ROOT, COPYING)) as f, open(nohidden, "w") as g:
+        g.writelines(line for line in f if not re.match(r"\s*hidden\s*=", line))
+    task = lambda c: COPYING if has_dim_h(c) else nohidden  # noqa: E731
     return [
         ("check", 0, lambda i, d: ["check", cell(i)]),
-        ("check --json", 0, lambda i, d: ["check", cell(i), "--json", "--dims", "H=8,D=4"]),
+        ("check --json", 0, lambda i, d: ["check", cell(i), "--json", "--dims", dims_of(cell(i))]),
         ("check (error)", 1, lambda i, d: ["check", bad]),
         ("derive", 0, lambda i, d: ["derive", cell(i)]),
-        ("run", 0, lambda i, d: ["run", cell(i), "--dims", "H=8,D=4", "--out", os.path.join(d, "r.safetensors")]),
-        ("train", 0, lambda i, d: ["train", cell(i), COPYING, *SMALL, "--out", os.path.join(d, "run")]),
+        ("run", 0, lambda i, d: ["run", cell(i), "--dims", dims_of(cell(i)), "--out", os.path.join(d, "r.safetensors")]),
+        ("train", 0, lambda i, d: ["train", cell(i), task(cell(i)), *train_sets(cell(i)), "--out", os.path.join(d, "run")]),
         ("train (bad cfg)", 1, lambda i, d: ["train", cell(i), badcfg, "--out", os.path.join(d, "run")]),
         ("eval", 0, lambda i, d: ["eval", "stdlib/mgu.cell", COPYING, *SMALL, "--checkpoint", ckpt]),
-        ("emit cpu", 0, lambda i, d: ["emit", cell(i), "--target", "cpu", "--dims", "H=8,D=4", "--out",
+        ("emit cpu", 0, lambda i, d: ["emit", cell(i), "--target", "cpu", "--dims", dims_of(cell(i)), "--out",
                                       os.path.join(d, "e")]),
-        ("emit cuda", 0, lambda i, d: ["emit", cell(i), "--target", "cuda", "--dims", "H=8,D=4", "--out",
+        ("emit cuda", 0, lambda i, d: ["emit", cell(i), "--target", "cuda", "--dims", dims_of(cell(i)), "--out",
                                        os.path.join(d, "e")]),
         ("diag", 0, lambda i, d: ["diag", "stdlib/mgu.cell", COPYING, *SMALL, "--batches", "1", "--out",
                                   os.path.join(d, "diag")]),
