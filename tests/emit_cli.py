@@ -323,8 +323,9 @@ def main():
     try:
         global DIMS
         cells = sys.argv[1:] or sorted(glob.glob(os.path.join(ROOT, "stdlib", "*.cell")))
-        # a stdlib cell at its stdlib/cells.list dims (H = 8, D = 6): the cells with heads name theirs
-        list_dims = {os.path.join(ROOT, c.file): c.dims(8, 6) for c in stdlib_cells()}
+        # a cell with heads (no H) at its stdlib/cells.list dims (H = 8, D = 6); the others at DIMS
+        list_dims = {os.path.join(ROOT, c.file): c.dims(8, 6) for c in stdlib_cells()
+                     if {kv.split("=")[0] for kv in c.dims(8, 6).split(",")} - {"H", "D"}}
         keep = DIMS
         for cf in cells:
             DIMS = list_dims.get(os.path.abspath(cf), keep)
