@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
 import sft  # noqa: E402
 import clitest  # noqa: E402
-from clitest import Result, check, finish  # noqa: E402
+from clitest import Result, check, finish, stdlib_cells  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CELLC = os.environ.get("CELLC_BIN", os.path.join(ROOT, "bin", "cellc"))
@@ -342,9 +342,16 @@ def test_wide(work):
 def main():
     work = tempfile.mkdtemp(prefix="cellc-emit-")
     try:
+        global DIMS
         cells = sys.argv[1:] or sorted(glob.glob(os.path.join(ROOT, "stdlib", "*.cell")))
+        # a cell with heads (no H) at its stdlib/cells.list dims (H = 8, D = 6); the others at DIMS
+        list_dims = {os.path.join(ROOT, c.file): c.dims(8, 6) for c in stdlib_cells()
+                     if {kv.split("=")[0] for kv in c.dims(8, 6).split(",")} - {"H", "D"}}
+        keep = DIMS
         for cf in cells:
+            DIMS = list_dims.get(os.path.abspath(cf), keep)
             test_cell(cf, work)
+        DIMS = keep
         if not sys.argv[1:]:  # beyond the stdlib: every op, learned and drawn initial states, forced modes
             tc = os.path.join(ROOT, "tests", "cells")
             test_cell(os.path.join(tc, "ops.cell"), work)

@@ -28,10 +28,8 @@ CELLS = list(dict.fromkeys(c.cell for c in stdlib_cells()))
 
 def load_module(cell, work):
     out = os.path.join(work, cell)
-    dims = cells.SPECS[cell].dims(H, D) if cells.SPECS[cell].dims else {"D": D, "H": H}
-    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"),
-                        "--dims", ",".join("%s=%d" % kv for kv in dims.items()), "--out", out, "--torch"],
-                       capture_output=True, text=True)
+    p = subprocess.run([CELLC, "emit", os.path.join(ROOT, "stdlib", cell + ".cell"), "--dims", ",".join("%s=%d" % kv for kv in cells.SPECS[cell].dims(H, D).items()),
+                        "--out", out, "--torch"], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr)
     spec = importlib.util.spec_from_file_location(cell + "_torch", os.path.join(out, cell + "_torch.py"))

@@ -153,20 +153,138 @@ def mingru_step(p, x, s, o):
     return {"h": hn}, hn, {"z": z}
 
 
+# ---------------------------------------------------------------- version 2: heads and matrix states
+# Written from the sources' equations (see each stdlib/*.cell); shapes per batch row as in the
+# cell, with the batch in front: S [B, NH, K, V] and so on. Sizes come from the states.
+def _heads(v, NH):
+    """[B, NH * n] -> [B, NH, n] (the cell's reshape(v, [NH, n]), row-major)."""
+    return v.reshape(v.shape[0], NH, -1)
+
+
+def _rms_last(v):
+    return v / torch.sqrt((v * v).mean(dim=-1, keepdim=True) + EPS_NORM)
+
+
+def _max(a, b):
+    """max(a, b) as the cell's: on a tie the gradient goes to a."""
+    return torch.where(a >= b, a, b)
+
+
+def _rowmv(M, v):
+    """per head M[NH, P, P] @ v[B, NH, P] -> [B, NH, P]"""
+    return torch.matmul(M, v.unsqueeze(-1)).squeeze(-1)
+
+
+def gla_step(p, x, s, o):
+    B, NH, K, V = s["S"].shape
+    q = _heads(mv(p["Wq"], x), NH) / math.sqrt(K)
+    k = _heads(mv(p["Wk"], x), NH)
+    v = _heads(mv(p["Wv"], x), NH)
+    alpha = torch.exp(torch.nn.functional.logsigmoid(_heads(mv(p["Wa2"], mv(p["Wa1"], x)) + p["ba"], NH)) / o["tau"])
+    S = alpha.unsqueeze(-1) * s["S"] + k.unsqueeze(-1) * v.unsqueeze(-2)
+    out = torch.matmul(S.transpose(-1, -2), q.unsqueeze(-1)).squeeze(-1)          # [B, NH, V]
+    r = silu(mv(p["Wr"], x) + p["br"])
+    y = mv(p["Wo"], r * _rms_last(out).reshape(B, NH * V))
+    return {"S": S}, y, {"alpha": alpha}
+
+
+def hgrn2_step(p, x, s, o):
+    B, NH, K, V = s["S"].shape
+    lb = o["lb"]
+    f = lb + (1 - lb) * torch.sigmoid(_heads(mv(p["Wf"], x), NH))
+    q = silu(_heads(mv(p["Wq"], x), NH))
+    i = _heads(mv(p["Wi"], x), NH)
+    S = f.unsqueeze(-1) * s["S"] + (1 - f).unsqueeze(-1) * i.unsqueeze(-2)
+    out = torch.matmul(S.transpose(-1, -2), q.unsqueeze(-1)).squeeze(-1) / math.sqrt(K)
+    y = mv(p["Wo"], _rms_last(out.reshape(B, NH * V)))        # one norm over all heads
+    return {"S": S}, y, {"f": f}
+
+
+def mlstm_step(p, x, s, o):
+    B, NH, V, K = s["C"].shape
+    q = _heads(mv(p["Wq"], x), NH)
+    k = _heads(mv(p["Wk"], x), NH) / math.sqrt(K)
+    v = _heads(mv(p["Wv"], x), NH)
+    it = mv(p["Wi"], x) + p["bi"]                                   # [B, NH]
+    lf = torch.nn.functional.logsigmoid(mv(p["Wf"], x) + p["bf"])
+    m = _max(lf + s["m"], it)
+    i = torch.exp(it - m)
+    f = torch.exp(lf + s["m"] - m)
+    C = f[..., None, None] * s["C"] + i[..., None, None] * (v.unsqueeze(-1) * k.unsqueeze(-2))
+    n = f[..., None] * s["n"] + i[..., None] * k
+    num = torch.matmul(C, q.unsqueeze(-1)).squeeze(-1)              # [B, NH, V]
+    den = _max(torch.abs((n * q).sum(dim=-1)), torch.exp(-m))
+    og = torch.sigmoid(mv(p["Wo"], x) + p["bo"])
+    y = og * (num / den.unsqueeze(-1)).reshape(B, NH * V)
+    return {"C": C, "n": n, "m": m}, y, {"i": i, "f": f}
+
+
+def slstm_step(p, x, s, o):
+    B, NH, P = s["h"].shape
+    h = s["h"]
+
+    def pre(g):
+        return _heads(mv(p["W" + g], x), NH) + _rowmv(p["R" + g], h) + p["b" + g]
+    zt, it, ft, ot = pre("z"), pre("i"), pre("f"), pre("o")
+    lf = torch.nn.functional.logsigmoid(ft)
+    m = _max(lf + s["m"], it)
+    i = torch.exp(it - m)
+    f = torch.exp(lf + s["m"] - m)
+    c = f * s["c"] + i * torch.tanh(zt)
+    n = f * s["n"] + i
+    hn = torch.sigmoid(ot) * c / n
+    return {"c": c, "n": n, "m": m, "h": hn}, hn.reshape(B, NH * P), {"i": i, "f": f}
+
+
+def gated_deltanet_step(p, x, s, o):
+    B, NH, V, K = s["S"].shape
+    qs = silu(_heads(mv(p["Wq"], x), NH))
+    ks = silu(_heads(mv(p["Wk"], x), NH))
+    q = qs / torch.sqrt((qs * qs).sum(dim=-1, keepdim=True) + 1e-6) / math.sqrt(K)
+    k = ks / torch.sqrt((ks * ks).sum(dim=-1, keepdim=True) + 1e-6)
+    v = silu(_heads(mv(p["Wv"], x), NH))
+    beta = torch.sigmoid(mv(p["Wb"], x))                            # [B, NH]
+    alpha = torch.exp(-torch.exp(p["A_log"]) * torch.nn.functional.softplus(mv(p["Wa"], x) + p["dt_bias"]))
+    a3, b3 = alpha[..., None, None], beta[..., None, None]
+    S0 = s["S"]
+    # S (I - beta k k^T) = S - beta (S k) k^T
+    S = a3 * (S0 - b3 * torch.matmul(torch.matmul(S0, k.unsqueeze(-1)), k.unsqueeze(-2))) \
+        + b3 * (v.unsqueeze(-1) * k.unsqueeze(-2))
+    out = torch.matmul(S, q.unsqueeze(-1)).squeeze(-1)              # [B, NH, V]
+    g = silu(_heads(mv(p["Wg"], x), NH))
+    y = mv(p["Wo"], (_rms_last(out) * g).reshape(B, NH * V))
+    return {"S": S}, y, {"beta": beta, "alpha": alpha}
+
+
+def rwkv6_step(p, x, s, o):
+    B, NH, K, V = s["S"].shape
+    r = _heads(mv(p["Wr"], x), NH)
+    k = _heads(mv(p["Wk"], x), NH)
+    v = _heads(mv(p["Wv"], x), NH)
+    w = torch.exp(-torch.exp(_heads(p["w0"] + mv(p["Wd2"], torch.tanh(mv(p["Wd1"], x))), NH)))
+    # the readout of the previous state plus the bonus u on the current token
+    out = torch.matmul(s["S"].transpose(-1, -2), r.unsqueeze(-1)).squeeze(-1) \
+        + (r * p["u"] * k).sum(dim=-1, keepdim=True) * v
+    S = w.unsqueeze(-1) * s["S"] + k.unsqueeze(-1) * v.unsqueeze(-2)
+    on = torch.nn.functional.group_norm(out.reshape(B, NH * V), NH, eps=EPS_NORM)
+    y = mv(p["Wo"], on * silu(mv(p["Wg"], x)))
+    return {"S": S}, y, {"w": w}
+
+
 # ---------------------------------------------------------------- what each cell declares
 class Spec:
     """params(H, D, opts) -> {name: (shape, is_complex)}; states(H, D) -> {name: (shape, is_complex)};
     gates(opts) -> [names]; out(H, D) -> O; mode(opts) -> 'scan' | 'sequential' (the compiler's
-    expected classification); defaults: the options' defaults; H_default: 'D' when H = D by default."""
+    expected classification); defaults: the options' defaults; H_default: 'D' when H = D by default.
+    A version-2 cell with heads has dims other than H: dims(H, D) -> {dim: size} maps a test's
+    (H, D) to them (what `cellc --dims` gets), H_of(h0) gives H back from the initial states."""
 
-    def __init__(self, step, params, states, gates, out, mode, defaults=None, H_default=None, dims=None, H_dim="H"):
+    def __init__(self, step, params, states, gates, out, mode, defaults=None, H_default=None, dims=None, H_of=None):
         self.step, self.params, self.states, self.gates, self.out, self.mode = step, params, states, gates, out, mode
         self.defaults = defaults or {}
         self.H_default = H_default
-        # dims(H, D) -> the run's --dims, for a cell whose dims are not H and D (H_dim: the one that
-        # plays H, the size the configurations vary); states named hist.NAME are histories
-        self.dims = dims
-        self.H_dim = H_dim
+        self.dims = dims or (lambda H, D: {"H": H, "D": D})
+        self.H_of = H_of or (lambda h0: next(iter(h0.values())).shape[1])
 
 
 def _rs(shape):
@@ -221,6 +339,60 @@ SPECS = {
                    lambda H, D: {"h": _rs([H])}, lambda o: ["z"], lambda H, D: H, lambda o: "scan"),
 }
 
+# Version-2 cells in the tests: NH = 2 heads, K = H, V = H + 1 (unequal, so that a transposed state
+# or readout fails), the low ranks R = 3; sLSTM: P = H units per head.
+def _hd(H, D):
+    return {"NH": 2, "K": H, "V": H + 1, "D": D}
+
+
+def _hdr(H, D):
+    return dict(_hd(H, D), R=3)
+
+
+def _K_of(name):
+    return lambda h0: h0[name].shape[-1]
+
+
+SPECS.update({
+    "gla": Spec(gla_step,
+                lambda H, D, o: {"Wq": _rs([2 * H, D]), "Wk": _rs([2 * H, D]), "Wv": _rs([2 * (H + 1), D]),
+                                 "Wa1": _rs([3, D]), "Wa2": _rs([2 * H, 3]), "ba": _rs([2 * H]),
+                                 "Wr": _rs([2 * (H + 1), D]), "br": _rs([2 * (H + 1)]), "Wo": _rs([D, 2 * (H + 1)])},
+                lambda H, D: {"S": _rs([2, H, H + 1])}, lambda o: ["alpha"], lambda H, D: D, lambda o: "scan",
+                defaults={"tau": 16.0}, dims=_hdr, H_of=lambda h0: h0["S"].shape[2]),
+    "hgrn2": Spec(hgrn2_step,
+                  lambda H, D, o: {"Wf": _rs([2 * H, D]), "Wq": _rs([2 * H, D]), "Wi": _rs([2 * (H + 1), D]),
+                                   "Wo": _rs([D, 2 * (H + 1)])},
+                  lambda H, D: {"S": _rs([2, H, H + 1])}, lambda o: ["f"], lambda H, D: D, lambda o: "scan",
+                  defaults={"lb": 0.0}, dims=_hd, H_of=lambda h0: h0["S"].shape[2]),
+    "mlstm": Spec(mlstm_step,
+                  lambda H, D, o: {"Wq": _rs([2 * H, D]), "Wk": _rs([2 * H, D]), "Wv": _rs([2 * (H + 1), D]),
+                                   "Wi": _rs([2, D]), "bi": _rs([2]), "Wf": _rs([2, D]), "bf": _rs([2]),
+                                   "Wo": _rs([2 * (H + 1), D]), "bo": _rs([2 * (H + 1)])},
+                  lambda H, D: {"C": _rs([2, H + 1, H]), "n": _rs([2, H]), "m": _rs([2])},
+                  lambda o: ["i", "f"], lambda H, D: 2 * (H + 1), lambda o: "sequential",
+                  dims=_hd, H_of=_K_of("n")),
+    "slstm": Spec(slstm_step,
+                  lambda H, D, o: dict({"W" + g: _rs([2 * H, D]) for g in "zifo"},
+                                       **{"R" + g: _rs([2, H, H]) for g in "zifo"},
+                                       **{"b" + g: _rs([2, H]) for g in "zifo"}),
+                  lambda H, D: {n: _rs([2, H]) for n in "cnmh"}, lambda o: ["i", "f"], lambda H, D: 2 * H,
+                  lambda o: "sequential", dims=lambda H, D: {"NH": 2, "P": H, "D": D}, H_of=_K_of("h")),
+    "gated_deltanet": Spec(gated_deltanet_step,
+                           lambda H, D, o: {"Wq": _rs([2 * H, D]), "Wk": _rs([2 * H, D]),
+                                            "Wv": _rs([2 * (H + 1), D]), "Wb": _rs([2, D]), "Wa": _rs([2, D]),
+                                            "A_log": _rs([2]), "dt_bias": _rs([2]), "Wg": _rs([2 * (H + 1), D]),
+                                            "Wo": _rs([D, 2 * (H + 1)])},
+                           lambda H, D: {"S": _rs([2, H + 1, H])}, lambda o: ["beta", "alpha"], lambda H, D: D,
+                           lambda o: "sequential", dims=_hd, H_of=_K_of("S")),
+    "rwkv6": Spec(rwkv6_step,
+                  lambda H, D, o: {"Wr": _rs([2 * H, D]), "Wk": _rs([2 * H, D]), "Wv": _rs([2 * (H + 1), D]),
+                                   "Wg": _rs([2 * (H + 1), D]), "w0": _rs([2 * H]), "Wd1": _rs([3, D]),
+                                   "Wd2": _rs([2 * H, 3]), "u": _rs([2, H]), "Wo": _rs([D, 2 * (H + 1)])},
+                  lambda H, D: {"S": _rs([2, H, H + 1])}, lambda o: ["w"], lambda H, D: D, lambda o: "sequential",
+                  dims=_hdr, H_of=lambda h0: h0["S"].shape[2]),
+})
+
 
 def options(name, opts=None):
     """The cell's options: its defaults overridden by opts."""
@@ -244,7 +416,7 @@ def run(name, params, x, h0, opts=None):
     """Run the named stdlib cell over x [T, B, D] from h0: returns (y, finals, gates) as documented above."""
     sp = SPECS[name]
     o = options(name, opts)
-    H = sp.H_of(h0) if hasattr(sp, "H_of") else next(iter(h0.values())).shape[1]
+    H = sp.H_of(h0)
     D = x.shape[-1]
     pspec, sspec = shapes(name, H, D, o)
     missing = sorted(set(pspec) - set(params))
@@ -294,6 +466,12 @@ multi_gate = _make("multi_gate")
 lru = _make("lru")
 hgru = _make("hgru")
 mingru = _make("mingru")
+gla = _make("gla")
+hgrn2 = _make("hgrn2")
+mlstm = _make("mlstm")
+slstm = _make("slstm")
+gated_deltanet = _make("gated_deltanet")
+rwkv6 = _make("rwkv6")
 
 REFS = {n: globals()[n] for n in SPECS}
 
@@ -372,8 +550,7 @@ SPECS["mamba2"] = Spec(
     lambda H, D: {"S": _u([MAMBA2_NH, H, MAMBA2_N]), "hist.ux": _u([3, MAMBA2_NH * H]),
                   "hist.uB": _u([3, MAMBA2_N]), "hist.uC": _u([3, MAMBA2_N])},
     lambda o: [], lambda H, D: D, lambda o: "scan",
-    dims=lambda H, D: {"NH": MAMBA2_NH, "P": H, "N": MAMBA2_N, "D": D}, H_dim="P")
-SPECS["mamba2"].H_of = lambda h0: h0["S"].shape[2]
+    dims=lambda H, D: {"NH": MAMBA2_NH, "P": H, "N": MAMBA2_N, "D": D}, H_of=lambda h0: h0["S"].shape[2])
 SPECS["rglru"] = Spec(
     rglru_step,
     lambda H, D, o: {"Wy": _u([H, D]), "by": _u([H]), "Wx": _u([H, D]), "bx": _u([H]), "Kc": _u([H, 4]),
@@ -414,6 +591,5 @@ SPECS["mamba"] = Spec(
                      "W_out": _u([D, H])},
     lambda H, D: {"h": _u([H, MAMBA_N]), "hist.u": _u([3, H])},
     lambda o: [], lambda H, D: D, lambda o: "scan",
-    dims=lambda H, D: {"E": H, "N": MAMBA_N, "R": MAMBA_R, "D": D}, H_dim="E")
-SPECS["mamba"].H_of = lambda h0: h0["h"].shape[1]
+    dims=lambda H, D: {"E": H, "N": MAMBA_N, "R": MAMBA_R, "D": D}, H_of=lambda h0: h0["h"].shape[1])
 mamba = REFS["mamba"] = _make("mamba")

@@ -71,6 +71,7 @@ class Config:
         self.cell_file = cell_file or "stdlib/%s.cell" % cell
         self.ref = ref                  # None: the stdlib reference of cells.py; else a callable
         self.opts = {k: parse_value(v) for k, v in self.sets}
+        self.hd = None                  # a cell with heads: the (H, D) its dims come from
 
     @property
     def label(self):
@@ -89,10 +90,10 @@ def stdlib_configs():
     for name in c.SPECS:
         if c.SPECS[name].H_default == "D":      # hgru: H defaults to D
             small, big, odd = {"D": 4}, {"H": 4, "D": 4}, {"D": 3}
-        elif c.SPECS[name].dims:                # dims of their own (mamba2's heads)
-            small, big, odd = c.SPECS[name].dims(5, 4), c.SPECS[name].dims(5, 4), c.SPECS[name].dims(3, 6)
         else:
             small, big, odd = {"H": 5, "D": 4}, {"H": 5, "D": 4}, {"H": 3, "D": 6}
+        if "H" not in c.SPECS[name].dims(1, 1):   # a cell with heads: its dims from (H, D)
+            small, big, odd = ({"H": h, "D": d} for h, d in ((3, 4), (3, 4), (2, 5)))
         out.append(Config(name, 1, 1, small, 3))
         out.append(Config(name, 7, 3, big, 11))
         out.append(Config(name, 4, 2, odd, 5, full=True))
@@ -103,6 +104,11 @@ def stdlib_configs():
     out.append(Config("mgu", 4, 2, {"H": 3, "D": 6}, 5, sets=[("see_h", "true")], full=True))
     out.append(Config("leaky", 7, 3, {"H": 5, "D": 4}, 11, sets=[("alpha", "0.3")]))
     out.append(Config("hgru", 7, 3, {"D": 4}, 11, sets=[("lb", "0.25")]))
+    for cf in out:   # the tests' (H, D) of a cell with heads become its dims
+        sp = c.SPECS[cf.cell]
+        if "H" not in sp.dims(1, 1) and "H" in cf.dims:
+            cf.hd = (cf.dims["H"], cf.dims["D"])
+            cf.dims = sp.dims(*cf.hd)
     order = list(c.SPECS)
     out.sort(key=lambda cf: order.index(cf.cell))
     return out
@@ -111,7 +117,9 @@ def stdlib_configs():
 # ---------------------------------------------------------------- building IN, running cellc
 def stdlib_shapes(cf):
     D = cf.dims["D"]
-    H = cf.dims.get(cells.SPECS[cf.cell].H_dim, D if cells.SPECS[cf.cell].H_default == "D" else None)
+    H = cf.dims.get("H", D if cells.SPECS[cf.cell].H_default == "D" else None)
+    if cf.hd:
+        H, D = cf.hd
     return cells.shapes(cf.cell, H, D, cf.opts)
 
 
@@ -192,7 +200,9 @@ def prepare_and_run(args, cf, workdir):
     if cf.ref is None:
         pshapes, sshapes = stdlib_shapes(cf)
         D = cf.dims["D"]
-        H = cf.dims.get(cells.SPECS[cf.cell].H_dim, D)
+        H = cf.dims.get("H", D)
+        if cf.hd:
+            H, D = cf.hd
         t = random_inputs(cf, {k: s for k, (s, c) in sshapes.items()}, {k: s for k, (s, c) in pshapes.items()},
                           cells.SPECS[cf.cell].out(H, D))
     else:

@@ -85,6 +85,11 @@ static void conform(const Config *k, const char *file, const char *set, const ch
 /* every stdlib cell at H = 19, D = 5 */
 #define STDLIB_CONFORMANCE(name, file, set, dims, md) CONFORMANCE(name, file, set, h_dims(dims, 19, 5))
 STDLIB_CELLS(STDLIB_CONFORMANCE)
+/* and at T = 1 (the first step alone: no chunk, no scan carry) */
+#define STDLIB_T1(name, file, set, dims, md)                                                              \
+  Test(cpu, name##_t1) { conform(&CPU, file, set, h_dims(dims, 19, 5), 1, 3, NULL); }                   \
+  Test(cuda, name##_t1) { conform(&CUDA, file, set, h_dims(dims, 19, 5), 1, 2, NULL); }
+STDLIB_CELLS(STDLIB_T1)
 
 /* the test cells: every op (ops.cell); scan cells whose dprev (a times the reverse scan's output)
  * is also a value the rest of the backward reads on every row: hash-consing makes 0.5 * dtotal
@@ -136,6 +141,9 @@ CHUNKS(tensor_gla, "tests/cells/tensor_gla.cell", NULL, "NH=2,K=3,V=5,D=4")
 CHUNKS(gru, "stdlib/gru.cell", NULL, "H=6,D=4")
 CHUNKS(lru, "stdlib/lru.cell", NULL, "H=6,D=4")
 CHUNKS(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=5")
+
+/* an output that reads a previous state value: sequential (compiler/check, analyze) */
+CONFORMANCE(output_reads_prev, "tests/cells/output_reads_prev.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_sqrt, "tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_scale, "tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4")
 CONFORMANCE(scan_dprev_gate, "tests/cells/scan_dprev_gate.cell", NULL, "H=19,D=5")

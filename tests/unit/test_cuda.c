@@ -91,6 +91,16 @@ Test(cuda, mgu_auto_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2
 Test(cuda, mgu_sequential_t1000) { compare("stdlib/mgu.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
 Test(cuda, lru_auto_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, NULL); }
 Test(cuda, lru_sequential_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1000, 2, "sequential"); }
+/* version 2's cells with heads (stdlib/cells.list's dims): the scan cells in both modes */
+#define LONG_RUN(name, dims)                                                                           \
+  Test(cuda, name##_auto_t1000) { compare("stdlib/" #name ".cell", NULL, dims, 1000, 2, NULL); }      \
+  Test(cuda, name##_sequential_t1000) { compare("stdlib/" #name ".cell", NULL, dims, 1000, 2, "sequential"); }
+LONG_RUN(gla, "NH=2,K=3,V=4,D=3")
+LONG_RUN(hgrn2, "NH=2,K=3,V=4,D=3")
+Test(cuda, mlstm_t1000) { compare("stdlib/mlstm.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
+Test(cuda, slstm_t1000) { compare("stdlib/slstm.cell", NULL, "NH=2,P=3,D=3", 1000, 2, NULL); }
+Test(cuda, gated_deltanet_t1000) { compare("stdlib/gated_deltanet.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
+Test(cuda, rwkv6_t1000) { compare("stdlib/rwkv6.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 
 /* Scan and sequential on cuda-emu agree, every scan cell of stdlib/cells.list, across chunks. */
 #define IF_scan(...) __VA_ARGS__
