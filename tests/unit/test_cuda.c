@@ -98,7 +98,10 @@ Test(cuda, lru_sequential_t1000) { compare("stdlib/lru.cell", NULL, "H=7,D=3", 1
 LONG_RUN(gla, "NH=2,K=3,V=4,D=3")
 LONG_RUN(hgrn2, "NH=2,K=3,V=4,D=3")
 Test(cuda, mlstm_t1000) { compare("stdlib/mlstm.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
-Test(cuda, slstm_t1000) { compare("stdlib/slstm.cell", NULL, "NH=2,P=3,D=3", 1000, 2, NULL); }
+/* sLSTM's exponential gates (exp of a difference with the running maximum m) carry a rounding in
+ * exp or log into m and every later gate: at T = 1000 its gates differ from float64 by 4e-5 with
+ * the host's libm (cuda-emu) and 1.8e-4 with the GPU's expf/logf (H200); 1e-3 bounds both. */
+Test(cuda, slstm_t1000) { compare_with("interp", 1e-3, 0.4, "stdlib/slstm.cell", NULL, "NH=2,P=3,D=3", 1000, 2, NULL); }
 Test(cuda, gated_deltanet_t1000) { compare("stdlib/gated_deltanet.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 Test(cuda, rwkv6_t1000) { compare("stdlib/rwkv6.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 
