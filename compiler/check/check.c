@@ -916,10 +916,6 @@ static void v2_nargs(Checker *k, const Expr *e, int lo, int hi) {
   }
 }
 
-static void need_real_v2(Checker *k, const Expr *e, int id) {
-  if (N(k, id)->cplx) fail(k, e->args[0]->loc, "%s takes a real value, got %s", e->name, shape_str(k, N(k, id)));
-}
-
 /* Version 2's built-ins over tensors and axes, or -1 when e is none of them. */
 static int call_v2(Checker *k, const Expr *e) {
   const char *f = e->name;
@@ -974,7 +970,7 @@ static int call_v2(Checker *k, const Expr *e) {
     return reshaped(k, a, rank + 1, d, e->loc, e);
   }
   if (!strcmp(f, "slice")) {
-    need_real_v2(k, e, a);
+    need_real(k, e, 0, a);
     if (rank < 1) fail(k, e->args[0]->loc, "slice takes a vector or a tensor, got %s", shape_str(k, x));
     int ax = e->nargs == 4 ? axis_arg(k, e, 3, rank) : rank - 1;
     int start = size_arg(k, e->args[1], f);
@@ -998,7 +994,7 @@ static int call_v2(Checker *k, const Expr *e) {
     return binary(k, OP_MUL, e->loc, e, reshaped(k, a, r, da, e->loc, e), reshaped(k, b, r, db, e->loc, e));
   }
   if (!strcmp(f, "groupnorm")) {
-    need_real_v2(k, e, a);
+    need_real(k, e, 0, a);
     if (rank < 1) fail(k, e->args[0]->loc, "groupnorm takes a vector or a tensor, got %s", shape_str(k, x));
     int id = mk(k, OP_GROUPNORM, e->loc, e, rank, dim, false, a, -1);
     N(k, id)->st[0] = size_arg(k, e->args[1], f);
@@ -1006,7 +1002,7 @@ static int call_v2(Checker *k, const Expr *e) {
   }
   /* over one axis */
   if (rank < 1) fail(k, e->args[0]->loc, "%s over an axis takes a vector or a tensor, got %s", f, shape_str(k, x));
-  need_real_v2(k, e, a);
+  need_real(k, e, 0, a);
   int ax = axis_arg(k, e, 1, rank);
   int id;
   if (!strcmp(f, "softmax") || !strcmp(f, "layernorm") || !strcmp(f, "rmsnorm")) {

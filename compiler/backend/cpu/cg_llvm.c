@@ -441,6 +441,15 @@ static void prod_outer(Cg *cg, LLVMValueRef o, void *ctx) {
 
 static LLVMValueRef materialize_const(Cg *cg, int id);
 
+/* An accumulator of type ty in the function's entry block (one per use: loops may nest). */
+static LLVMValueRef entry_alloca(Cg *cg, LLVMTypeRef ty) {
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
+  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+  LLVMValueRef acc = LLVMBuildAlloca(cg->b, ty, "");
+  LLVMPositionBuilderAtEnd(cg->b, cur);
+  return acc;
+}
+
 static void emit_product(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id), *a = graph_node(cg->g, n->a[0]);
   ProdCtx c = {.out = cg->rowp[id], .outer = n->op == OP_OUTER};
@@ -449,25 +458,13 @@ static void emit_product(Cg *cg, int id) {
   if (n->op == OP_MATVEC) c.nout = a->n[0], c.nin = a->n[1], c.so = a->n[1], c.si = 1;
   else if (n->op == OP_MATVEC_T) c.nout = a->n[1], c.nin = a->n[0], c.so = 1, c.si = a->n[1];
   else c.nout = n->n[0], c.nin = n->n[1];
-  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
-  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
-  c.acc = LLVMBuildAlloca(cg->b, cg->f32, "");
-  LLVMPositionBuilderAtEnd(cg->b, cur);
+  c.acc = entry_alloca(cg, cg->f32);
   for_range(cg, c.nout, prod_outer, &c);
 }
 
 /* ---- version 2's structural ops: scalar loops with the index arithmetic of eval_node.h ---- */
 
 static LLVMValueRef ci64(Cg *cg, long v) { return LLVMConstInt(cg->i64, (unsigned long long)v, 0); }
-
-/* An accumulator in the function's entry block (one per use: loops may nest). */
-static LLVMValueRef entry_alloca(Cg *cg) {
-  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
-  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
-  LLVMValueRef acc = LLVMBuildAlloca(cg->b, cg->f32, "");
-  LLVMPositionBuilderAtEnd(cg->b, cur);
-  return acc;
-}
 
 typedef struct ViewCtx {
   int id, src;       /* the node, and the value read (VIEW) or scattered (VIEWT) */
@@ -563,7 +560,7 @@ static void red_outer(Cg *cg, LLVMValueRef o, void *ctx) {
 
 static void emit_reduce(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id), *x = graph_node(cg->g, n->a[0]);
-  RedCtx r = {.id = id, .acc = entry_alloca(cg)};
+  RedCtx r = {.id = id, .acc = entry_alloca(cg, cg->f32)};
   if (n->op == OP_BMM) {
     r.bmm = true, r.m = n->n[1], r.k = x->n[2], r.nn = n->n[2];
   } else {
@@ -589,11 +586,7 @@ static void emit_node(Cg *cg, int id) {
       store_at(cg, cg->rowp[id], LLVMConstInt(cg->i64, 0, 0), kf(cg, cg->f32, graph_node(cg->g, src)->k * node_numel(graph_node(cg->g, src))));
       return;
     }
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b);
-    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(cg->fn);
-    LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
-    SumCtx s = {LLVMBuildAlloca(cg->b, cg->v8, ""), LLVMBuildAlloca(cg->b, cg->f32, ""), src};
-    LLVMPositionBuilderAtEnd(cg->b, cur);
+    SumCtx s = {entry_alloca(cg, cg->v8), entry_alloca(cg, cg->f32), src};
     LLVMBuildStore(cg->b, kf(cg, cg->v8, 0), s.vacc);
     LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), s.sacc);
     for_elements(cg, id, node_numel(graph_node(cg->g, src)), body_sum, &s);
