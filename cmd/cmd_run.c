@@ -464,7 +464,7 @@ static void run_program(RunData *r, Compiled *comp) {
   d.h0 = (const void **)part_planes(nsp, h0, spart), d.dfinal = (const void **)part_planes(nsp, df, spart);
   d.final = part_planes(nsp, fin, spart), d.grad_h0 = part_planes(nsp, gh, spart);
   d.gates = part_planes(ng, gt, zero), d.noise = (const void **)part_planes(nz, zt, zero);
-  pipeline_run_f64_chunked(comp, &d, chunk_length(comp->p, cli_chunk(&r->a->cell)));
+  pipeline_run_f64_chunked(comp, &d, chunk_length(r->c, cli_chunk(&r->a->cell)));
   free(d.params), free(d.grad_params), free(d.h0), free(d.dfinal), free(d.final), free(d.grad_h0), free(d.gates), free(d.noise);
   free(pt), free(gpt), free(ppart), free(spart), free(h0), free(df), free(fin), free(gh), free(gt), free(zt), free(zero);
   for (int i = 0; i < r->c->nstates; i++) {

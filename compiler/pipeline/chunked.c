@@ -5,10 +5,9 @@
 
 #include "lower.h"
 
-int chunk_length(const Program *p, int asked) {
+int chunk_length(const Cell *c, int asked) {
   if (asked >= 0) return asked;
-  const Cell *c = p->cell;
-  for (int i = 0; c && i < c->nstates; i++)
+  for (int i = 0; i < c->nstates; i++)
     if (c->states[i].rank >= 2) return CHUNK_DEFAULT;
   return 0;
 }

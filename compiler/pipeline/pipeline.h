@@ -84,7 +84,7 @@ const char *pipeline_dump_names(void);
 void pipeline_dump(Cell *c, const char *name, FILE *f);
 /* Training memory of a checked, bound cell in its mode, per batch row: what grows with the
  * sequence (bytes per token) and what a chunk needs whatever the length (bytes), for chunks of
- * chunk_length(p, asked) steps. Whole sequences (chunk 0) keep every array of the training plan
+ * chunk_length(c, asked) steps. Whole sequences (chunk 0) keep every array of the training plan
  * per token (plan_bytes_per_row); chunks of L keep the caller's per-token arrays and a state every
  * L steps per token, and L steps of the rest, the gradient handed between chunks and one
  * recomputed final state in the chunk's bytes. */
@@ -104,12 +104,12 @@ TrainMemory pipeline_train_memory(Cell *c, int asked);
  * per-token inputs and outputs. The same operations on the same values: the results are those of
  * one whole-sequence run up to the order of the weight gradients' sums over chunks. */
 
-/* The chunk length the compiler chooses for p (0: the whole sequence at once): CHUNK_DEFAULT
+/* The chunk length the compiler chooses for cell c (0: the whole sequence at once): CHUNK_DEFAULT
  * steps where a state is a tensor (rank 2 or 3: per-head matrices, Mamba's [D, N]), whose every
  * step would otherwise be kept; version 1's vector states stay whole. asked >= 0 (`--set
  * chunk=L`, `model.chunk`) overrides: 0 is the whole sequence. */
 #define CHUNK_DEFAULT 64
-int chunk_length(const Program *p, int asked);
+int chunk_length(const Cell *c, int asked);
 
 typedef struct Chunker Chunker;
 

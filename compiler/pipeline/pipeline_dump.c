@@ -42,7 +42,7 @@ TrainMemory pipeline_train_memory(Cell *c, int asked) {
   ad_differentiate(p);
   PlanOptions po = {.scan = scan, .gates = false};
   Plan *pl = plan_new(p, &po);
-  TrainMemory m = {plan_bytes_per_row(pl), 0, chunk_length(p, asked)};
+  TrainMemory m = {plan_bytes_per_row(pl), 0, chunk_length(c, asked)};
   if (m.chunk > 0) {
     size_t io = plan_io_bytes_per_row(pl), states = 0;
     for (int q = 0; q < p->nsparts; q++) states += sizeof(float) * (size_t)p->sparts[q].size;

@@ -321,7 +321,7 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
     L->work[v] = v == 1 && L->exe[1] == L->exe[0] ? L->work[0] : m->backend->work_new(L->exe[v]);
-    int chunk = chunk_length(L->exe[v]->p, m->chunk);
+    int chunk = chunk_length(L->cell[v], m->chunk);
     L->chunk[v] = v == 1 && L->exe[1] == L->exe[0] ? L->chunk[0] : chunk > 0 ? chunker_new(L->exe[v], chunk) : NULL;
   }
   return 0;
