@@ -378,11 +378,21 @@ static void body_sum(Cg *cg, int id, LLVMValueRef j, bool vec, void *ctx) {
   LLVMBuildStore(cg->b, FADD(LLVMBuildLoad2(cg->b, ty, acc, ""), x), acc);
 }
 
+/* n values of type ty in the function's entry block: an alloca inside a loop takes new stack on
+ * every iteration (row loops run T B times), and loops may nest, so one per use. */
+static LLVMValueRef entry_alloca(Cg *cg, LLVMTypeRef ty, int n) {
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
+  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
+  LLVMValueRef acc = n == 1 ? LLVMBuildAlloca(cg->b, ty, "") : LLVMBuildArrayAlloca(cg->b, ty, LLVMConstInt(cg->i32, (unsigned long long)n, 0), "");
+  LLVMPositionBuilderAtEnd(cg->b, cur);
+  return acc;
+}
+
 /* A constant argument of a copy or a sum becomes a temporary filled once per row. */
 static LLVMValueRef materialize_const(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id);
   int e = node_numel(n);
-  LLVMValueRef tmp = LLVMBuildArrayAlloca(cg->b, cg->f32, LLVMConstInt(cg->i32, (unsigned long long)e, 0), "");
+  LLVMValueRef tmp = entry_alloca(cg, cg->f32, e);
   for (int k = 0; k < e; k++) store_at(cg, tmp, LLVMConstInt(cg->i64, (unsigned long long)k, 0), kf(cg, cg->f32, n->k));
   return tmp;
 }
@@ -441,15 +451,6 @@ static void prod_outer(Cg *cg, LLVMValueRef o, void *ctx) {
 
 static LLVMValueRef materialize_const(Cg *cg, int id);
 
-/* An accumulator of type ty in the function's entry block (one per use: loops may nest). */
-static LLVMValueRef entry_alloca(Cg *cg, LLVMTypeRef ty) {
-  LLVMBasicBlockRef cur = LLVMGetInsertBlock(cg->b), entry = LLVMGetEntryBasicBlock(cg->fn);
-  LLVMPositionBuilder(cg->b, entry, LLVMGetFirstInstruction(entry));
-  LLVMValueRef acc = LLVMBuildAlloca(cg->b, ty, "");
-  LLVMPositionBuilderAtEnd(cg->b, cur);
-  return acc;
-}
-
 static void emit_product(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id), *a = graph_node(cg->g, n->a[0]);
   ProdCtx c = {.out = cg->rowp[id], .outer = n->op == OP_OUTER};
@@ -458,7 +459,7 @@ static void emit_product(Cg *cg, int id) {
   if (n->op == OP_MATVEC) c.nout = a->n[0], c.nin = a->n[1], c.so = a->n[1], c.si = 1;
   else if (n->op == OP_MATVEC_T) c.nout = a->n[1], c.nin = a->n[0], c.so = 1, c.si = a->n[1];
   else c.nout = n->n[0], c.nin = n->n[1];
-  c.acc = entry_alloca(cg, cg->f32);
+  c.acc = entry_alloca(cg, cg->f32, 1);
   for_range(cg, c.nout, prod_outer, &c);
 }
 
@@ -560,7 +561,7 @@ static void red_outer(Cg *cg, LLVMValueRef o, void *ctx) {
 
 static void emit_reduce(Cg *cg, int id) {
   Node *n = graph_node(cg->g, id), *x = graph_node(cg->g, n->a[0]);
-  RedCtx r = {.id = id, .acc = entry_alloca(cg, cg->f32)};
+  RedCtx r = {.id = id, .acc = entry_alloca(cg, cg->f32, 1)};
   if (n->op == OP_BMM) {
     r.bmm = true, r.m = n->n[1], r.k = x->n[2], r.nn = n->n[2];
   } else {
@@ -586,7 +587,7 @@ static void emit_node(Cg *cg, int id) {
       store_at(cg, cg->rowp[id], LLVMConstInt(cg->i64, 0, 0), kf(cg, cg->f32, graph_node(cg->g, src)->k * node_numel(graph_node(cg->g, src))));
       return;
     }
-    SumCtx s = {entry_alloca(cg, cg->v8), entry_alloca(cg, cg->f32), src};
+    SumCtx s = {entry_alloca(cg, cg->v8, 1), entry_alloca(cg, cg->f32, 1), src};
     LLVMBuildStore(cg->b, kf(cg, cg->v8, 0), s.vacc);
     LLVMBuildStore(cg->b, kf(cg, cg->f32, 0), s.sacc);
     for_elements(cg, id, node_numel(graph_node(cg->g, src)), body_sum, &s);
