@@ -445,7 +445,9 @@ uint64_t *program_signature(const Program *p, size_t *len) {
                (size_t)p->ngates + (size_t)p->nnoise, n = 0;
   uint64_t *v = xmalloc(sizeof(uint64_t) * cap);
 #define PUT(x) (v[n++] = (uint64_t)(int64_t)(x))
-  PUT(p->g.nnodes), PUT(p->nforward), PUT(p->output), PUT(p->dx), PUT(p->dy), PUT(p->scan_form), PUT(p->training);
+  /* not p->training: it changes the graph (gumbel noise) or nothing, so a training program and an
+   * evaluation program without noise are one (cellc train's two runs of a layer share its work) */
+  PUT(p->g.nnodes), PUT(p->nforward), PUT(p->output), PUT(p->dx), PUT(p->dy), PUT(p->scan_form);
   PUT(p->nsparts), PUT(p->npparts), PUT(p->nbounds), PUT(p->ngates), PUT(p->nnoise);
   for (int i = 0; i < p->g.nnodes; i++) {
     const Node *x = &p->g.nodes[i];
