@@ -89,7 +89,9 @@ static cJSON *cell_json(const Cell *c, TrainMemory mem) {
     cJSON *mj = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mj, "train_peak_bytes_per_token", (double)mem.per_token);
     cJSON_AddNumberToObject(mj, "chunk", mem.chunk);
-    cJSON_AddNumberToObject(mj, "chunk_bytes", (double)mem.per_chunk);
+    cJSON_AddNumberToObject(mj, "row_bytes", (double)mem.per_row);
+    cJSON_AddNumberToObject(mj, "run_bytes", (double)mem.per_run);
+    cJSON_AddNumberToObject(mj, "threads", mem.threads);
   } else cJSON_AddNullToObject(o, "memory");
   cJSON *gates = cJSON_AddArrayToObject(o, "gates");
   for (int i = 0; i < c->ngates; i++) {
@@ -214,11 +216,12 @@ static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
   if (c->scan_blocker >= 0)
     fprintf(f, "  sequential: every state is diagonal-linear, but the previous value of '%s' is read outside its update\n",
             c->states[c->g.nodes[c->scan_blocker].idx].name);
-  if (c->bound && mem.chunk)
-    fprintf(f, "  memory: %zu bytes per batch row and token in training, and %zu per batch row for chunks of %d steps\n",
-            mem.per_token, mem.per_chunk, mem.chunk);
-  else if (c->bound)
-    fprintf(f, "  memory: %zu bytes per batch row and token in training (states kept at every step)\n", mem.per_token);
+  if (c->bound) {
+    char kept[64] = "states kept at every step";
+    if (mem.chunk) snprintf(kept, sizeof kept, "chunks of %d steps", mem.chunk);
+    fprintf(f, "  memory: %zu bytes per batch row and token in training (%s), %zu per batch row and %zu per run on the cpu (%d thread%s)\n",
+            mem.per_token, kept, mem.per_row, mem.per_run, mem.threads, mem.threads == 1 ? "" : "s");
+  }
   if (c->ngates) {
     fprintf(f, "  gates:\n");
     for (int i = 0; i < c->ngates; i++)

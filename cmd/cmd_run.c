@@ -101,6 +101,7 @@ static void fill_normal(Tensor *t, uint64_t seed, const char *stream) {
 typedef struct RunArgs {
   CellArgs cell;
   int T, B;
+  size_t peak_bytes; /* the run's data buffers at their high-water mark (memuse.h) */
   bool has_T, has_B;
   uint64_t seed;
   const char *inputs, *out, *backend, *precision;
@@ -217,6 +218,7 @@ typedef struct RunData {
   Program *p;
   const SftFile *in;    /* the --inputs file, or NULL */
   int T, B;
+  size_t peak_bytes;    /* the run's data buffers at their high-water mark (memuse.h) */
   Tensor *params, *gparams, *h0, *dfinal, *final, *gh0, *gates, *noise;
   Tensor x, dy, y, gx;
   const char **known;   /* every name the input file may hold */
@@ -464,7 +466,10 @@ static void run_program(RunData *r, Compiled *comp) {
   d.h0 = (const void **)part_planes(nsp, h0, spart), d.dfinal = (const void **)part_planes(nsp, df, spart);
   d.final = part_planes(nsp, fin, spart), d.grad_h0 = part_planes(nsp, gh, spart);
   d.gates = part_planes(ng, gt, zero), d.noise = (const void **)part_planes(nz, zt, zero);
+  memuse_reset_peak();
+  size_t before = memuse_in_use();
   pipeline_run_f64_chunked(comp, &d, chunk_length(r->c, cli_chunk(&r->a->cell)));
+  r->peak_bytes = memuse_peak() - before;
   free(d.params), free(d.grad_params), free(d.h0), free(d.dfinal), free(d.final), free(d.grad_h0), free(d.gates), free(d.noise);
   free(pt), free(gpt), free(ppart), free(spart), free(h0), free(df), free(fin), free(gh), free(gt), free(zt), free(zero);
   for (int i = 0; i < r->c->nstates; i++) {
@@ -505,6 +510,8 @@ static void set_meta(SftWriter *w, const RunData *r) {
   snprintf(buf, sizeof buf, "%llu", (unsigned long long)r->a->seed);
   sft_set_meta(w, "seed", buf);
   sft_set_meta(w, "training", r->a->train ? "true" : "false");
+  snprintf(buf, sizeof buf, "%zu", r->peak_bytes);
+  sft_set_meta(w, "peak_bytes", buf);
 }
 
 /* Every tensor, in the run's precision, to --out. 0 or 3. */

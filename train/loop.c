@@ -173,6 +173,7 @@ int train_loop(Run *r) {
   int64_t int_counted = 0, int_correct = 0, int_steps = 0;
   bool classify = r->shape.loss == TASK_LOSS_CE, have_ckpt = r->a.resume;
   int status = 0;
+  size_t setup_bytes = memuse_in_use();
   while (r->step < r->steps) {
     if (r->world == 1 && run_interrupted) {
       status = stop_interrupted(r, ckpt);
@@ -259,6 +260,14 @@ int train_loop(Run *r) {
   }
   prefetch_end(&pf);
   free(ckpt);
+  /* the allocator's high-water mark against what the model holds throughout: the difference is
+   * the cell layers' workspaces and chunk buffers (cellc check's figures) */
+  size_t peak = memuse_peak(), work = model_work_bytes(r->model);
+  char figure[96] = "";
+  if (work) snprintf(figure, sizeof figure, " (cellc check's figure: %.1f MB)", (double)work / 1e6);
+  say(r, "memory: %.1f MB of data buffers at peak: %.1f MB held throughout (params, optimizer state, activations), "
+      "%.1f MB more in the cell layers' runs%s\n", (double)peak / 1e6, (double)setup_bytes / 1e6,
+      (double)(peak - setup_bytes) / 1e6, figure);
   return status;
 }
 

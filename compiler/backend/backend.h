@@ -148,6 +148,9 @@ struct Backend {
    * per row, the same sums in another order. NULL entry or false: the caller passes grad_x and sums
    * its rows itself (Device.embed_bwd). */
   bool (*folds)(const Compiled *c);
+  /* The bytes of the workspace a Work of c takes for a sequence of T steps and B rows (what
+   * forward and backward allocate besides the SeqIO's buffers); NULL where not known. */
+  size_t (*work_bytes)(const Compiled *c, int T, int B);
 };
 
 /* The entry points of a back end whose functions follow the naming <prefix>_supports,

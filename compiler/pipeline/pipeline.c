@@ -217,7 +217,7 @@ void pipeline_release(Compiled *c) {
 /* ---- running on float64 buffers ---- */
 
 static float *f32_copy(const void *v, size_t n) {
-  float *f = xmalloc(sizeof(float) * (n ? n : 1));
+  float *f = memuse_aligned(sizeof(float) * n);
   for (size_t i = 0; i < n; i++) f[i] = (float)((const double *)v)[i];
   return f;
 }
@@ -229,12 +229,12 @@ static void f64_from(void *dst, const float *src, size_t n) {
 /* An array of n per-part float32 copies of d's float64 arrays (in) or fresh buffers (!in). */
 static void **f32_parts(const void **d, int n, const size_t *numel, bool in) {
   void **v = xcalloc((size_t)n + 1, sizeof(void *));
-  for (int i = 0; i < n; i++) v[i] = in ? f32_copy(d[i], numel[i]) : xmalloc(sizeof(float) * (numel[i] ? numel[i] : 1));
+  for (int i = 0; i < n; i++) v[i] = in ? f32_copy(d[i], numel[i]) : memuse_aligned(sizeof(float) * numel[i]);
   return v;
 }
 
 static void parts_free(void **v, int n) {
-  for (int i = 0; v && i < n; i++) free(v[i]);
+  for (int i = 0; v && i < n; i++) memuse_free(v[i]);
   free(v);
 }
 
@@ -337,8 +337,8 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof, int chunk) {
   s.noise = (const void **)f32_parts(d->noise, nz, zn, true);
   s.final = f32_parts(NULL, ns, sn, false), s.grad_h0 = f32_parts(NULL, ns, sn, false);
   s.grad_params = f32_parts(NULL, np, pn, false), s.gates = f32_parts(NULL, ng, gn, false);
-  s.y = xmalloc(sizeof(float) * rows * (size_t)p->output_size);
-  s.grad_x = xmalloc(sizeof(float) * rows * (size_t)p->x_size);
+  s.y = memuse_aligned(sizeof(float) * rows * (size_t)p->output_size);
+  s.grad_x = memuse_aligned(sizeof(float) * rows * (size_t)p->x_size);
   if (be->device != DEVICE_CPU) {
     IoSizes z = {rows * (size_t)p->x_size, rows * (size_t)p->output_size, pn, sn, gn, zn};
     run_on_device(c, w, &s, &z, k);
@@ -355,7 +355,7 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof, int chunk) {
   parts_free((void **)s.params, np), parts_free(s.grad_params, np);
   parts_free((void **)s.h0, ns), parts_free((void **)s.dfinal, ns), parts_free(s.final, ns), parts_free(s.grad_h0, ns);
   parts_free((void **)s.noise, nz), parts_free(s.gates, ng);
-  free((void *)s.x), free((void *)s.dy), free(s.y), free(s.grad_x);
+  memuse_free((void *)s.x), memuse_free((void *)s.dy), memuse_free(s.y), memuse_free(s.grad_x);
   free(pn), free(sn), free(gn), free(zn);
 }
 

@@ -82,15 +82,18 @@ bool pipeline_dump_known(const char *name);
 const char *pipeline_dump_names(void);
 /* Prints dump `name` (one pipeline_dump_known accepts) of a checked, bound cell to f. */
 void pipeline_dump(Cell *c, const char *name, FILE *f);
-/* Training memory of a checked, bound cell in its mode, per batch row: what grows with the
- * sequence (bytes per token) and what a chunk needs whatever the length (bytes), for chunks of
- * chunk_length(c, asked) steps. Whole sequences (chunk 0) keep every array of the training plan
- * per token (plan_bytes_per_row); chunks of L keep the caller's per-token arrays and a state every
- * L steps per token, and L steps of the rest, the gradient handed between chunks and one
- * recomputed final state in the chunk's bytes. */
+/* Training memory of a checked, bound cell in its mode, as the cpu back end allocates it: a
+ * sequence of T steps and B rows takes per_run + B (per_row + T per_token) bytes (the SeqIO's
+ * buffers, the back end's workspace, the chunk buffers). Whole sequences (chunk 0) keep every
+ * array of the training plan per token; chunks of L = chunk_length(c, asked) steps keep the
+ * caller's per-token arrays and a state every L steps, and L steps of the rest per row. The
+ * workspace's fixed part (packed weights, per-thread buffers) is for `threads` threads. */
 typedef struct TrainMemory {
-  size_t per_token, per_chunk;
-  int chunk;
+  size_t per_token, per_row, per_run;
+  /* of these, the SeqIO's own buffers (inputs, outputs, their gradients; initial and final states
+   * and theirs; params and their gradients), which a caller such as cellc train's model holds */
+  size_t seq_token, seq_row, seq_run;
+  int chunk, threads;
 } TrainMemory;
 TrainMemory pipeline_train_memory(Cell *c, int asked);
 

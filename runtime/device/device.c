@@ -16,11 +16,11 @@ static int h_prepare(Device *o, char *err, size_t errlen) {
 }
 static void *h_alloc(Device *o, size_t bytes) {
   (void)o;
-  return xcalloc(bytes ? bytes : 1, 1);
+  return memuse_calloc(bytes);
 }
 static void h_free(Device *o, void *p) {
   (void)o;
-  free(p);
+  memuse_free(p);
 }
 static void h_copy(Device *o, void *dst, const void *src, size_t bytes) {
   (void)o;

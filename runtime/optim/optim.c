@@ -20,7 +20,7 @@ void opt_free(Opt *o) {
   for (int g = 0; g < o->ngroups; g++)
     free(o->groups[g].tensors);
   free(o->groups);
-  free(o->state);
+  memuse_free(o->state);
   free(o);
 }
 
@@ -39,8 +39,8 @@ void opt_add(Opt *o, int group, float *param, float *grad, size_t n) {
   OptTensor t = {param, grad, n, o->nparams};
   VEC_PUSH(g->tensors, g->ntensors, g->cap, t);
   o->nparams += n;
-  free(o->state);
-  o->state = xcalloc(opt_state_size(o), sizeof(float));
+  memuse_free(o->state);
+  o->state = memuse_calloc(sizeof(float) * opt_state_size(o));
   o->m = o->state;
   o->v = o->kind == OPT_SGD ? NULL : o->state + o->nparams;
 }

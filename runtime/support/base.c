@@ -45,6 +45,13 @@ void *xcalloc(size_t count, size_t size) {
   return p;
 }
 
+void *xaligned(size_t align, size_t n) {
+  n = (n + align - 1) / align * align;
+  void *p = aligned_alloc(align, n ? n : align);
+  if (!p) out_of_memory(n, 1);
+  return p;
+}
+
 void *xrealloc(void *p, size_t n) {
   p = realloc(p, n ? n : 1);
   if (!p) out_of_memory(n, 1);

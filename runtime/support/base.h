@@ -23,6 +23,8 @@ _Noreturn void base_fail(const char *file, int line, const char *what);
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
+/* n bytes (rounded up to a multiple of align, a power of two), aligned to align, not zeroed */
+void *xaligned(size_t align, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* dlopen (RTLD_NOW | RTLD_LOCAL) the first of the n names that loads: each as given (the loader's

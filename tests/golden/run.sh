@@ -27,7 +27,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 UBSAN_OPTIONS=print_stacktrace=1
 export ASAN_OPTIONS UBSAN_OPTIONS
 CELLC_STDLIB=stdlib # stable paths in messages (the stdlib found next to the binary is absolute)
-export CELLC_STDLIB
+CELLC_THREADS=1     # check's memory figures count the cpu's per-thread buffers
+export CELLC_STDLIB CELLC_THREADS
 
 update=0
 if [ "$1" = "--update" ]; then

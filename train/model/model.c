@@ -100,7 +100,7 @@ static int add_tensor(Model *m, const char *name, int rank, const int64_t *n, bo
 static void model_place(Model *m) {
   size_t total = 0;
   for (int i = 0; i < m->ntensors; i++) total += (size_t)m->tensors[i].numel * (m->tensors[i].cplx ? 2 : 1);
-  m->store = xcalloc(2 * total + 1, sizeof(float));
+  m->store = memuse_calloc(sizeof(float) * (2 * total + 1));
   if (!device_is_host(m->ops)) m->dstore = m->ops->alloc(m->ops, sizeof(float) * (2 * total + 1));
   float *v = m->store, *g = m->store + total;
   float *dv = m->dstore ? m->dstore : v, *dg = m->dstore ? m->dstore + total : g;
@@ -779,7 +779,7 @@ void model_free(Model *m) {
   dfree(m, m->scratch), dfree(m, m->readout_out), dfree(m, m->dreadout), dfree(m, m->logits), dfree(m, m->dlogits);
   dfree(m, m->d_ids), dfree(m, m->d_targets), dfree(m, m->d_x), dfree(m, m->d_y), dfree(m, m->d_on), dfree(m, m->dstore);
   free(m->targets), free(m->on);
-  free(m->layers), free(m->tensors), free(m->store), free(m->source);
+  free(m->layers), free(m->tensors), memuse_free(m->store), free(m->source);
   arena_free(&m->arena);
   free(m);
 }
@@ -1039,6 +1039,18 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
 /* ---- where the tensors live ---- */
 
 Device *model_device(Model *m) { return m->ops; }
+
+size_t model_work_bytes(const Model *m) {
+  if (strcmp(m->backend->name, "cpu")) return 0;
+  size_t total = 0;
+  for (int k = 0; k < m->nlayers; k++) {
+    const Layer *L = &m->layers[k];
+    TrainMemory t = pipeline_train_memory(L->cell[0], m->chunk);
+    size_t one = t.per_run - t.seq_run + (size_t)m->B * (t.per_row - t.seq_row + (size_t)m->T * (t.per_token - t.seq_token));
+    total += L->work[1] == L->work[0] ? one : 2 * one; /* evaluation's own work where its program differs */
+  }
+  return total;
+}
 
 void model_to_device(Model *m) {
   if (m->dstore) m->ops->upload(m->ops, m->dstore, m->store, sizeof(float) * m->store_floats);

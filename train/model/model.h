@@ -59,6 +59,10 @@ void model_free(Model *m);
 Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_dir, const TaskShape *shape, int batch,
                     uint64_t seed, Device *dev, int *status);
 Device *model_device(Model *m);
+/* What the cell layers' runs allocate beyond the buffers the model holds (their workspaces and
+ * chunk buffers), as cellc check figures it (pipeline_train_memory): 0 where the back end is not
+ * the cpu, whose workspace the figure describes. */
+size_t model_work_bytes(const Model *m);
 /* A device's tensors: the values (params and buffers, not the gradients) copied to the host (before
  * a checkpoint is written) and back (after one is read). Nothing to do on the host. */
 void model_to_host(Model *m);

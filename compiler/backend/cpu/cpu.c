@@ -299,12 +299,18 @@ static void exec_of(CpuCell *c, CpuWork *w, Host *host, const SeqIO *s, Exec *e)
               .host = {host, host_kernel, host_barrier, w->base.profiling ? host_step : NULL, host_run}};
   CHECK(exec_layout(e, s->T, s->B, c->nthreads) == EXEC_OK);
   if (w->cap < e->L.total) {
-    free(w->mem);
+    memuse_free(w->mem);
     w->cap = (size_t)(e->L.total + 63) / 64 * 64;
-    w->mem = aligned_alloc(64, w->cap);
-    CHECK(w->mem);
+    w->mem = memuse_aligned(w->cap);
   }
   w->T = s->T, w->B = s->B;
+}
+
+static size_t cpu_work_bytes(const Compiled *cc, int T, int B) {
+  const CpuCell *c = (const CpuCell *)cc;
+  Exec e = {.tab = c->tab, .mode = EXEC_SEQIO};
+  CHECK(exec_layout(&e, T, B, c->nthreads) == EXEC_OK);
+  return (size_t)e.L.total;
 }
 
 /* The SeqIO's buffers as the executor reads them (EXEC_SEQIO: per part, as SeqIO). */
@@ -443,10 +449,10 @@ static void cpu_work_free(Work *ww) {
   CpuWork *w = (CpuWork *)ww;
   if (!w) return;
   work_profile_report(&w->base);
-  free(w->mem);
+  memuse_free(w->mem);
   free(w->fold_sums);
   free(w);
 }
 
 const Backend cpu_backend = {.name = "cpu", .dtype = DT_F32, .scans = true, .device = DEVICE_CPU, BACKEND_ENTRY_POINTS(cpu),
-                           .emit = cpu_emit, .folds = cpu_folds};
+                           .emit = cpu_emit, .folds = cpu_folds, .work_bytes = cpu_work_bytes};

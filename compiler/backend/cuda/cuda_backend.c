@@ -120,10 +120,12 @@ static CUdeviceptr dev_alloc(CudaCell *c, size_t bytes) {
     snprintf(m, sizeof m, "%s (asking for %zu bytes)", e, bytes);
     die(c, m);
   }
+  memuse_add((void *)(uintptr_t)p, bytes);
   return p;
 }
 
 static void dev_free(CudaCell *c, CUdeviceptr p) {
+  memuse_remove((void *)(uintptr_t)p);
   if (p) CU(c, cuMemFree, p);
 }
 
@@ -399,6 +401,7 @@ static void cuda_work_free(Work *ww) {
   work_profile_report(&w->base);
   if (d && w->ws) {
     d->api.cuCtxSetCurrent(d->ctx);
+    memuse_remove((void *)(uintptr_t)w->ws);
     d->api.cuMemFree(w->ws);
   }
   free(w->run.arr), free(w->run.off), free(w->run.bases), free(w->run.uploaded);

@@ -94,11 +94,13 @@ static void *c_alloc(Device *b, size_t bytes) {
     exit(3);
   }
   CU(o, cuMemsetD8, p, 0, bytes);
+  memuse_add((void *)(uintptr_t)p, bytes);
   return (void *)(uintptr_t)p;
 }
 
 static void c_free(Device *b, void *p) {
   CudaOps *o = cur(b);
+  memuse_remove(p);
   if (p) CU(o, cuMemFree, DP(p));
 }
 
