@@ -237,15 +237,17 @@ def slstm_step(p, x, s, o):
 
 
 def gated_deltanet_step(p, x, s, o):
-    # Yang, Kautz and Hatamizadeh 2025: q, k, v each through a short causal convolution (width 4,
-    # no bias; Kq[:, 0] multiplies the current step) and SiLU; q, k L2-normalized per head
+    # Yang, Kautz and Hatamizadeh 2025: q, k, v each through a short causal depthwise convolution
+    # (width 4, no bias; Kc[:, 0] multiplies the current step; Kc's rows: q's, k's, v's channels)
+    # and SiLU; q, k L2-normalized per head
     B, NH, V, K = s["S"].shape
-    uq, uk, uv = mv(p["Wq"], x), mv(p["Wk"], x), mv(p["Wv"], x)
-    qs = silu(_heads(_dwconv(s["hist.uq"], uq, p["Kq"]), NH))
-    ks = silu(_heads(_dwconv(s["hist.uk"], uk, p["Kk"]), NH))
+    nk, nv = NH * K, NH * V
+    u = torch.cat([mv(p["Wq"], x), mv(p["Wk"], x), mv(p["Wv"], x)], -1)
+    c = silu(_dwconv(s["hist.u"], u, p["Kc"]))
+    qs, ks = _heads(c[:, :nk], NH), _heads(c[:, nk:2 * nk], NH)
     q = qs / torch.sqrt((qs * qs).sum(dim=-1, keepdim=True) + 1e-6) / math.sqrt(K)
     k = ks / torch.sqrt((ks * ks).sum(dim=-1, keepdim=True) + 1e-6)
-    v = silu(_heads(_dwconv(s["hist.uv"], uv, p["Kv"]), NH))
+    v = _heads(c[:, 2 * nk:2 * nk + nv], NH)
     beta = torch.sigmoid(mv(p["Wb"], x))                            # [B, NH]
     alpha = torch.exp(-torch.exp(p["A_log"]) * torch.nn.functional.softplus(mv(p["Wa"], x) + p["dt_bias"]))
     a3, b3 = alpha[..., None, None], beta[..., None, None]
@@ -256,9 +258,7 @@ def gated_deltanet_step(p, x, s, o):
     out = torch.matmul(S, q.unsqueeze(-1)).squeeze(-1)              # [B, NH, V]
     g = silu(_heads(mv(p["Wg"], x), NH))
     y = mv(p["Wo"], (_rms_last(out) * g).reshape(B, NH * V))
-    new = {"S": S, "hist.uq": _shift(s["hist.uq"], uq), "hist.uk": _shift(s["hist.uk"], uk),
-           "hist.uv": _shift(s["hist.uv"], uv)}
-    return new, y, {"beta": beta, "alpha": alpha}
+    return {"S": S, "hist.u": _shift(s["hist.u"], u)}, y, {"beta": beta, "alpha": alpha}
 
 
 def rwkv6_step(p, x, s, o):
@@ -394,13 +394,11 @@ SPECS.update({
                   lambda o: "sequential", dims=lambda H, D: {"NH": 2, "P": H, "D": D}, H_of=_K_of("h")),
     "gated_deltanet": Spec(gated_deltanet_step,
                            lambda H, D, o: {"Wq": _rs([2 * H, D]), "Wk": _rs([2 * H, D]),
-                                            "Wv": _rs([2 * (H + 1), D]), "Kq": _rs([2 * H, 4]),
-                                            "Kk": _rs([2 * H, 4]), "Kv": _rs([2 * (H + 1), 4]),
+                                            "Wv": _rs([2 * (H + 1), D]), "Kc": _rs([4 * H + 2 * (H + 1), 4]),
                                             "Wb": _rs([2, D]), "Wa": _rs([2, D]),
                                             "A_log": _rs([2]), "dt_bias": _rs([2]), "Wg": _rs([2 * (H + 1), D]),
                                             "Wo": _rs([D, 2 * (H + 1)])},
-                           lambda H, D: {"S": _rs([2, H + 1, H]), "hist.uq": _rs([3, 2 * H]),
-                                         "hist.uk": _rs([3, 2 * H]), "hist.uv": _rs([3, 2 * (H + 1)])},
+                           lambda H, D: {"S": _rs([2, H + 1, H]), "hist.u": _rs([3, 4 * H + 2 * (H + 1)])},
                            lambda o: ["beta", "alpha"], lambda H, D: D,
                            lambda o: "sequential", dims=_hd, H_of=_K_of("S")),
     "rwkv6": Spec(rwkv6_step,
