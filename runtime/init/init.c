@@ -31,7 +31,8 @@
   X(LOG_UNIFORM, "log_uniform", 2, 2, false, false)   \
   X(INV_SOFTPLUS, "inv_softplus", 1, 1, false, true)   \
   X(ARANGE_POW, "arange_pow", 4, 4, false, false)     \
-  X(CYCLE, "cycle", 1, 8, false, false)
+  X(CYCLE, "cycle", 1, 8, false, false)               \
+  X(LOG_OF_UNIFORM, "log_of_uniform", 2, 2, false, false)
 
 typedef enum {
 #define X(id, name, lo, hi, ref, wraps) INIT_##id,
@@ -82,7 +83,7 @@ typedef struct Draw {
   double a, b; /* uniform: lo, width; normal: mean, std; glorot, standard: bound, -;
                   chrono: tmax - 2, -; ugi, gumbel: lo of u, width of u; lru_nu: r_min^2,
                   r_max^2 - r_min^2; lru_theta: max_phase, -; log_uniform: log lo,
-                  log hi - log lo */
+                  log hi - log lo; log_of_uniform: lo, hi - lo */
   double alpha, tau; /* gumbel (ugi: 0, 1) */
 } Draw;
 
@@ -107,6 +108,8 @@ static double draw_one(const Draw *d, Rng *rng) {
   }
   case INIT_LRU_THETA: return log(d->a * rng_uniform_open(rng));
   case INIT_LOG_UNIFORM: return exp(d->a + d->b * rng_uniform(rng));
+  /* u in (0, 1): lo = 0 never gives log(0) */
+  case INIT_LOG_OF_UNIFORM: return log(d->a + d->b * rng_uniform_open(rng));
   default: UNREACHABLE("draw_one: not an elementwise random initializer");
   }
 }
@@ -232,6 +235,12 @@ static int init_prepare(InitKind kind, const double *args, int rank, const int *
     int bad;
     return init_check_args("arange_pow", args, 4, &bad, err, errlen);
   }
+  case INIT_LOG_OF_UNIFORM: {
+    int bad;
+    if (init_check_args("log_of_uniform", args, 2, &bad, err, errlen) != 0) return -1;
+    d->a = args[0], d->b = args[1] - args[0];
+    return 0;
+  }
   case INIT_LOG_UNIFORM: {
     int bad;
     if (init_check_args("log_uniform", args, 2, &bad, err, errlen) != 0) return -1;
@@ -250,6 +259,14 @@ int init_check_args(const char *name, const double *args, int nargs, int *bad, c
     *bad = 1;
     if (!(args[1] >= args[0]))
       return init_fail(err, errlen, "log_uniform(lo, hi) needs hi >= lo, got log_uniform(%g, %g)", args[0], args[1]);
+  }
+  if (!strcmp(name, "log_of_uniform") && nargs == 2) {
+    /* log U(lo, hi): lo = 0 is allowed (Gated DeltaNet's A_log = log U(0, 16)), u is never 0 */
+    if (!(args[0] >= 0))
+      return init_fail(err, errlen, "log_of_uniform(lo, hi) needs lo >= 0, got log_of_uniform(%g, %g)", args[0], args[1]);
+    *bad = 1;
+    if (!(args[1] > args[0]))
+      return init_fail(err, errlen, "log_of_uniform(lo, hi) needs hi > lo, got log_of_uniform(%g, %g)", args[0], args[1]);
   }
   if (!strcmp(name, "arange_pow") && nargs == 4) {
     /* (step j)^p for j = 0, 1, ...: a real power of a non-negative base, 0^p = 0 (not inf, not 1) */

@@ -55,7 +55,7 @@ static void expect_error(const char *name, const double *args, int nargs, const 
 Test(init, table_knows_every_initializer) {
   const char *const *names;
   int n = init_names(&names);
-  cr_assert_eq(n, 20);
+  cr_assert_eq(n, 21);
   for (int i = 0; i < n; i++) {
     const InitDef *d = init_find(names[i]);
     cr_assert_not_null(d, "%s", names[i]);
@@ -721,4 +721,35 @@ Test(init, orthogonal_gain_scales_the_same_matrix) {
       cr_assert_float_eq(d, 4.0, 1e-13);
     }
   expect_error("orthogonal", (double[]){1, 2}, 2, NULL, 2, (int[]){4, 4}, 8, "orthogonal takes 0 to 1 arguments, got 2");
+}
+
+/* log_of_uniform(lo, hi) = log(U(lo, hi)), u in (0, 1) so that lo = 0 gives no log(0): Gated
+ * DeltaNet's A_log = log(A), A ~ U(0, 16). */
+Test(init, log_of_uniform_is_the_log_of_a_uniform_draw) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("log_of_uniform", (double[]){0, 16}, 2, 2, (int[]){N / 100, 100}, false, 13, v), 0, "%s", err);
+  Rng r;
+  rng_seed(&r, 13, 0);
+  double s = 0, s2 = 0;
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(v[i], log(16 * rng_uniform_open(&r)), "%d", i);
+    double a = exp(v[i]);
+    cr_assert(isfinite(v[i]) && a > 0 && a < 16, "%g", a);
+    s += a, s2 += a * a;
+  }
+  /* exp(v) ~ U(0, 16): mean 8, variance 256 / 12 */
+  double mean = s / N, var = s2 / N - mean * mean;
+  cr_assert_lt(fabs(mean - 8), 5 * 16 / sqrt(12.0 * N));
+  cr_assert_lt(fabs(var - 256 / 12.0) / (256 / 12.0), 0.02);
+  free(v);
+  double w[8];
+  cr_assert_eq(fill("log_of_uniform", (double[]){1, 16}, 2, 1, (int[]){8}, false, 3, w), 0, "%s", err);
+  for (int i = 0; i < 8; i++) cr_assert(w[i] > 0 && w[i] < log(16.0), "%g", w[i]);
+  expect_error("log_of_uniform", (double[]){-1, 1}, 2, NULL, 1, (int[]){4}, 8, "needs lo >= 0");
+  expect_error("log_of_uniform", (double[]){2, 2}, 2, NULL, 1, (int[]){4}, 8, "needs hi > lo");
+  int bad = -1;
+  cr_assert_eq(init_check_args("log_of_uniform", (double[]){-1, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 0);
+  cr_assert_eq(init_check_args("log_of_uniform", (double[]){3, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 1);
 }
