@@ -354,7 +354,7 @@ SPECS = {
 }
 
 # Version-2 cells in the tests: NH = 2 heads, K = H, V = H + 1 (unequal, so that a transposed state
-# or readout fails), the low ranks R = 3; sLSTM: P = H units per head.
+# or readout fails), the low ranks R = 3 (RWKV-6's token-shift rank M = 2); sLSTM: P = H units per head.
 def _hd(H, D):
     return {"NH": 2, "K": H, "V": H + 1, "D": D}
 
