@@ -18,7 +18,7 @@
   X(UNIFORM, "uniform", 2, 2, false, false)           \
   X(NORMAL, "normal", 2, 2, false, false)             \
   X(GLOROT, "glorot", 0, 0, false, false)             \
-  X(ORTHOGONAL, "orthogonal", 0, 0, false, false)     \
+  X(ORTHOGONAL, "orthogonal", 0, 1, false, false)     \
   X(STANDARD, "standard", 0, 0, false, false)         \
   X(CHRONO, "chrono", 1, 1, false, false)             \
   X(UGI, "ugi", 0, 0, false, false)                   \
@@ -29,7 +29,10 @@
   X(ARANGE, "arange", 2, 2, false, false)             \
   X(S4D_REAL, "s4d_real", 0, 0, false, false)         \
   X(LOG_UNIFORM, "log_uniform", 2, 2, false, false)   \
-  X(INV_SOFTPLUS, "inv_softplus", 1, 1, false, true)
+  X(INV_SOFTPLUS, "inv_softplus", 1, 1, false, true)   \
+  X(ARANGE_POW, "arange_pow", 4, 4, false, false)     \
+  X(CYCLE, "cycle", 1, 8, false, false)               \
+  X(LOG_OF_UNIFORM, "log_of_uniform", 2, 2, false, false)
 
 typedef enum {
 #define X(id, name, lo, hi, ref, wraps) INIT_##id,
@@ -80,7 +83,7 @@ typedef struct Draw {
   double a, b; /* uniform: lo, width; normal: mean, std; glorot, standard: bound, -;
                   chrono: tmax - 2, -; ugi, gumbel: lo of u, width of u; lru_nu: r_min^2,
                   r_max^2 - r_min^2; lru_theta: max_phase, -; log_uniform: log lo,
-                  log hi - log lo */
+                  log hi - log lo; log_of_uniform: lo, hi - lo */
   double alpha, tau; /* gumbel (ugi: 0, 1) */
 } Draw;
 
@@ -105,6 +108,8 @@ static double draw_one(const Draw *d, Rng *rng) {
   }
   case INIT_LRU_THETA: return log(d->a * rng_uniform_open(rng));
   case INIT_LOG_UNIFORM: return exp(d->a + d->b * rng_uniform(rng));
+  /* u in (0, 1): lo = 0 never gives log(0) */
+  case INIT_LOG_OF_UNIFORM: return log(d->a + d->b * rng_uniform_open(rng));
   default: UNREACHABLE("draw_one: not an elementwise random initializer");
   }
 }
@@ -226,6 +231,16 @@ static int init_prepare(InitKind kind, const double *args, int rank, const int *
     if (!(args[0] > 0)) return init_fail(err, errlen, "lru_theta(max_phase) needs max_phase > 0, got lru_theta(%g)", args[0]);
     d->a = args[0];
     return 0;
+  case INIT_ARANGE_POW: {
+    int bad;
+    return init_check_args("arange_pow", args, 4, &bad, err, errlen);
+  }
+  case INIT_LOG_OF_UNIFORM: {
+    int bad;
+    if (init_check_args("log_of_uniform", args, 2, &bad, err, errlen) != 0) return -1;
+    d->a = args[0], d->b = args[1] - args[0];
+    return 0;
+  }
   case INIT_LOG_UNIFORM: {
     int bad;
     if (init_check_args("log_uniform", args, 2, &bad, err, errlen) != 0) return -1;
@@ -244,6 +259,22 @@ int init_check_args(const char *name, const double *args, int nargs, int *bad, c
     *bad = 1;
     if (!(args[1] >= args[0]))
       return init_fail(err, errlen, "log_uniform(lo, hi) needs hi >= lo, got log_uniform(%g, %g)", args[0], args[1]);
+  }
+  if (!strcmp(name, "log_of_uniform") && nargs == 2) {
+    /* log U(lo, hi): lo = 0 is allowed (Gated DeltaNet's A_log = log U(0, 16)), u is never 0 */
+    if (!(args[0] >= 0))
+      return init_fail(err, errlen, "log_of_uniform(lo, hi) needs lo >= 0, got log_of_uniform(%g, %g)", args[0], args[1]);
+    *bad = 1;
+    if (!(args[1] > args[0]))
+      return init_fail(err, errlen, "log_of_uniform(lo, hi) needs hi > lo, got log_of_uniform(%g, %g)", args[0], args[1]);
+  }
+  if (!strcmp(name, "arange_pow") && nargs == 4) {
+    /* (step j)^p for j = 0, 1, ...: a real power of a non-negative base, 0^p = 0 (not inf, not 1) */
+    *bad = 2;
+    if (!(args[2] >= 0))
+      return init_fail(err, errlen, "arange_pow(start, scale, step, p) needs step >= 0, got step %g", args[2]);
+    *bad = 3;
+    if (!(args[3] > 0)) return init_fail(err, errlen, "arange_pow(start, scale, step, p) needs p > 0, got p %g", args[3]);
   }
   return 0;
 }
@@ -285,7 +316,9 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
   if (def->wraps) return init_fail(err, errlen, "%s takes another initializer as its argument, such as %s(log_uniform(0.001, 0.1))", name, name);
   InitKind kind = (InitKind)(def - init_defs);
   if (!def->ref_param && (nargs < def->min_args || nargs > def->max_args)) {
-    if (def->min_args == 0) return init_fail(err, errlen, "%s takes no arguments, got %d", name, nargs);
+    if (def->max_args == 0) return init_fail(err, errlen, "%s takes no arguments, got %d", name, nargs);
+    if (def->min_args != def->max_args)
+      return init_fail(err, errlen, "%s takes %d to %d arguments, got %d", name, def->min_args, def->max_args, nargs);
     return init_fail(err, errlen, "%s takes %d argument%s, got %d", name, def->min_args, def->min_args == 1 ? "" : "s", nargs);
   }
   for (int i = 0; i < nargs && !def->ref_param; i++)
@@ -318,6 +351,8 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
     int heads = rank == 3 ? shape[0] : 1, O = shape[rank - 2], I = shape[rank - 1];
     double *w = cplx ? xmalloc(sizeof(double) * (numel ? numel : 1)) : out;
     for (int h = 0; h < heads; h++) fill_orthogonal(O, I, rng, w + (size_t)h * (size_t)O * (size_t)I);
+    if (nargs == 1) /* orthogonal(gain), as PyTorch's orthogonal_(w, gain): the matrix times gain */
+      for (size_t i = 0; i < numel; i++) w[i] *= args[0];
     if (cplx) {
       for (size_t i = 0; i < numel; i++) out[2 * i] = w[i], out[2 * i + 1] = 0.0;
       free(w);
@@ -330,6 +365,17 @@ int init_fill(const char *name, const double *args, int nargs, const double *ref
     for (size_t i = 0; i < numel; i++) {
       double j = (double)(i % last);
       double v = kind == INIT_ARANGE ? args[0] + args[1] * j : log(j + 1.0);
+      if (cplx) out[2 * i] = v, out[2 * i + 1] = 0.0;
+      else out[i] = v;
+    }
+    return 0;
+  }
+  case INIT_ARANGE_POW: /* start + scale * (step * j)^p along the last dim: power-law ramps */
+  case INIT_CYCLE: {    /* args[j mod nargs] along the last dim */
+    size_t last = rank ? (size_t)shape[rank - 1] : 1;
+    for (size_t i = 0; i < numel; i++) {
+      size_t j = i % last;
+      double v = kind == INIT_CYCLE ? args[j % (size_t)nargs] : args[0] + args[1] * pow(args[2] * (double)j, args[3]);
       if (cplx) out[2 * i] = v, out[2 * i + 1] = 0.0;
       else out[i] = v;
     }

@@ -237,12 +237,17 @@ def slstm_step(p, x, s, o):
 
 
 def gated_deltanet_step(p, x, s, o):
+    # Yang, Kautz and Hatamizadeh 2025: q, k, v each through a short causal depthwise convolution
+    # (width 4, no bias; Kc[:, 0] multiplies the current step; Kc's rows: q's, k's, v's channels)
+    # and SiLU; q, k L2-normalized per head
     B, NH, V, K = s["S"].shape
-    qs = silu(_heads(mv(p["Wq"], x), NH))
-    ks = silu(_heads(mv(p["Wk"], x), NH))
+    nk, nv = NH * K, NH * V
+    u = torch.cat([mv(p["Wq"], x), mv(p["Wk"], x), mv(p["Wv"], x)], -1)
+    c = silu(_dwconv(s["hist.u"], u, p["Kc"]))
+    qs, ks = _heads(c[:, :nk], NH), _heads(c[:, nk:2 * nk], NH)
     q = qs / torch.sqrt((qs * qs).sum(dim=-1, keepdim=True) + 1e-6) / math.sqrt(K)
     k = ks / torch.sqrt((ks * ks).sum(dim=-1, keepdim=True) + 1e-6)
-    v = silu(_heads(mv(p["Wv"], x), NH))
+    v = _heads(c[:, 2 * nk:2 * nk + nv], NH)
     beta = torch.sigmoid(mv(p["Wb"], x))                            # [B, NH]
     alpha = torch.exp(-torch.exp(p["A_log"]) * torch.nn.functional.softplus(mv(p["Wa"], x) + p["dt_bias"]))
     a3, b3 = alpha[..., None, None], beta[..., None, None]
@@ -253,22 +258,31 @@ def gated_deltanet_step(p, x, s, o):
     out = torch.matmul(S, q.unsqueeze(-1)).squeeze(-1)              # [B, NH, V]
     g = silu(_heads(mv(p["Wg"], x), NH))
     y = mv(p["Wo"], (_rms_last(out) * g).reshape(B, NH * V))
-    return {"S": S}, y, {"beta": beta, "alpha": alpha}
+    return {"S": S, "hist.u": _shift(s["hist.u"], u)}, y, {"beta": beta, "alpha": alpha}
 
 
 def rwkv6_step(p, x, s, o):
+    # Peng et al. 2024 (Finch): the data-dependent token shift (ddlerp of x_t and x_{t-1}), then
+    # the per-head WKV with the decay w and the bonus u on the current token
     B, NH, K, V = s["S"].shape
-    r = _heads(mv(p["Wr"], x), NH)
-    k = _heads(mv(p["Wk"], x), NH)
-    v = _heads(mv(p["Wv"], x), NH)
-    w = torch.exp(-torch.exp(_heads(p["w0"] + mv(p["Wd2"], torch.tanh(mv(p["Wd1"], x))), NH)))
+    xx = _lag(s["hist.x"], x, 1) - x
+    xxx = x + xx * p["mu_x"]
+
+    def ddlerp(n):
+        return x + xx * (p["mu_" + n] + mv(p["B" + n], torch.tanh(mv(p["A" + n], xxx))))
+    xw, xk, xv, xr, xg = (ddlerp(n) for n in "wkvrg")
+    r = _heads(mv(p["Wr"], xr), NH)
+    k = _heads(mv(p["Wk"], xk), NH)
+    v = _heads(mv(p["Wv"], xv), NH)
+    w = torch.exp(-torch.exp(_heads(p["w0"] + mv(p["Wd2"], torch.tanh(mv(p["Wd1"], xw))), NH)))
     # the readout of the previous state plus the bonus u on the current token
     out = torch.matmul(s["S"].transpose(-1, -2), r.unsqueeze(-1)).squeeze(-1) \
-        + (r * p["u"] * k).sum(dim=-1, keepdim=True) * v
+        + (r * p["u"].reshape(NH, K) * k).sum(dim=-1, keepdim=True) * v
     S = w.unsqueeze(-1) * s["S"] + k.unsqueeze(-1) * v.unsqueeze(-2)
-    on = torch.nn.functional.group_norm(out.reshape(B, NH * V), NH, eps=EPS_NORM)
-    y = mv(p["Wo"], on * silu(mv(p["Wg"], x)))
-    return {"S": S}, y, {"w": w}
+    # the source's GroupNorm(NH, eps = 1e-5 * 8^2) with its affine part
+    on = torch.nn.functional.group_norm(out.reshape(B, NH * V), NH, p["ln_w"], p["ln_b"], eps=EPS_NORM * 64)
+    y = mv(p["Wo"], on * silu(mv(p["Wg"], xg)))
+    return {"S": S, "hist.x": _shift(s["hist.x"], x)}, y, {"w": w}
 
 
 # ---------------------------------------------------------------- what each cell declares
@@ -340,7 +354,7 @@ SPECS = {
 }
 
 # Version-2 cells in the tests: NH = 2 heads, K = H, V = H + 1 (unequal, so that a transposed state
-# or readout fails), the low ranks R = 3; sLSTM: P = H units per head.
+# or readout fails), the low ranks R = 3 (RWKV-6's token-shift rank M = 2); sLSTM: P = H units per head.
 def _hd(H, D):
     return {"NH": 2, "K": H, "V": H + 1, "D": D}
 
@@ -380,17 +394,23 @@ SPECS.update({
                   lambda o: "sequential", dims=lambda H, D: {"NH": 2, "P": H, "D": D}, H_of=_K_of("h")),
     "gated_deltanet": Spec(gated_deltanet_step,
                            lambda H, D, o: {"Wq": _rs([2 * H, D]), "Wk": _rs([2 * H, D]),
-                                            "Wv": _rs([2 * (H + 1), D]), "Wb": _rs([2, D]), "Wa": _rs([2, D]),
+                                            "Wv": _rs([2 * (H + 1), D]), "Kc": _rs([4 * H + 2 * (H + 1), 4]),
+                                            "Wb": _rs([2, D]), "Wa": _rs([2, D]),
                                             "A_log": _rs([2]), "dt_bias": _rs([2]), "Wg": _rs([2 * (H + 1), D]),
                                             "Wo": _rs([D, 2 * (H + 1)])},
-                           lambda H, D: {"S": _rs([2, H + 1, H])}, lambda o: ["beta", "alpha"], lambda H, D: D,
+                           lambda H, D: {"S": _rs([2, H + 1, H]), "hist.u": _rs([3, 4 * H + 2 * (H + 1)])},
+                           lambda o: ["beta", "alpha"], lambda H, D: D,
                            lambda o: "sequential", dims=_hd, H_of=_K_of("S")),
     "rwkv6": Spec(rwkv6_step,
-                  lambda H, D, o: {"Wr": _rs([2 * H, D]), "Wk": _rs([2 * H, D]), "Wv": _rs([2 * (H + 1), D]),
-                                   "Wg": _rs([2 * (H + 1), D]), "w0": _rs([2 * H]), "Wd1": _rs([3, D]),
-                                   "Wd2": _rs([2 * H, 3]), "u": _rs([2, H]), "Wo": _rs([D, 2 * (H + 1)])},
-                  lambda H, D: {"S": _rs([2, H, H + 1])}, lambda o: ["w"], lambda H, D: D, lambda o: "sequential",
-                  dims=_hdr, H_of=lambda h0: h0["S"].shape[2]),
+                  lambda H, D, o: dict({"mu_" + n: _rs([D]) for n in "xwkvrg"},
+                                       **{"A" + n: _rs([2, D]) for n in "wkvrg"},
+                                       **{"B" + n: _rs([D, 2]) for n in "wkvrg"},
+                                       **{"Wr": _rs([2 * H, D]), "Wk": _rs([2 * H, D]), "Wv": _rs([2 * (H + 1), D]),
+                                          "Wg": _rs([2 * (H + 1), D]), "w0": _rs([2 * H]), "Wd1": _rs([3, D]),
+                                          "Wd2": _rs([2 * H, 3]), "u": _rs([2 * H]), "ln_w": _rs([2 * (H + 1)]),
+                                          "ln_b": _rs([2 * (H + 1)]), "Wo": _rs([D, 2 * (H + 1)])}),
+                  lambda H, D: {"S": _rs([2, H, H + 1]), "hist.x": _rs([1, D])}, lambda o: ["w"], lambda H, D: D,
+                  lambda o: "sequential", dims=lambda H, D: dict(_hdr(H, D), M=2), H_of=lambda h0: h0["S"].shape[2]),
 })
 
 

@@ -191,11 +191,14 @@ static void host_user(Emu *e, double **parts, int q, int cplx, size_t n, CUdevic
  * NULL for h0 (zero states), final, dfinal, dx, dh0. */
 enum { NULL_H0 = 1, NULL_FINAL = 2, NULL_DFINAL = 4, NULL_DX = 8, NULL_DH0 = 16 };
 
+/* The most params or states of a cell these tests pass (rwkv6 has 27 params). */
+enum { MAX_PARTS = 32 };
+
 static void run_emitted(Emu *e, const Shape *sh, HBufs *h, int flags) {
   int T = h->T, B = h->B;
   size_t rows = (size_t)T * (size_t)B;
-  CUdeviceptr w[16], g[16], h0[16], fin[16], dfin[16], dh0[16];
-  cr_assert(sh->np <= 16 && sh->ns <= 16);
+  CUdeviceptr w[MAX_PARTS], g[MAX_PARTS], h0[MAX_PARTS], fin[MAX_PARTS], dfin[MAX_PARTS], dh0[MAX_PARTS];
+  cr_assert(sh->np <= MAX_PARTS && sh->ns <= MAX_PARTS);
   for (int i = 0; i < sh->np; i++) {
     w[i] = dev_user(e, h->params, sh->ppart[i], sh->pcplx[i], sh->pnumel[i]);
     g[i] = dev_new(e, sh->pnumel[i] * (sh->pcplx[i] ? 2 : 1));
@@ -566,8 +569,8 @@ static void null_arguments(const char *file, const char *set, const char *dims, 
   cr_expect(gx > 0 && f > 0, "%s: dx and final are written when given", file);
   /* statuses: each bad call returns nonzero with a message, before touching memory */
   float *dummy = (float *)(uintptr_t)256;
-  void *w[16], *st[16];
-  for (int i = 0; i < 16; i++) w[i] = dummy, st[i] = dummy;
+  void *w[MAX_PARTS], *st[MAX_PARTS];
+  for (int i = 0; i < MAX_PARTS; i++) w[i] = dummy, st[i] = dummy;
   struct {
     int rc;
     const char *what;

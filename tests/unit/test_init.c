@@ -55,7 +55,7 @@ static void expect_error(const char *name, const double *args, int nargs, const 
 Test(init, table_knows_every_initializer) {
   const char *const *names;
   int n = init_names(&names);
-  cr_assert_eq(n, 18);
+  cr_assert_eq(n, 21);
   for (int i = 0; i < n; i++) {
     const InitDef *d = init_find(names[i]);
     cr_assert_not_null(d, "%s", names[i]);
@@ -625,4 +625,131 @@ Test(init, text_errors_of_wrapped_initializers) {
   expect_text_error("inv_softplus(ones", "'(' without its ')'", 12);
   expect_text_error("inv_softplus(ones) x", "unexpected 'x'", 19);
   expect_text_error("uniform(log_uniform(1, 2), 3)", "expected a number", 8);
+}
+
+/* arange_pow(start, scale, step, p) = start + scale * (step j)^p along the last dim: the
+ * power-law ramps of RWKV-6's decay (-6 + 5 (j / (n - 1))^0.7) and of sLSTM's forget bias
+ * (5 - 12 (j / (P - 1))^0.3), the same for every row; it draws nothing. */
+Test(init, arange_pow_is_a_power_of_the_index_along_the_last_dim) {
+  enum { NH = 2, K = 5 };
+  double out[NH * K];
+  Rng r, before;
+  rng_seed(&r, 5, 0);
+  before = r;
+  cr_assert_eq(init_fill("arange_pow", (double[]){5, -12, 1.0 / (K - 1), 0.3}, 4, NULL, 2, (int[]){NH, K}, false, 8, &r, out,
+                         err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(memcmp(&r, &before, sizeof r), 0);
+  for (int h = 0; h < NH; h++) {
+    cr_assert_eq(out[h * K], 5.0); /* 0^p = 0: the ramp starts at start */
+    cr_assert_float_eq(out[h * K + K - 1], -7.0, 1e-14);
+    for (int j = 0; j < K; j++) cr_assert_eq(out[h * K + j], 5 - 12 * pow(j / 4.0, 0.3), "[%d, %d] = %.17g", h, j, out[h * K + j]);
+  }
+  /* RWKV-6's decay over 8 channels: -6 at j = 0, -1 at j = 7, a concave ramp (p < 1) */
+  double w[8];
+  cr_assert_eq(fill("arange_pow", (double[]){-6, 5, 1.0 / 7, 0.7}, 4, 1, (int[]){8}, false, 1, w), 0, "%s", err);
+  cr_assert_eq(w[0], -6.0);
+  cr_assert_float_eq(w[7], -1.0, 1e-14);
+  for (int j = 1; j < 7; j++) cr_assert_gt(w[j] - w[j - 1], w[j + 1] - w[j], "not concave at %d", j);
+  /* p = 1 is arange(start, scale * step) */
+  double a[6], b[6];
+  cr_assert_eq(fill("arange_pow", (double[]){1, -1, 0.25, 1}, 4, 1, (int[]){6}, false, 1, a), 0, "%s", err);
+  cr_assert_eq(fill("arange", (double[]){1, -0.25}, 2, 1, (int[]){6}, false, 1, b), 0, "%s", err);
+  for (int j = 0; j < 6; j++) cr_assert_eq(a[j], b[j]);
+  /* complex: the value in the real part, 0 in the imaginary part */
+  double c[8];
+  cr_assert_eq(fill("arange_pow", (double[]){0, 1, 1, 2}, 4, 1, (int[]){4}, true, 1, c), 0, "%s", err);
+  for (int j = 0; j < 4; j++) cr_assert(c[2 * j] == (double)(j * j) && c[2 * j + 1] == 0.0, "%d: %g %g", j, c[2 * j], c[2 * j + 1]);
+}
+
+Test(init, error_arange_pow_arguments) {
+  expect_error("arange_pow", (double[]){0, 1, -0.5, 0.5}, 4, NULL, 1, (int[]){4}, 8, "needs step >= 0");
+  expect_error("arange_pow", (double[]){0, 1, 0.5, 0}, 4, NULL, 1, (int[]){4}, 8, "needs p > 0");
+  expect_error("arange_pow", (double[]){0, 1, 0.5}, 3, NULL, 1, (int[]){4}, 8, "arange_pow takes 4 arguments, got 3");
+  int bad = -1;
+  cr_assert_eq(init_check_args("arange_pow", (double[]){0, 1, -1, 1}, 4, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 2);
+  cr_assert_eq(init_check_args("arange_pow", (double[]){0, 1, 1, -1}, 4, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 3);
+  cr_assert_eq(init_check_args("arange_pow", (double[]){0, 1, 0, 1}, 4, &bad, err, sizeof err), 0);
+}
+
+/* cycle(v0, ..., v_{m-1}) = v_(j mod m) along the last dim: RWKV-6's bonus 0.1 ((j + 1) mod 3 - 1)
+ * is cycle(0, 0.1, -0.1). */
+Test(init, cycle_repeats_its_arguments_along_the_last_dim) {
+  enum { R = 2, C = 7 };
+  double out[R * C];
+  Rng r, before;
+  rng_seed(&r, 5, 0);
+  before = r;
+  cr_assert_eq(init_fill("cycle", (double[]){0, 0.1, -0.1}, 3, NULL, 2, (int[]){R, C}, false, 8, &r, out, err, sizeof err), 0,
+               "%s", err);
+  cr_assert_eq(memcmp(&r, &before, sizeof r), 0);
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++) cr_assert_eq(out[i * C + j], 0.1 * ((j + 1) % 3 - 1), "[%d, %d] = %g", i, j, out[i * C + j]);
+  double one[3];
+  cr_assert_eq(fill("cycle", (double[]){2.5}, 1, 1, (int[]){3}, false, 1, one), 0, "%s", err);
+  for (int j = 0; j < 3; j++) cr_assert_eq(one[j], 2.5);
+  double eight[10];
+  const double v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  cr_assert_eq(fill("cycle", v, 8, 1, (int[]){10}, false, 1, eight), 0, "%s", err);
+  for (int j = 0; j < 10; j++) cr_assert_eq(eight[j], v[j % 8]);
+  expect_error("cycle", NULL, 0, NULL, 1, (int[]){4}, 8, "cycle takes 1 to 8 arguments, got 0");
+  expect_error("cycle", (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9}, 9, NULL, 1, (int[]){4}, 8, "cycle takes 1 to 8 arguments, got 9");
+}
+
+/* orthogonal(gain) is orthogonal's matrix times gain (PyTorch's orthogonal_(w, gain)), the same draws. */
+Test(init, orthogonal_gain_scales_the_same_matrix) {
+  enum { O = 6, I = 4 };
+  double w[O * I], g[O * I];
+  cr_assert_eq(fill("orthogonal", NULL, 0, 2, (int[]){O, I}, false, 30, w), 0, "%s", err);
+  cr_assert_eq(fill("orthogonal", (double[]){0.1}, 1, 2, (int[]){O, I}, false, 30, g), 0, "%s", err);
+  for (int i = 0; i < O * I; i++) cr_assert_eq(g[i], w[i] * 0.1);
+  /* columns of norm 0.1, orthogonal to each other */
+  for (int a = 0; a < I; a++)
+    for (int b = 0; b < I; b++) {
+      double d = 0;
+      for (int i = 0; i < O; i++) d += g[i * I + a] * g[i * I + b];
+      cr_assert_float_eq(d, a == b ? 0.01 : 0.0, 1e-14, "column %d . column %d = %g", a, b, d);
+    }
+  double h[2 * 3 * 3];
+  cr_assert_eq(fill("orthogonal", (double[]){2}, 1, 3, (int[]){2, 3, 3}, false, 31, h), 0, "%s", err);
+  for (int hd = 0; hd < 2; hd++)
+    for (int a = 0; a < 3; a++) {
+      double d = 0;
+      for (int i = 0; i < 3; i++) d += h[hd * 9 + i * 3 + a] * h[hd * 9 + i * 3 + a];
+      cr_assert_float_eq(d, 4.0, 1e-13);
+    }
+  expect_error("orthogonal", (double[]){1, 2}, 2, NULL, 2, (int[]){4, 4}, 8, "orthogonal takes 0 to 1 arguments, got 2");
+}
+
+/* log_of_uniform(lo, hi) = log(U(lo, hi)), u in (0, 1) so that lo = 0 gives no log(0): Gated
+ * DeltaNet's A_log = log(A), A ~ U(0, 16). */
+Test(init, log_of_uniform_is_the_log_of_a_uniform_draw) {
+  double *v = xmalloc(sizeof(double) * N);
+  cr_assert_eq(fill("log_of_uniform", (double[]){0, 16}, 2, 2, (int[]){N / 100, 100}, false, 13, v), 0, "%s", err);
+  Rng r;
+  rng_seed(&r, 13, 0);
+  double s = 0, s2 = 0;
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(v[i], log(16 * rng_uniform_open(&r)), "%d", i);
+    double a = exp(v[i]);
+    cr_assert(isfinite(v[i]) && a > 0 && a < 16, "%g", a);
+    s += a, s2 += a * a;
+  }
+  /* exp(v) ~ U(0, 16): mean 8, variance 256 / 12 */
+  double mean = s / N, var = s2 / N - mean * mean;
+  cr_assert_lt(fabs(mean - 8), 5 * 16 / sqrt(12.0 * N));
+  cr_assert_lt(fabs(var - 256 / 12.0) / (256 / 12.0), 0.02);
+  free(v);
+  double w[8];
+  cr_assert_eq(fill("log_of_uniform", (double[]){1, 16}, 2, 1, (int[]){8}, false, 3, w), 0, "%s", err);
+  for (int i = 0; i < 8; i++) cr_assert(w[i] > 0 && w[i] < log(16.0), "%g", w[i]);
+  expect_error("log_of_uniform", (double[]){-1, 1}, 2, NULL, 1, (int[]){4}, 8, "needs lo >= 0");
+  expect_error("log_of_uniform", (double[]){2, 2}, 2, NULL, 1, (int[]){4}, 8, "needs hi > lo");
+  int bad = -1;
+  cr_assert_eq(init_check_args("log_of_uniform", (double[]){-1, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 0);
+  cr_assert_eq(init_check_args("log_of_uniform", (double[]){3, 1}, 2, &bad, err, sizeof err), -1);
+  cr_assert_eq(bad, 1);
 }
