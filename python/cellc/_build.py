@@ -5,8 +5,9 @@ A cache entry is one directory, CACHE/<key>, holding what `cellc emit --target c
 output of `cellc run --T 1 --B 1 --seed S`, whose param.*, buffer.* and h0.* are the cell's
 initial values). The key hashes everything the emitted code or the initial values depend on:
 the source of the cell file and of every file it imports, the cell, the dims, the options, the
-mode, the target CPU level, the CELLC_* tuning variables, and cellc itself (its version and the
-size and modification time of its binary, so a rebuilt cellc never reuses an older one's code).
+mode, the target CPU level, and cellc itself (its version and the size and modification time of
+its binary, so a rebuilt cellc never reuses an older one's code). No CELLC_* tuning variable
+changes emitted code (docs/tuning.md), so none is part of the key.
 Entries are created whole: emitted into a fresh temporary directory inside the cache, then
 renamed into place; a process that loses the race to another removes its own copy and uses the
 winner's. Files added later (init-<seed>) are written beside and renamed over, also whole.
@@ -17,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
 # How many times this process emitted a cell and drew initial values (tests read them).
@@ -142,8 +142,6 @@ def key(binary, path, cell, dims, options, mode, cpu):
         "sources": [text for _, text in sources(path, binary)],
         "cell": cell, "dims": sorted(dims.items()), "options": sorted(options.items()),
         "mode": mode or "auto", "cpu": cpu,
-        "env": sorted((k, v) for k, v in os.environ.items()
-                      if k.startswith("CELLC_") and k not in ("CELLC_CACHE", "CELLC_BIN")),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
