@@ -214,6 +214,29 @@ check("... leaving one whole entry and no temporary files",
 shutil.rmtree(cache2)
 
 
+# ---- make install: into a scratch PREFIX, then used from outside the checkout with only that PREFIX
+prefix = tempfile.mkdtemp(prefix="cellc-pyprefix-")
+mk = subprocess.run(["make", "-s", "install", "PREFIX=" + prefix], cwd=ROOT, capture_output=True, text=True)
+site_dir = subprocess.run([sys.executable, os.path.join(ROOT, "mk", "python_site.py"), prefix],
+                          capture_output=True, text=True).stdout.strip()
+code = ("import cellc, torch; from cellc import _build; m = cellc.load('gru', D=%d, H=%d, seed=4); "
+        "print(cellc.__file__); print(_build.cellc_binary()); print(float(m(torch.ones(3, 2, %d))[0].sum()))" % (D, H, D))
+env3 = {k: v for k, v in os.environ.items() if k not in ("CELLC_BIN", "CELLC_STDLIB")}
+env3["PYTHONPATH"] = site_dir
+p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env3, cwd="/")
+out = p.stdout.split("\n")
+check("make install PREFIX=...: the package runs the installed cellc, from any directory",
+      mk.returncode == 0 and p.returncode == 0 and out[0].startswith(site_dir + os.sep)
+      and out[1] == os.path.join(prefix, "bin", "cellc"), mk.stderr + p.stdout + p.stderr)
+check("... and computes what the checkout's package does",
+      p.returncode == 0 and float(out[2]) == float(g(torch.ones(3, 2, D))[0].sum()), p.stdout)
+shutil.rmtree(prefix)
+default_site = subprocess.run([sys.executable, os.path.join(ROOT, "mk", "python_site.py"), "/usr/local"],
+                              capture_output=True, text=True).stdout.strip()
+check("make install's default PREFIX puts the package where /usr/bin/python3 finds it (%s)" % default_site,
+      default_site in sys.path, str(sys.path))
+
+
 # ---- errors
 def raises(kind, fn):
     try:
