@@ -261,10 +261,19 @@ $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 bench-gpu: all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/gpu.sh
 
+# `make install [PREFIX=/usr/local]`: cellc, its standard library, and the Python package `cellc`
+# (python/cellc, docs/python.md) into the directory of /usr/bin/python3's search path under PREFIX
+# (mk/python_site.py), told where this cellc lies (_install.py).
+PREFIX      ?= /usr/local
+PYTHON      ?= /usr/bin/python3
+PYTHON_SITE ?= $(shell $(PYTHON) mk/python_site.py $(PREFIX))
 install: all
 	install -d $(PREFIX)/bin $(PREFIX)/share/cellc/stdlib
 	install -m 755 bin/cellc $(PREFIX)/bin/cellc
 	install -m 644 stdlib/*.cell $(PREFIX)/share/cellc/stdlib/
+	install -d $(PYTHON_SITE)/cellc
+	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
+	printf '# written by make install: the cellc this package runs\nCELLC_BIN = "%s"\n' "$(abspath $(PREFIX))/bin/cellc" > $(PYTHON_SITE)/cellc/_install.py
 
 clean:
 	rm -rf build bin

@@ -1,0 +1,194 @@
+"""cellc from PyTorch: `cellc.load("gru", H=128)` is a torch.nn.Module running a cell compiled by
+`cellc emit --target cpu --torch` (through ctypes), emitted on first use and cached. See
+docs/python.md.
+
+    import cellc
+    rnn = cellc.load("gru", D=64, H=128, seed=1)     # a stdlib name or a .cell path
+    y, finals = rnn(x)                                  # x [T, B, D] -> y [T, B, O], {"h": [B, H]}
+    y, finals = rnn(x, finals)                          # carry the states on
+"""
+import importlib.util
+import os
+import sys
+
+import torch
+
+from . import _build, _safetensors
+from ._build import CellcError, stats
+
+__all__ = ["load", "Cell", "CellcError", "stats"]
+
+_modules = {}  # cache entry -> its imported P_torch.py
+
+
+def _torch_module(entry):
+    mod = _modules.get(entry)
+    if mod is None:
+        # a name of its own per entry: two versions of one cell live side by side in a process
+        name = "cellc._emitted_" + os.path.basename(entry)
+        spec = importlib.util.spec_from_file_location(name, os.path.join(entry, "P_torch.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[name] = mod
+        _modules[entry] = mod
+    return mod
+
+
+def _option_text(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def load(path_or_stdlib_name, *, cell=None, mode=None, seed=0, dtype=torch.float32, batch_first=False,
+         **dims_and_options):
+    """The cell as a torch.nn.Module (a `cellc.Cell`).
+
+    path_or_stdlib_name: a .cell file, or the name of a standard-library cell ("gru", "lru").
+    cell: which cell of the file (default: the last). mode: "auto", "scan" or "sequential".
+    seed: the initial values are the cell's own initializers drawn from this seed, exactly as
+    `cellc run --seed SEED` draws them. dims_and_options: the cell's dims (D, H, ...: every dim
+    without a default must be given) and options (see `cellc check FILE`), and train_noise=True
+    for a cell with gumbel_sigmoid gates to draw their noise in training (the emit setting).
+    dtype: torch.float32 (the emitted code computes in float32; float64 is refused).
+    batch_first: x and y are [B, T, ...] instead of [T, B, ...].
+    """
+    if dtype == torch.float64:
+        raise NotImplementedError("cellc.load: dtype=torch.float64 is not supported yet: the emitted CPU code "
+                                  "computes in float32 only (for float64, use `cellc run --backend interp "
+                                  "--precision f64`)")
+    if dtype != torch.float32:
+        raise TypeError("cellc.load: dtype must be torch.float32, got %s" % (dtype,))
+    if mode not in (None, "auto", "scan", "sequential"):
+        raise ValueError("cellc.load: mode must be 'auto', 'scan' or 'sequential', got %r" % (mode,))
+    if not isinstance(seed, int) or not 0 <= seed <= 2 ** 31 - 1:
+        raise ValueError("cellc.load: seed must be a whole number in [0, 2^31 - 1], got %r" % (seed,))
+    binary = _build.cellc_binary()
+    path = _build.resolve(os.fspath(path_or_stdlib_name), binary)
+    info = _build.check(binary, path, cell)
+    cell = info["name"]
+    dim_names = [d["name"] for d in info["dims"]]
+    option_names = [o["name"] for o in info["options"]]
+    dims, options = {}, {}
+    for k, v in dims_and_options.items():
+        if k in dim_names:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError("cellc.load: dim %s must be a positive whole number, got %r" % (k, v))
+            dims[k] = v
+        elif k in option_names or k == "train_noise":
+            options[k] = _option_text(v)
+        else:
+            raise TypeError("cellc.load: cell '%s' has no dim or option '%s' (dims: %s; options: %s)"
+                            % (cell, k, ", ".join(dim_names) or "none", ", ".join(option_names) or "none"))
+    entry = _build.compiled(binary, path, cell, dims, options, mode)
+    init, _ = _safetensors.read(_build.initial_values(binary, entry, path, cell, dims, options, mode, seed))
+    return Cell(_torch_module(entry), _read_json(entry), init, batch_first)
+
+
+def _read_json(entry):
+    import json
+    with open(os.path.join(entry, "P.json")) as f:
+        return json.load(f)
+
+
+class Cell(torch.nn.Module):
+    """A cell over whole sequences: forward(x, h0=None) -> (y, finals), as nn.GRU's (output, h_n).
+
+    x: [T, B, input_size] float32 CPU tensor ([B, T, input_size] with batch_first); any T, B >= 1.
+    h0: None, a dict {state: [B, ...]} (names as in `finals`; a missing state takes its initial
+    value), or, for a cell with one state, that state's tensor. A complex state has a trailing 2.
+    Returns y [T, B, output_size] ([B, T, ...] with batch_first) and finals, a dict {state:
+    [B, ...]} of the states after the last step (pass it back as h0 to carry on).
+    Params are nn.Parameters named as in the cell (`h.init` as `h_init`), starting at the cell's
+    initializers for the seed; buffers are module buffers; frozen params do not require grad.
+    A state's initial value is the cell's: zeros, its initializer drawn once (the same for every
+    sequence), or its learned param (its gradient summed over the batch).
+    """
+
+    def __init__(self, lib, meta, init, batch_first):
+        super().__init__()
+        self._lib = lib
+        self.cell_name, self.mode = meta["cell"], meta["mode"]
+        self.dims, self.options = dict(meta["dims"]), dict(meta["options"])
+        self.input_size, self.output_size = meta["input"], meta["output"]
+        self.batch_first = batch_first
+        self._params = [p["field"] for p in meta["params"]]
+        for p in meta["params"]:
+            full = tuple(p["shape"]) + ((2,) if p["complex"] else ())
+            t = init.get("param." + p["name"], init.get("buffer." + p["name"]))
+            if t is None or tuple(t.shape) != full:
+                raise CellcError("cellc: no initial value of shape %s for '%s'" % (full, p["name"]))
+            t = t.to(torch.float32)
+            if p.get("buffer"):
+                self.register_buffer(p["field"], t)
+            else:
+                self.register_parameter(p["field"], torch.nn.Parameter(t, requires_grad=not p.get("frozen")))
+        self._states = []  # (field, full shape, learned param field or None)
+        fields = {p["name"]: p["field"] for p in meta["params"]}
+        for s in meta["states"]:
+            full = tuple(s["shape"]) + ((2,) if s["complex"] else ())
+            learned = fields[s["learned"]] if s.get("learned") else None
+            self._states.append((s["field"], full, learned))
+            if learned is None:  # zeros, or the initializer's draw: one row, repeated for every sequence
+                row = init.get("h0." + s["name"])
+                row = row.reshape(full).to(torch.float32) if row is not None else torch.zeros(full)
+                self.register_buffer("_initial_" + s["field"], row, persistent=False)
+
+    @property
+    def state_names(self):
+        return [f for f, _, _ in self._states]
+
+    def extra_repr(self):
+        return "%s, dims=%s, options=%s, mode=%s, batch_first=%s" % (
+            self.cell_name, self.dims, self.options, self.mode, self.batch_first)
+
+    def initial_states(self, batch):
+        """{state: [batch, ...]}: the cell's initial states (a learned one stays in the graph)."""
+        out = {}
+        for field, full, learned in self._states:
+            src = getattr(self, learned) if learned else getattr(self, "_initial_" + field)
+            out[field] = src.unsqueeze(0).expand((batch,) + full)
+        return out
+
+    def forward(self, x, h0=None):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            raise ValueError("%s: x must be a 3-dimensional tensor [%s, %d], got %s" % (
+                self.cell_name, "B, T" if self.batch_first else "T, B", self.input_size,
+                tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__))
+        if x.dtype != torch.float32:
+            raise TypeError("%s: x must be float32 (the cell computes in float32), got %s" % (self.cell_name, x.dtype))
+        if x.device.type != "cpu":
+            raise ValueError("%s: x must be a CPU tensor (the emitted CUDA target is not loaded by this "
+                             "package yet), got %s" % (self.cell_name, x.device))
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        T, B = x.shape[0], x.shape[1]
+        if T < 1 or B < 1 or x.shape[2] != self.input_size:
+            raise ValueError("%s: x must be [%s, %d] with T, B >= 1, got %s" % (
+                self.cell_name, "B, T" if self.batch_first else "T, B", self.input_size,
+                tuple(x.transpose(0, 1).shape) if self.batch_first else tuple(x.shape)))
+        if isinstance(h0, torch.Tensor):
+            if len(self._states) != 1:
+                raise ValueError("%s: the cell has %d states: pass h0 as a dict {%s}" % (
+                    self.cell_name, len(self._states), ", ".join(self.state_names)))
+            h0 = {self._states[0][0]: h0}
+        h0 = dict(h0 or {})
+        unknown = set(h0) - set(self.state_names)
+        if unknown:
+            raise ValueError("%s: no state named %s (states: %s)" % (
+                self.cell_name, ", ".join(sorted(unknown)), ", ".join(self.state_names)))
+        start = self.initial_states(B)
+        h0s = []
+        for field, full, _ in self._states:
+            h = h0.get(field)
+            if h is None:
+                h = start[field]
+            elif tuple(h.shape) != (B,) + full or h.dtype != torch.float32:
+                raise ValueError("%s: initial state '%s' must be float32 %s, got %s %s" % (
+                    self.cell_name, field, (B,) + full, h.dtype, tuple(h.shape)))
+            h0s.append(h)
+        out = self._lib.Function.apply(x, *h0s, *[getattr(self, f) for f in self._params])
+        y = out[0].transpose(0, 1) if self.batch_first else out[0]
+        return y, {field: f for (field, _, _), f in zip(self._states, out[1:])}

@@ -1,0 +1,203 @@
+"""Finding cellc and its standard library, the cache of emitted cells, and the initial values.
+
+A cache entry is one directory, CACHE/<key>, holding what `cellc emit --target cpu --torch` wrote
+(P.h, P.json, P.o, libP.so, P_torch.py) and one `init-<seed>.safetensors` per seed used (the
+output of `cellc run --T 1 --B 1 --seed S`, whose param.*, buffer.* and h0.* are the cell's
+initial values). The key hashes everything the emitted code or the initial values depend on:
+the source of the cell file and of every file it imports, the cell, the dims, the options, the
+mode, the target CPU level, and cellc itself (its version and the size and modification time of
+its binary, so a rebuilt cellc never reuses an older one's code). No CELLC_* tuning variable
+changes emitted code (docs/tuning.md), so none is part of the key.
+Entries are created whole: emitted into a fresh temporary directory inside the cache, then
+renamed into place; a process that loses the race to another removes its own copy and uses the
+winner's. Files added later (init-<seed>) are written beside and renamed over, also whole.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+# How many times this process emitted a cell and drew initial values (tests read them).
+stats = {"compiles": 0, "inits": 0}
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_IMPORT = re.compile(r'^\s*import\s+"([^"]+)"', re.M)
+
+
+class CellcError(RuntimeError):
+    """cellc failed (the message is its standard error): a bad cell, dims or options."""
+
+
+def cellc_binary():
+    """CELLC_BIN; else the cellc this package was installed with; else the cellc of the checkout
+    the package lies in (python/cellc -> bin/cellc); else cellc on the PATH."""
+    env = os.environ.get("CELLC_BIN")
+    if env:
+        return env
+    try:
+        from ._install import CELLC_BIN  # written by `make install`
+        if os.access(CELLC_BIN, os.X_OK):
+            return CELLC_BIN
+    except ImportError:
+        pass
+    repo = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "bin", "cellc")
+    if os.access(repo, os.X_OK):
+        return repo
+    found = shutil.which("cellc")
+    if not found:
+        raise CellcError("cellc: no cellc binary found (set CELLC_BIN, or put cellc on the PATH)")
+    return found
+
+
+def stdlib_dir(binary):
+    """Where cellc looks for its standard library (cmd/cli.c, cli_stdlib_dir: the same order)."""
+    env = os.environ.get("CELLC_STDLIB")
+    if env:
+        return env
+    exe = os.path.dirname(os.path.realpath(binary))
+    for c in ("../stdlib", "../share/cellc/stdlib", "../../stdlib"):
+        d = os.path.normpath(os.path.join(exe, c))
+        if os.access(d, os.R_OK):
+            return d
+    return "stdlib"
+
+
+def resolve(path_or_name, binary):
+    """A file path as given; a bare name (gru, lru.cell) not found as a file: the stdlib's."""
+    if os.path.isfile(path_or_name):
+        return os.path.abspath(path_or_name)
+    name = path_or_name if path_or_name.endswith(".cell") else path_or_name + ".cell"
+    if os.sep not in path_or_name:
+        cand = os.path.join(stdlib_dir(binary), name)
+        if os.path.isfile(cand):
+            return os.path.abspath(cand)
+    raise FileNotFoundError("cellc: no cell file '%s' (and no %s in the standard library %s)"
+                            % (path_or_name, name, stdlib_dir(binary)))
+
+
+def sources(path, binary):
+    """[(path, text)] of the file and every file it imports, recursively, as cellc finds them
+    (next to the importing file, then in the standard library)."""
+    seen, out, todo = set(), [], [os.path.abspath(path)]
+    lib = stdlib_dir(binary)
+    while todo:
+        p = todo.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        with open(p, "r", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        out.append((p, text))
+        for imp in _IMPORT.findall(text):
+            for cand in (os.path.join(os.path.dirname(p), imp), os.path.join(lib, imp)):
+                if os.path.isfile(cand):
+                    todo.append(os.path.abspath(cand))
+                    break
+    return out
+
+
+def run_cellc(binary, args):
+    p = subprocess.run([binary] + args, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CellcError(p.stderr.strip() or "cellc %s: exit status %d" % (args[0], p.returncode))
+    return p.stdout
+
+
+def check(binary, path, cell):
+    """The cell's entry of `cellc check --json` (the last cell of the file when cell is None)."""
+    args = ["check", path, "--json"] + (["--cell", cell] if cell else [])
+    cells = json.loads(run_cellc(binary, args))["cells"]
+    if cell:
+        for c in cells:
+            if c["name"] == cell:
+                return c
+    return cells[-1]
+
+
+def cpu_level():
+    """x86-64-v3 (emit's default: AVX2, FMA) where this CPU has them; else the x86-64 baseline."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((l for l in f if l.startswith("flags")), "").split())
+    except OSError:
+        return "x86-64-v3"
+    return "x86-64-v3" if {"avx2", "fma"} <= flags else "generic"
+
+
+def cache_root():
+    return os.environ.get("CELLC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cellc")
+
+
+def cellc_identity(binary):
+    st = os.stat(os.path.realpath(binary))
+    return [run_cellc(binary, ["--version"]).strip(), st.st_size, st.st_mtime_ns]
+
+
+def key(binary, path, cell, dims, options, mode, cpu):
+    doc = {
+        "cellc": cellc_identity(binary),
+        "sources": [text for _, text in sources(path, binary)],
+        "cell": cell, "dims": sorted(dims.items()), "options": sorted(options.items()),
+        "mode": mode or "auto", "cpu": cpu,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _cell_args(path, cell, dims, options, mode):
+    args = [path, "--cell", cell]
+    if dims:
+        args += ["--dims", ",".join("%s=%s" % kv for kv in dims.items())]
+    for k, v in options.items():
+        args += ["--set", "%s=%s" % (k, v)]
+    if mode:
+        args += ["--mode", mode]
+    return args
+
+
+def compiled(binary, path, cell, dims, options, mode):
+    """The cache directory of this cell, emitting it first if no entry exists."""
+    cpu = cpu_level()
+    root = cache_root()
+    entry = os.path.join(root, key(binary, path, cell, dims, options, mode, cpu))
+    if os.path.isfile(os.path.join(entry, "P.json")):
+        return entry
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
+    try:
+        out = os.path.join(tmp, "out")
+        run_cellc(binary, ["emit"] + _cell_args(path, cell, dims, options, mode)
+                  + ["--out", out, "--torch", "--name", "P", "--cpu", cpu])
+        stats["compiles"] += 1
+        try:
+            os.rename(out, entry)
+        except OSError:  # another process made the entry first: use its copy
+            if not os.path.isfile(os.path.join(entry, "P.json")):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return entry
+
+
+def initial_values(binary, entry, path, cell, dims, options, mode, seed):
+    """The path of entry/init-<seed>.safetensors: `cellc run --T 1 --B 1 --seed S`'s output, whose
+    param.*, buffer.* and h0.* are drawn as `cellc run --seed S` draws them for any T and B."""
+    dst = os.path.join(entry, "init-%d.safetensors" % seed)
+    if os.path.isfile(dst):
+        return dst
+    fd, tmp = tempfile.mkstemp(prefix=".init-", suffix=".safetensors", dir=entry)
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # readable as the entry's other files are (mkstemp makes it private)
+    try:
+        # the interpreter at float32 (cellc run's default precision): no code is compiled for one step
+        cell_options = {k: v for k, v in options.items() if k != "train_noise"}  # an emit setting only
+        run_cellc(binary, ["run"] + _cell_args(path, cell, dims, cell_options, mode)
+                  + ["--T", "1", "--B", "1", "--seed", str(seed), "--backend", "interp", "--out", tmp])
+        stats["inits"] += 1
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dst
