@@ -169,7 +169,7 @@ def run_one(path, dims, inp, out, backend, precision="f32", mode=None, chunk=Non
 
 
 def fd_check(name, path, dims, inp, ref, tmp):
-    """Central differences of L on the float64 interpreter, three entries of every gradient."""
+    """Central differences of L on the float64 interpreter, two entries of every gradient."""
     base = sft.load(inp)
     rng = np.random.default_rng(5)
     worst, where = 0.0, ""
@@ -178,7 +178,7 @@ def fd_check(name, path, dims, inp, ref, tmp):
         if src not in base:
             continue
         flat = base[src].reshape(-1)
-        for _ in range(3):
+        for _ in range(2):
             i = int(rng.integers(flat.size))
             vals = []
             for s in (1, -1):
@@ -225,7 +225,7 @@ def valid(tmp, backends):
         for backend in backends:
             for m in modes:
                 runs.append((backend, "f32", m, None))
-                if tensor_state and backend == "cpu":
+                if tensor_state and backend == "cpu" and m == modes[0]:
                     runs.append((backend, "f32", m, 3))
                     runs.append((backend, "f32", m, 0))
         for backend, prec, m, chunk in runs:
