@@ -79,6 +79,10 @@ BAD = [
 ]
 
 
+# cellc emit compiles what it writes (about 2 s a cell): a few cells of different kinds
+EMITTED = ("gla_heads", "delta_rule", "prev_conv", "complex_heads")
+
+
 def cellc(*args, timeout=120):
     return run([CELLC, *args], timeout)
 
@@ -169,7 +173,8 @@ def run_one(path, dims, inp, out, backend, precision="f32", mode=None, chunk=Non
 
 
 def fd_check(name, path, dims, inp, ref, tmp):
-    """Central differences of L on the float64 interpreter, two entries of every gradient."""
+    """Central differences of L on the float64 interpreter, two entries of every gradient
+    tensor (the runs cost more than the cells; the per-op finite differences are test_ops)."""
     base = sft.load(inp)
     rng = np.random.default_rng(5)
     worst, where = 0.0, ""
@@ -243,7 +248,7 @@ def valid(tmp, backends):
             bad = {n: e for n, e in errs.items() if not e < 2e-4}
             check(f"{label} matches interp f64 (worst {max(errs.values()):.1e})",
                   not missing and not bad, f"missing {missing} differ {bad}")
-        for m in modes[:1]:
+        for m in modes[:1] if name in EMITTED else []:
             r = cellc("emit", path, "--dims", dims, "--mode", m, "--out", os.path.join(tmp, name + "_emit"))
             check(f"{name}: emit --mode {m}", r.rc == 0, r.why())
 
