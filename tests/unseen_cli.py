@@ -76,6 +76,7 @@ BAD = [
     ("prev_lag0", ["check"], 7, ["prev", "lag", "0"]),
     ("complex_where", ["check"], 6, ["where", "complex"]),
     ("eye_dim", ["check"], 6, ["'@'", "[D, D]", "[H]"]),
+    ("unsqueeze_axis", ["check"], 6, ["axis -3", "rank 1", "-2 to 1"]),
 ]
 
 
@@ -120,23 +121,15 @@ def check_json(name, dims, mode, classes):
     except ValueError:
         check(f"{name}: check --json parses", False, r.why())
         return
-    text = json.dumps(doc)
-    got = {}
-
-    def walk(v):
-        if isinstance(v, dict):
-            if "class" in v and "name" in v:
-                got[v["name"]] = v["class"]
-            for w in v.values():
-                walk(w)
-        elif isinstance(v, list):
-            for w in v:
-                walk(w)
-    walk(doc)
-    ok = all(got.get(s) == c for s, c in classes.items())
-    check(f"{name}: check --json: classes {classes}", ok, f"got {got}")
-    check(f"{name}: check --json: memory.train_peak_bytes_per_token",
-          "train_peak_bytes_per_token" in text, text[:300])
+    cell = doc["cells"][0]
+    got = {st["name"]: st.get("class") for st in cell["states"]}
+    ok = all(got.get(n) == c for n, c in classes.items()) and all(
+        isinstance(st.get("bytes_per_token"), int) and isinstance(st.get("shape"), list)
+        for st in cell["states"])
+    check(f"{name}: check --json: states[].class {classes}, shape, bytes_per_token", ok, f"got {cell['states']}")
+    mem = cell.get("memory") or {}
+    check(f"{name}: check --json: memory.train_peak_bytes_per_token and memory.chunk",
+          isinstance(mem.get("train_peak_bytes_per_token"), int) and "chunk" in mem, str(mem))
 
 
 def inputs_for(name, dims, tmp):

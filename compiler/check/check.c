@@ -844,6 +844,17 @@ static int axis_arg(Checker *k, const Expr *call, int arg, int rank) {
   return (int)(a < 0 ? a + rank : a);
 }
 
+/* unsqueeze's axis: a place among the rank + 1 dims of the result (torch.unsqueeze), named
+ * with the rank of the value it is given, not of the result. */
+static int insert_axis_arg(Checker *k, const Expr *call, int arg, int rank) {
+  long a = const_int(k, call->args[arg], call->name, "axis");
+  if (a < -(rank + 1) || a > rank)
+    fail(k, call->args[arg]->loc,
+         "unsqueeze's axis %ld is out of range for a value of rank %d (it inserts a dim: axes -%d to %d)", a, rank,
+         rank + 1, rank);
+  return (int)(a < 0 ? a + rank + 1 : a);
+}
+
 /* A size argument: a constant expression over integers, dims and int options, as a dim. */
 static int size_arg(Checker *k, const Expr *e, const char *fn) {
   int a, b, r = -1;
@@ -964,7 +975,7 @@ static int call_v2(Checker *k, const Expr *e) {
   }
   if (!strcmp(f, "unsqueeze")) {
     if (rank >= MAX_RANK) fail(k, e->args[0]->loc, "unsqueeze: %s has %d dims already, the most a value has", shape_str(k, x), MAX_RANK);
-    int ax = axis_arg(k, e, 1, rank + 1), d[MAX_RANK];
+    int ax = insert_axis_arg(k, e, 1, rank), d[MAX_RANK];
     for (int i = 0, j = 0; i <= rank; i++) d[i] = i == ax ? dims_const(&c->dt, 1) : dim[j++];
     return reshaped(k, a, rank + 1, d, e->loc, e);
   }
