@@ -19,7 +19,7 @@ from clitest import check, finish, run  # noqa: E402
 import sft  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CELLC = os.path.join(ROOT, "bin", "cellc")
+CELLC = os.environ.get("CELLC", os.path.join(ROOT, "bin", "cellc"))  # CELLC=build/asan/cellc: the sanitized build
 CELLS = os.path.join(ROOT, "tests", "cells", "unseen")
 T, B = 7, 2
 
