@@ -120,8 +120,10 @@ def check_json(name, dims, mode, classes):
         doc = json.loads(r.out)
     except ValueError:
         check(f"{name}: check --json parses", False, r.why())
-        return
+        return set()
     cell = doc["cells"][0]
+    complex_names = {("buffer." if q.get("buffer") else "param.") + q["name"] for q in cell["params"] if q.get("complex")}
+    complex_names |= {"h0." + st["name"] for st in cell["states"] if st.get("complex")}
     got = {st["name"]: st.get("class") for st in cell["states"]}
     ok = all(got.get(n) == c for n, c in classes.items()) and all(
         isinstance(st.get("bytes_per_token"), int) and isinstance(st.get("shape"), list)
@@ -130,6 +132,7 @@ def check_json(name, dims, mode, classes):
     mem = cell.get("memory") or {}
     check(f"{name}: check --json: memory.train_peak_bytes_per_token and memory.chunk",
           isinstance(mem.get("train_peak_bytes_per_token"), int) and "chunk" in mem, str(mem))
+    return complex_names
 
 
 def inputs_for(name, dims, tmp):
@@ -202,10 +205,23 @@ def fd_check(name, path, dims, inp, ref, tmp):
           worst < 1e-5, where)
 
 
+def torch_check(name, ref, complex_names):
+    """The cell's PyTorch reference (tests/torch/unseen.py, float64 autograd) against the float64
+    interpreter: y, every final state and every gradient."""
+    import unseen as refs  # tests/torch: imports torch, which takes a second
+    if name not in refs.REFS:
+        return
+    errs = refs.compare(name, ref, complex_names)
+    bad = {n: e for n, e in errs.items() if not e < 1e-9}
+    missing = [n for n in compared(ref) if n not in errs]
+    check(f"{name}: PyTorch float64 reference: y, finals, every gradient (worst {max(errs.values()):.1e})",
+          not bad and not missing, f"differ {bad} missing {missing}")
+
+
 def valid(tmp, backends):
     for name, dims, mode, classes, modes in VALID:
         path = os.path.join(CELLS, name + ".cell")
-        check_json(name, dims, mode, classes)
+        complex_names = check_json(name, dims, mode, classes)
         inp, r = inputs_for(name, dims, tmp)
         if inp is None:
             check(f"{name}: run interp f64", False, r.why())
@@ -217,6 +233,7 @@ def valid(tmp, backends):
             continue
         ref = sft.load(refp)
         fd_check(name, path, dims, inp, ref, tmp)
+        torch_check(name, ref, complex_names)
         tensor_state = any(len(ref[n].shape) >= 3 for n in ref if n.startswith("final.")
                            and not n.startswith("final.hist."))
         runs = [("interp", "f32", None, None)]
