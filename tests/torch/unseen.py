@@ -268,9 +268,39 @@ def conv_gate(p, x, h0, hist):
     return torch.stack(ys), {"h": h, "S": S, "hist.f": pf.final()}
 
 
+def rwkv_like(p, x, h0, hist):
+    S = h0["S"]
+    B, NH, K, _ = S.shape
+    ys = []
+    for xt in x:
+        r = rows(p["Wr"], xt).reshape(B, NH, K)
+        k = rows(p["Wk"], xt).reshape(B, NH, K)
+        v = rows(p["Wv"], xt).reshape(B, NH, K)
+        w = torch.exp(-torch.exp(p["w0"] + rows(p["Ww"], xt).reshape(B, NH, K)))
+        kv = k.unsqueeze(3) * v.unsqueeze(2)
+        o = torch.matmul(r.unsqueeze(2), S + p["u"].unsqueeze(2) * kv).reshape(B, NH * K)
+        S = w.unsqueeze(3) * S + kv
+        ys.append(rows(p["Wo"], F.group_norm(o.reshape(B, NH * K, 1), NH, eps=1e-5).reshape(B, -1)))
+    return torch.stack(ys), {"S": S}
+
+
+def rglru_like(p, x, h0, hist):
+    h = h0["h"]
+    pb = Past(hist["xb"])
+    ys = []
+    for xt in x:
+        pb.push(rows(p["Wx"], xt))
+        v = conv(pb, p["Kc"])
+        r, i = torch.sigmoid(rows(p["Wa"], v)), torch.sigmoid(rows(p["Wi"], v))
+        loga = -8 * r * F.softplus(p["lam"])
+        h = torch.exp(loga) * h + torch.sqrt(-torch.expm1(2 * loga)) * (i * v)
+        ys.append(h * F.gelu(rows(p["Wy"], xt)))
+    return torch.stack(ys), {"h": h, "hist.xb": pb.final()}
+
+
 REFS = {f.__name__: f for f in (gla_heads, delta_rule, block_rnn, linear_heads, selective_ssm, mamba2_heads,
                                 mlstm_stab, where_ops, softmax_axes, shapes_misc, prev_conv, complex_heads,
-                                amax_heads, conv_gate)}
+                                amax_heads, conv_gate, rwkv_like, rglru_like)}
 
 
 def compare(name, t, complex_names):
