@@ -3,7 +3,8 @@ researcher would write today's gated linear RNNs and the version-2 built-ins, ru
 `cellc check` (class per state, mode, --json), `cellc run` on interp in float64 against the cpu
 and cuda-emu back ends in float32 (y, every final state, every gradient; both modes where both
 apply; chunked and whole sequences for tensor states), a finite-difference check of every
-gradient tensor on the float64 interpreter, `cellc emit`; and cells that are wrong on purpose
+gradient tensor on the float64 interpreter, PyTorch references (tests/torch/unseen.py), the module of
+`cellc emit --torch` for a few; and cells that are wrong on purpose
 (tests/cells/unseen/bad/), each of which must give one located error with exit status 1 that
 names what the spec says it names. Ends with "N passed, M failed"."""
 import json
@@ -82,7 +83,7 @@ BAD = [
 ]
 
 
-# cellc emit compiles what it writes (about 2 s a cell): a few cells of different kinds
+# cellc emit --torch compiles what it writes (about 2 s a cell): a few cells of different kinds
 EMITTED = ("gla_heads", "delta_rule", "prev_conv", "complex_heads")
 
 
@@ -220,6 +221,51 @@ def torch_check(name, ref, complex_names):
           not bad and not missing, f"differ {bad} missing {missing}")
 
 
+def emitted_torch(name, path, dims, mode, t, tmp):
+    """`cellc emit --torch`: the emitted module, given the reference run's params, x, initial
+    states and histories, gives its y, finals and every gradient (float32: 1e-4)."""
+    import importlib.util
+    import torch
+    out = os.path.join(tmp, name + "_emit")
+    r = cellc("emit", path, "--dims", dims, "--mode", mode, "--torch", "--out", out)
+    check(f"{name}: emit --torch --mode {mode}", r.rc == 0, r.why())
+    if r.rc != 0:
+        return
+    spec = importlib.util.spec_from_file_location(name + "_torch", os.path.join(out, name + "_torch.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = mod.Module()
+    with torch.no_grad():
+        for n, v in list(m.named_parameters()) + list(m.named_buffers()):
+            v.copy_(torch.tensor(t[("buffer." if n in mod.BUFFERS else "param.") + n]))
+    x = torch.tensor(t["x"], dtype=torch.float32, requires_grad=True)
+    B = x.shape[1]
+    h0, files = {}, {}
+    for sname, shape, cplx in mod.STATES:  # a history hist.NAME is the module's state hist_NAME
+        key = "h0." + sname if "h0." + sname in t else "hist." + sname[len("hist_"):]
+        files[sname] = key
+        full = (B,) + tuple(shape) + ((2,) if cplx else ())
+        h0[sname] = torch.tensor(t[key], dtype=torch.float32).reshape(full).requires_grad_()
+    y, fin = m(x, h0)
+    loss = (y * torch.tensor(t["dy"], dtype=torch.float32)).sum()
+    errs = {"y": rel_err(y.detach().numpy(), t["y"])}
+    for sname, f in fin.items():
+        fk = "final." + files[sname].split(".", 1)[1] if files[sname].startswith("h0.") else "final." + files[sname]
+        loss = loss + (f * torch.tensor(t["d" + fk], dtype=torch.float32).reshape(f.shape)).sum()
+        errs[fk] = rel_err(f.detach().numpy().reshape(t[fk].shape), t[fk])
+    loss.backward()
+    errs["grad.x"] = rel_err(x.grad.numpy(), t["grad.x"])
+    for n, v in m.named_parameters():
+        if v.requires_grad:
+            errs["grad.param." + n] = rel_err(v.grad.numpy(), t["grad.param." + n])
+    for sname, v in h0.items():
+        g = "grad." + files[sname]
+        errs[g] = rel_err(v.grad.numpy().reshape(t[g].shape), t[g])
+    worst = max(errs, key=errs.get)
+    check(f"{name}: the emitted PyTorch module matches interp f64 (worst {errs[worst]:.1e} at {worst})",
+          errs[worst] < 1e-4, str(errs))
+
+
 def valid(tmp, backends):
     for name, dims, mode, classes, modes in VALID:
         path = os.path.join(CELLS, name + ".cell")
@@ -260,9 +306,8 @@ def valid(tmp, backends):
             bad = {n: e for n, e in errs.items() if not e < 2e-4}
             check(f"{label} matches interp f64 (worst {max(errs.values()):.1e})",
                   not missing and not bad, f"missing {missing} differ {bad}")
-        for m in modes[:1] if name in EMITTED else []:
-            r = cellc("emit", path, "--dims", dims, "--mode", m, "--out", os.path.join(tmp, name + "_emit"))
-            check(f"{name}: emit --mode {m}", r.rc == 0, r.why())
+        if name in EMITTED:
+            emitted_torch(name, path, dims, modes[0], ref, tmp)
 
 
 def bad(tmp):
