@@ -50,6 +50,7 @@ VALID = [
     ("complex_heads", "D=3,NH=2,K=3", "scan", {"S": "diagonal-linear"}, ["scan", "sequential"]),
     ("rwkv_like", "D=3,NH=2,K=2", "sequential", {"S": "diagonal-linear"}, ["sequential"]),
     ("rglru_like", "D=3,H=4", "scan", {"h": "diagonal-linear"}, ["scan", "sequential"]),
+    ("roundtrip", "D=3,NH=2,K=3", "sequential", {"S": "matrix-linear"}, ["sequential"]),
     ("conv_gate", "D=3,H=4", "scan", {"h": "diagonal-linear", "S": "diagonal-linear"},
      ["scan", "sequential"]),
 ]

@@ -298,9 +298,20 @@ def rglru_like(p, x, h0, hist):
     return torch.stack(ys), {"h": h, "hist.xb": pb.final()}
 
 
+def roundtrip(p, x, h0, hist):
+    S = h0["S"]
+    B, NH, K, _ = S.shape
+    ys = []
+    for xt in x:
+        k = rows(p["Wk"], xt).reshape(B, NH, K)
+        S = p["g"] * S.reshape(B, -1).reshape(B, NH, K, K) + k.unsqueeze(3) * k.unsqueeze(2)
+        ys.append(S.sum(2).reshape(B, -1))
+    return torch.stack(ys), {"S": S}
+
+
 REFS = {f.__name__: f for f in (gla_heads, delta_rule, block_rnn, linear_heads, selective_ssm, mamba2_heads,
                                 mlstm_stab, where_ops, softmax_axes, shapes_misc, prev_conv, complex_heads,
-                                amax_heads, conv_gate, rwkv_like, rglru_like)}
+                                amax_heads, conv_gate, rwkv_like, rglru_like, roundtrip)}
 
 
 def compare(name, t, complex_names):
