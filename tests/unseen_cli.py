@@ -88,6 +88,9 @@ BAD = [
 EMITTED = ("gla_heads", "delta_rule", "prev_conv", "complex_heads")
 
 
+ORTHOGONAL = {}  # cell: its rank-3 params initialized orthogonal (from check --json)
+
+
 def cellc(*args, timeout=120):
     return run([CELLC, *args], timeout)
 
@@ -128,6 +131,7 @@ def check_json(name, dims, mode, classes):
     cell = doc["cells"][0]
     complex_names = {("buffer." if q.get("buffer") else "param.") + q["name"] for q in cell["params"] if q.get("complex")}
     complex_names |= {"h0." + st["name"] for st in cell["states"] if st.get("complex")}
+    ORTHOGONAL[name] = [q["name"] for q in cell["params"] if q.get("init") == "orthogonal" and len(q["shape"]) == 3]
     got = {st["name"]: st.get("class") for st in cell["states"]}
     ok = all(got.get(n) == c for n, c in classes.items()) and all(
         isinstance(st.get("bytes_per_token"), int) and isinstance(st.get("shape"), list)
@@ -281,6 +285,11 @@ def valid(tmp, backends):
             check(f"{name}: run interp f64", False, r.why())
             continue
         ref = sft.load(refp)
+        for q in ORTHOGONAL.get(name, []):  # spec section 9: orthogonal per head of [NH, O, I]
+            R = ref["param." + q]
+            gram = np.einsum("hoi,hoj->hij", R, R) if R.shape[1] >= R.shape[2] else np.einsum("hio,hjo->hij", R, R)
+            err = float(np.max(np.abs(gram - np.eye(gram.shape[1]))))
+            check(f"{name}: param {q} {list(R.shape)} is orthogonal per head (worst {err:.1e})", err < 1e-12)
         fd_check(name, path, dims, inp, ref, tmp)
         torch_check(name, ref, complex_names)
         tensor_state = any(len(ref[n].shape) >= 3 for n in ref if n.startswith("final.")
