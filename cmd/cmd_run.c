@@ -14,7 +14,7 @@
 typedef struct Tensor {
   const char *name;
   int ndim;
-  int64_t shape[4];  /* as written in the file (complex: trailing 2) */
+  int64_t shape[6];  /* as written in the file: up to [T, B, 3 dims] or [B, 3 dims, 2] (complex) */
   bool cplx;
   int64_t numel;     /* per part */
   double *part[2];
@@ -285,7 +285,7 @@ static void shape_tensors(RunData *r) {
   r->final = xcalloc((size_t)ns + 1, sizeof(Tensor)), r->gh0 = xcalloc((size_t)ns + 1, sizeof(Tensor));
   r->gates = xcalloc((size_t)ng + 1, sizeof(Tensor)), r->noise = xcalloc((size_t)p->nnoise + 1, sizeof(Tensor));
   r->known = xcalloc((size_t)(2 * np + 4 * ns + ng + p->nnoise + 8), sizeof(char *));
-  int64_t xs[3] = {r->T, r->B, p->x_size}, ys[3] = {r->T, r->B, p->output_size}, lead[2] = {r->T, r->B}, shape[4];
+  int64_t xs[3] = {r->T, r->B, p->x_size}, ys[3] = {r->T, r->B, p->output_size}, lead[2] = {r->T, r->B}, shape[6];
   add_tensor(r, &r->x, "x", 3, xs, false), add_tensor(r, &r->dy, "dy", 3, ys, false);
   add_tensor(r, &r->y, "y", 3, ys, false), add_tensor(r, &r->gx, "grad.x", 3, xs, false);
   for (int i = 0; i < np; i++) {

@@ -844,6 +844,17 @@ static int axis_arg(Checker *k, const Expr *call, int arg, int rank) {
   return (int)(a < 0 ? a + rank : a);
 }
 
+/* unsqueeze's axis: a place among the rank + 1 dims of the result (torch.unsqueeze), named
+ * with the rank of the value it is given, not of the result. */
+static int insert_axis_arg(Checker *k, const Expr *call, int arg, int rank) {
+  long a = const_int(k, call->args[arg], call->name, "axis");
+  if (a < -(rank + 1) || a > rank)
+    fail(k, call->args[arg]->loc,
+         "unsqueeze's axis %ld is out of range for a value of rank %d (it inserts a dim: axes -%d to %d)", a, rank,
+         rank + 1, rank);
+  return (int)(a < 0 ? a + rank + 1 : a);
+}
+
 /* A size argument: a constant expression over integers, dims and int options, as a dim. */
 static int size_arg(Checker *k, const Expr *e, const char *fn) {
   int a, b, r = -1;
@@ -889,7 +900,6 @@ static int reshaped(Checker *k, int a, int rank, const int *dim, Loc loc, const 
 static int matmul(Checker *k, const Expr *e, int a, int b) {
   Node *A = N(k, a), *B = N(k, b);
   if (A->rank < 1 || B->rank < 1) fail(k, e->loc, "'@' takes tensors of rank 1 to 3, got %s @ %s", shape_str(k, A), shape_str(k, B));
-  if (A->cplx || B->cplx) fail(k, e->loc, "'@' of tensors takes real values, got %s @ %s", shape_str(k, A), shape_str(k, B));
   int ka = A->dim[A->rank - 1], kb = B->rank == 1 ? B->dim[0] : B->dim[B->rank - 2];
   if (ka != kb) fail(k, e->loc, "shape mismatch in '@': %s @ %s (inner sizes differ)", shape_str(k, A), shape_str(k, B));
   int ba = A->rank == 3 ? A->dim[0] : -1, bb = B->rank == 3 ? B->dim[0] : -1, batch = ba >= 0 ? ba : bb;
@@ -902,7 +912,7 @@ static int matmul(Checker *k, const Expr *e, int a, int b) {
   if (batch >= 0) dim[rank++] = batch;
   if (A->rank >= 2) dim[rank++] = A->dim[A->rank - 2];
   if (B->rank >= 2) dim[rank++] = B->dim[B->rank - 1];
-  return mk(k, OP_MATMUL, e->loc, e, rank, dim, false, a, b);
+  return mk(k, OP_MATMUL, e->loc, e, rank, dim, A->cplx || B->cplx, a, b);
 }
 
 static const char *const v2_names[] = {"transpose", "reshape", "unsqueeze", "flatten", "slice", "eye",
@@ -965,17 +975,16 @@ static int call_v2(Checker *k, const Expr *e) {
   }
   if (!strcmp(f, "unsqueeze")) {
     if (rank >= MAX_RANK) fail(k, e->args[0]->loc, "unsqueeze: %s has %d dims already, the most a value has", shape_str(k, x), MAX_RANK);
-    int ax = axis_arg(k, e, 1, rank + 1), d[MAX_RANK];
+    int ax = insert_axis_arg(k, e, 1, rank), d[MAX_RANK];
     for (int i = 0, j = 0; i <= rank; i++) d[i] = i == ax ? dims_const(&c->dt, 1) : dim[j++];
     return reshaped(k, a, rank + 1, d, e->loc, e);
   }
   if (!strcmp(f, "slice")) {
-    need_real(k, e, 0, a);
     if (rank < 1) fail(k, e->args[0]->loc, "slice takes a vector or a tensor, got %s", shape_str(k, x));
     int ax = e->nargs == 4 ? axis_arg(k, e, 3, rank) : rank - 1;
     int start = size_arg(k, e->args[1], f);
     dim[ax] = size_arg(k, e->args[2], f);
-    int id = mk(k, OP_AXSLICE, e->loc, e, rank, dim, false, a, -1);
+    int id = mk(k, OP_AXSLICE, e->loc, e, rank, dim, x->cplx, a, -1);
     N(k, id)->idx = ax;
     N(k, id)->st[0] = start;
     return id;
@@ -984,7 +993,6 @@ static int call_v2(Checker *k, const Expr *e) {
     int b = expr(k, e->args[1]);
     Node *y = N(k, b);
     x = N(k, a);
-    if (x->cplx || y->cplx) fail(k, e->loc, "outer takes real values, got %s and %s", shape_str(k, x), shape_str(k, y));
     if (x->rank < 1 || x->rank > 2 || y->rank != x->rank || (x->rank == 2 && x->dim[0] != y->dim[0]))
       fail(k, e->loc, "outer takes two vectors, or two matrices [h, m] and [h, n]; got %s and %s", shape_str(k, x), shape_str(k, y));
     int one = dims_const(&c->dt, 1), r = x->rank + 1, da[MAX_RANK], db[MAX_RANK];
@@ -1002,7 +1010,9 @@ static int call_v2(Checker *k, const Expr *e) {
   }
   /* over one axis */
   if (rank < 1) fail(k, e->args[0]->loc, "%s over an axis takes a vector or a tensor, got %s", f, shape_str(k, x));
-  need_real(k, e, 0, a);
+  /* a sum or mean over an axis is linear: a complex value's real and imaginary parts reduce apart */
+  bool linear = !strcmp(f, "sum") || !strcmp(f, "mean");
+  if (!linear) need_real(k, e, 0, a);
   int ax = axis_arg(k, e, 1, rank);
   int id;
   if (!strcmp(f, "softmax") || !strcmp(f, "layernorm") || !strcmp(f, "rmsnorm")) {
@@ -1019,7 +1029,7 @@ static int call_v2(Checker *k, const Expr *e) {
     return mk(k, OP_NEG, e->loc, e, rank - 1, dim, false, id, -1);
   }
   Op op = !strcmp(f, "sum") ? OP_RSUM : !strcmp(f, "mean") ? OP_RMEAN : OP_RMAX;
-  id = mk(k, op, e->loc, e, rank - 1, dim, false, a, -1);
+  id = mk(k, op, e->loc, e, rank - 1, dim, linear && x->cplx, a, -1);
   N(k, id)->idx = ax;
   return id;
 }

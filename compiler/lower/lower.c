@@ -278,11 +278,20 @@ static Pair lower_node(Lowerer *L, int id) {
   case OP_EXPAND: return both(g, a, expand, rank, sz);
   case OP_RESHAPE: return both(g, a, g_reshape, rank, sz);
   case OP_TRANSPOSE: return (Pair){transpose(g, a.re), a.im < 0 ? -1 : transpose(g, a.im)};
-  case OP_AXSLICE: return real(axslice(g, a.re, n->idx, n->st[1], sz[n->idx]));
-  case OP_MATMUL: return real(matmul(g, a.re, b.re, rank, sz));
-  case OP_RSUM: return real(g_rsum(g, a.re, n->idx));
+  case OP_AXSLICE:
+    return (Pair){axslice(g, a.re, n->idx, n->st[1], sz[n->idx]), a.im < 0 ? -1 : axslice(g, a.im, n->idx, n->st[1], sz[n->idx])};
+  case OP_MATMUL: {
+    if (a.im < 0 && b.im < 0) return real(matmul(g, a.re, b.re, rank, sz));
+    /* (ar + i ai)(br + i bi), each part a real batched product */
+    int rr = matmul(g, a.re, b.re, rank, sz);
+    if (a.im < 0) return (Pair){rr, matmul(g, a.re, b.im, rank, sz)};
+    if (b.im < 0) return (Pair){rr, matmul(g, a.im, b.re, rank, sz)};
+    return (Pair){g_binary(g, OP_SUB, rr, matmul(g, a.im, b.im, rank, sz)),
+                  g_binary(g, OP_ADD, matmul(g, a.re, b.im, rank, sz), matmul(g, a.im, b.re, rank, sz))};
+  }
+  case OP_RSUM: return (Pair){g_rsum(g, a.re, n->idx), a.im < 0 ? -1 : g_rsum(g, a.im, n->idx)};
   case OP_RMAX: return real(g_rmax(g, a.re, n->idx));
-  case OP_RMEAN: return real(reduce_mean(g, a.re, n->idx));
+  case OP_RMEAN: return (Pair){reduce_mean(g, a.re, n->idx), a.im < 0 ? -1 : reduce_mean(g, a.im, n->idx)};
   case OP_SOFTMAX: return real(softmax(g, a.re, n->idx));
   case OP_GROUPNORM: return real(groupnorm(g, a.re, n->st[1]));
   case OP_GUMBEL: {
