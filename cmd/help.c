@@ -9,13 +9,14 @@
 
 static const CmdHelp commands[] = {
     {"check",
-     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] "
+     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential|chunked] "
      "[--json | --dump typed|lower|ad|plan]",
      "check every cell; print dims, options, params, states (recurrence class), gates, mode",
      "  --cell NAME             only this cell (it may be one the file imports)\n"
      "  --set NAME=VALUE        set an option (repeatable)\n"
      "  --dims H=128,...        bind dims (repeatable); a name no cell declares is an error\n"
-     "  --mode auto|scan|sequential   force the mode (scan on a nonlinear cell is an error)\n"
+     "  --mode auto|scan|sequential|chunked   force the mode (scan on a nonlinear cell is an error;\n"
+     "                                chunked where the chunked form does not apply says why)\n"
      "  --json                  one JSON document on stdout\n"
      "  --dump typed|lower|ad|plan   print one cell (--cell, default the last) after a pass, every dim\n"
      "                          bound: typed step graph, lowered program, with its backward, plan\n"
