@@ -1,0 +1,183 @@
+/* test_chunked.c: the chunkwise-parallel form (compiler/ir/chunkop.c) against the recurrence run
+ * step by step: the reads and the final state of the forward, and every gradient of the closed-form
+ * backward (dq, dk, dv, the log-decays' and the initial state's) against backpropagation through
+ * the steps, within 1e-10, at T = 1, 63, 64, 65, 130 with chunks of 64 and of 16, for a decay per
+ * key (GLA, HGRN2) and a scalar one (Mamba-2); the step-by-step backward itself against finite
+ * differences. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "ir.h"
+#include "support.h"
+
+typedef struct Seq {
+  int T, K, V;
+  bool per_key;
+  double *q, *k, *v, *la, *s0, *dout, *dsT;
+} Seq;
+
+static double *randn(Rng *r, size_t n, double scale) {
+  double *x = xmalloc(sizeof(double) * n + 1);
+  for (size_t i = 0; i < n; i++) x[i] = scale * rng_normal(r);
+  return x;
+}
+
+static Seq seq_new(int T, int K, int V, bool per_key, uint64_t seed) {
+  Rng r;
+  rng_seed(&r, seed, 31);
+  Seq s = {T, K, V, per_key, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  size_t tk = (size_t)T * K + 1, tv = (size_t)T * V + 1, kv = (size_t)K * V;
+  s.q = randn(&r, tk, 0.5), s.k = randn(&r, tk, 0.5), s.v = randn(&r, tv, 1);
+  int w = per_key ? K : 1;
+  s.la = xmalloc(sizeof(double) * ((size_t)T * w + 1));
+  /* decays in (0.05, 1): log a in (-3, 0), some near 1, some small, as gates give */
+  for (size_t i = 0; i < (size_t)T * w; i++) s.la[i] = -3 * rng_uniform(&r) * rng_uniform(&r);
+  s.s0 = randn(&r, kv, 1), s.dout = randn(&r, tv, 1), s.dsT = randn(&r, kv, 1);
+  return s;
+}
+
+static void seq_free(Seq *s) { free(s->q), free(s->k), free(s->v), free(s->la), free(s->s0), free(s->dout), free(s->dsT); }
+
+static ChunkOp op_of(const Seq *s, int L) {
+  return (ChunkOp){s->T, s->K, s->V, L, s->per_key, s->q, s->k, s->v, s->la, s->K, s->K, s->V, s->per_key ? s->K : 1};
+}
+
+static double dec(const Seq *s, int t, int k) { return exp(s->la[(size_t)t * (s->per_key ? s->K : 1) + (s->per_key ? k : 0)]); }
+
+/* The recurrence step by step: o [T, V], sT [K, V]; every state kept in st [(T + 1), K, V]. */
+static void steps_forward(const Seq *s, double *o, double *st) {
+  int K = s->K, V = s->V;
+  size_t kv = (size_t)K * V;
+  memcpy(st, s->s0, sizeof(double) * kv);
+  for (int t = 0; t < s->T; t++) {
+    const double *p = st + kv * t;
+    double *n = st + kv * (t + 1);
+    for (int k = 0; k < K; k++)
+      for (int x = 0; x < V; x++) n[k * V + x] = dec(s, t, k) * p[k * V + x] + s->k[t * K + k] * s->v[t * V + x];
+    for (int x = 0; x < V; x++) {
+      double acc = 0;
+      for (int k = 0; k < K; k++) acc += n[k * V + x] * s->q[t * K + k];
+      o[t * V + x] = acc;
+    }
+  }
+}
+
+/* Backpropagation through the steps. */
+static void steps_backward(const Seq *s, double *dq, double *dk, double *dv, double *dla, double *ds0) {
+  int K = s->K, V = s->V, w = s->per_key ? K : 1;
+  size_t kv = (size_t)K * V;
+  double *o = xmalloc(sizeof(double) * ((size_t)s->T * V + 1)), *st = xmalloc(sizeof(double) * kv * ((size_t)s->T + 1));
+  steps_forward(s, o, st);
+  double *g = xmalloc(sizeof(double) * kv);
+  memcpy(g, s->dsT, sizeof(double) * kv);
+  for (int t = s->T - 1; t >= 0; t--) {
+    const double *n = st + kv * (t + 1), *p = st + kv * t;
+    for (int k = 0; k < K; k++)
+      for (int x = 0; x < V; x++) g[k * V + x] += s->q[t * K + k] * s->dout[t * V + x];
+    for (int k = 0; k < K; k++) {
+      double a = 0, b = 0;
+      for (int x = 0; x < V; x++) a += n[k * V + x] * s->dout[t * V + x], b += g[k * V + x] * s->v[t * V + x];
+      dq[t * K + k] = a, dk[t * K + k] = b;
+    }
+    for (int x = 0; x < V; x++) {
+      double a = 0;
+      for (int k = 0; k < K; k++) a += g[k * V + x] * s->k[t * K + k];
+      dv[t * V + x] = a;
+    }
+    for (int i = 0; i < w; i++) dla[t * w + i] = 0;
+    for (int k = 0; k < K; k++) {
+      double a = 0;
+      for (int x = 0; x < V; x++) a += g[k * V + x] * p[k * V + x];
+      dla[t * w + (s->per_key ? k : 0)] += a * dec(s, t, k); /* d/d log a = a d/da */
+      for (int x = 0; x < V; x++) g[k * V + x] *= dec(s, t, k);
+    }
+  }
+  memcpy(ds0, g, sizeof(double) * kv);
+  free(o), free(st), free(g);
+}
+
+/* max |x - y| / max(1, max |y|) */
+static double relerr(const double *x, const double *y, size_t n) {
+  double m = 1, e = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs(y[i]));
+  for (size_t i = 0; i < n; i++) e = fmax(e, fabs(x[i] - y[i]));
+  return e / m;
+}
+
+static void compare(int T, int L, bool per_key) {
+  int K = 5, V = 3, w = per_key ? K : 1;
+  Seq s = seq_new(T, K, V, per_key, (uint64_t)(T * 131 + L * 7 + per_key));
+  ChunkOp c = op_of(&s, L);
+  size_t tk = (size_t)T * K + 1, tv = (size_t)T * V + 1, kv = (size_t)K * V, tw = (size_t)T * w + 1;
+  double *o1 = xcalloc(tv, sizeof(double)), *o2 = xcalloc(tv, sizeof(double));
+  double *st = xmalloc(sizeof(double) * kv * ((size_t)T + 1)), *sT = xmalloc(sizeof(double) * kv);
+  steps_forward(&s, o1, st);
+  chunkop_forward(&c, s.s0, o2, V, sT);
+  cr_assert_lt(relerr(o2, o1, (size_t)T * V), 1e-10, "reads T=%d L=%d per_key=%d", T, L, per_key);
+  cr_assert_lt(relerr(sT, st + kv * T, kv), 1e-10, "final state T=%d L=%d per_key=%d", T, L, per_key);
+  double *g1[5], *g2[5];
+  size_t sz[5] = {tk, tk, tv, tw, kv};
+  for (int i = 0; i < 5; i++) g1[i] = xcalloc(sz[i], sizeof(double)), g2[i] = xcalloc(sz[i], sizeof(double));
+  steps_backward(&s, g1[0], g1[1], g1[2], g1[3], g1[4]);
+  chunkop_backward(&c, s.s0, s.dout, V, s.dsT, g2[0], g2[1], g2[2], g2[3], g2[4]);
+  const char *names[5] = {"dq", "dk", "dv", "dla", "ds0"};
+  for (int i = 0; i < 5; i++)
+    cr_assert_lt(relerr(g2[i], g1[i], sz[i] - (i < 4)), 1e-10, "%s T=%d L=%d per_key=%d: %g", names[i], T, L, per_key,
+                 relerr(g2[i], g1[i], sz[i] - (i < 4)));
+  for (int i = 0; i < 5; i++) free(g1[i]), free(g2[i]);
+  free(o1), free(o2), free(st), free(sT);
+  seq_free(&s);
+}
+
+static const int Ts[] = {1, 63, 64, 65, 130};
+
+Test(chunked, per_key_matches_steps) {
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare(Ts[i], 64, true), compare(Ts[i], 16, true);
+}
+
+Test(chunked, scalar_matches_steps) {
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare(Ts[i], 64, false), compare(Ts[i], 16, false);
+}
+
+Test(chunked, chunk_of_one_and_whole) {
+  compare(9, 1, true), compare(9, 9, false), compare(9, 100, true);
+}
+
+/* the loss sum(o * dout) + sum(sT * dsT), step by step */
+static double loss(const Seq *s) {
+  size_t kv = (size_t)s->K * s->V;
+  double *o = xmalloc(sizeof(double) * ((size_t)s->T * s->V + 1)), *st = xmalloc(sizeof(double) * kv * ((size_t)s->T + 1));
+  steps_forward(s, o, st);
+  double l = 0;
+  for (size_t i = 0; i < (size_t)s->T * s->V; i++) l += o[i] * s->dout[i];
+  for (size_t i = 0; i < kv; i++) l += st[kv * s->T + i] * s->dsT[i];
+  free(o), free(st);
+  return l;
+}
+
+/* The reference backward against central differences of the loss, for every input. */
+Test(chunked, steps_backward_against_finite_differences) {
+  for (int pk = 0; pk < 2; pk++) {
+    int T = 7, K = 3, V = 2, w = pk ? K : 1;
+    Seq s = seq_new(T, K, V, pk, 99 + (uint64_t)pk);
+    double *g[5];
+    size_t sz[5] = {(size_t)T * K, (size_t)T * K, (size_t)T * V, (size_t)T * w, (size_t)K * V};
+    for (int i = 0; i < 5; i++) g[i] = xcalloc(sz[i] + 1, sizeof(double));
+    steps_backward(&s, g[0], g[1], g[2], g[3], g[4]);
+    double *x[5] = {s.q, s.k, s.v, s.la, s.s0};
+    for (int i = 0; i < 5; i++)
+      for (size_t j = 0; j < sz[i]; j++) {
+        double keep = x[i][j], h = 1e-6;
+        x[i][j] = keep + h;
+        double lp = loss(&s);
+        x[i][j] = keep - h;
+        double lm = loss(&s);
+        x[i][j] = keep;
+        double fd = (lp - lm) / (2 * h);
+        cr_assert_lt(fabs(fd - g[i][j]), 1e-6 * fmax(1, fabs(fd)), "input %d element %zu: %g against %g", i, j, g[i][j], fd);
+      }
+    for (int i = 0; i < 5; i++) free(g[i]);
+    seq_free(&s);
+  }
+}
