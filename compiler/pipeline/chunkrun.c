@@ -1,0 +1,191 @@
+/* chunkrun.c: a cell in the chunked form (pipeline.h, "The chunked form"): two programs of the
+ * back end around the chunk op (compiler/ir/chunkop.c) of each chunked state:
+ *   in:  x -> the chunk op's inputs per row (q, k, v, log a per head)
+ *   the chunk op, per batch row and head, over the whole sequence: the reads and the final state
+ *   out: [x, the reads] -> the cell's output
+ * Both programs carry every state of the cell (the chunked ones unchanged step to step), so their
+ * parts, params, gates and noise are the cell's; the histories run in both (the same values), their
+ * final states and dfinal counted in `out` only. The backward runs out, the chunk ops' backward,
+ * in; the gradients of the two programs are added. */
+#include "pipeline.h"
+
+#include <string.h>
+
+#include "lower.h"
+
+struct ChunkForm {
+  Compiled *in, *out;
+  Work *win, *wout;
+  int L, nl;
+  ChunkLayout lay[CHUNK_LAYOUT_MAX];
+  int D;                       /* the cell's input size */
+};
+
+static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
+  const Backend *be = o->backend;
+  BackendOptions bo = {0};
+  bo.scan = be->scans, bo.gates = o->gates, bo.f32 = o->f32, bo.threads = o->threads, bo.portable = o->portable;
+  Program *p = lower_cell_part(cell, o->training, bo.scan, part);
+  ad_differentiate(p);
+  const char *why = be->supports(p, &bo);
+  Compiled *c = why ? NULL : be->compile(p, &bo, err, errlen);
+  if (why) snprintf(err, errlen, "the %s back end cannot run cell '%s' in chunked mode: %s", be->name, cell->name, why);
+  if (!c) {
+    program_free(p);
+    return NULL;
+  }
+  p->cell = NULL;
+  return c;
+}
+
+ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *err, size_t errlen) {
+  int st;
+  char why[320];
+  if (chunk_mode_blocker(cell, &st, why, (int)sizeof why)) {
+    snprintf(err, errlen, "cannot run cell '%s' in chunked mode: %s", cell->name, why);
+    return NULL;
+  }
+  if (o->backend->dtype != DT_F64 || o->backend->device != DEVICE_CPU) {
+    snprintf(err, errlen, "the %s back end does not run the chunked form yet (interp does: docs/architecture.md)", o->backend->name);
+    return NULL;
+  }
+  ChunkForm *f = xcalloc(1, sizeof *f);
+  f->L = L > 0 ? L : CHUNK_DEFAULT;
+  f->D = cell->input_size;
+  f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
+  f->in = compile_part(cell, o, LOWER_CHUNK_IN, err, errlen);
+  f->out = f->in ? compile_part(cell, o, LOWER_CHUNK_OUT, err, errlen) : NULL;
+  if (!f->out) {
+    chunkform_free(f);
+    return NULL;
+  }
+  f->win = f->in->be->work_new(f->in), f->wout = f->out->be->work_new(f->out);
+  return f;
+}
+
+void chunkform_free(ChunkForm *f) {
+  if (!f) return;
+  for (int i = 0; i < 2; i++) {
+    Compiled *c = i ? f->out : f->in;
+    Work *w = i ? f->wout : f->win;
+    if (!c) continue;
+    if (w) c->be->work_free(w);
+    Program *p = c->p;
+    c->be->free(c);
+    program_free(p);
+  }
+  free(f);
+}
+
+const Program *chunkform_program(const ChunkForm *f) { return f->out->p; }
+int chunkform_length(const ChunkForm *f) { return f->L; }
+
+/* One head of one batch row: the state's [K, V] from (or into) its layout in a state part's row
+ * ([V, K] per head where the key axis is the last). */
+static void state_get(const ChunkLayout *l, const double *row, int h, double *kv) {
+  const double *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
+  for (int k = 0; k < l->K; k++)
+    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = l->key_last ? s[(size_t)v * l->K + k] : s[(size_t)k * l->V + v];
+}
+
+static void state_put(const ChunkLayout *l, double *row, int h, const double *kv) {
+  double *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
+  for (int k = 0; k < l->K; k++)
+    for (int v = 0; v < l->V; v++) s[l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v] = kv[(size_t)k * l->V + v];
+}
+
+/* The chunk op of layout l, head h of batch row b, over rows of yin (width nin) */
+static ChunkOp op_at(const ChunkForm *f, const ChunkLayout *l, const double *yin, int nin, int T, int B, int b, int h) {
+  int ld = B * nin;
+  const double *r = yin + (size_t)b * (size_t)nin + (size_t)l->in_off;
+  int hk = h * l->K, nk = l->nh * l->K;
+  ChunkOp c = {T, l->K, l->V, f->L, l->per_key, r + hk, r + nk + hk, r + 2 * nk + h * l->V,
+               r + 2 * nk + l->nh * l->V + (l->per_key ? hk : h), ld, ld, ld, ld};
+  return c;
+}
+
+static double **parts(int n, const size_t *numel) {
+  double **v = xcalloc((size_t)n + 1, sizeof(double *));
+  for (int i = 0; i < n; i++) v[i] = xcalloc(numel[i] + 1, sizeof(double));
+  return v;
+}
+
+static void parts_free(double **v, int n) {
+  for (int i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
+void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
+  CHECK(d->dtype == DT_F64);
+  const Program *pin = f->in->p, *pout = f->out->p;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
+  int np = pout->npparts, ns = pout->nsparts;
+  size_t rows = (size_t)T * (size_t)B;
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  double *yin = xcalloc(rows * (size_t)nin + 1, sizeof(double)), *dyin = xcalloc(rows * (size_t)nin + 1, sizeof(double));
+  double *xo = xcalloc(rows * (size_t)xw + 1, sizeof(double)), *gxo = xcalloc(rows * (size_t)xw + 1, sizeof(double));
+  double *gxi = xcalloc(rows * (size_t)D + 1, sizeof(double));
+  double **fin = parts(ns, sn), **zero = parts(ns, sn), **ghi = parts(ns, sn), **gho = parts(ns, sn);
+  double **gpi = parts(np, pn), **gpo = parts(np, pn);
+  bool *chunked = xcalloc((size_t)ns + 1, sizeof(bool));
+  for (int i = 0; i < f->nl; i++) chunked[pout->spart_of[f->lay[i].state]] = true;
+
+  /* forward: in, the chunk ops, out */
+  SeqIO si = *d;
+  si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  f->in->be->forward(f->in, f->win, &si);
+  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
+    double *s0 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V), *s1 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V);
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < l->nh; h++) {
+        ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
+        state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+        chunkop_forward(&c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
+        state_put(l, (double *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
+      }
+    free(s0), free(s1);
+  }
+  SeqIO so = *d;
+  so.x = xo, so.final = (void **)fin;
+  f->out->be->forward(f->out, f->wout, &so);
+  for (int q = 0; q < ns; q++)
+    if (!chunked[q]) memcpy(d->final[q], fin[q], sizeof(double) * sn[q]);
+
+  /* backward: out, the chunk ops, in */
+  so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
+  f->out->be->backward(f->out, f->wout, &so);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
+    size_t kv = (size_t)l->K * (size_t)l->V;
+    double *s0 = xmalloc(sizeof(double) * kv), *ds = xmalloc(sizeof(double) * kv), *ds0 = xmalloc(sizeof(double) * kv);
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < l->nh; h++) {
+        ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
+        ChunkOp g = op_at(f, l, dyin, nin, T, B, b, h);
+        state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+        state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
+        chunkop_backward(&c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, (double *)g.q,
+                         (double *)g.k, (double *)g.v, (double *)g.la, ds0);
+        state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
+      }
+    free(s0), free(ds), free(ds0);
+  }
+  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  si.fold = NULL;
+  f->in->be->backward(f->in, f->win, &si);
+  for (size_t r = 0; r < rows; r++)
+    for (int j = 0; j < D; j++) ((double *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
+  for (int i = 0; i < np; i++)
+    for (size_t j = 0; j < pn[i]; j++) ((double *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
+  for (int q = 0; q < ns; q++)
+    if (!chunked[q])
+      for (size_t j = 0; j < sn[q]; j++) ((double *)d->grad_h0[q])[j] = gho[q][j] + ghi[q][j];
+  free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn), free(chunked);
+  parts_free(fin, ns), parts_free(zero, ns), parts_free(ghi, ns), parts_free(gho, ns), parts_free(gpi, np), parts_free(gpo, np);
+}
