@@ -45,8 +45,8 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
     snprintf(err, errlen, "cannot run cell '%s' in chunked mode: %s", cell->name, why);
     return NULL;
   }
-  if (o->backend->dtype != DT_F64 || o->backend->device != DEVICE_CPU) {
-    snprintf(err, errlen, "the %s back end does not run the chunked form yet (interp does: docs/architecture.md)", o->backend->name);
+  if (o->backend->device != DEVICE_CPU) {
+    snprintf(err, errlen, "the %s back end does not run the chunked form yet (interp and cpu do: docs/architecture.md)", o->backend->name);
     return NULL;
   }
   ChunkForm *f = xcalloc(1, sizeof *f);
@@ -104,6 +104,104 @@ static ChunkOp op_at(const ChunkForm *f, const ChunkLayout *l, const double *yin
   return c;
 }
 
+/* ---- a float32 back end's buffers: float32 copies of a float64 SeqIO's ---- */
+
+typedef struct Mirror {
+  SeqIO s;                    /* float32 */
+  const Program *p;
+  size_t rows, *pn, *sn, *gn, *zn;
+} Mirror;
+
+static float *f32_of(const void *src, size_t n) {
+  float *f = memuse_aligned(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; src && i < n; i++) f[i] = (float)((const double *)src)[i];
+  return f;
+}
+
+static void f64_into(void *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
+}
+
+static void **f32_parts_of(const void *const *src, int n, const size_t *numel) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = f32_of(src ? src[i] : NULL, numel[i]);
+  return v;
+}
+
+static void f32_parts_free(void **v, int n) {
+  for (int i = 0; v && i < n; i++) memuse_free(v[i]);
+  free(v);
+}
+
+/* The forward's inputs copied, every other buffer allocated. */
+static Mirror *mirror_new(const Program *p, const SeqIO *d) {
+  Mirror *m = xcalloc(1, sizeof *m);
+  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  m->p = p, m->rows = (size_t)d->T * (size_t)d->B;
+  m->pn = xcalloc((size_t)np + 1, sizeof(size_t)), m->sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  m->gn = xcalloc((size_t)ng + 1, sizeof(size_t)), m->zn = xcalloc((size_t)nz + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) m->pn[i] = (size_t)p->pparts[i].numel;
+  for (int i = 0; i < ns; i++) m->sn[i] = (size_t)d->B * (size_t)p->sparts[i].size;
+  for (int i = 0; i < ng; i++) m->gn[i] = m->rows * (size_t)node_numel(&p->g.nodes[p->gates[i].node]);
+  for (int i = 0; i < nz; i++) m->zn[i] = m->rows * (size_t)p->noise_sizes[i];
+  SeqIO *s = &m->s;
+  s->T = d->T, s->B = d->B, s->dtype = DT_F32;
+  s->x = f32_of(d->x, m->rows * (size_t)p->x_size), s->grad_x = f32_of(NULL, m->rows * (size_t)p->x_size);
+  s->y = f32_of(NULL, m->rows * (size_t)p->output_size), s->dy = f32_of(NULL, m->rows * (size_t)p->output_size);
+  s->params = (const void **)f32_parts_of(d->params, np, m->pn), s->grad_params = f32_parts_of(NULL, np, m->pn);
+  s->h0 = (const void **)f32_parts_of(d->h0, ns, m->sn), s->grad_h0 = f32_parts_of(NULL, ns, m->sn);
+  s->final = f32_parts_of(NULL, ns, m->sn), s->dfinal = (const void **)f32_parts_of(NULL, ns, m->sn);
+  s->noise = d->noise ? (const void **)f32_parts_of(d->noise, nz, m->zn) : NULL;
+  s->gates = d->gates ? f32_parts_of(NULL, ng, m->gn) : NULL;
+  return m;
+}
+
+static void mirror_free(Mirror *m) {
+  if (!m) return;
+  const Program *p = m->p;
+  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
+  SeqIO *s = &m->s;
+  memuse_free((void *)s->x), memuse_free(s->grad_x), memuse_free(s->y), memuse_free((void *)s->dy);
+  f32_parts_free((void **)s->params, np), f32_parts_free(s->grad_params, np);
+  f32_parts_free((void **)s->h0, ns), f32_parts_free(s->grad_h0, ns), f32_parts_free(s->final, ns);
+  f32_parts_free((void **)s->dfinal, ns), f32_parts_free((void **)s->noise, s->noise ? nz : 0);
+  f32_parts_free(s->gates, s->gates ? ng : 0);
+  free(m->pn), free(m->sn), free(m->gn), free(m->zn);
+  free(m);
+}
+
+/* c's forward over d (float64), through a mirror for a float32 back end (*m, kept for the backward) */
+static void prog_forward(Compiled *c, Work *w, const SeqIO *d, Mirror **m) {
+  *m = NULL;
+  if (c->be->dtype == DT_F64) {
+    c->be->forward(c, w, d);
+    return;
+  }
+  const Program *p = c->p;
+  Mirror *mm = *m = mirror_new(p, d);
+  c->be->forward(c, w, &mm->s);
+  f64_into(d->y, mm->s.y, mm->rows * (size_t)p->output_size);
+  for (int i = 0; i < p->nsparts; i++) f64_into(d->final[i], mm->s.final[i], mm->sn[i]);
+  for (int i = 0; d->gates && i < p->ngates; i++) f64_into(d->gates[i], mm->s.gates[i], mm->gn[i]);
+}
+
+static void prog_backward(Compiled *c, Work *w, const SeqIO *d, Mirror *m) {
+  if (c->be->dtype == DT_F64) {
+    c->be->backward(c, w, d);
+    return;
+  }
+  const Program *p = c->p;
+  SeqIO *s = &m->s;
+  for (size_t i = 0; i < m->rows * (size_t)p->output_size; i++) ((float *)s->dy)[i] = (float)((const double *)d->dy)[i];
+  for (int q = 0; q < p->nsparts; q++)
+    for (size_t i = 0; i < m->sn[q]; i++) ((float *)s->dfinal[q])[i] = (float)((const double *)d->dfinal[q])[i];
+  c->be->backward(c, w, s);
+  f64_into(d->grad_x, s->grad_x, m->rows * (size_t)p->x_size);
+  for (int i = 0; i < p->npparts; i++) f64_into(d->grad_params[i], s->grad_params[i], m->pn[i]);
+  for (int i = 0; i < p->nsparts; i++) f64_into(d->grad_h0[i], s->grad_h0[i], m->sn[i]);
+  mirror_free(m);
+}
+
 static double **parts(int n, const size_t *numel) {
   double **v = xcalloc((size_t)n + 1, sizeof(double *));
   for (int i = 0; i < n; i++) v[i] = xcalloc(numel[i] + 1, sizeof(double));
@@ -135,7 +233,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
   si.y = yin, si.final = (void **)fin, si.gates = NULL;
-  f->in->be->forward(f->in, f->win, &si);
+  Mirror *mi, *mo;
+  prog_forward(f->in, f->win, &si, &mi);
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
@@ -152,13 +251,13 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   }
   SeqIO so = *d;
   so.x = xo, so.final = (void **)fin;
-  f->out->be->forward(f->out, f->wout, &so);
+  prog_forward(f->out, f->wout, &so, &mo);
   for (int q = 0; q < ns; q++)
     if (!chunked[q]) memcpy(d->final[q], fin[q], sizeof(double) * sn[q]);
 
   /* backward: out, the chunk ops, in */
   so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
-  f->out->be->backward(f->out, f->wout, &so);
+  prog_backward(f->out, f->wout, &so, mo);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
@@ -178,7 +277,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   }
   si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
-  f->in->be->backward(f->in, f->win, &si);
+  prog_backward(f->in, f->win, &si, mi);
   for (size_t r = 0; r < rows; r++)
     for (int j = 0; j < D; j++) ((double *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
   for (int i = 0; i < np; i++)

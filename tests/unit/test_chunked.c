@@ -226,3 +226,54 @@ static void cell_cases(const char *file, const char *dims) {
 Test(chunked, gla_as_sequential) { cell_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5"); }
 Test(chunked, hgrn2_as_sequential) { cell_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5"); }
 Test(chunked, mamba2_as_sequential) { cell_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"); }
+
+/* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):
+ * every output and gradient within 1e-4 relative (test_backends' bound), one compilation per chunk
+ * length for every T. */
+static void cpu_cases(const char *file, const char *dims) {
+  Arena a = {0};
+  Cell *cs = h_cell(&a, file, NULL, dims, false, "sequential");
+  Cell *cc = h_cell(&a, file, NULL, dims, false, "chunked");
+  PipelineOptions oi = {.backend = backend_find("interp"), .gates = true};
+  PipelineOptions oc = {.backend = backend_find("cpu"), .gates = true, .threads = 1};
+  char err[512] = "";
+  Compiled *ref = pipeline_compile(cs, &oi, err, sizeof err);
+  cr_assert(ref, "%s", err);
+  int Ls[2] = {64, 16};
+  for (int li = 0; li < 2; li++) {
+    ChunkForm *f = chunkform_compile(cc, &oc, Ls[li], err, sizeof err);
+    cr_assert(f, "%s", err);
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+      int T = Ts[i], B = 2;
+      uint64_t seed = (uint64_t)(T * 19 + Ls[li]);
+      HBufs *h1 = h_bufs_new(ref->p, T, B, seed, 0.5, 1), *h2 = h_bufs_new(ref->p, T, B, seed, 0.5, 1);
+      pipeline_run_f64(ref, &h1->io);
+      chunkform_run_f64(f, &h2->io);
+      const char *what;
+      double e = h_compare(h1, h2, ref->p, &what);
+      cr_expect_lt(e, 1e-4, "%s on cpu T=%d L=%d: %s off by %g", file, T, Ls[li], what, e);
+      h_bufs_free(h1), h_bufs_free(h2);
+    }
+    chunkform_free(f);
+  }
+  pipeline_release(ref);
+  cell_free(cs), cell_free(cc);
+  arena_free(&a);
+}
+
+Test(chunked, cpu_gla) { cpu_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5"); }
+Test(chunked, cpu_hgrn2) { cpu_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5"); }
+Test(chunked, cpu_mamba2) { cpu_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"); }
+
+/* Where the chunk op does not run yet: a clear refusal. */
+Test(chunked, cuda_emu_refuses) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/gla.cell", NULL, "NH=2,K=3,V=4,D=5", false, "chunked");
+  PipelineOptions o = {.backend = backend_find("cuda-emu")};
+  char err[512] = "";
+  cr_assert(o.backend);
+  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
+  cr_assert(strstr(err, "does not run the chunked form yet"), "%s", err);
+  cell_free(cc);
+  arena_free(&a);
+}
