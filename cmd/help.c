@@ -38,7 +38,7 @@ static const CmdHelp commands[] = {
      "  70  internal error (a bug)\n", cmd_derive},
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
-     "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential] "
+     "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential|chunked] "
      "[--precision f32|f64] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
@@ -51,7 +51,7 @@ static const CmdHelp commands[] = {
      "  --inputs FILE           take params and data from this safetensors file\n"
      "  --backend BACKENDS   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
      "               the same CUDA code on the CPU: slow, for tests)\n"
-     "  --mode auto|scan|sequential\n"
+     "  --mode auto|scan|sequential|chunked   (chunked: interp and cpu; --set chunk=L its chunk length)\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"
      "  -h, --help              this help\n",
