@@ -11,6 +11,7 @@
 
 #include <string.h>
 
+#include "cpu.h"
 #include "lower.h"
 
 struct ChunkForm {
@@ -202,6 +203,72 @@ static void prog_backward(Compiled *c, Work *w, const SeqIO *d, Mirror *m) {
   mirror_free(m);
 }
 
+/* ---- the chunk op: the float64 reference for a float64 back end, the cpu's float32 one (its
+ * products through sgemm) for a float32 back end, on float32 copies of one head's rows ---- */
+
+static float *rows32(const double *x, int T, int w, int ld) {
+  float *f = xmalloc(sizeof(float) * ((size_t)T * (size_t)w + 1));
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < w; i++) f[(size_t)t * w + i] = (float)x[(size_t)t * (size_t)ld + (size_t)i];
+  return f;
+}
+
+static void rows64(double *x, const float *f, int T, int w, int ld) {
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < w; i++) x[(size_t)t * (size_t)ld + (size_t)i] = f[(size_t)t * w + i];
+}
+
+typedef struct Op32 {
+  ChunkOpF32 c;
+  float *q, *k, *v, *la;
+} Op32;
+
+static Op32 op32(const ChunkOp *c) {
+  int w = c->per_key ? c->K : 1;
+  Op32 o;
+  o.q = rows32(c->q, c->T, c->K, c->ldq), o.k = rows32(c->k, c->T, c->K, c->ldk);
+  o.v = rows32(c->v, c->T, c->V, c->ldv), o.la = rows32(c->la, c->T, w, c->ldla);
+  o.c = (ChunkOpF32){c->T, c->K, c->V, c->L, c->per_key, o.q, o.k, o.v, o.la, c->K, c->K, c->V, w};
+  return o;
+}
+
+static void op32_free(Op32 *o) { free(o->q), free(o->k), free(o->v), free(o->la); }
+
+static void op_forward(bool f32, const ChunkOp *c, const double *s0, double *o, int ldo, double *s1) {
+  if (!f32) {
+    chunkop_forward(c, s0, o, ldo, s1);
+    return;
+  }
+  size_t kv = (size_t)c->K * (size_t)c->V;
+  Op32 p = op32(c);
+  float *a0 = rows32(s0, 1, (int)kv, 0), *a1 = xmalloc(sizeof(float) * kv + 1), *o32 = xmalloc(sizeof(float) * ((size_t)c->T * c->V + 1));
+  cpu_chunkop_forward(&p.c, a0, o32, c->V, a1);
+  rows64(o, o32, c->T, c->V, ldo), rows64(s1, a1, 1, (int)kv, 0);
+  free(a0), free(a1), free(o32);
+  op32_free(&p);
+}
+
+static void op_backward(bool f32, const ChunkOp *c, const double *s0, const double *dout, int lddo, const double *dsT,
+                        const ChunkOp *g, double *ds0) {
+  if (!f32) {
+    chunkop_backward(c, s0, dout, lddo, dsT, (double *)g->q, (double *)g->k, (double *)g->v, (double *)g->la, ds0);
+    return;
+  }
+  size_t kv = (size_t)c->K * (size_t)c->V;
+  int w = c->per_key ? c->K : 1;
+  Op32 p = op32(c);
+  float *a0 = rows32(s0, 1, (int)kv, 0), *dT = rows32(dsT, 1, (int)kv, 0), *d32 = rows32(dout, c->T, c->V, lddo);
+  float *gq = xmalloc(sizeof(float) * ((size_t)c->T * c->K + 1)), *gk = xmalloc(sizeof(float) * ((size_t)c->T * c->K + 1));
+  float *gv = xmalloc(sizeof(float) * ((size_t)c->T * c->V + 1)), *gl = xmalloc(sizeof(float) * ((size_t)c->T * w + 1));
+  float *g0 = xmalloc(sizeof(float) * kv + 1);
+  cpu_chunkop_backward(&p.c, a0, d32, c->V, dT, gq, gk, gv, gl, g0);
+  rows64((double *)g->q, gq, c->T, c->K, g->ldq), rows64((double *)g->k, gk, c->T, c->K, g->ldk);
+  rows64((double *)g->v, gv, c->T, c->V, g->ldv), rows64((double *)g->la, gl, c->T, w, g->ldla);
+  rows64(ds0, g0, 1, (int)kv, 0);
+  free(a0), free(dT), free(d32), free(gq), free(gk), free(gv), free(gl), free(g0);
+  op32_free(&p);
+}
+
 static double **parts(int n, const size_t *numel) {
   double **v = xcalloc((size_t)n + 1, sizeof(double *));
   for (int i = 0; i < n; i++) v[i] = xcalloc(numel[i] + 1, sizeof(double));
@@ -216,6 +283,7 @@ static void parts_free(double **v, int n) {
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F64);
   const Program *pin = f->in->p, *pout = f->out->p;
+  bool f32 = f->in->be->dtype == DT_F32;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts;
   size_t rows = (size_t)T * (size_t)B;
@@ -244,7 +312,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
       for (int h = 0; h < l->nh; h++) {
         ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
         state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-        chunkop_forward(&c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
+        op_forward(f32, &c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
         state_put(l, (double *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
       }
     free(s0), free(s1);
@@ -269,8 +337,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
         ChunkOp g = op_at(f, l, dyin, nin, T, B, b, h);
         state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
         state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-        chunkop_backward(&c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, (double *)g.q,
-                         (double *)g.k, (double *)g.v, (double *)g.la, ds0);
+        op_backward(f32, &c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, &g, ds0);
         state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
       }
     free(s0), free(ds), free(ds0);

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "harness.h"
 #include "ir.h"
 #include "support.h"
@@ -183,6 +184,64 @@ Test(chunked, steps_backward_against_finite_differences) {
     for (int i = 0; i < 5; i++) free(g[i]);
     seq_free(&s);
   }
+}
+
+/* ---- the float32 chunk op of the cpu back end (sgemm) against the float64 reference ---- */
+
+static float *f32v(const double *x, size_t n) {
+  float *f = xmalloc(sizeof(float) * n + 4);
+  for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+  return f;
+}
+
+static double *f64v(const float *x, size_t n) {
+  double *d = xmalloc(sizeof(double) * n + 8);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+/* K = 20, V = 12: blocks of 16 rows, the last one short */
+static void compare_f32(int T, int L, bool per_key) {
+  int K = 20, V = 12, w = per_key ? K : 1;
+  Seq s = seq_new(T, K, V, per_key, (uint64_t)(T * 7 + L + per_key));
+  ChunkOp c = op_of(&s, L);
+  size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V, tw = (size_t)T * w;
+  float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
+  float *dout = f32v(s.dout, tv), *dsT = f32v(s.dsT, kv);
+  ChunkOpF32 c32 = {T, K, V, L, per_key, q, k, v, la, K, K, V, w};
+  double *o = xcalloc(tv + 1, sizeof(double)), *sT = xcalloc(kv, sizeof(double));
+  float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
+  chunkop_forward(&c, s.s0, o, V, sT);
+  cpu_chunkop_forward(&c32, s0, o32, V, sT32);
+  double *x;
+  cr_assert_lt(relerr(x = f64v(o32, tv), o, tv), 1e-4, "f32 reads T=%d L=%d per_key=%d", T, L, per_key);
+  free(x);
+  cr_assert_lt(relerr(x = f64v(sT32, kv), sT, kv), 1e-4, "f32 final state T=%d L=%d per_key=%d", T, L, per_key);
+  free(x);
+  size_t sz[5] = {tk, tk, tv, tw, kv};
+  double *g[5];
+  float *g32[5];
+  for (int i = 0; i < 5; i++) g[i] = xcalloc(sz[i] + 1, sizeof(double)), g32[i] = xcalloc(sz[i] + 1, sizeof(float));
+  chunkop_backward(&c, s.s0, s.dout, V, s.dsT, g[0], g[1], g[2], g[3], g[4]);
+  cpu_chunkop_backward(&c32, s0, dout, V, dsT, g32[0], g32[1], g32[2], g32[3], g32[4]);
+  const char *names[5] = {"dq", "dk", "dv", "dla", "ds0"};
+  for (int i = 0; i < 5; i++) {
+    double *gx = f64v(g32[i], sz[i]), e = relerr(gx, g[i], sz[i]);
+    cr_assert_lt(e, 1e-4, "f32 %s T=%d L=%d per_key=%d: %g", names[i], T, L, per_key, e);
+    free(gx);
+  }
+  for (int i = 0; i < 5; i++) free(g[i]), free(g32[i]);
+  free(q), free(k), free(v), free(la), free(s0), free(dout), free(dsT), free(o), free(sT), free(o32), free(sT32);
+  seq_free(&s);
+}
+
+Test(chunked, f32_per_key_as_f64) {
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare_f32(Ts[i], 64, true), compare_f32(Ts[i], 16, true);
+  compare_f32(40, 7, true), compare_f32(40, 1, true);
+}
+
+Test(chunked, f32_scalar_as_f64) {
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare_f32(Ts[i], 64, false), compare_f32(Ts[i], 16, false);
 }
 
 /* ---- whole cells: --mode chunked against --mode sequential on the interpreter ---- */
