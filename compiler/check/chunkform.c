@@ -42,23 +42,25 @@ static int all_axes(Cell *c, const Node *n) {
  * vary along none, a broadcast along none of the added axes, an elementwise op along its
  * arguments', a reshape that only adds or drops axes of size 1 along the moved ones; anything else
  * along all (but those of size 1). */
-static int vary(Cell *c, int id);
+static int vary(Cell *c, int id, int *memo);
 
 /* vary of argument a, aligned to the trailing axes of a value of rank R (broadcast) */
-static int vary_to(Cell *c, int a, int R) {
+static int vary_to(Cell *c, int a, int R, int *memo) {
   Node *x = nd(c, a);
-  int m = vary(c, a), out = 0, off = R - x->rank;
+  int m = vary(c, a, memo), out = 0, off = R - x->rank;
   for (int i = 0; i < x->rank; i++)
     if ((m >> i & 1) && i + off >= 0) out |= 1 << (i + off);
   return out;
 }
 
-static int vary(Cell *c, int id) {
+/* memo: per node, its axes, or -1 (a shared subexpression is looked at once) */
+static int vary(Cell *c, int id, int *memo) {
+  if (memo[id] >= 0) return memo[id];
   Node n = *nd(c, id);
-  int all = all_axes(c, &n);
+  int all = all_axes(c, &n), r;
   switch (n.op) {
-  case OP_CONST: case OP_DIMVAL: case OP_BCAST: return 0;
-  case OP_EXPAND: return vary_to(c, n.a[0], n.rank) & all;
+  case OP_CONST: case OP_DIMVAL: case OP_BCAST: r = 0; break;
+  case OP_EXPAND: r = vary_to(c, n.a[0], n.rank, memo) & all; break;
   case OP_RESHAPE: {
     Node x = *nd(c, n.a[0]);
     int xs[MAX_RANK], ns[MAX_RANK], nx = 0, nn = 0; /* the axes of size other than 1, in order */
@@ -66,23 +68,22 @@ static int vary(Cell *c, int id) {
       if (!is_one(c, x.dim[i])) xs[nx++] = i;
     for (int i = 0; i < n.rank; i++)
       if (!is_one(c, n.dim[i])) ns[nn++] = i;
-    if (nx != nn) return all;
-    for (int i = 0; i < nx; i++)
-      if (x.dim[xs[i]] != n.dim[ns[i]]) return all;
-    int m = vary(c, n.a[0]), out = 0;
-    for (int i = 0; i < nx; i++)
-      if (m >> xs[i] & 1) out |= 1 << ns[i];
-    return out;
+    bool moved = nx == nn;
+    for (int i = 0; moved && i < nx; i++) moved = x.dim[xs[i]] == n.dim[ns[i]];
+    r = moved ? 0 : all;
+    int m = moved ? vary(c, n.a[0], memo) : 0;
+    for (int i = 0; moved && i < nx; i++)
+      if (m >> xs[i] & 1) r |= 1 << ns[i];
+    break;
   }
   default:
-    if (op_is_elementwise(n.op)) {
-      int m = 0;
-      for (int i = 0; i < op_arity(n.op); i++)
-        if (n.a[i] >= 0) m |= vary_to(c, n.a[i], n.rank);
-      return m & all;
-    }
-    return all;
+    r = op_is_elementwise(n.op) ? 0 : all;
+    for (int i = 0; op_is_elementwise(n.op) && i < op_arity(n.op); i++)
+      if (n.a[i] >= 0) r |= vary_to(c, n.a[i], n.rank, memo);
+    r &= all;
   }
+  memo[id] = r;
+  return r;
 }
 
 typedef struct Rec {
@@ -90,11 +91,12 @@ typedef struct Rec {
   StateInfo *s;
   int key, val;      /* bits of the key and value axes */
   signed char *free; /* state_free's memo */
+  int *vmemo;        /* vary's */
   char why[200];
 } Rec;
 
 static bool add_factor(Rec *r, ChunkTerm *t, int id, bool inv) {
-  int m = vary_to(r->c, id, r->s->rank) & (r->key | r->val);
+  int m = vary_to(r->c, id, r->s->rank, r->vmemo) & (r->key | r->val);
   Node n = *nd(r->c, id);
   if (m == (r->key | r->val)) {
     if (n.op == OP_MUL) return add_factor(r, t, n.a[0], inv) && add_factor(r, t, n.a[1], inv);
@@ -220,7 +222,7 @@ static bool recognize(Rec *r, const bool *live) {
   if (s->coef_a < 0) ci->decay = CHUNK_DECAY_NONE;
   else {
     if (!state_free(c, s->coef_a, r->free)) return snprintf(r->why, sizeof r->why, "its decay reads a state"), false;
-    int m = vary_to(c, s->coef_a, R) & (r->key | r->val);
+    int m = vary_to(c, s->coef_a, R, r->vmemo) & (r->key | r->val);
     if (m == (r->key | r->val)) return snprintf(r->why, sizeof r->why, "its decay varies along both of its last two axes"), false;
     if (m == r->val) return snprintf(r->why, sizeof r->why, "its decay varies along the value axis, not the key axis its reads contract"), false;
     ci->decay = m ? CHUNK_DECAY_KEY : CHUNK_DECAY_SCALAR;
@@ -236,6 +238,8 @@ void chunk_analyze(Cell *c) {
   bool *live = xcalloc((size_t)nn + 1, sizeof(bool));
   signed char *memo = xmalloc((size_t)nn + 1);
   memset(memo, -1, (size_t)nn + 1);
+  int *vmemo = xmalloc(sizeof(int) * ((size_t)nn + 1));
+  for (int i = 0; i <= nn; i++) vmemo[i] = -1;
   if (c->output >= 0) mark(c, c->output, live);
   for (int i = 0; i < c->nstates; i++) mark(c, c->states[i].update, live);
   for (int i = 0; i < c->ngates; i++) mark(c, c->gates[i].node, live);
@@ -244,7 +248,7 @@ void chunk_analyze(Cell *c) {
     memset(&s->chunk, 0, sizeof s->chunk);
     s->chunk.key_axis = s->chunk.value_axis = s->chunk.decay_node = -1;
     if (s->hist_lag) continue;
-    Rec r = {c, s, 0, 0, memo, ""};
+    Rec r = {c, s, 0, 0, memo, vmemo, ""};
     s->chunk.applies = recognize(&r, live);
     if (!s->chunk.applies) {
       s->chunk.nterms = s->chunk.nreads = 0;
@@ -253,6 +257,7 @@ void chunk_analyze(Cell *c) {
   }
   free(live);
   free(memo);
+  free(vmemo);
 }
 
 const char *chunk_mode_blocker(const Cell *c, int *state, char *buf, int size) {
