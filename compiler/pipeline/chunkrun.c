@@ -20,6 +20,7 @@ struct ChunkForm {
   int L, nl;
   ChunkLayout lay[CHUNK_LAYOUT_MAX];
   int D;                       /* the cell's input size */
+  int threads;                 /* the chunk ops of the heads and batch rows run on so many threads */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -53,6 +54,9 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
   ChunkForm *f = xcalloc(1, sizeof *f);
   f->L = L > 0 ? L : CHUNK_DEFAULT;
   f->D = cell->input_size;
+  /* the cpu's threads (PipelineOptions.threads, 0: CELLC_THREADS or every core, as the back end);
+     the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
+  f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
   f->in = compile_part(cell, o, LOWER_CHUNK_IN, err, errlen);
   f->out = f->in ? compile_part(cell, o, LOWER_CHUNK_OUT, err, errlen) : NULL;
@@ -307,15 +311,17 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
-    double *s0 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V), *s1 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V);
-    for (int b = 0; b < B; b++)
-      for (int h = 0; h < l->nh; h++) {
-        ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
-        state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-        op_forward(f32, &c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
-        state_put(l, (double *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
-      }
-    free(s0), free(s1);
+    /* every head of every batch row on its own: in parallel, each writing its own rows */
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      double *s0 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V), *s1 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V);
+      ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
+      state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      op_forward(f32, &c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
+      state_put(l, (double *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
+      free(s0), free(s1);
+    }
   }
   SeqIO so = *d;
   so.x = xo, so.final = (void **)fin;
@@ -330,17 +336,18 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
     const ChunkLayout *l = &f->lay[i];
     int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
     size_t kv = (size_t)l->K * (size_t)l->V;
-    double *s0 = xmalloc(sizeof(double) * kv), *ds = xmalloc(sizeof(double) * kv), *ds0 = xmalloc(sizeof(double) * kv);
-    for (int b = 0; b < B; b++)
-      for (int h = 0; h < l->nh; h++) {
-        ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
-        ChunkOp g = op_at(f, l, dyin, nin, T, B, b, h);
-        state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-        state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-        op_backward(f32, &c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, &g, ds0);
-        state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
-      }
-    free(s0), free(ds), free(ds0);
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      double *s0 = xmalloc(sizeof(double) * kv), *ds = xmalloc(sizeof(double) * kv), *ds0 = xmalloc(sizeof(double) * kv);
+      ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
+      ChunkOp g = op_at(f, l, dyin, nin, T, B, b, h);
+      state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
+      op_backward(f32, &c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, &g, ds0);
+      state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
+      free(s0), free(ds), free(ds0);
+    }
   }
   si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
