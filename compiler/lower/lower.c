@@ -373,6 +373,7 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
     p->spart_of[i] = p->nsparts;
+    if (part != LOWER_WHOLE && si->chunk.applies) continue; /* the chunk op's: no part here */
     for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
       StatePart sp = {.state = i, .part = part, .cplx = si->cplx, .size = state_numel(si)};
       sp.prev = g_leaf(g, OP_PREV, p->nsparts, si->rank, si->n);
@@ -400,7 +401,8 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
   p->noise_sizes = xcalloc((size_t)p->nnoise + 1, sizeof(int));
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
-    Pair v = chunk_state(&L, i) ? real(p->sparts[p->spart_of[i]].prev) : lower(&L, si->update); /* the chunk op's */
+    if (chunk_state(&L, i)) continue;
+    Pair v = lower(&L, si->update);
     StatePart *sp = &p->sparts[p->spart_of[i]];
     sp[0].next = v.re;
     if (si->cplx) sp[1].next = im_of(&L, v);
@@ -427,12 +429,11 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
   /* scan coefficients */
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
-    if (si->rec != REC_DIAG_LINEAR) continue;
+    if (si->rec != REC_DIAG_LINEAR || chunk_state(&L, i)) continue;
     StatePart *sp = &p->sparts[p->spart_of[i]];
     int rank = si->rank, *n = si->n;
-    bool ck = chunk_state(&L, i); /* kept as it is: the chunk op runs it */
-    Pair a = ck ? real(g_const(g, 1, rank, n)) : si->coef_a >= 0 ? lower(&L, si->coef_a) : real(g_const(g, 0, rank, n));
-    Pair b = !ck && si->coef_b >= 0 ? lower(&L, si->coef_b) : real(g_const(g, 0, rank, n));
+    Pair a = si->coef_a >= 0 ? lower(&L, si->coef_a) : real(g_const(g, 0, rank, n));
+    Pair b = si->coef_b >= 0 ? lower(&L, si->coef_b) : real(g_const(g, 0, rank, n));
     sp[0].a = g_bcast(g, a.re, rank, n);
     sp[0].b = g_bcast(g, b.re, rank, n);
     if (si->cplx) {

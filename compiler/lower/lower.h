@@ -82,8 +82,9 @@ typedef struct Program {
 Program *lower_cell(Cell *c, bool training, bool scan_form);
 /* The chunked form's two programs around the chunk op (docs/architecture.md, "The chunked form"):
  * LOWER_CHUNK_IN computes the chunk op's inputs (lower_chunk_layout) as its output; LOWER_CHUNK_OUT
- * takes the input followed by the chunk op's reads and computes the cell's output. In both the
- * chunked states stay as they are (new = prev), so the states' parts are the whole cell's. */
+ * takes the input followed by the chunk op's reads and computes the cell's output. Neither has
+ * parts for the chunked states (spart_of gives such a state no parts); the others' are the
+ * whole cell's, in its order. */
 typedef enum { LOWER_WHOLE, LOWER_CHUNK_IN, LOWER_CHUNK_OUT } LowerPart;
 Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part);
 /* Per chunked state (StateInfo.chunk.applies), in state order: its sizes, and where its vectors lie

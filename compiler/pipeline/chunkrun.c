@@ -3,9 +3,9 @@
  *   in:  x -> the chunk op's inputs per row (q, k, v, log a per head)
  *   the chunk op, per batch row and head, over the whole sequence: the reads and the final state
  *   out: [x, the reads] -> the cell's output
- * Both programs carry every state of the cell (the chunked ones unchanged step to step), so their
- * parts, params, gates and noise are the cell's; the histories run in both (the same values), their
- * final states and dfinal counted in `out` only. The backward runs out, the chunk ops' backward,
+ * Both programs carry every state of the cell but the chunked ones (their parts a subsequence of
+ * the cell's), and the cell's params, gates and noise; the histories run in both (the same
+ * values), their final states and dfinal counted in `out` only. The backward runs out, the chunk ops' backward,
  * in; the gradients of the two programs are added. */
 #include "pipeline.h"
 
@@ -21,6 +21,7 @@ struct ChunkForm {
   ChunkLayout lay[CHUNK_LAYOUT_MAX];
   int D;                       /* the cell's input size */
   int threads;                 /* the chunk ops of the heads and batch rows run on so many threads */
+  int *full_of;                /* per state: its first part among the whole cell's (the SeqIO's) */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -58,6 +59,8 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
      the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
   f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
+  f->full_of = xcalloc((size_t)cell->nstates + 1, sizeof(int));
+  for (int i = 0, q = 0; i < cell->nstates; q += cell->states[i].cplx ? 2 : 1, i++) f->full_of[i] = q;
   f->in = compile_part(cell, o, LOWER_CHUNK_IN, err, errlen);
   f->out = f->in ? compile_part(cell, o, LOWER_CHUNK_OUT, err, errlen) : NULL;
   if (!f->out) {
@@ -79,10 +82,10 @@ void chunkform_free(ChunkForm *f) {
     c->be->free(c);
     program_free(p);
   }
+  free(f->full_of);
   free(f);
 }
 
-const Program *chunkform_program(const ChunkForm *f) { return f->out->p; }
 int chunkform_length(const ChunkForm *f) { return f->L; }
 
 /* One head of one batch row: the state's [K, V] from (or into) its layout in a state part's row
@@ -284,12 +287,19 @@ static void parts_free(double **v, int n) {
   free(v);
 }
 
+/* A program's per-part array (its parts: the cell's but the chunked states') from the SeqIO's */
+static void **mapped(const ChunkForm *f, const Program *p, const void *const *full) {
+  void **v = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  for (int q = 0; q < p->nsparts; q++) v[q] = (void *)full[f->full_of[p->sparts[q].state] + p->sparts[q].part];
+  return v;
+}
+
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F64);
   const Program *pin = f->in->p, *pout = f->out->p;
   bool f32 = f->in->be->dtype == DT_F32;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
-  int np = pout->npparts, ns = pout->nsparts;
+  int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
   size_t rows = (size_t)T * (size_t)B;
   size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
   for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
@@ -299,18 +309,18 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   double *gxi = xcalloc(rows * (size_t)D + 1, sizeof(double));
   double **fin = parts(ns, sn), **zero = parts(ns, sn), **ghi = parts(ns, sn), **gho = parts(ns, sn);
   double **gpi = parts(np, pn), **gpo = parts(np, pn);
-  bool *chunked = xcalloc((size_t)ns + 1, sizeof(bool));
-  for (int i = 0; i < f->nl; i++) chunked[pout->spart_of[f->lay[i].state]] = true;
+  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
+  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
   Mirror *mi, *mo;
   prog_forward(f->in, f->win, &si, &mi);
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
-    int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
     /* every head of every batch row on its own: in parallel, each writing its own rows */
 #pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
     for (int bh = 0; bh < B * l->nh; bh++) {
@@ -324,17 +334,15 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
     }
   }
   SeqIO so = *d;
-  so.x = xo, so.final = (void **)fin;
+  so.x = xo, so.h0 = (const void **)h0, so.final = final;
   prog_forward(f->out, f->wout, &so, &mo);
-  for (int q = 0; q < ns; q++)
-    if (!chunked[q]) memcpy(d->final[q], fin[q], sizeof(double) * sn[q]);
 
   /* backward: out, the chunk ops, in */
-  so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
+  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
   prog_backward(f->out, f->wout, &so, mo);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
-    int q = pout->spart_of[l->state], sz = pout->sparts[q].size;
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
     size_t kv = (size_t)l->K * (size_t)l->V;
 #pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
     for (int bh = 0; bh < B * l->nh; bh++) {
@@ -357,8 +365,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   for (int i = 0; i < np; i++)
     for (size_t j = 0; j < pn[i]; j++) ((double *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
   for (int q = 0; q < ns; q++)
-    if (!chunked[q])
-      for (size_t j = 0; j < sn[q]; j++) ((double *)d->grad_h0[q])[j] = gho[q][j] + ghi[q][j];
-  free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn), free(chunked);
+    for (size_t j = 0; j < sn[q]; j++) ((double *)gh0[q])[j] = gho[q][j] + ghi[q][j];
+  free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn);
+  free(h0), free(dfinal), free(final), free(gh0);
   parts_free(fin, ns), parts_free(zero, ns), parts_free(ghi, ns), parts_free(gho, ns), parts_free(gpi, np), parts_free(gpo, np);
 }
