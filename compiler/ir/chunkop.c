@@ -9,8 +9,12 @@
 
 #include "support.h"
 
-/* The log-decay of step t (key k) */
-static double la_at(const ChunkOp *c, int t, int k) { return c->la[(size_t)t * (size_t)c->ldla + (size_t)(c->per_key ? k : 0)]; }
+/* The log-decay of step t (key k), at least CHUNK_LOG_FLOOR: a decay of 0 (log -inf) would make
+ * b_i - b_j = -inf - -inf; e^{CHUNK_LOG_FLOOR} is 0 all the same (a NaN, a negative decay's, stays) */
+static double la_at(const ChunkOp *c, int t, int k) {
+  double la = c->la[(size_t)t * (size_t)c->ldla + (size_t)(c->per_key ? k : 0)];
+  return la < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : la;
+}
 
 /* b: [n, K] the cumulative log-decays of steps t0 .. t0 + n - 1 from t0 */
 static void cumulate(const ChunkOp *c, int t0, int n, double *b) {

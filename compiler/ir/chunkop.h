@@ -15,6 +15,10 @@
 
 #include <stdbool.h>
 
+/* The least log-decay the chunk op uses (a decay of 0 has log -inf): e^-10000 is 0 in float64, and
+ * a sum of such stays exact enough for the differences b_i - b_j of the steps after it. */
+#define CHUNK_LOG_FLOOR (-1e4)
+
 typedef struct ChunkOp {
   int T, K, V, L;       /* steps, key and value sizes, the chunk length */
   bool per_key;         /* la holds K log-decays a step; else one */

@@ -101,9 +101,11 @@ static void steps_backward(const Seq *s, double *dq, double *dk, double *dv, dou
   free(o), free(st), free(g);
 }
 
-/* max |x - y| / max(1, max |y|) */
+/* max |x - y| / max(1, max |y|); infinite where x holds a NaN (fmax would pass it over) */
 static double relerr(const double *x, const double *y, size_t n) {
   double m = 1, e = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isnan(x[i])) return INFINITY;
   for (size_t i = 0; i < n; i++) m = fmax(m, fabs(y[i]));
   for (size_t i = 0; i < n; i++) e = fmax(e, fabs(x[i] - y[i]));
   return e / m;
@@ -242,6 +244,43 @@ Test(chunked, f32_per_key_as_f64) {
 
 Test(chunked, f32_scalar_as_f64) {
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare_f32(Ts[i], 64, false), compare_f32(Ts[i], 16, false);
+}
+
+/* Decays of exactly 0 (log -inf) and strong ones (log -60) before decays near 1: the chunk op
+ * stays finite and equal to the steps (the reads, the final state, dq, dk, dv, dS0; d log a is
+ * not defined at a = 0), float32 too. */
+Test(chunked, zero_and_strong_decays) {
+  for (int pk = 0; pk < 2; pk++) {
+    int T = 70, K = 5, V = 3, L = 32, w = pk ? K : 1;
+    Seq s = seq_new(T, K, V, pk, 7 + (uint64_t)pk);
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < w; i++) s.la[t * w + i] = t % 23 == 5 ? -INFINITY : t % 17 == 3 ? -60 : -0.01 * (i + 1);
+    ChunkOp c = op_of(&s, L);
+    size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V, tw = (size_t)T * w;
+    double *o1 = xcalloc(tv + 1, sizeof(double)), *o2 = xcalloc(tv + 1, sizeof(double));
+    double *st = xmalloc(sizeof(double) * kv * ((size_t)T + 1)), *sT = xmalloc(sizeof(double) * kv);
+    steps_forward(&s, o1, st);
+    chunkop_forward(&c, s.s0, o2, V, sT);
+    cr_assert_lt(relerr(o2, o1, tv), 1e-10, "reads per_key=%d", pk);
+    cr_assert_lt(relerr(sT, st + kv * T, kv), 1e-10, "final state per_key=%d", pk);
+    size_t sz[5] = {tk, tk, tv, tw, kv};
+    double *g1[5], *g2[5];
+    for (int i = 0; i < 5; i++) g1[i] = xcalloc(sz[i] + 1, sizeof(double)), g2[i] = xcalloc(sz[i] + 1, sizeof(double));
+    steps_backward(&s, g1[0], g1[1], g1[2], g1[3], g1[4]);
+    chunkop_backward(&c, s.s0, s.dout, V, s.dsT, g2[0], g2[1], g2[2], g2[3], g2[4]);
+    for (int i = 0; i < 5; i++)
+      if (i != 3) cr_assert_lt(relerr(g2[i], g1[i], sz[i]), 1e-10, "gradient %d per_key=%d", i, pk);
+    float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
+    ChunkOpF32 c32 = {T, K, V, L, pk, q, k, v, la, K, K, V, w};
+    float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
+    cpu_chunkop_forward(&c32, s0, o32, V, sT32);
+    double *x = f64v(o32, tv);
+    cr_assert_lt(relerr(x, o1, tv), 1e-4, "f32 reads per_key=%d", pk);
+    free(x);
+    for (int i = 0; i < 5; i++) free(g1[i]), free(g2[i]);
+    free(o1), free(o2), free(st), free(sT), free(q), free(k), free(v), free(la), free(s0), free(o32), free(sT32);
+    seq_free(&s);
+  }
 }
 
 /* ---- whole cells: --mode chunked against --mode sequential on the interpreter ---- */

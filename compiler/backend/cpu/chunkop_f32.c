@@ -13,12 +13,15 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "ir.h" /* CHUNK_LOG_FLOOR */
+
 #define SUB 16 /* the block of rows a per-key decay's products are taken in */
 
 typedef struct Ctx {
   const ChunkOpF32 *c;
   int t0, n;
-  float *b;            /* [n, w]: the cumulative log-decays, w = K per key, else 1 */
+  double *b;           /* [n, w]: the cumulative log-decays, w = K per key, else 1, in float64:
+                          b_i - b_j of large b's loses nothing */
   float *x1, *x2;      /* [L, max(K, V)] scratch */
   float *A, *W;        /* [L, L] */
 } Ctx;
@@ -27,16 +30,20 @@ static int w_of(const ChunkOpF32 *c) { return c->per_key ? c->K : 1; }
 
 static float bexp(const Ctx *x, int i, int j, int k) { /* e^{b_i - b_j} (i or j -1: b = 0) */
   int w = w_of(x->c), kk = x->c->per_key ? k : 0;
-  float bi = i < 0 ? 0 : x->b[(size_t)i * w + kk], bj = j < 0 ? 0 : x->b[(size_t)j * w + kk];
-  return expf(bi - bj);
+  double bi = i < 0 ? 0 : x->b[(size_t)i * w + kk], bj = j < 0 ? 0 : x->b[(size_t)j * w + kk];
+  return expf((float)(bi - bj));
 }
 
 static void cumulate(Ctx *x) {
   const ChunkOpF32 *c = x->c;
   int w = w_of(c);
   for (int k = 0; k < w; k++) {
-    double s = 0; /* summed in double: b is an offset that later subtractions cancel */
-    for (int i = 0; i < x->n; i++) s += c->la[(size_t)(x->t0 + i) * (size_t)c->ldla + (size_t)k], x->b[(size_t)i * w + k] = (float)s;
+    double s = 0;
+    for (int i = 0; i < x->n; i++) {
+      double la = c->la[(size_t)(x->t0 + i) * (size_t)c->ldla + (size_t)k];
+      s += la < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : la; /* a decay of 0 (chunkop.h) */
+      x->b[(size_t)i * w + k] = s;
+    }
   }
 }
 
@@ -144,7 +151,7 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
 static Ctx ctx_new(const ChunkOpF32 *c) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
   Ctx x = {c, 0, 0, NULL, NULL, NULL, NULL, NULL};
-  x.b = xmalloc(sizeof(float) * (size_t)L * (size_t)c->K + 1);
+  x.b = xmalloc(sizeof(double) * (size_t)L * (size_t)c->K + 1);
   x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
   x.A = xmalloc(sizeof(float) * (size_t)L * (size_t)L + 1), x.W = xmalloc(sizeof(float) * (size_t)L * (size_t)L + 1);
   return x;
