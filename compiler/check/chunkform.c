@@ -270,11 +270,6 @@ const char *chunk_mode_blocker(const Cell *c, int *state, char *buf, int size) {
       snprintf(buf, (size_t)size, "the chunked form does not apply to state '%s': %s", s->name, s->chunk.why);
       return buf;
     }
-    if (s->chunk.applies && (s->chunk.nterms > 1 || s->chunk.nreads > 1)) {
-      snprintf(buf, (size_t)size, "state '%s' has the chunked form with %d terms and %d reads; the chunk op runs one of each", s->name,
-               s->chunk.nterms, s->chunk.nreads);
-      return buf;
-    }
     if (s->rank < 2 && s->rec != REC_DIAG_LINEAR) {
       snprintf(buf, (size_t)size, "state '%s' is %s (a chunked cell's vector states run as scans)", s->name, recurrence_name(s->rec));
       return buf;

@@ -351,7 +351,7 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
   if (part == LOWER_CHUNK_OUT) { /* the reads follow the input */
     ChunkLayout lay[CHUNK_LAYOUT_MAX];
     int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
-    p->x_size += lay[nl - 1].out_off + lay[nl - 1].nh * lay[nl - 1].V;
+    p->x_size += lay[nl - 1].out_off + lay[nl - 1].nreads * lay[nl - 1].nh * lay[nl - 1].V;
   }
   p->x = g_leaf(g, OP_INPUT, 0, 1, &p->x_size);
   p->ppart_of = xcalloc((size_t)c->nparams + 1, sizeof(int));
@@ -388,12 +388,13 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
     L.xin = g_slice(g, p->x, 0, c->input_size);
     ChunkLayout lay[CHUNK_LAYOUT_MAX];
     int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
-    for (int i = 0; i < nl; i++) {
-      int rd = c->states[lay[i].state].chunk.reads[0].node;
-      Node *rn = graph_node(&c->g, rd);
-      L.memo[rd] = real(g_reshape(g, g_slice(g, p->x, c->input_size + lay[i].out_off, lay[i].nh * lay[i].V), rn->rank, rn->n));
-      L.done[rd] = true;
-    }
+    for (int i = 0; i < nl; i++)
+      for (int r = 0; r < lay[i].nreads; r++) {
+        int rd = c->states[lay[i].state].chunk.reads[r].node, len = lay[i].nh * lay[i].V;
+        Node *rn = graph_node(&c->g, rd);
+        L.memo[rd] = real(g_reshape(g, g_slice(g, p->x, c->input_size + lay[i].out_off + r * len, len), rn->rank, rn->n));
+        L.done[rd] = true;
+      }
   }
   if (training)
     for (int id = 0; id < c->g.nnodes; id++)
@@ -458,10 +459,11 @@ int lower_chunk_layout(const Cell *c, ChunkLayout *out, int max) {
     const StateInfo *s = &c->states[i];
     if (!s->chunk.applies) continue;
     ChunkLayout l = {.state = i, .nh = s->rank == 3 ? s->n[0] : 1, .K = s->n[s->chunk.key_axis],
-                     .V = s->n[s->chunk.value_axis], .per_key = s->chunk.decay == CHUNK_DECAY_KEY,
-                     .key_last = s->chunk.key_axis == s->rank - 1, .in_off = in_off, .out_off = out_off};
-    in_off += l.nh * (2 * l.K + l.V) + (l.per_key ? l.nh * l.K : l.nh); /* q, k, v, log a */
-    out_off += l.nh * l.V;
+                     .V = s->n[s->chunk.value_axis], .nterms = s->chunk.nterms, .nreads = s->chunk.nreads,
+                     .per_key = s->chunk.decay == CHUNK_DECAY_KEY, .key_last = s->chunk.key_axis == s->rank - 1,
+                     .in_off = in_off, .out_off = out_off};
+    in_off = chunk_la_off(&l) + (l.per_key ? l.nh * l.K : l.nh); /* the qs, ks, vs, log a */
+    out_off += l.nreads * l.nh * l.V;
     out[n++] = l;
   }
   return n;
@@ -489,9 +491,30 @@ static int flat(Graph *g, int v) {
   return g_reshape(g, v, 1, &n);
 }
 
-/* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one vector a row: its
- * read's vector q [nh, K], the term's key factor k [nh, K] and value factor v [nh, V] (its sign and
- * per-head scalars folded into v), the log-decay [nh, K] (per key) or [nh]. */
+/* A term's key factor [nh, K] and value factor [nh, V] (its sign and per-head scalars folded in) */
+static void chunk_term(Lowerer *L, const StateInfo *s, const ChunkTerm *t, int *kout, int *vout) {
+  Graph *g = &L->p->g;
+  const ChunkInfo *ci = &s->chunk;
+  int nh = s->rank == 3 ? s->n[0] : 1, K = s->n[ci->key_axis], V = s->n[ci->value_axis];
+  int hk[2] = {nh, K}, hv[2] = {nh, V};
+  int k = -1, v = -1, sc = -1;
+  for (int f = 0; f < t->nf; f++) {
+    int role = t->role[f];
+    int x = along(L, s, lower(L, t->factor[f]).re, role == 1 ? ci->key_axis : role == 2 ? ci->value_axis : -1);
+    int *acc = role == 1 ? &k : role == 2 ? &v : &sc;
+    if (*acc < 0 && !t->inv[f]) *acc = x;
+    else if (*acc < 0) *acc = g_binary(g, OP_DIV, g_const(g, 1, graph_node(g, x)->rank, graph_node(g, x)->n), x);
+    else *acc = g_binary(g, t->inv[f] ? OP_DIV : OP_MUL, *acc, x);
+  }
+  if (k < 0) k = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hk : &K);
+  if (v < 0) v = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hv : &V);
+  if (sc >= 0) v = g_binary(g, OP_MUL, v, s->rank == 3 ? g_spread(g, g_reshape(g, sc, 1, &nh), 2, hv, 1) : g_bcast(g, sc, 1, &V));
+  if (t->sign < 0) v = g_unary(g, OP_NEG, v);
+  *kout = k, *vout = v;
+}
+
+/* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one row of vectors: the
+ * reads' vectors, the terms' key and value factors, the log-decay (lower.h, ChunkLayout). */
 static int chunk_inputs(Lowerer *L) {
   Cell *c = L->c;
   Graph *g = &L->p->g;
@@ -500,31 +523,21 @@ static int chunk_inputs(Lowerer *L) {
   for (int i = 0; i < nl; i++) {
     const StateInfo *s = &c->states[lay[i].state];
     const ChunkInfo *ci = &s->chunk;
-    CHECK(ci->nterms == 1 && ci->nreads == 1); /* chunk_mode_blocker refuses more */
-    int nh = lay[i].nh, K = lay[i].K, V = lay[i].V;
-    int hk[2] = {nh, K}, hv[2] = {nh, V};
-    /* the read's vector: [K] shared by the heads, or one per head ([nh, K, 1] or [nh, 1, K]) */
-    int q = lower(L, ci->reads[0].vec).re;
-    q = graph_node(g, q)->rank == 1 && s->rank == 3 ? g_spread(g, q, 2, hk, 0) : q;
-    const ChunkTerm *t = &ci->terms[0];
-    int k = -1, v = -1, sc = -1;
-    for (int f = 0; f < t->nf; f++) {
-      int role = t->role[f];
-      int x = along(L, s, lower(L, t->factor[f]).re, role == 1 ? ci->key_axis : role == 2 ? ci->value_axis : -1);
-      int *acc = role == 1 ? &k : role == 2 ? &v : &sc;
-      if (*acc < 0 && !t->inv[f]) *acc = x;
-      else if (*acc < 0) *acc = g_binary(g, OP_DIV, g_const(g, 1, graph_node(g, x)->rank, graph_node(g, x)->n), x);
-      else *acc = g_binary(g, t->inv[f] ? OP_DIV : OP_MUL, *acc, x);
+    int nh = lay[i].nh, K = lay[i].K, M = ci->nterms, R = ci->nreads, hk[2] = {nh, K};
+    int parts[CHUNK_MAX_READS + 2 * CHUNK_MAX_TERMS + 1], np = 0;
+    for (int r = 0; r < R; r++) { /* a read's vector: [K] shared by the heads, or one per head ([nh, K, 1] or [nh, 1, K]) */
+      int q = lower(L, ci->reads[r].vec).re;
+      parts[np++] = flat(g, graph_node(g, q)->rank == 1 && s->rank == 3 ? g_spread(g, q, 2, hk, 0) : q);
     }
-    if (k < 0) k = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hk : &K);
-    if (v < 0) v = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hv : &V);
-    if (sc >= 0) v = g_binary(g, OP_MUL, v, s->rank == 3 ? g_spread(g, g_reshape(g, sc, 1, &nh), 2, hv, 1) : g_bcast(g, sc, 1, &V));
-    if (t->sign < 0) v = g_unary(g, OP_NEG, v);
+    int ks[CHUNK_MAX_TERMS], vs[CHUNK_MAX_TERMS];
+    for (int m = 0; m < M; m++) chunk_term(L, s, &ci->terms[m], &ks[m], &vs[m]);
+    for (int m = 0; m < M; m++) parts[np++] = flat(g, ks[m]);
+    for (int m = 0; m < M; m++) parts[np++] = flat(g, vs[m]);
     int la;
     if (ci->decay == CHUNK_DECAY_NONE) la = g_const(g, 0, 1, &nh);
     else la = g_unary(g, OP_LOG, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
-    int parts[4] = {flat(g, q), flat(g, k), flat(g, v), flat(g, la)};
-    for (int j = 0; j < 4; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
+    parts[np++] = flat(g, la);
+    for (int j = 0; j < np; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
   }
   return out;
 }

@@ -102,14 +102,49 @@ static void state_put(const ChunkLayout *l, double *row, int h, const double *kv
     for (int v = 0; v < l->V; v++) s[l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v] = kv[(size_t)k * l->V + v];
 }
 
-/* The chunk op of layout l, head h of batch row b, over rows of yin (width nin) */
-static ChunkOp op_at(const ChunkForm *f, const ChunkLayout *l, const double *yin, int nin, int T, int B, int b, int h) {
-  int ld = B * nin;
-  const double *r = yin + (size_t)b * (size_t)nin + (size_t)l->in_off;
-  int hk = h * l->K, nk = l->nh * l->K;
-  ChunkOp c = {T, l->K, l->V, f->L, l->per_key, r + hk, r + nk + hk, r + 2 * nk + h * l->V,
-               r + 2 * nk + l->nh * l->V + (l->per_key ? hk : h), ld, ld, ld, ld};
-  return c;
+/* One head of one batch row as the chunk op's sequence, contiguous. A step with M terms and R reads
+ * is E = M + R - 1 sub-steps: sub-step m < M adds term m (the decay on sub-step 0 only, log a = 0
+ * after), the read r is taken at sub-step M - 1 + r (the reads after M - 1 add nothing): the op's
+ * one term and one read a sub-step give the cell's step, in chunks of L E sub-steps. */
+typedef struct Sub {
+  ChunkOp c;
+  int E, M, R, w;
+  double *q, *k, *v, *la;      /* [T E, K], [T E, K], [T E, V], [T E, w] */
+} Sub;
+
+static Sub sub_new(const ChunkForm *f, const ChunkLayout *l, int T) {
+  Sub s = {.M = l->nterms, .R = l->nreads, .w = l->per_key ? l->K : 1};
+  s.E = s.M + s.R - 1;
+  size_t n = (size_t)T * (size_t)s.E;
+  s.q = xcalloc(n * (size_t)l->K + 1, sizeof(double)), s.k = xcalloc(n * (size_t)l->K + 1, sizeof(double));
+  s.v = xcalloc(n * (size_t)l->V + 1, sizeof(double)), s.la = xcalloc(n * (size_t)s.w + 1, sizeof(double));
+  s.c = (ChunkOp){T * s.E, l->K, l->V, f->L * s.E, l->per_key, s.q, s.k, s.v, s.la, l->K, l->K, l->V, s.w};
+  return s;
+}
+
+static void sub_free(Sub *s) { free(s->q), free(s->k), free(s->v), free(s->la); }
+
+/* Row t of P_in's output for batch row b: its chunked state's vectors of head h */
+static const double *in_row(const double *yin, int nin, int B, int t, int b) { return yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin; }
+
+/* s's sequence from P_in's rows (yin), or (back) P_in's rows' gradient from s's (dyin) */
+static void sub_move(const ChunkLayout *l, Sub *s, const double *yin, double *dyin, int nin, int T, int B, int b, int h) {
+  int K = l->K, V = l->V, w = s->w, E = s->E;
+  for (int t = 0; t < T; t++) {
+    double *row = (double *)(yin ? in_row(yin, nin, B, t, b) : in_row(dyin, nin, B, t, b));
+    for (int r = 0; r < s->R; r++) {
+      double *x = row + chunk_q_off(l, r) + h * K, *y = s->q + ((size_t)t * E + (size_t)(s->M - 1 + r)) * K;
+      for (int i = 0; i < K; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
+    }
+    for (int m = 0; m < s->M; m++) {
+      double *x = row + chunk_k_off(l, m) + h * K, *y = s->k + ((size_t)t * E + (size_t)m) * K;
+      for (int i = 0; i < K; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
+      x = row + chunk_v_off(l, m) + h * V, y = s->v + ((size_t)t * E + (size_t)m) * V;
+      for (int i = 0; i < V; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
+    }
+    double *x = row + chunk_la_off(l) + h * w, *y = s->la + (size_t)t * E * w; /* sub-step 0's */
+    for (int i = 0; i < w; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
+  }
 }
 
 /* ---- a float32 back end's buffers: float32 copies of a float64 SeqIO's ---- */
@@ -326,11 +361,18 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
     for (int bh = 0; bh < B * l->nh; bh++) {
       int b = bh / l->nh, h = bh % l->nh;
       double *s0 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V), *s1 = xmalloc(sizeof(double) * (size_t)l->K * (size_t)l->V);
-      ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
+      Sub u = sub_new(f, l, T);
+      sub_move(l, &u, yin, NULL, nin, T, B, b, h);
+      double *o = xcalloc((size_t)u.c.T * (size_t)l->V + 1, sizeof(double));
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      op_forward(f32, &c, s0, xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, s1);
+      op_forward(f32, &u.c, s0, o, l->V, s1);
+      for (int t = 0; t < T; t++)
+        for (int r = 0; r < u.R; r++)
+          memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
+                 o + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V, sizeof(double) * (size_t)l->V);
       state_put(l, (double *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
-      free(s0), free(s1);
+      free(s0), free(s1), free(o);
+      sub_free(&u);
     }
   }
   SeqIO so = *d;
@@ -348,13 +390,20 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
     for (int bh = 0; bh < B * l->nh; bh++) {
       int b = bh / l->nh, h = bh % l->nh;
       double *s0 = xmalloc(sizeof(double) * kv), *ds = xmalloc(sizeof(double) * kv), *ds0 = xmalloc(sizeof(double) * kv);
-      ChunkOp c = op_at(f, l, yin, nin, T, B, b, h);
-      ChunkOp g = op_at(f, l, dyin, nin, T, B, b, h);
+      Sub u = sub_new(f, l, T), gu = sub_new(f, l, T);
+      sub_move(l, &u, yin, NULL, nin, T, B, b, h);
+      double *dout = xcalloc((size_t)u.c.T * (size_t)l->V + 1, sizeof(double)); /* 0 but at the reads */
+      for (int t = 0; t < T; t++)
+        for (int r = 0; r < u.R; r++)
+          memcpy(dout + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V,
+                 gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(double) * (size_t)l->V);
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
       state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      op_backward(f32, &c, s0, gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), B * xw, ds, &g, ds0);
+      op_backward(f32, &u.c, s0, dout, l->V, ds, &gu.c, ds0);
+      sub_move(l, &gu, NULL, dyin, nin, T, B, b, h);
       state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
-      free(s0), free(ds), free(ds0);
+      free(s0), free(ds), free(ds0), free(dout);
+      sub_free(&u), sub_free(&gu);
     }
   }
   si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;

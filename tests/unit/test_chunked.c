@@ -5,7 +5,9 @@
  * of 16, for a decay per key (GLA, HGRN2) and a scalar one (Mamba-2); the step-by-step backward
  * itself against finite differences. Then whole cells in --mode chunked (compiler/pipeline/
  * chunkrun.c) against --mode sequential on the float64 interpreter: outputs, final states, every
- * param gradient, dx and dh0 of gla, hgrn2 and mamba2 within 1e-10 at the same T and chunks. */
+ * param gradient, dx and dh0 of gla, hgrn2, mamba2 and a cell of two terms and two reads
+ * (tests/cells/chunk_terms.cell) within 1e-10 at the same T and chunks; on the cpu (float32, its
+ * sgemm chunk op) within 1e-4. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -324,6 +326,8 @@ static void cell_cases(const char *file, const char *dims) {
 Test(chunked, gla_as_sequential) { cell_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5"); }
 Test(chunked, hgrn2_as_sequential) { cell_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5"); }
 Test(chunked, mamba2_as_sequential) { cell_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"); }
+/* two terms and two reads: a step as three sub-steps of the chunk op (chunkrun.c) */
+Test(chunked, terms_and_reads_as_sequential) { cell_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5"); }
 
 /* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):
  * every output and gradient within 1e-4 relative (test_backends' bound), one compilation per chunk
@@ -363,6 +367,7 @@ static void cpu_cases(const char *file, const char *dims, int threads) {
 Test(chunked, cpu_gla) { cpu_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", 3); }
 Test(chunked, cpu_hgrn2) { cpu_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5", 1); }
 Test(chunked, cpu_mamba2) { cpu_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5", 1); }
+Test(chunked, cpu_terms_and_reads) { cpu_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5", 2); }
 
 /* Where the chunk op does not run yet: a clear refusal. */
 Test(chunked, cuda_emu_refuses) {
