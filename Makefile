@@ -223,7 +223,7 @@ stress: deps all
 	@sh tests/stress.sh
 
 # The front-end fuzz target (tests/fuzz.sh runs it): every source it links.
-$(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check/check.c compiler/check/dims.c \
+$(BUILD)/fuzz_frontend: tests/fuzz_frontend.c lang/ast.c lang/diag.c compiler/check/check.c compiler/check/chunkform.c compiler/check/dims.c \
                         compiler/ir/graph.c compiler/ir/ops.c runtime/support/base.c runtime/init/init.c runtime/support/rng.c \
                         runtime/support/hash.c $(GEN_SRCS)
 	clang -std=c11 -g -O1 -Wall -Wextra -Werror -Wno-unused-const-variable -D_GNU_SOURCE \

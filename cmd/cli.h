@@ -57,6 +57,7 @@ typedef struct CellArgs {
   const char *mode;     /* auto | scan | sequential */
   bool chunk_set;       /* --set chunk=L (language spec section 10): not a cell option */
   int chunk;            /* its steps per chunk; 0: the whole sequence */
+  bool runs_chunked;    /* the command runs --mode chunked (cellc run); others refuse it */
 } CellArgs;
 
 /* The chunk length asked for (chunk_length's `asked`): --set chunk=L, else -1 (the compiler's). */

@@ -63,11 +63,51 @@ static void shape_json(const Cell *c, cJSON *arr, int rank, const int *dim, cons
 /* A state's bytes per batch row and token: float32, both parts of a complex one. */
 static long state_bytes(const StateInfo *s) { return (long)state_numel(s) * (s->cplx ? 2 : 1) * (long)sizeof(float); }
 
+/* The chunk length of the chunked form: the run's (--set chunk=L), else the default. */
+static int form_chunk(int asked) { return asked > 0 ? asked : CHUNK_DEFAULT; }
+static const char *decay_name(ChunkDecay d) {
+  return d == CHUNK_DECAY_KEY ? "per key" : d == CHUNK_DECAY_SCALAR ? "scalar per head" : "none";
+}
+static const char *const way_names[3] = {"sequential", "scan", "chunked"};
+
+/* states[].chunked: where the state is a matrix (rank 2 or 3) */
+static void chunk_json(const Cell *c, const StateInfo *s, int L, cJSON *j) {
+  if (s->hist_lag || s->rank < 2) return;
+  const ChunkInfo *ci = &s->chunk;
+  cJSON *o = cJSON_AddObjectToObject(j, "chunked");
+  cJSON_AddBoolToObject(o, "applies", ci->applies);
+  if (ci->applies) cJSON_AddNullToObject(o, "why");
+  else cJSON_AddStringToObject(o, "why", ci->why);
+  if (ci->applies) cJSON_AddStringToObject(o, "decay", ci->decay == CHUNK_DECAY_KEY ? "key" : ci->decay == CHUNK_DECAY_SCALAR ? "scalar" : "none");
+  else cJSON_AddNullToObject(o, "decay");
+  cJSON_AddNumberToObject(o, "chunk", L);
+  if (ci->applies && c->bound) {
+    ChunkCost k = chunk_cost(c, s, L);
+    cJSON *fl = cJSON_AddObjectToObject(o, "flops_per_token"), *by = cJSON_AddObjectToObject(o, "bytes_per_token");
+    for (int w = 0; w < 3; w++) cJSON_AddNumberToObject(fl, way_names[w], k.flops[w]), cJSON_AddNumberToObject(by, way_names[w], k.bytes[w]);
+  } else cJSON_AddNullToObject(o, "flops_per_token"), cJSON_AddNullToObject(o, "bytes_per_token");
+}
+
+static void chunk_human(const Cell *c, const StateInfo *s, int L, FILE *f) {
+  if (s->hist_lag || s->rank < 2) return;
+  const ChunkInfo *ci = &s->chunk;
+  if (!ci->applies) {
+    fprintf(f, "      chunked form does not apply: %s\n", ci->why);
+    return;
+  }
+  fprintf(f, "      chunked form applies (decay %s, chunk %d)\n", decay_name(ci->decay), L);
+  if (!c->bound) return;
+  ChunkCost k = chunk_cost(c, s, L);
+  fprintf(f, "      per token (forward):");
+  for (int w = 0; w < 3; w++) fprintf(f, "%s %s %.0f flops %.0f bytes", w ? ";" : "", way_names[w], k.flops[w], k.bytes[w]);
+  fprintf(f, "\n");
+}
+
 /* mem: pipeline_train_memory of a bound cell */
-static cJSON *cell_json(const Cell *c, TrainMemory mem) {
+static cJSON *cell_json(const Cell *c, TrainMemory mem, int L) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "name", c->name);
-  cJSON_AddStringToObject(o, "mode", mode_name(c->mode));
+  cJSON_AddStringToObject(o, "mode", c->chunked ? "chunked" : mode_name(c->mode));
   cJSON *states = cJSON_AddArrayToObject(o, "states");
   for (int i = 0; i < c->nstates; i++) {
     const StateInfo *s = &c->states[i];
@@ -83,6 +123,7 @@ static cJSON *cell_json(const Cell *c, TrainMemory mem) {
     if (c->bound) cJSON_AddNumberToObject(j, "bytes_per_token", (double)state_bytes(s));
     else cJSON_AddNullToObject(j, "bytes_per_token");
     cJSON_AddBoolToObject(j, "complex", s->cplx);
+    chunk_json(c, s, L, j);
     cJSON_AddItemToArray(states, j);
   }
   if (c->bound) {
@@ -153,9 +194,9 @@ static void shape_human(const Cell *c, int rank, const int *dim, const int *n, b
   }
 }
 
-static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
+static void cell_human(const Cell *c, TrainMemory mem, int L, FILE *f) {
   char buf[256];
-  fprintf(f, "cell %s: mode %s\n", c->name, mode_name(c->mode));
+  fprintf(f, "cell %s: mode %s\n", c->name, c->chunked ? "chunked" : mode_name(c->mode));
   fprintf(f, "  dims:");
   for (int i = 0; i < c->ndims; i++) {
     fprintf(f, " %s", c->dims[i].name);
@@ -212,6 +253,7 @@ static void cell_human(const Cell *c, TrainMemory mem, FILE *f) {
     else fprintf(f, "    %-12s %-20s %s", s->name, buf, rec_name(s));
     if (c->bound) fprintf(f, "  (%ld bytes/token)", state_bytes(s));
     fprintf(f, "\n");
+    chunk_human(c, s, L, f);
   }
   if (c->scan_blocker >= 0)
     fprintf(f, "  sequential: every state is diagonal-linear, but the previous value of '%s' is read outside its update\n",
@@ -277,6 +319,7 @@ int cmd_check(int argc, char **argv) {
   o.ndims = a.ndims;
   o.force_scan = a.mode && !strcmp(a.mode, "scan");
   o.force_sequential = a.mode && !strcmp(a.mode, "sequential");
+  o.force_chunked = a.mode && !strcmp(a.mode, "chunked");
   o.any_dims = true;
   /* every cell is checked before anything is printed: a bad --dims fails first */
   Cell **checked = xcalloc((size_t)m->ncells + 1, sizeof(Cell *));
@@ -321,10 +364,11 @@ int cmd_check(int argc, char **argv) {
   cJSON *cells = cJSON_AddArrayToObject(root, "cells");
   for (int i = 0; i < nchecked && status == 0; i++) {
     TrainMemory mem = checked[i]->bound ? pipeline_train_memory(checked[i], cli_chunk(&a)) : (TrainMemory){0};
-    if (json) cJSON_AddItemToArray(cells, cell_json(checked[i], mem));
+    int L = form_chunk(cli_chunk(&a));
+    if (json) cJSON_AddItemToArray(cells, cell_json(checked[i], mem, L));
     else {
       if (i) printf("\n");
-      cell_human(checked[i], mem, stdout);
+      cell_human(checked[i], mem, L, stdout);
     }
   }
   for (int i = 0; i < nchecked; i++) cell_free(checked[i]);

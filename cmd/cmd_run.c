@@ -219,6 +219,7 @@ typedef struct RunData {
   const SftFile *in;    /* the --inputs file, or NULL */
   int T, B;
   size_t peak_bytes;    /* the run's data buffers at their high-water mark (memuse.h) */
+  ChunkForm *cf;        /* --mode chunked: the cell's chunked form, which runs instead of the program */
   Tensor *params, *gparams, *h0, *dfinal, *final, *gh0, *gates, *noise;
   Tensor x, dy, y, gx;
   const char **known;   /* every name the input file may hold */
@@ -468,7 +469,8 @@ static void run_program(RunData *r, Compiled *comp) {
   d.gates = part_planes(ng, gt, zero), d.noise = (const void **)part_planes(nz, zt, zero);
   memuse_reset_peak();
   size_t before = memuse_in_use();
-  pipeline_run_f64_chunked(comp, &d, chunk_length(r->c, cli_chunk(&r->a->cell)));
+  if (r->cf) chunkform_run_f64(r->cf, &d);
+  else pipeline_run_f64_chunked(comp, &d, chunk_length(r->c, cli_chunk(&r->a->cell)));
   r->peak_bytes = memuse_peak() - before;
   free(d.params), free(d.grad_params), free(d.h0), free(d.dfinal), free(d.final), free(d.grad_h0), free(d.gates), free(d.noise);
   free(pt), free(gpt), free(ppart), free(spart), free(h0), free(df), free(fin), free(gh), free(gt), free(zt), free(zero);
@@ -577,11 +579,17 @@ int cmd_run(int argc, char **argv) {
   Arena arena = {0};
   RunData r = {.a = &a, .arena = &arena, .in = a.inputs ? &in : NULL, .T = a.T, .B = a.B};
   Compiled *comp = NULL;
+  a.cell.runs_chunked = true;
   r.c = cli_compile_cell(&arena, &a.cell, a.train);
   if (!r.c) rc = 1;
   char err[512];
   PipelineOptions po = {.backend = be, .training = a.train, .gates = true, .f32 = !strcmp(a.precision, "f32")};
   if (!rc && !(comp = pipeline_compile(r.c, &po, err, sizeof err))) {
+    diag_plain("%s", err);
+    rc = 3;
+  }
+  /* the program gives the tensors' layout; in chunked mode the chunked form runs on them */
+  if (!rc && r.c->chunked && !(r.cf = chunkform_compile(r.c, &po, cli_chunk(&a.cell), err, sizeof err))) {
     diag_plain("%s", err);
     rc = 3;
   }
@@ -598,6 +606,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) rc = write_outputs(&r);
     run_data_free(&r);
   }
+  chunkform_free(r.cf);
   pipeline_release(comp);
   if (r.c) cell_free(r.c);
   arena_free(&arena);

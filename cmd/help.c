@@ -9,13 +9,14 @@
 
 static const CmdHelp commands[] = {
     {"check",
-     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential] "
+     "check FILE.cell [--cell NAME] [--set NAME=VALUE]... [--dims H=128,...] [--mode auto|scan|sequential|chunked] "
      "[--json | --dump typed|lower|ad|plan]",
      "check every cell; print dims, options, params, states (recurrence class), gates, mode",
      "  --cell NAME             only this cell (it may be one the file imports)\n"
      "  --set NAME=VALUE        set an option (repeatable)\n"
      "  --dims H=128,...        bind dims (repeatable); a name no cell declares is an error\n"
-     "  --mode auto|scan|sequential   force the mode (scan on a nonlinear cell is an error)\n"
+     "  --mode auto|scan|sequential|chunked   force the mode (scan on a nonlinear cell is an error;\n"
+     "                                chunked where the chunked form does not apply says why)\n"
      "  --json                  one JSON document on stdout\n"
      "  --dump typed|lower|ad|plan   print one cell (--cell, default the last) after a pass, every dim\n"
      "                          bound: typed step graph, lowered program, with its backward, plan\n"
@@ -37,7 +38,7 @@ static const CmdHelp commands[] = {
      "  70  internal error (a bug)\n", cmd_derive},
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
-     "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential] "
+     "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential|chunked] "
      "[--precision f32|f64] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
@@ -50,7 +51,7 @@ static const CmdHelp commands[] = {
      "  --inputs FILE           take params and data from this safetensors file\n"
      "  --backend BACKENDS   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
      "               the same CUDA code on the CPU: slow, for tests)\n"
-     "  --mode auto|scan|sequential\n"
+     "  --mode auto|scan|sequential|chunked   (chunked: interp and cpu; --set chunk=L its chunk length)\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"
      "  -h, --help              this help\n",

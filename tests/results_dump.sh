@@ -19,6 +19,7 @@ fail=0
 dims_of() {
   case $1 in
     tests/cells/tensor_gla.cell) echo NH=2,K=3,V=4,D=5; return ;;
+    tests/cells/chunk_terms.cell) echo NH=2,K=3,V=4,D=5; return ;;
     tests/cells/tensor_ops.cell) echo D=5; return ;;
   esac
   d=$(awk -v f="$1" '$2 == f { print $4; exit }' stdlib/cells.list)

@@ -2201,6 +2201,14 @@ Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOption
   finish_histories(&k);
   analyze(&k);
   c->bound = bind(&k);
+  chunk_analyze(c);
+  if (o->force_chunked) {
+    char why[320];
+    int st = -1;
+    if (chunk_mode_blocker(c, &st, why, (int)sizeof why))
+      fail(&k, st >= 0 ? c->states[st].loc : c->loc, "cannot run cell '%s' in chunked mode: %s", c->name, why);
+    c->chunked = true;
+  }
   warn_unused(ast->body, ast->nbody, ast); /* only a cell that checks: an error says enough */
   free(k.hists);
   free(k.ents);

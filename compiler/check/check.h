@@ -57,6 +57,39 @@ typedef struct ParamInfo {
   bool frozen;          /* `param ... ~ INIT frozen`: not trained unless a configuration unfreezes it */
 } ParamInfo;
 
+/* The chunkwise-parallel form of a matrix state (chunkform.c; docs/language.md, "The chunked
+ * form"): S = a * S_prev + sum_i key_i (x) val_i per head, every read of the new value a
+ * contraction of S along its key axis with a state-free vector. The nodes are the typed graph's. */
+typedef enum { CHUNK_DECAY_NONE, CHUNK_DECAY_SCALAR, CHUNK_DECAY_KEY } ChunkDecay;
+#define CHUNK_MAX_TERMS 4
+#define CHUNK_MAX_FACTORS 6
+#define CHUNK_MAX_READS 4
+typedef struct ChunkTerm {
+  int sign;                         /* +1 or -1 */
+  int nf;
+  int factor[CHUNK_MAX_FACTORS];    /* nodes of the state's shape (or broadcastable to it) */
+  signed char role[CHUNK_MAX_FACTORS]; /* 0: constant along both axes (per head), 1: varies along
+                                          the key axis, 2: along the value axis */
+  bool inv[CHUNK_MAX_FACTORS];      /* a divisor */
+} ChunkTerm;
+typedef struct ChunkRead {
+  int node;                         /* the product (MATMUL) that reads the new value */
+  int vec;                          /* its state-free vector operand */
+  bool state_left;                  /* S (or transpose(S)) is the product's left operand */
+  bool transposed;                  /* ... through transpose(S) */
+} ChunkRead;
+typedef struct ChunkInfo {
+  bool applies;
+  char why[200];                    /* when not: one line, lower case, no period */
+  int key_axis, value_axis;         /* axes of the state: rank - 2 and rank - 1, in some order */
+  ChunkDecay decay;
+  int decay_node;                   /* the coefficient a (coef_a) */
+  int nterms;
+  ChunkTerm terms[CHUNK_MAX_TERMS];
+  int nreads;
+  ChunkRead reads[CHUNK_MAX_READS];
+} ChunkInfo;
+
 typedef struct StateInfo {
   const char *name;
   Loc loc;
@@ -80,6 +113,7 @@ typedef struct StateInfo {
   int hist_lag;
   int hist_of;          /* ... the typed node of the value */
   const char *hist_name; /* ... the value's name (the state's is "hist.NAME") */
+  ChunkInfo chunk;      /* the chunkwise-parallel form, for a state of rank 2 or 3 */
 } StateInfo;
 
 /* The elements of a state (of one part of a complex one). */
@@ -126,6 +160,7 @@ typedef struct Cell {
   int scan_blocker;     /* sequential although every state is diagonal-linear: the PREV node of a
                            state read outside its own update (check.c, outside_read), else -1 */
   bool bound;           /* every dim has a value: n[] fields are valid */
+  bool chunked;         /* --mode chunked, and the chunked form applies (chunk_mode_blocker) */
 } Cell;
 
 /* A file and its imports, parsed: every cell, imported ones first. */
@@ -150,6 +185,7 @@ typedef struct CheckOptions {
   bool training;        /* gumbel_sigmoid samples noise */
   bool force_scan;      /* --mode scan: an error when a state is nonlinear */
   bool force_sequential;
+  bool force_chunked;   /* --mode chunked: an error where the chunked form does not apply */
   bool any_dims;        /* a --dims name the cell lacks is skipped (check of a file with several cells) */
 } CheckOptions;
 
@@ -162,6 +198,19 @@ const CellAst *check_find_cell(const Module *m, const char *name, const Src **sr
 /* Checks and analyzes one cell. NULL after printing diagnostics. */
 Cell *check_cell(Arena *a, const Src *src, const CellAst *ast, const CheckOptions *o);
 void cell_free(Cell *c);
+
+/* chunkform.c: recognizes the chunkwise-parallel form of each state (StateInfo.chunk) after the
+ * analysis; NULL when every state may run in chunked mode (every matrix state has the form, the
+ * rest are diagonal-linear or histories, at least one has it), else why not, naming the state
+ * (in buf). */
+void chunk_analyze(Cell *c);
+const char *chunk_mode_blocker(const Cell *c, int *state, char *buf, int size);
+/* The estimated cost per token of a chunked-form state (bound dims) run each way, forward:
+ * sequential, scan, chunked with chunk length L (docs/language.md gives the formulas). */
+typedef struct ChunkCost {
+  double flops[3], bytes[3];
+} ChunkCost;
+ChunkCost chunk_cost(const Cell *c, const StateInfo *s, int L);
 
 /* Text of an expression (for messages): "Whz @ h". */
 char *expr_text(Arena *a, const Expr *e);

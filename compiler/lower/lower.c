@@ -17,6 +17,8 @@ typedef struct Lowerer {
   Pair *memo;
   bool *done;
   int *noise_index; /* per typed node: its noise stream (gumbel_sigmoid in training) */
+  int xin;          /* what the typed graph's input lowers to: p->x, or its first part (LOWER_CHUNK_OUT) */
+  LowerPart part;
 } Lowerer;
 
 static Node *T(Lowerer *L, int id) { return graph_node(&L->c->g, id); }
@@ -197,7 +199,7 @@ static Pair lower_node(Lowerer *L, int id) {
   int rank = n->rank, sz[MAX_RANK] = {n->n[0], n->n[1], n->n[2]};
   switch (n->op) {
   case OP_CONST: return real(g_const(g, n->k, rank, sz));
-  case OP_INPUT: return real(p->x);
+  case OP_INPUT: return real(L->xin);
   case OP_PREV: {
     StatePart *s = &p->sparts[p->spart_of[n->idx]];
     return (Pair){s[0].prev, L->c->states[n->idx].cplx ? s[1].prev : -1};
@@ -341,7 +343,12 @@ void program_mark_dyn(Program *p) {
   }
 }
 
-Program *lower_cell(Cell *c, bool training, bool scan_form) {
+static int chunk_inputs(Lowerer *L);
+static bool chunk_state(const Lowerer *L, int i) { return L->part != LOWER_WHOLE && L->c->states[i].chunk.applies; }
+
+Program *lower_cell(Cell *c, bool training, bool scan_form) { return lower_cell_part(c, training, scan_form, LOWER_WHOLE); }
+
+Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part) {
   CHECK(c->bound);
   Program *p = xcalloc(1, sizeof(Program));
   p->cell = c;
@@ -350,6 +357,11 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
   graph_init(&p->g, true);
   Graph *g = &p->g;
   p->x_size = c->input_size;
+  if (part == LOWER_CHUNK_OUT) { /* the reads follow the input */
+    ChunkLayout lay[CHUNK_LAYOUT_MAX];
+    int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
+    p->x_size += lay[nl - 1].out_off + lay[nl - 1].nreads * lay[nl - 1].nh * lay[nl - 1].V;
+  }
   p->x = g_leaf(g, OP_INPUT, 0, 1, &p->x_size);
   p->ppart_of = xcalloc((size_t)c->nparams + 1, sizeof(int));
   for (int i = 0; i < c->nparams; i++) {
@@ -370,6 +382,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
     p->spart_of[i] = p->nsparts;
+    if (part != LOWER_WHOLE && si->chunk.applies) continue; /* the chunk op's: no part here */
     for (int part = 0; part < (si->cplx ? 2 : 1); part++) {
       StatePart sp = {.state = i, .part = part, .cplx = si->cplx, .size = state_numel(si)};
       sp.prev = g_leaf(g, OP_PREV, p->nsparts, si->rank, si->n);
@@ -379,19 +392,32 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
     }
   }
   Lowerer L = {p, c, xcalloc((size_t)c->g.nnodes + 1, sizeof(Pair)), xcalloc((size_t)c->g.nnodes + 1, sizeof(bool)),
-               xcalloc((size_t)c->g.nnodes + 1, sizeof(int))};
+               xcalloc((size_t)c->g.nnodes + 1, sizeof(int)), p->x, part};
+  if (part == LOWER_CHUNK_OUT) { /* the input's first part, and each read of a chunked state: a slice after it */
+    L.xin = g_slice(g, p->x, 0, c->input_size);
+    ChunkLayout lay[CHUNK_LAYOUT_MAX];
+    int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
+    for (int i = 0; i < nl; i++)
+      for (int r = 0; r < lay[i].nreads; r++) {
+        int rd = c->states[lay[i].state].chunk.reads[r].node, len = lay[i].nh * lay[i].V;
+        Node *rn = graph_node(&c->g, rd);
+        L.memo[rd] = real(g_reshape(g, g_slice(g, p->x, c->input_size + lay[i].out_off + r * len, len), rn->rank, rn->n));
+        L.done[rd] = true;
+      }
+  }
   if (training)
     for (int id = 0; id < c->g.nnodes; id++)
       if (c->g.nodes[id].op == OP_GUMBEL) L.noise_index[id] = p->nnoise++;
   p->noise_sizes = xcalloc((size_t)p->nnoise + 1, sizeof(int));
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
+    if (chunk_state(&L, i)) continue;
     Pair v = lower(&L, si->update);
     StatePart *sp = &p->sparts[p->spart_of[i]];
     sp[0].next = v.re;
     if (si->cplx) sp[1].next = im_of(&L, v);
   }
-  Pair out = lower(&L, c->output);
+  Pair out = part == LOWER_CHUNK_IN ? real(chunk_inputs(&L)) : lower(&L, c->output);
   CHECK(out.im < 0);
   p->output = out.re;
   if (graph_node(g, p->output)->rank == 0) {
@@ -413,7 +439,7 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
   /* scan coefficients */
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
-    if (si->rec != REC_DIAG_LINEAR) continue;
+    if (si->rec != REC_DIAG_LINEAR || chunk_state(&L, i)) continue;
     StatePart *sp = &p->sparts[p->spart_of[i]];
     int rank = si->rank, *n = si->n;
     Pair a = si->coef_a >= 0 ? lower(&L, si->coef_a) : real(g_const(g, 0, rank, n));
@@ -432,6 +458,97 @@ Program *lower_cell(Cell *c, bool training, bool scan_form) {
   p->dx = p->dy = -1;
   program_mark_dyn(p);
   return p;
+}
+
+/* ---- the chunked form's programs (docs/architecture.md, "The chunked form") ---- */
+
+int lower_chunk_layout(const Cell *c, ChunkLayout *out, int max) {
+  int n = 0, in_off = 0, out_off = 0;
+  for (int i = 0; i < c->nstates && n < max; i++) {
+    const StateInfo *s = &c->states[i];
+    if (!s->chunk.applies) continue;
+    ChunkLayout l = {.state = i, .nh = s->rank == 3 ? s->n[0] : 1, .K = s->n[s->chunk.key_axis],
+                     .V = s->n[s->chunk.value_axis], .nterms = s->chunk.nterms, .nreads = s->chunk.nreads,
+                     .per_key = s->chunk.decay == CHUNK_DECAY_KEY, .key_last = s->chunk.key_axis == s->rank - 1,
+                     .in_off = in_off, .out_off = out_off};
+    in_off = chunk_la_off(&l) + (l.per_key ? l.nh * l.K : l.nh); /* the qs, ks, vs, log a */
+    out_off += l.nreads * l.nh * l.V;
+    out[n++] = l;
+  }
+  return n;
+}
+
+/* A value of the state's shape (or broadcast to it), constant along the axes other than `axis`
+ * (and the head axis): its [nh, len(axis)] (rank 2; [len] for a state of rank 2), a strided view.
+ * axis -1: constant along both: [nh]. */
+static int along(Lowerer *L, const StateInfo *s, int v, int axis) {
+  Graph *g = &L->p->g;
+  int rank = s->rank, full = state_numel(s);
+  if (node_numel(graph_node(g, v)) != full) v = g_bcast(g, v, rank, s->n); /* a scalar */
+  CHECK(node_numel(graph_node(g, v)) == full);
+  int st[MAX_RANK], vn[2], vs[2], r = 0;
+  shape_strides(rank, s->n, st);
+  if (rank == 3) vn[r] = s->n[0], vs[r++] = st[0];
+  if (axis >= 0) vn[r] = s->n[axis], vs[r++] = st[axis];
+  if (r == 0) vn[r] = 1, vs[r++] = 0;
+  return g_view(g, v, r, vn, 0, vs);
+}
+
+/* flat [nh * len]: a value along an axis (rank 1 or 2) */
+static int flat(Graph *g, int v) {
+  int n = node_numel(graph_node(g, v));
+  return g_reshape(g, v, 1, &n);
+}
+
+/* A term's key factor [nh, K] and value factor [nh, V] (its sign and per-head scalars folded in) */
+static void chunk_term(Lowerer *L, const StateInfo *s, const ChunkTerm *t, int *kout, int *vout) {
+  Graph *g = &L->p->g;
+  const ChunkInfo *ci = &s->chunk;
+  int nh = s->rank == 3 ? s->n[0] : 1, K = s->n[ci->key_axis], V = s->n[ci->value_axis];
+  int hk[2] = {nh, K}, hv[2] = {nh, V};
+  int k = -1, v = -1, sc = -1;
+  for (int f = 0; f < t->nf; f++) {
+    int role = t->role[f];
+    int x = along(L, s, lower(L, t->factor[f]).re, role == 1 ? ci->key_axis : role == 2 ? ci->value_axis : -1);
+    int *acc = role == 1 ? &k : role == 2 ? &v : &sc;
+    if (*acc < 0 && !t->inv[f]) *acc = x;
+    else if (*acc < 0) *acc = g_binary(g, OP_DIV, g_const(g, 1, graph_node(g, x)->rank, graph_node(g, x)->n), x);
+    else *acc = g_binary(g, t->inv[f] ? OP_DIV : OP_MUL, *acc, x);
+  }
+  if (k < 0) k = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hk : &K);
+  if (v < 0) v = g_const(g, 1, s->rank == 3 ? 2 : 1, s->rank == 3 ? hv : &V);
+  if (sc >= 0) v = g_binary(g, OP_MUL, v, s->rank == 3 ? g_spread(g, g_reshape(g, sc, 1, &nh), 2, hv, 1) : g_bcast(g, sc, 1, &V));
+  if (t->sign < 0) v = g_unary(g, OP_NEG, v);
+  *kout = k, *vout = v;
+}
+
+/* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one row of vectors: the
+ * reads' vectors, the terms' key and value factors, the log-decay (lower.h, ChunkLayout). */
+static int chunk_inputs(Lowerer *L) {
+  Cell *c = L->c;
+  Graph *g = &L->p->g;
+  ChunkLayout lay[CHUNK_LAYOUT_MAX];
+  int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX), out = -1;
+  for (int i = 0; i < nl; i++) {
+    const StateInfo *s = &c->states[lay[i].state];
+    const ChunkInfo *ci = &s->chunk;
+    int nh = lay[i].nh, K = lay[i].K, M = ci->nterms, R = ci->nreads, hk[2] = {nh, K};
+    int parts[CHUNK_MAX_READS + 2 * CHUNK_MAX_TERMS + 1], np = 0;
+    for (int r = 0; r < R; r++) { /* a read's vector: [K] shared by the heads, or one per head ([nh, K, 1] or [nh, 1, K]) */
+      int q = lower(L, ci->reads[r].vec).re;
+      parts[np++] = flat(g, graph_node(g, q)->rank == 1 && s->rank == 3 ? g_spread(g, q, 2, hk, 0) : q);
+    }
+    int ks[CHUNK_MAX_TERMS], vs[CHUNK_MAX_TERMS];
+    for (int m = 0; m < M; m++) chunk_term(L, s, &ci->terms[m], &ks[m], &vs[m]);
+    for (int m = 0; m < M; m++) parts[np++] = flat(g, ks[m]);
+    for (int m = 0; m < M; m++) parts[np++] = flat(g, vs[m]);
+    int la;
+    if (ci->decay == CHUNK_DECAY_NONE) la = g_const(g, 0, 1, &nh);
+    else la = g_unary(g, OP_LOG, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
+    parts[np++] = flat(g, la);
+    for (int j = 0; j < np; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
+  }
+  return out;
 }
 
 void program_free(Program *p) {

@@ -80,6 +80,32 @@ typedef struct Program {
  * diagonal-linear state's new value is built as a * prev + b from its
  * coefficients (the form scan mode runs); otherwise as the body wrote it. */
 Program *lower_cell(Cell *c, bool training, bool scan_form);
+/* The chunked form's two programs around the chunk op (docs/architecture.md, "The chunked form"):
+ * LOWER_CHUNK_IN computes the chunk op's inputs (lower_chunk_layout) as its output; LOWER_CHUNK_OUT
+ * takes the input followed by the chunk op's reads and computes the cell's output. Neither has
+ * parts for the chunked states (spart_of gives such a state no parts); the others' are the
+ * whole cell's, in its order. */
+typedef enum { LOWER_WHOLE, LOWER_CHUNK_IN, LOWER_CHUNK_OUT } LowerPart;
+Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part);
+/* Per chunked state (StateInfo.chunk.applies), in state order: its sizes, and where its vectors lie
+ * in a row of LOWER_CHUNK_IN's output, from in_off: the reads' vectors q_r [nh, K] (nreads), the
+ * terms' key factors k_m [nh, K] and value factors v_m [nh, V] (nterms each), log a ([nh, K] per
+ * key, else [nh]); and its reads o_r [nh, V] in LOWER_CHUNK_OUT's input (from the cell's input size
+ * plus out_off). key_last: the key axis is the state's last (its [V, K] per head, Mamba-2). */
+#define CHUNK_LAYOUT_MAX 8
+typedef struct ChunkLayout {
+  int state, nh, K, V, nterms, nreads;
+  bool per_key, key_last;
+  int in_off, out_off;
+} ChunkLayout;
+/* Offsets within a chunked state's part of a LOWER_CHUNK_IN row */
+static inline int chunk_q_off(const ChunkLayout *l, int r) { return l->in_off + r * l->nh * l->K; }
+static inline int chunk_k_off(const ChunkLayout *l, int m) { return l->in_off + (l->nreads + m) * l->nh * l->K; }
+static inline int chunk_v_off(const ChunkLayout *l, int m) {
+  return l->in_off + (l->nreads + l->nterms) * l->nh * l->K + m * l->nh * l->V;
+}
+static inline int chunk_la_off(const ChunkLayout *l) { return chunk_v_off(l, l->nterms); }
+int lower_chunk_layout(const Cell *c, ChunkLayout *out, int max);
 void program_free(Program *p);
 /* Recomputes p->dyn and p->needs_acc for every node. */
 void program_mark_dyn(Program *p);

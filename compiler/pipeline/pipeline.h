@@ -127,4 +127,17 @@ int chunker_length(const Chunker *k);
 void chunked_forward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
 void chunked_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
 
+/* The chunked form (chunkrun.c; docs/architecture.md, "The chunked form"): a cell checked with
+ * --mode chunked (Cell.chunked: every matrix state recognized) run as two programs of the back end
+ * around the chunk op of each chunked state, in chunks of L steps (L <= 0: CHUNK_DEFAULT). The
+ * SeqIO is laid out as for the cell's program from pipeline_compile (its params, state parts,
+ * gates and noise). The back ends on the host only (interp, cpu); NULL with a message in err
+ * elsewhere. */
+typedef struct ChunkForm ChunkForm;
+ChunkForm *chunkform_compile(Cell *c, const PipelineOptions *o, int L, char *err, size_t errlen);
+void chunkform_free(ChunkForm *f);
+int chunkform_length(const ChunkForm *f);
+/* Forward then backward of a whole sequence, float64 buffers (as pipeline_run_f64). */
+void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
+
 #endif

@@ -255,6 +255,7 @@ static void mark_scanned(Sched *s) {
   for (int st = 0; st < p->nstates; st++) {
     int first = p->spart_of[st], end = parts_end(p, st);
     bool scanned = false;
+    if (first == end) continue; /* no parts: a state the chunked form's chunk op runs */
     if (seq_part(s, first)) {
       s->hybrid = true;
       continue;

@@ -25,7 +25,7 @@ static inline const char *h_dims(const char *tmpl, int H, int D) {
   return buf;
 }
 
-/* set: one "name=value" or NULL; mode: NULL (auto), "scan" or "sequential". */
+/* set: one "name=value" or NULL; mode: NULL (auto), "scan", "sequential" or "chunked". */
 /* Kernels compile once per cache directory (the emulator's shared objects, NVRTC's PTX): the CUDA
  * tests share one under $TMPDIR, as XDG_CACHE_HOME. */
 static inline void h_use_cuda_test_cache(void) {
@@ -61,6 +61,7 @@ static inline Cell *h_cell(Arena *a, const char *file, const char *set, const ch
   o.sets = setb, o.nsets = nset, o.dims = dimb, o.ndims = ndim, o.need_bound = true, o.training = training;
   o.force_scan = mode && !strcmp(mode, "scan");
   o.force_sequential = mode && !strcmp(mode, "sequential");
+  o.force_chunked = mode && !strcmp(mode, "chunked");
   Cell *c = check_cell(a, src, ast, &o);
   cr_assert(c, "check %s", file);
   return c;

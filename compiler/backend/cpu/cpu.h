@@ -8,4 +8,16 @@
 
 extern const Backend cpu_backend;
 
+/* The chunk op of the chunked form (compiler/ir/chunkop.h: the float64 reference, its equations)
+ * in float32, its products through OpenBLAS (chunkop_f32.c); the same arguments in float. */
+typedef struct ChunkOpF32 {
+  int T, K, V, L;
+  bool per_key;
+  const float *q, *k, *v, *la;
+  int ldq, ldk, ldv, ldla;
+} ChunkOpF32;
+void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT);
+void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
+                          float *dk, float *dv, float *dla, float *ds0);
+
 #endif

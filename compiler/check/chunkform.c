@@ -1,0 +1,302 @@
+/* chunkform.c: recognizes, per state, the gated outer-product recurrence that runs in the
+ * chunkwise-parallel form (docs/language.md, "The chunked form"):
+ *   S = a * S_prev + sum_i key_i (x) val_i      (per head; a constant along the value axis)
+ *   every read of S's new value: a product contracting S's key axis with a state-free vector.
+ * It reads the typed graph after the analysis (StateInfo.coef_a, coef_b) and adds no nodes: the
+ * pieces are recorded as the graph's own nodes (StateInfo.chunk), so the lowering of every other
+ * mode is untouched. */
+#include "check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static Node *nd(Cell *c, int id) { return graph_node(&c->g, id); }
+
+static bool is_one(const Cell *c, int dim) {
+  long v;
+  return dims_is_const(&c->dt, dim, &v) && v == 1;
+}
+
+/* Whether node id reaches a previous value or a new value of a state, other than a history's
+ * past through LAG (state-free values run before the chunk op, over all rows). */
+static bool state_free(Cell *c, int id, signed char *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node *n = nd(c, id);
+  bool r = true;
+  if (n->op == OP_PREV || n->op == OP_NEWVAL) r = false;
+  else if (n->op != OP_LAG)
+    for (int i = 0; i < op_arity(n->op) && r; i++)
+      if (n->a[i] >= 0 && !state_free(c, n->a[i], memo)) r = false;
+  memo[id] = r;
+  return r;
+}
+
+static int all_axes(Cell *c, const Node *n) {
+  int m = 0;
+  for (int i = 0; i < n->rank; i++)
+    if (!is_one(c, n->dim[i])) m |= 1 << i;
+  return m;
+}
+
+/* The axes of node id's value along which it may vary (bit i: axis i), conservatively: constants
+ * vary along none, a broadcast along none of the added axes, an elementwise op along its
+ * arguments', a reshape that only adds or drops axes of size 1 along the moved ones; anything else
+ * along all (but those of size 1). */
+static int vary(Cell *c, int id, int *memo);
+
+/* vary of argument a, aligned to the trailing axes of a value of rank R (broadcast) */
+static int vary_to(Cell *c, int a, int R, int *memo) {
+  Node *x = nd(c, a);
+  int m = vary(c, a, memo), out = 0, off = R - x->rank;
+  for (int i = 0; i < x->rank; i++)
+    if ((m >> i & 1) && i + off >= 0) out |= 1 << (i + off);
+  return out;
+}
+
+/* memo: per node, its axes, or -1 (a shared subexpression is looked at once) */
+static int vary(Cell *c, int id, int *memo) {
+  if (memo[id] >= 0) return memo[id];
+  Node n = *nd(c, id);
+  int all = all_axes(c, &n), r;
+  switch (n.op) {
+  case OP_CONST: case OP_DIMVAL: case OP_BCAST: r = 0; break;
+  case OP_EXPAND: r = vary_to(c, n.a[0], n.rank, memo) & all; break;
+  case OP_RESHAPE: {
+    Node x = *nd(c, n.a[0]);
+    int xs[MAX_RANK], ns[MAX_RANK], nx = 0, nn = 0; /* the axes of size other than 1, in order */
+    for (int i = 0; i < x.rank; i++)
+      if (!is_one(c, x.dim[i])) xs[nx++] = i;
+    for (int i = 0; i < n.rank; i++)
+      if (!is_one(c, n.dim[i])) ns[nn++] = i;
+    bool moved = nx == nn;
+    for (int i = 0; moved && i < nx; i++) moved = x.dim[xs[i]] == n.dim[ns[i]];
+    r = moved ? 0 : all;
+    int m = moved ? vary(c, n.a[0], memo) : 0;
+    for (int i = 0; moved && i < nx; i++)
+      if (m >> xs[i] & 1) r |= 1 << ns[i];
+    break;
+  }
+  default:
+    r = op_is_elementwise(n.op) ? 0 : all;
+    for (int i = 0; op_is_elementwise(n.op) && i < op_arity(n.op); i++)
+      if (n.a[i] >= 0) r |= vary_to(c, n.a[i], n.rank, memo);
+    r &= all;
+  }
+  memo[id] = r;
+  return r;
+}
+
+typedef struct Rec {
+  Cell *c;
+  StateInfo *s;
+  int key, val;      /* bits of the key and value axes */
+  signed char *free; /* state_free's memo */
+  int *vmemo;        /* vary's */
+  char why[200];
+} Rec;
+
+static bool add_factor(Rec *r, ChunkTerm *t, int id, bool inv) {
+  int m = vary_to(r->c, id, r->s->rank, r->vmemo) & (r->key | r->val);
+  Node n = *nd(r->c, id);
+  if (m == (r->key | r->val)) {
+    if (n.op == OP_MUL) return add_factor(r, t, n.a[0], inv) && add_factor(r, t, n.a[1], inv);
+    if (n.op == OP_DIV) return add_factor(r, t, n.a[0], inv) && add_factor(r, t, n.a[1], !inv);
+    if (n.op == OP_NEG) {
+      t->sign = -t->sign;
+      return add_factor(r, t, n.a[0], inv);
+    }
+    snprintf(r->why, sizeof r->why, "a term of its update is not a product of per-key and per-value factors (%s)", op_text(n.op));
+    return false;
+  }
+  if (t->nf == CHUNK_MAX_FACTORS) {
+    snprintf(r->why, sizeof r->why, "a term of its update has more than %d factors", CHUNK_MAX_FACTORS);
+    return false;
+  }
+  t->factor[t->nf] = id, t->role[t->nf] = m == 0 ? 0 : m == r->key ? 1 : 2, t->inv[t->nf] = inv;
+  t->nf++;
+  return true;
+}
+
+static bool add_terms(Rec *r, int id, int sign) {
+  Node n = *nd(r->c, id);
+  if (n.op == OP_ADD) return add_terms(r, n.a[0], sign) && add_terms(r, n.a[1], sign);
+  if (n.op == OP_SUB) return add_terms(r, n.a[0], sign) && add_terms(r, n.a[1], -sign);
+  if (n.op == OP_NEG) return add_terms(r, n.a[0], -sign);
+  ChunkInfo *ci = &r->s->chunk;
+  if (ci->nterms == CHUNK_MAX_TERMS) {
+    snprintf(r->why, sizeof r->why, "its update adds more than %d terms", CHUNK_MAX_TERMS);
+    return false;
+  }
+  ChunkTerm *t = &ci->terms[ci->nterms++];
+  memset(t, 0, sizeof *t);
+  t->sign = sign;
+  return add_factor(r, t, id, false);
+}
+
+/* vec as the state-free vector of a product contracting an axis of size `dim` of a [NH, m, n]
+ * value: [dim], or per head [NH, dim, 1] (right operand) / [NH, 1, dim] (left operand) */
+static bool is_vector(Rec *r, int vec, int dim, bool right) {
+  Node *v = nd(r->c, vec);
+  if (!state_free(r->c, vec, r->free)) return false;
+  if (v->rank == 1) return v->dim[0] == dim;
+  if (v->rank != r->s->rank) return false;
+  int R = v->rank;
+  return right ? v->dim[R - 2] == dim && is_one(r->c, v->dim[R - 1]) : v->dim[R - 1] == dim && is_one(r->c, v->dim[R - 2]);
+}
+
+/* A read of the new value through node `user` (its argument `arg`, S or transpose(S)); sets the
+ * key axis it contracts. */
+static bool add_read(Rec *r, int user, int arg, bool transposed, int *key_axis) {
+  Node u = *nd(r->c, user);
+  int R = r->s->rank;
+  ChunkInfo *ci = &r->s->chunk;
+  if (u.op != OP_MATMUL || (u.a[0] == arg) == (u.a[1] == arg)) {
+    snprintf(r->why, sizeof r->why, "its new value is read other than by a product with a state-free vector (%s)", op_text(u.op));
+    return false;
+  }
+  bool left = u.a[0] == arg;
+  int vec = left ? u.a[1] : u.a[0];
+  /* S @ w contracts S's last axis, w @ S its second last; transpose swaps them */
+  int axis = left ? R - 1 : R - 2;
+  if (transposed) axis = axis == R - 1 ? R - 2 : R - 1;
+  if (!is_vector(r, vec, r->s->dim[axis], left)) {
+    snprintf(r->why, sizeof r->why, "its new value is read by a product whose other operand is not a state-free vector");
+    return false;
+  }
+  if (*key_axis >= 0 && *key_axis != axis) {
+    snprintf(r->why, sizeof r->why, "its reads contract different axes");
+    return false;
+  }
+  if (ci->nreads == CHUNK_MAX_READS) {
+    snprintf(r->why, sizeof r->why, "its new value is read more than %d times", CHUNK_MAX_READS);
+    return false;
+  }
+  *key_axis = axis;
+  ci->reads[ci->nreads++] = (ChunkRead){user, vec, left, transposed};
+  return true;
+}
+
+static void mark(Cell *c, int id, bool *live) {
+  if (id < 0 || live[id]) return;
+  live[id] = true;
+  Node *n = nd(c, id);
+  for (int i = 0; i < op_arity(n->op); i++) mark(c, n->a[i], live);
+}
+
+static bool recognize(Rec *r, const bool *live) {
+  Cell *c = r->c;
+  StateInfo *s = r->s;
+  ChunkInfo *ci = &s->chunk;
+  if (s->rank < 2) return snprintf(r->why, sizeof r->why, "not a matrix state"), false;
+  if (s->cplx) return snprintf(r->why, sizeof r->why, "complex"), false;
+  if (s->rec == REC_MATRIX_LINEAR)
+    return snprintf(r->why, sizeof r->why, "matrix-linear: its update is affine in it but not diagonal"), false;
+  if (s->rec != REC_DIAG_LINEAR) return snprintf(r->why, sizeof r->why, "nonlinear"), false;
+  if (c->scan_blocker >= 0 && c->g.nodes[c->scan_blocker].idx == (int)(s - c->states))
+    return snprintf(r->why, sizeof r->why, "its previous value is read outside its update"), false;
+  /* the reads of the new value, among the values the cell computes */
+  int key_axis = -1;
+  for (int id = 0; id < c->g.nnodes; id++) {
+    if (!live[id]) continue;
+    Node u = *nd(c, id);
+    for (int i = 0; i < op_arity(u.op); i++) {
+      if (u.a[i] != s->update) continue;
+      if (u.op == OP_TRANSPOSE) {
+        for (int j = 0; j < c->g.nnodes; j++) {
+          if (!live[j]) continue;
+          Node *w = nd(c, j);
+          if ((w->a[0] == id && op_arity(w->op) > 0) || (w->a[1] == id && op_arity(w->op) > 1))
+            if (!add_read(r, j, id, true, &key_axis)) return false;
+        }
+      } else if (!add_read(r, id, s->update, false, &key_axis))
+        return false;
+      break;
+    }
+  }
+  if (key_axis < 0) return snprintf(r->why, sizeof r->why, "its new value is never read"), false;
+  int R = s->rank;
+  ci->key_axis = key_axis, ci->value_axis = key_axis == R - 1 ? R - 2 : R - 1;
+  r->key = 1 << ci->key_axis, r->val = 1 << ci->value_axis;
+  /* the decay: constant along the value axis */
+  ci->decay_node = s->coef_a;
+  if (s->coef_a < 0) ci->decay = CHUNK_DECAY_NONE;
+  else {
+    if (!state_free(c, s->coef_a, r->free)) return snprintf(r->why, sizeof r->why, "its decay reads a state"), false;
+    int m = vary_to(c, s->coef_a, R, r->vmemo) & (r->key | r->val);
+    if (m == (r->key | r->val)) return snprintf(r->why, sizeof r->why, "its decay varies along both of its last two axes"), false;
+    if (m == r->val) return snprintf(r->why, sizeof r->why, "its decay varies along the value axis, not the key axis its reads contract"), false;
+    ci->decay = m ? CHUNK_DECAY_KEY : CHUNK_DECAY_SCALAR;
+  }
+  /* the input: a sum of rank-1 terms */
+  if (s->coef_b < 0) return snprintf(r->why, sizeof r->why, "its update adds nothing"), false;
+  if (!state_free(c, s->coef_b, r->free)) return snprintf(r->why, sizeof r->why, "its input term reads a state"), false;
+  return add_terms(r, s->coef_b, 1);
+}
+
+void chunk_analyze(Cell *c) {
+  int nn = c->g.nnodes;
+  bool *live = xcalloc((size_t)nn + 1, sizeof(bool));
+  signed char *memo = xmalloc((size_t)nn + 1);
+  memset(memo, -1, (size_t)nn + 1);
+  int *vmemo = xmalloc(sizeof(int) * ((size_t)nn + 1));
+  for (int i = 0; i <= nn; i++) vmemo[i] = -1;
+  if (c->output >= 0) mark(c, c->output, live);
+  for (int i = 0; i < c->nstates; i++) mark(c, c->states[i].update, live);
+  for (int i = 0; i < c->ngates; i++) mark(c, c->gates[i].node, live);
+  for (int i = 0; i < c->nstates; i++) {
+    StateInfo *s = &c->states[i];
+    memset(&s->chunk, 0, sizeof s->chunk);
+    s->chunk.key_axis = s->chunk.value_axis = s->chunk.decay_node = -1;
+    if (s->hist_lag) continue;
+    Rec r = {c, s, 0, 0, memo, vmemo, ""};
+    s->chunk.applies = recognize(&r, live);
+    if (!s->chunk.applies) {
+      s->chunk.nterms = s->chunk.nreads = 0;
+      memcpy(s->chunk.why, r.why, sizeof r.why);
+    }
+  }
+  free(live);
+  free(memo);
+  free(vmemo);
+}
+
+const char *chunk_mode_blocker(const Cell *c, int *state, char *buf, int size) {
+  bool any = false;
+  for (int i = 0; i < c->nstates; i++) {
+    const StateInfo *s = &c->states[i];
+    if (s->hist_lag) continue;
+    *state = i;
+    if (s->rank >= 2 && !s->chunk.applies) {
+      snprintf(buf, (size_t)size, "the chunked form does not apply to state '%s': %s", s->name, s->chunk.why);
+      return buf;
+    }
+    if (s->rank < 2 && s->rec != REC_DIAG_LINEAR) {
+      snprintf(buf, (size_t)size, "state '%s' is %s (a chunked cell's vector states run as scans)", s->name, recurrence_name(s->rec));
+      return buf;
+    }
+    any = any || s->chunk.applies;
+  }
+  if (!any) {
+    *state = -1;
+    snprintf(buf, (size_t)size, "no state has the chunked form (a decayed sum of outer products read by products with vectors)");
+    return buf;
+  }
+  return NULL;
+}
+
+ChunkCost chunk_cost(const Cell *c, const StateInfo *s, int L) {
+  (void)c;
+  ChunkCost k = {{0}, {0}};
+  const ChunkInfo *ci = &s->chunk;
+  double H = s->rank == 3 ? s->n[0] : 1, K = s->n[ci->key_axis], V = s->n[ci->value_axis];
+  double ka = ci->decay == CHUNK_DECAY_KEY ? K : ci->decay == CHUNK_DECAY_SCALAR ? 1 : 0;
+  double vec = 2 * K + 2 * V + ka; /* q, k, v and o, the decay */
+  if (L < 1) L = 1;
+  k.flops[0] = H * 5 * K * V;
+  k.bytes[0] = 4 * H * (2 * K * V + vec);
+  k.flops[1] = H * 5 * K * V;
+  k.bytes[1] = 4 * H * (6 * K * V + vec);
+  k.flops[2] = H * (2.0 * L * (K + V) + 4 * K * V + (ci->decay == CHUNK_DECAY_KEY ? (double)L * K : 0));
+  k.bytes[2] = 4 * H * (vec + 2 * K * V / L);
+  return k;
+}
