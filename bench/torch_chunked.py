@@ -92,9 +92,11 @@ def chunked(q, k, v, g, S0, L=CHUNK, c=SUB):
         kt = ks.unsqueeze(3) * torch.exp(ex)                                                # [.., i, j, s, K]
         Aoff = torch.einsum("...itk,...ijsk->...itjs", qt, kt)                              # [.., i, t, j, s]
         # the diagonal sub-blocks: (t, s, k) in log space, masked s <= t
-        trc = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
-        dd = (bs.unsqueeze(-2) - bs.unsqueeze(-3)).masked_fill(~trc.view(c, c, 1), -math.inf)  # [.., i, t, s, K]
-        Adiag = torch.einsum("...tk,...sk,...tsk->...ts", qs, ks, torch.exp(dd))            # [.., i, t, s]
+        # the diagonal sub-blocks: the (t, s, k) log-space form over the pairs s <= t only
+        ti, si = torch.tril_indices(c, c, device=q.device)
+        dd = bs[..., ti, :] - bs[..., si, :]                                               # [.., i, pair, K]
+        pairs = (qs[..., ti, :] * torch.exp(dd) * ks[..., si, :]).sum(-1)                 # [.., i, pair]
+        Adiag = pairs.new_zeros(Bs, H, N, n, c * c).index_copy(-1, ti * c + si, pairs).view(Bs, H, N, n, c, c)
         eye = torch.eye(n, dtype=q.dtype, device=q.device).view(n, 1, n, 1)
         A = (Aoff + Adiag.unsqueeze(-2) * eye).reshape(Bs, H, N, L, L)
         qe = q * torch.exp(b)
