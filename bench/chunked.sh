@@ -63,5 +63,5 @@ done
 peak
 { echo "Matrix states, one training step (forward + backward), T = $T, B = $B; $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $ncpu cores (bench/chunked.sh):"; echo
-  /usr/bin/python3 bench/chunked_table.py $raw; } > $out/chunked.md
+  /usr/bin/python3 bench/chunked_table.py $raw $ncpu; } > $out/chunked.md
 cat $out/chunked.md
