@@ -5,13 +5,14 @@
 #   torch core bench/torch_chunked.py: the chunkwise-parallel core alone (q, k, v, log decays, S0)
 #   torch cell the same core inside the stdlib cell's projections, norm and gates
 # the PyTorch peers at 1 and nproc threads (torch.set_num_threads, the OpenBLAS core of
-# bench/blas_env.sh); each kind keeps its best over the thread counts and two interleaved rounds
+# bench/blas_env.sh); each kind keeps its best over the thread counts and the interleaved rounds
 # of REPS repetitions: the machine is shared and noisy. Then the machine's limits (build/peak: FMA
 # peak and copy bandwidth, best of a run before and after) and the FLOPs per token of the chunked
 # form against them (bench/chunked_table.py states the counts).
 # Writes bench/results/chunked.jsonl and the table bench/results/chunked.md, and prints the table.
 #   CHUNKED_BENCH_CASES="gla1 mamba2_4"  only those cases (default: all six below)
 #   CHUNKED_BENCH_REPS=N                  repetitions per measurement (default 2, after a warm-up)
+#   CHUNKED_BENCH_ROUNDS=N                interleaved rounds (default 2)
 #   CHUNKED_BENCH_T / CHUNKED_BENCH_B     other sequence lengths / batch sizes (default 2048 / 8)
 set -e
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ raw=$out/chunked.jsonl
 T=${CHUNKED_BENCH_T:-2048}
 B=${CHUNKED_BENCH_B:-8}
 reps=${CHUNKED_BENCH_REPS:-2}
+rounds=${CHUNKED_BENCH_ROUNDS:-2}
 ncpu=$(nproc)
 threads=1
 [ "$ncpu" -gt 1 ] && threads="1 $ncpu"
@@ -46,7 +48,7 @@ for case in $cases; do
   dims=$(dims_of $case)
   D=${dims##*D=}
   celldims=${dims%,D=*}
-  for round in 1 2; do
+  for round in $(seq $rounds); do
     for th in $threads; do
       CELLC_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th \
         ./build/bench_cell stdlib/$cell.cell 0 $D $T $B --reps $reps --dims $celldims |
@@ -63,5 +65,5 @@ done
 peak
 { echo "Matrix states, one training step (forward + backward), T = $T, B = $B; $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $ncpu cores (bench/chunked.sh):"; echo
-  /usr/bin/python3 bench/chunked_table.py $raw $ncpu; } > $out/chunked.md
+  /usr/bin/python3 bench/chunked_table.py $raw $ncpu $rounds $reps; } > $out/chunked.md
 cat $out/chunked.md

@@ -50,14 +50,16 @@ for r in rows:
         best[key] = r
 
 ncpu = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+rounds = sys.argv[3] if len(sys.argv) > 3 else "?"
+reps = sys.argv[4] if len(sys.argv) > 4 else "?"
 # the floor on all cores: nproc times the 1-core peak (this CPU's measured all-core peak is that on a
 # quiet machine; other jobs on the shared cores depress the measurement, not what the cores can do)
 fma_n = max(fma_all, ncpu * fma_1)
 print(f"Machine limits measured in this run (build/peak, best of a run before and after): FMA peak "
       f"{fma_1 / 1e9:.0f} GFLOP/s on 1 core, {fma_all / 1e9:.0f} on all {ncpu} (the floors below take "
       f"{fma_n / 1e9:.0f}: {ncpu} x the 1-core peak); copy {copy_all / 1e9:.1f} GB/s (read + write, all cores). "
-      "Each time is the best over two interleaved rounds, each round the best of its repetitions after a "
-      "warm-up, and over 1 and nproc threads (the count that gave it in brackets).\n")
+      f"Each time is the best of {rounds} interleaved rounds of {reps} repetitions each (after a warm-up), "
+      "at 1 and nproc threads (the count that gave it in brackets): the machine is shared and noisy.\n")
 print("| case | dims | cellc scan s | PyTorch chunked core s | PyTorch chunked cell s | PyTorch cell / cellc |")
 print("|---|---|---|---|---|---|")
 cases = list(dict.fromkeys(r["case"] for r in rows if r["kind"] != "machine"))
