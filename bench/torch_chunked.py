@@ -16,7 +16,7 @@ Every exponent is <= 0, so nothing overflows however strong the decays; the intr
 per-key decays is cut into sub-chunks of length c (the paper's secondary chunking): a query
 sub-chunk i against an earlier key sub-chunk j < i through the cumulative decay r_i at the start
 of sub-chunk i, exp(b_t - b_s) = exp(b_t - r_i) exp(r_i - b_s), both factors <= 1, a product of
-GEMMs; the diagonal sub-blocks in the (t, s, k) log-space masked form. With a scalar decay per head
+GEMMs; the diagonal sub-blocks in the (t, s, k) log-space form over the pairs s <= t. With a scalar decay per head
 the whole L x L mask is one (t, s) matrix (SSD). The states at chunk boundaries pass sequentially.
 
   python3 bench/torch_chunked.py CELL DIMS T B THREADS REPS [core|cell]
