@@ -14,6 +14,7 @@
 #   CHUNKED_BENCH_REPS=N                  repetitions per measurement (default 2, after a warm-up)
 #   CHUNKED_BENCH_ROUNDS=N                interleaved rounds (default 2)
 #   CHUNKED_BENCH_T / CHUNKED_BENCH_B     other sequence lengths / batch sizes (default 2048 / 8)
+#   CELLC_BENCH_QUICK=1                   (as for make bench) only gla1 and mamba2_1, one round
 set -e
 cd "$(dirname "$0")/.."
 . bench/blas_env.sh
@@ -25,11 +26,13 @@ T=${CHUNKED_BENCH_T:-2048}
 B=${CHUNKED_BENCH_B:-8}
 reps=${CHUNKED_BENCH_REPS:-2}
 rounds=${CHUNKED_BENCH_ROUNDS:-2}
+quick_cases=""
+[ -n "$CELLC_BENCH_QUICK" ] && { quick_cases="gla1 mamba2_1"; rounds=${CHUNKED_BENCH_ROUNDS:-1}; }
 ncpu=$(nproc)
 threads=1
 [ "$ncpu" -gt 1 ] && threads="1 $ncpu"
 # case: name cell dims (D last: bench_cell takes it apart)
-cases=${CHUNKED_BENCH_CASES:-"gla1 gla4 hgrn2_1 hgrn2_4 mamba2_1 mamba2_4"}
+cases=${CHUNKED_BENCH_CASES:-${quick_cases:-"gla1 gla4 hgrn2_1 hgrn2_4 mamba2_1 mamba2_4"}}
 dims_of() {
   case $1 in
     gla1|hgrn2_1) echo NH=1,K=64,V=64,D=64 ;;
