@@ -92,7 +92,7 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench fuzz clean install layers test-gpu bench-gpu task_dump stress
+.PHONY: all deps test unit golden demo bench bench-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
 ifeq ($(SAN),0)
 all: bin/cellc $(BUILD)/task_dump
 else
@@ -248,6 +248,13 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/run.sh
 	@echo; echo "The emitted CPU kernel against cellc's own run (bench/emit_compare.sh):"; echo
 	@sh bench/emit_compare.sh | tee bench/results/emit.md
+	@echo; echo "Matrix states against the PyTorch chunkwise-parallel form (bench/chunked.sh):"; echo
+	@sh bench/chunked.sh
+
+# Matrix-state cells (gla, hgrn2, mamba2; issue 31's shapes) against the chunkwise-parallel form
+# in PyTorch (bench/torch_chunked.py), with the machine's limits: bench/results/chunked.md
+bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
+	@sh bench/chunked.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit

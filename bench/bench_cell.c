@@ -3,7 +3,9 @@
  * sgemm rate and the copy bandwidth (--machine-gpu: the GPU's device-to-device copy), with each
  * phase's share.
  *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--backend NAME]
- * Prints one JSON object per line. */
+ *              [--dims NAME=N,...]
+ * --dims binds the cell's dims in place of H (D stays bound), for cells without an H: gla's
+ * NH, K, V, mamba2's NH, P, N. Prints one JSON object per line. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -123,7 +125,8 @@ int main(int argc, char **argv) {
   int rc = cli_read_env("bench_cell"); /* CELLC_THREADS, CELLC_GEMM, CELLC_PROFILE, ... */
   if (rc) return rc;
   if (argc < 6) {
-    fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine]\n");
+    fprintf(stderr, "usage: bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--machine] "
+                    "[--dims NAME=N,...]\n");
     return 2;
   }
   const char *file = argv[1];
@@ -132,6 +135,8 @@ int main(int argc, char **argv) {
   int nsets = 0;
   bool force_seq = false, machine = false, machine_gpu = false;
   const char *backend = "cpu";
+  Binding dims[9];
+  int ndims = 0;
   for (int i = 6; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       char *kv = argv[++i], *eq = strchr(kv, '=');
@@ -142,6 +147,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--machine")) machine = true;
     else if (!strcmp(argv[i], "--machine-gpu")) machine_gpu = true;
     else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+    else if (!strcmp(argv[i], "--dims") && i + 1 < argc) {
+      for (char *kv = strtok(argv[++i], ","); kv && ndims < 8; kv = strtok(NULL, ",")) {
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+          fprintf(stderr, "bench_cell: --dims %s: NAME=N expected\n", kv);
+          return 2;
+        }
+        *eq = 0;
+        dims[ndims++] = (Binding){kv, eq + 1};
+      }
+    }
   }
   if (machine_gpu) {
     printf("{\"gpu_copy_bytes_per_s\": %.4g}\n", gpu_copy_bandwidth());
@@ -160,9 +176,10 @@ int main(int argc, char **argv) {
   char hs[16], ds[16];
   snprintf(hs, sizeof hs, "%d", H);
   snprintf(ds, sizeof ds, "%d", D);
-  Binding dims[2] = {{"H", hs}, {"D", ds}};
+  if (!ndims) dims[ndims++] = (Binding){"H", hs};
+  dims[ndims++] = (Binding){"D", ds};
   CheckOptions o = {0};
-  o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = 2, o.need_bound = true;
+  o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = ndims, o.need_bound = true;
   o.force_sequential = force_seq;
   Cell *c = check_cell(&arena, src, ast, &o);
   if (!c) return 1;

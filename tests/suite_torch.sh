@@ -1,7 +1,9 @@
 #!/bin/sh
 # The PyTorch oracle suite: selftest.py (the oracle's own checks, no cellc needed) and parity.py
 # (`bin/cellc run` against the float64 PyTorch reference of every stdlib cell) and time_cells.py
-# (prev and conv: tests/cells' qrnn_conv and rglru_conv against their PyTorch autograd reference).
+# (prev and conv: tests/cells' qrnn_conv and rglru_conv against their PyTorch autograd reference)
+# and chunked_ref.py (bench/torch_chunked.py, the chunkwise-parallel peer of the matrix-state
+# bench, against step-by-step recurrences).
 # Run from anywhere; prints both outputs and, last, "N passed, M failed" summed over both.
 cd "$(dirname "$0")/.." || exit 1
 PYTHONDONTWRITEBYTECODE=1
@@ -11,7 +13,7 @@ PY=/usr/bin/python3
 pass=0; fail=0
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT INT TERM
-for t in selftest parity time_cells; do
+for t in selftest parity time_cells chunked_ref; do
   echo "-- tests/torch/$t.py"
   "$PY" tests/torch/$t.py >"$tmp" 2>&1
   rc=$?
