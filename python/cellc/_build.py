@@ -81,10 +81,10 @@ def resolve(path_or_name, binary):
 def sources(path, binary):
     """[(path, text)] of the file and every file it imports, recursively, as cellc finds them
     (next to the importing file, then in the standard library)."""
-    seen, out, todo = set(), [], [os.path.abspath(path)]
+    seen, out, queue = set(), [], [os.path.abspath(path)]
     lib = stdlib_dir(binary)
-    while todo:
-        p = todo.pop(0)
+    while queue:
+        p = queue.pop(0)
         if p in seen:
             continue
         seen.add(p)
@@ -94,7 +94,7 @@ def sources(path, binary):
         for imp in _IMPORT.findall(text):
             for cand in (os.path.join(os.path.dirname(p), imp), os.path.join(lib, imp)):
                 if os.path.isfile(cand):
-                    todo.append(os.path.abspath(cand))
+                    queue.append(os.path.abspath(cand))
                     break
     return out
 

@@ -78,13 +78,19 @@ static void scores(Ctx *x) {
   }
 }
 
+/* x->W = W_ij e^{b_i - b_j} for j <= i, 0 above: a scalar decay's masked weights */
+static void scalar_mask(Ctx *x, const float *W) {
+  int n = x->n;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) x->W[(size_t)i * n + j] = j <= i ? W[(size_t)i * n + j] * bexp(x, i, j, 0) : 0;
+}
+
 /* r_i += sum_{j <= i} W_ij y_j e^{b_i - b_j} (rows of K; W [n, n] lower triangular) */
 static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, float *r, int ldr) {
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K;
   if (!c->per_key) {
-    for (int i = 0; i < n; i++)
-      for (int j = 0; j < n; j++) x->W[(size_t)i * n + j] = j <= i ? W[(size_t)i * n + j] * bexp(x, i, j, 0) : 0;
+    scalar_mask(x, W);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
     return;
   }
@@ -107,8 +113,7 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K;
   if (!c->per_key) {
-    for (int i = 0; i < n; i++)
-      for (int j = 0; j < n; j++) x->W[(size_t)i * n + j] = j <= i ? W[(size_t)i * n + j] * bexp(x, i, j, 0) : 0;
+    scalar_mask(x, W);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
     return;
   }
