@@ -178,6 +178,7 @@ int run_setup(Run *r) {
     diag_plain("%s: [task] %s", r->a.cfg, err);
     return 1;
   }
+  task_set_bucket(r->task, cfg_bool(c, "train.bucket"));
   r->shape = task_shape(r->task);
   snprintf(purpose, sizeof purpose,
            "the model and its work arrays (model.layers = %lld, model.width = %lld, model.hidden = %lld, train.batch = "

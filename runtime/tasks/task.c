@@ -205,6 +205,8 @@ void task_batch(Task *t, TaskSplit split, int64_t index, int B, TaskBatch *out) 
   }
   if (all)
     out->mask = xcalloc(T * nb, sizeof *out->mask);
+  if (s->lengths)
+    out->lengths = xcalloc(nb, sizeof *out->lengths);
   t->batch(t, split, index, out);
 }
 
@@ -238,6 +240,7 @@ void task_batch_part(Task *t, TaskSplit split, int64_t index, int B, int first, 
   out->cls = slice_rows(g.cls, per, B, 1, sizeof *g.cls, first, n);
   out->y = slice_rows(g.y, per, B, (size_t)s->out_dim, sizeof *g.y, first, n);
   out->mask = slice_rows(g.mask, T, B, 1, sizeof *g.mask, first, n);
+  out->lengths = slice_rows(g.lengths, 1, B, 1, sizeof *g.lengths, first, n);
   task_batch_free(&g);
 }
 
@@ -249,6 +252,7 @@ void task_batch_free(TaskBatch *b) {
   free(b->cls);
   free(b->y);
   free(b->mask);
+  free(b->lengths);
   memset(b, 0, sizeof *b);
 }
 
@@ -296,6 +300,20 @@ void task_rng(const Task *t, const char *salt, TaskSplit split, int64_t index, R
   rng_seed(r, t->seed, s);
 }
 
+void task_set_bucket(Task *t, bool on) { t->bucket = on && t->shape.lengths && t->item_len; }
+
+/* Sorts each window of w items of p by length, stably (insertion sort: windows are small). */
+static void bucket_sort(int64_t *p, int64_t n, int64_t w, const int32_t *len) {
+  for (int64_t lo = 0; lo < n; lo += w) {
+    int64_t hi = lo + w < n ? lo + w : n;
+    for (int64_t i = lo + 1; i < hi; i++) {
+      int64_t v = p[i], j = i;
+      for (; j > lo && len[p[j - 1]] > len[v]; j--) p[j] = p[j - 1];
+      p[j] = v;
+    }
+  }
+}
+
 int64_t task_fixed_item(Task *t, TaskSplit split, int64_t pos) {
   int64_t n = t->shape.split_size[split];
   CHECK(n > 0 && pos >= 0);
@@ -319,12 +337,18 @@ int64_t task_fixed_item(Task *t, TaskSplit split, int64_t pos) {
       p[i] = p[j];
       p[j] = tmp;
     }
+    if (t->bucket_window > 0 && t->item_len)
+      bucket_sort(p, n, t->bucket_window, t->item_len);
     t->perm_epoch[slot] = epoch;
   }
   return t->perm[slot][pos % n];
 }
 
 void task_fixed_batch(Task *t, TaskSplit split, int64_t index, TaskBatch *out, TaskItemFn fill) {
+  if (split == TASK_TRAIN && t->bucket && t->bucket_window != 16 * (int64_t)out->B) {
+    t->bucket_window = 16 * (int64_t)out->B; /* the epochs' orders cached for another window go */
+    t->perm_epoch[0] = t->perm_epoch[1] = -1;
+  }
   for (int b = 0; b < out->B; b++)
     fill(t, split, task_fixed_item(t, split, index * out->B + b), b, out);
 }

@@ -19,7 +19,8 @@
   X(mnist1d, mnist1d_new)                                                                                              \
   X(images, images_new)                                                                                                \
   X(text, text_new)                                                                                                    \
-  X(tokens, tokens_new)
+  X(tokens, tokens_new)                                                                                                \
+  X(file, file_new)
 
 /* A constructor: reads its keys from t (task_num, task_str), sets t->shape (length, dims, split sizes;
  * loss and readout come from the def), t->batch and, when it keeps data, t->data and t->free.
@@ -49,6 +50,11 @@ struct Task {
   int64_t perm_epoch[2]; /* -1 = empty slot */
   int64_t *perm[2];      /* (split_size[TASK_TRAIN]) */
   int perm_next;         /* slot to replace next */
+  /* train.bucket (task_set_bucket): the train items' lengths (the task's data), windows of
+   * bucket_window items of each epoch's order sorted by them; bucket_window 0: off */
+  const int32_t *item_len;
+  bool bucket;
+  int64_t bucket_window;
 };
 
 double task_num(const Task *t, const char *key);      /* a number or bool key */

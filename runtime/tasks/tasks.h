@@ -58,6 +58,7 @@ typedef struct TaskShape {
   int length;  /* T, the sequence length of every batch */
   TaskLoss loss;
   TaskReadout readout;
+  bool lengths; /* batches carry each sequence's length (TaskBatch.lengths): some are shorter than length */
   int64_t split_size[3]; /* sequences in train/valid/test for fixed datasets (text/tokens: windows of
                             `context` tokens); 0 = generated fresh from the seed (unbounded stream) */
 } TaskShape;
@@ -72,6 +73,8 @@ typedef struct TaskBatch {
   int32_t *cls;    /* CE targets: [T, B] for readout all (-1 = no loss at this step), [B] for last/mean */
   float *y;        /* MSE targets: [B, out_dim] (readout last/mean) or [T, B, out_dim] (readout all) */
   float *mask;     /* [T, B]: 1 where the loss counts (readout all), else NULL */
+  int32_t *lengths; /* [B]: each sequence's length in 1..T when the shape has lengths, else NULL; the
+                       steps after it are zeros with no target */
 } TaskBatch;
 
 /* Fills batch number `index` (0, 1, 2, ...) of `split`; the same (seed, split, index, B) always gives
@@ -85,5 +88,9 @@ void task_batch(Task *t, TaskSplit split, int64_t index, int B, TaskBatch *out);
  * in data-parallel training): exactly those rows of what task_batch(t, split, index, B) fills. */
 void task_batch_part(Task *t, TaskSplit split, int64_t index, int B, int first, int n, TaskBatch *out);
 void task_batch_free(TaskBatch *b);
+/* train.bucket: the train split's batches of a task with lengths are built from sequences of
+ * similar lengths (each window of 16 batches of the epoch's shuffled order sorted by length).
+ * Nothing changes for a task without lengths. */
+void task_set_bucket(Task *t, bool on);
 
 #endif

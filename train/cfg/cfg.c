@@ -27,6 +27,7 @@ static const char *const blocks[] = {"stack", "residual", NULL};
 static const char *const norms[] = {"none", "layer", "rms", "batch", NULL};
 static const char *const mixers[] = {"none", "glu", "mlp", NULL};
 static const char *const readouts[] = {"auto", "all", "last", "mean", NULL};
+static const char *const joins[] = {"concat", "sum", NULL};
 
 /* The defaults are the values of the spec's example, except where it says "default by task"
  * (encoder, readout: `auto`, resolved by the trainer) and the cell (unset: the file's last). */
@@ -50,6 +51,9 @@ static const CfgKey model_keys[] = {
     /* a list of the cell's names, checked against the cell by the model (as init.PARAM is) */
     {"unfreeze", CFG_PATH, "", 0, 0, false, false, 0, NULL, NULL,
      "frozen params of the cell to train after all: a comma list (unset: none)"},
+    {"bidirectional", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
+     "a second cell per layer over each sequence reversed within its length (stacked layers)"},
+    {"join", CFG_CHOICE, "concat", 0, 0, false, false, 0, joins, NULL, "concat | sum of the two directions' outputs"},
 };
 
 static const CfgKey train_keys[] = {
@@ -71,6 +75,8 @@ static const CfgKey train_keys[] = {
     {"seed", CFG_INT, "1", 0, MAX_EXACT, false, false, 0, NULL, NULL, "seed of the params and the data"},
     {"device", CFG_DEVICE, "cpu", 0, 0, false, false, 0, NULL, NULL, NULL},
     {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential"},
+    {"bucket", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
+     "batches of sequences of similar lengths (a task with lengths)"},
 };
 
 /* [optim.TAG]: the hyperparameters one group of params may set for itself. */
