@@ -6,10 +6,10 @@
  *   build/task_dump TASK.cfg OUT.safetensors [--set KEY=VALUE]...
  *
  * Tensors, for SPLIT in train, valid, test: `x_SPLIT` F32 [N, T, C] (real-valued inputs) or I32
- * [N, T] (token inputs), and `y_SPLIT` I32 [N] (the class of each sequence). train is in its
- * first epoch's order, valid and test in the task's order. Only tasks with fixed splits and one
- * class per sequence (CE, readout last or mean) can be dumped. Exit status: 0, 1 on bad input,
- * 2 on bad usage. */
+ * [N, T] (token inputs), `y_SPLIT` I32 [N] (the class of each sequence) or [N, T] (a class per
+ * step, -1 where none counts), and for a task with lengths `lengths_SPLIT` I32 [N]. train is in
+ * its first epoch's order, valid and test in the task's order. Only tasks with fixed splits and
+ * classes (CE) can be dumped. Exit status: 0, 1 on bad input, 2 on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +36,22 @@ static void add_split(SftWriter *w, Task *t, const TaskShape *sh, int s, int n) 
   int64_t xshape[3] = {n, T, C};
   sft_add(w, name, sh->token_input ? SFT_I32 : SFT_F32, sh->token_input ? 2 : 3, xshape, x);
   snprintf(name, sizeof name, "y_%s", split_name[s]);
-  int64_t yshape[1] = {n};
-  sft_add(w, name, SFT_I32, 1, yshape, b.cls);
+  if (sh->readout == TASK_READ_ALL) { /* [T, B] -> [N, T] */
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)n * T);
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < T; k++) y[(size_t)i * T + k] = b.cls[(size_t)k * n + i];
+    int64_t yshape[2] = {n, T};
+    sft_add(w, name, SFT_I32, 2, yshape, y);
+    free(y);
+  } else {
+    int64_t yshape[1] = {n};
+    sft_add(w, name, SFT_I32, 1, yshape, b.cls);
+  }
+  if (b.lengths) {
+    snprintf(name, sizeof name, "lengths_%s", split_name[s]);
+    int64_t lshape[1] = {n};
+    sft_add(w, name, SFT_I32, 1, lshape, b.lengths);
+  }
   free(x);
   task_batch_free(&b);
 }
@@ -58,8 +72,8 @@ static int dump(Cfg *c, const char *out) {
   }
   TaskShape sh = task_shape(t);
   int fixed = sh.split_size[0] > 0 && sh.split_size[1] > 0 && sh.split_size[2] > 0;
-  if (!fixed || sh.loss != TASK_LOSS_CE || sh.readout == TASK_READ_ALL || sh.split_size[0] > 100000000) {
-    fprintf(stderr, "task_dump: task '%s' has no fixed splits with one class per sequence\n", def->name);
+  if (!fixed || sh.loss != TASK_LOSS_CE || sh.split_size[0] > 100000000) {
+    fprintf(stderr, "task_dump: task '%s' has no fixed splits of classes\n", def->name);
     task_free(t);
     return 1;
   }

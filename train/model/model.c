@@ -39,6 +39,11 @@ typedef struct Layer {
   float *y;                       /* the cell's output [rows, out] */
   float *mask;                    /* dropout mask [rows, C] */
   float *dropped;                 /* dropout output [rows, C] */
+  /* a bidirectional layer (model.bidirectional), on the forward direction's Layer: */
+  float *xr, *gxr;                /* the input reversed within each length, its gradient [rows, in] */
+  float *ycat, *dycat;            /* both directions' outputs [2 rows, out]: forward, then reverse (reversed
+                                     time), and their gradients */
+  float *joined, *jtmp;           /* the joined output before dropout [rows, C]; scratch [rows, out] */
 } Layer;
 
 struct Model {
@@ -79,6 +84,21 @@ struct Model {
   uint64_t seed;
   bool fold;                      /* the embedding's gradient folded through layer 0 (model_folds_embedding) */
   SeqFold fold_req;               /* ... layer 0's backward's SeqIO.fold: into the embedding's gradient */
+  /* Sequences of their own lengths (TaskShape.lengths) and bidirectional layers: the back ends run
+   * the padded batch (a cell is causal: the steps after a sequence's length change none of its
+   * earlier outputs), and the model reads each sequence's own steps, keeps the padding out of the
+   * loss and gathers the reversed sequences, through index arrays built per batch (lengths_set). */
+  bool varlen, bidir, join_sum;
+  bool own_readout;               /* readout last or mean per sequence (varlen or bidir) */
+  Layer *rev;                     /* (nlayers) the reverse direction's cells, or NULL */
+  int *lens;                      /* (B) this batch's lengths (host) */
+  int32_t *h_idx;                 /* host scratch of 2 rows */
+  float *h_w;                     /* host scratch of rows * C */
+  int32_t *d_perm;                /* [rows] row r of the sequences reversed within their lengths: P[r] */
+  int32_t *d_cat, *d_catinv;      /* [2 rows] the concat join as a gather of ycat's rows, and its inverse */
+  int32_t *d_last;                /* [2 B] the rows readout last reads */
+  float *d_wmean;                 /* [rows, C] readout mean's weights: T / length within it, 0 after */
+  float *dtop;                    /* [2 rows, out] bidirectional top layer, readout last: dL/d(ycat) */
 };
 
 /* ---- tensors ---- */
@@ -328,14 +348,14 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
 }
 
 /* Adds layer k's cell params as tensors and draws their initial values. */
-static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
+static int init_cell_params(Model *m, Layer *L, int k, const Cfg *cfg, const char *prefix) {
   Cell *c = L->cell[0];
   L->first = m->ntensors;
   for (int i = 0; i < c->nparams; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t n[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
     /* a buffer, or a param still frozen: saved and restored with the others, never trained */
-    int t = add_tensor(m, arena_printf(&m->arena, "layer.%d.%s", k, pi->name), pi->rank, n, pi->cplx,
+    int t = add_tensor(m, arena_printf(&m->arena, "%s.%s", prefix, pi->name), pi->rank, n, pi->cplx,
                        !pi->buffer && !pi->frozen);
     m->tensors[t].tags = pi->tags, m->tensors[t].ntags = pi->ntags;
     m->tensors[t].frozen = pi->frozen;
@@ -392,7 +412,7 @@ static int draw_cell_params(Model *m, Layer *L, int k, const Cfg *cfg) {
 }
 
 /* The initial states of layer k, broadcast over the batch (learned ones are refreshed per batch). */
-static int init_states(Model *m, Layer *L, int k) {
+static int init_states(Model *m, Layer *L, const char *prefix) {
   Program *p = L->exe[0]->p;
   Cell *c = L->cell[0];
   L->h0 = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
@@ -411,7 +431,7 @@ static int init_states(Model *m, Layer *L, int k) {
     double *v = xcalloc((size_t)(parts * size + 1), sizeof(double));
     Rng rng;
     char err[256];
-    rng_seed(&rng, m->seed, rng_stream_of(arena_printf(&m->arena, "layer.%d.h0.%s", k, si->name)));
+    rng_seed(&rng, m->seed, rng_stream_of(arena_printf(&m->arena, "%s.h0.%s", prefix, si->name)));
     if (cell_draw_state(c, s, &rng, v, err, sizeof err) < 0) {
       diag_error(si->init_loc, "cannot initialize state '%s': %s", si->name, err);
       free(v);
@@ -528,6 +548,13 @@ static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
   m->mix_hidden = m->mix == MIX_MLP ? 4 * m->width : m->width;
   m->dropout = cfg_real(cfg, "model.dropout");
   m->chunk = (int)cfg_int(cfg, "model.chunk");
+  m->varlen = shape->lengths;
+  m->bidir = cfg_bool(cfg, "model.bidirectional");
+  m->join_sum = !strcmp(cfg_word(cfg, "model.join"), "sum");
+  if (m->bidir && m->block) {
+    cfg_error(cfg, "model.bidirectional", true, "bidirectional layers are stacked: set model.block = stack");
+    return -1;
+  }
   if (!m->block && (m->norm != NORM_NONE || m->mix != MIX_NONE)) {
     cfg_error(cfg, m->norm != NORM_NONE ? "model.norm" : "model.mixer", true, "norms and mixers belong to residual blocks: set model.block = residual");
     return -1;
@@ -543,6 +570,7 @@ static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
       return -1;
     }
   }
+  m->own_readout = m->readout != NN_READOUT_ALL && (m->varlen || m->bidir);
   return 0;
 }
 
@@ -596,6 +624,35 @@ static bool fits_device(Model *m) {
   return false;
 }
 
+/* The channels a stacked layer hands on: its cell's output, both directions' side by side for a
+ * bidirectional layer joined by concat. */
+static int layer_width(const Model *m, const Layer *L) { return m->bidir && !m->join_sum ? 2 * L->out : L->out; }
+
+/* The buffers of lengths and bidirectional layers (C: the width the head reads). */
+static void alloc_lengths(Model *m, int C) {
+  size_t rows = (size_t)m->rows;
+  m->lens = xcalloc((size_t)m->B, sizeof(int));
+  if (!m->varlen && !m->bidir) return;
+  m->h_idx = xcalloc(2 * rows + 2 * (size_t)m->B, sizeof(int32_t));
+  m->d_last = m->ops->alloc(m->ops, sizeof(int32_t) * 2 * (size_t)m->B);
+  if (m->readout == NN_READOUT_MEAN) {
+    m->h_w = xcalloc(rows * (size_t)C + 1, sizeof(float));
+    m->d_wmean = dbuf(m, rows * (size_t)C);
+  }
+  if (!m->bidir) return;
+  m->d_perm = m->ops->alloc(m->ops, sizeof(int32_t) * rows);
+  m->d_cat = m->ops->alloc(m->ops, sizeof(int32_t) * 2 * rows);
+  m->d_catinv = m->ops->alloc(m->ops, sizeof(int32_t) * 2 * rows);
+  for (int k = 0; k < m->nlayers; k++) {
+    Layer *L = &m->layers[k];
+    size_t in = (size_t)L->in, out = (size_t)L->out;
+    L->xr = dbuf(m, rows * in), L->gxr = dbuf(m, rows * in);
+    L->ycat = dbuf(m, 2 * rows * out), L->dycat = dbuf(m, 2 * rows * out);
+    L->joined = dbuf(m, rows * (size_t)layer_width(m, L)), L->jtmp = dbuf(m, rows * out);
+  }
+  if (m->readout == NN_READOUT_LAST) m->dtop = dbuf(m, 2 * rows * (size_t)m->layers[m->nlayers - 1].out);
+}
+
 /* Encoder, layers (each cell checked and compiled), head: the tensors and their places. Returns the
  * width the head reads, or -1 after an error (-3: not enough device memory). */
 static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *src, const CellAst *ast, const char *input_dim,
@@ -610,6 +667,7 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
     m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, true);
   }
   m->layers = xcalloc((size_t)m->nlayers, sizeof(Layer));
+  if (m->bidir) m->rev = xcalloc((size_t)m->nlayers, sizeof(Layer));
   int C = m->width;
   m->maxc = C;
   for (int k = 0; k < m->nlayers; k++) {
@@ -622,9 +680,17 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
                  ast->name, L->out, m->width);
       return -1;
     }
-    if (init_cell_params(m, L, k, cfg) < 0) return -1;
+    if (init_cell_params(m, L, k, cfg, arena_printf(&m->arena, "layer.%d", k)) < 0) return -1;
     if (m->block) add_block_tensors(m, L, k);
-    if (!m->block) C = L->out;
+    if (m->bidir) { /* the reverse direction: the same cell, its own params */
+      Layer *R = &m->rev[k];
+      R->norm_w = R->mix_w = R->bn_mean = R->bn_var = -1;
+      R->in = C;
+      if (build_cell(m, R, k, cfg, src, ast, input_dim, has_h) < 0 ||
+          init_cell_params(m, R, k, cfg, arena_printf(&m->arena, "layer.%d.reverse", k)) < 0)
+        return -1;
+    }
+    if (!m->block) C = layer_width(m, L);
     if (C > m->maxc) m->maxc = C;
     if (L->out > m->maxc) m->maxc = L->out;
   }
@@ -649,8 +715,14 @@ static int draw_initial(Model *m, const Cfg *cfg, const TaskShape *shape, int C)
   }
   for (int k = 0; k < m->nlayers; k++) {
     Layer *L = &m->layers[k];
-    if (draw_cell_params(m, L, k, cfg) < 0 || init_states(m, L, k) < 0) return -1;
+    if (draw_cell_params(m, L, k, cfg) < 0 || init_states(m, L, arena_printf(&m->arena, "layer.%d", k)) < 0) return -1;
     wire_layer(m, L, k);
+    if (m->bidir) {
+      Layer *R = &m->rev[k];
+      if (draw_cell_params(m, R, k, cfg) < 0 || init_states(m, R, arena_printf(&m->arena, "layer.%d.reverse", k)) < 0)
+        return -1;
+      wire_layer(m, R, k);
+    }
     if (m->block) init_block_tensors(m, L);
   }
   init_uniform(&m->tensors[m->head_w], m->seed, C);
@@ -665,7 +737,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
   m->act[0] = dbuf(m, rows * (size_t)m->width);
   for (int k = 0; k < m->nlayers; k++) {
     Layer *L = &m->layers[k];
-    int Ck = m->block ? m->width : L->out;
+    int Ck = m->block ? m->width : layer_width(m, L);
     m->act[k + 1] = dbuf(m, rows * (size_t)Ck);
     if (m->dropout > 0) L->mask = dbuf(m, rows * (size_t)Ck), L->dropped = dbuf(m, rows * (size_t)Ck);
   }
@@ -686,6 +758,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
   m->d_targets = m->ops->alloc(m->ops, sizeof(int32_t) * (size_t)R + 1);
   m->d_y = dbuf(m, (size_t)R * (size_t)shape->out_dim);
   m->d_on = dbuf(m, (size_t)R);
+  alloc_lengths(m, C);
 }
 
 /* The embedding's gradient through layer 0, folded: where the embedding feeds layer 0 directly (stacked
@@ -696,7 +769,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
  * no (CELLC_EMBED_FOLD=0, for comparisons). The same gradient as the input gradient summed by
  * token, summed in another order. */
 static void plan_embedding_fold(Model *m) {
-  if (!m->embed || m->block || m->nlayers < 1 || tuning()->no_embed_fold) return;
+  if (!m->embed || m->block || m->bidir || m->nlayers < 1 || tuning()->no_embed_fold) return;
   if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
   m->fold = m->backend->folds && m->backend->folds(m->layers[0].exe[0]);
 }
@@ -755,10 +828,8 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
   return m;
 }
 
-void model_free(Model *m) {
-  if (!m) return;
-  for (int k = 0; m->layers && k < m->nlayers; k++) {
-    Layer *L = &m->layers[k];
+static void layer_free(Model *m, Layer *L) {
+  {
     int nsp = L->exe[0] ? L->exe[0]->p->nsparts : 0, nno = L->exe[0] ? L->exe[0]->p->nnoise : 0;
     for (int v = 0; v < 2; v++) {
       if (L->work[v] && (v == 0 || L->work[1] != L->work[0])) m->backend->work_free(L->work[v]);
@@ -772,7 +843,16 @@ void model_free(Model *m) {
     free(L->h0), free(L->gh0), free(L->final), free(L->dfinal), free(L->noise);
     dfree(m, L->normed), dfree(m, L->nmean), dfree(m, L->nrstd), dfree(m, L->mixed), dfree(m, L->mixcache), dfree(m, L->y);
     dfree(m, L->mask), dfree(m, L->dropped);
+    dfree(m, L->xr), dfree(m, L->gxr), dfree(m, L->ycat), dfree(m, L->dycat), dfree(m, L->joined), dfree(m, L->jtmp);
   }
+}
+
+void model_free(Model *m) {
+  if (!m) return;
+  for (int k = 0; m->layers && k < m->nlayers; k++) layer_free(m, &m->layers[k]);
+  for (int k = 0; m->rev && k < m->nlayers; k++) layer_free(m, &m->rev[k]);
+  free(m->rev), free(m->lens), free(m->h_idx), free(m->h_w);
+  dfree(m, m->d_perm), dfree(m, m->d_cat), dfree(m, m->d_catinv), dfree(m, m->d_last), dfree(m, m->d_wmean), dfree(m, m->dtop);
   for (int k = 0; m->act && k <= m->nlayers; k++) dfree(m, m->act[k]);
   free(m->act);
   for (int i = 0; i < 2; i++) dfree(m, m->dact[i]), dfree(m, m->dtmp[i]);
@@ -866,7 +946,167 @@ static void norm_backward(Model *m, Layer *L, float *dx, const float *dout, cons
   else o->batchnorm_bwd(o, dx, dw, db, m->scratch, dout, x, w, L->nmean, L->nrstd, m->rows, C, true);
 }
 
+/* ---- lengths and bidirectional layers ---- */
+
+/* This batch's lengths (all T without them) and the index arrays built from them: the reversal
+ * within each length P (an involution: P[t B + b] = (len_b - 1 - t) B + b for t < len_b, the row
+ * itself after), the concat join as a gather of ycat's 2 rows rows, its inverse, the rows readout
+ * last reads and readout mean's weights. */
+static void lengths_set(Model *m, const TaskBatch *b) {
+  int T = m->T, B = m->B, rows = m->rows;
+  for (int j = 0; j < B; j++) {
+    m->lens[j] = m->varlen && b->lengths ? b->lengths[j] : T;
+    CHECK(m->lens[j] >= 1 && m->lens[j] <= T);
+  }
+  if (!m->varlen && !m->bidir) return;
+  Device *o = m->ops;
+  int32_t *h = m->h_idx;
+  if (m->bidir) {
+    for (int r = 0; r < rows; r++) {
+      int t = r / B, j = r % B, len = m->lens[j];
+      h[r] = t < len ? (len - 1 - t) * B + j : r;
+    }
+    o->upload(o, m->d_perm, h, sizeof(int32_t) * (size_t)rows);
+    int32_t *cat = xmalloc(sizeof(int32_t) * 2 * (size_t)rows);
+    for (int r = 0; r < rows; r++) cat[2 * r] = r, cat[2 * r + 1] = rows + h[r];
+    o->upload(o, m->d_cat, cat, sizeof(int32_t) * 2 * (size_t)rows);
+    for (int i = 0; i < 2 * rows; i++) h[cat[i]] = i;
+    o->upload(o, m->d_catinv, h, sizeof(int32_t) * 2 * (size_t)rows);
+    free(cat);
+  }
+  if (m->readout == NN_READOUT_LAST) {
+    /* the head reads act[L] at each sequence's last step; a bidirectional top layer: its forward
+     * direction's last step and its reverse direction's output at step 0 (the reverse cell's last
+     * step, row (len - 1) B + b of ycat's second half), concatenated or summed */
+    for (int j = 0; j < B; j++) {
+      int last = (m->lens[j] - 1) * B + j;
+      if (!m->bidir) h[j] = last;
+      else if (!m->join_sum) h[2 * j] = last, h[2 * j + 1] = rows + last;
+      else h[j] = last, h[B + j] = rows + last;
+    }
+    o->upload(o, m->d_last, h, sizeof(int32_t) * (size_t)(m->bidir ? 2 * B : B));
+  }
+  if (m->readout == NN_READOUT_MEAN) {
+    int L = m->nlayers - 1, C = m->block ? m->width : layer_width(m, &m->layers[L]);
+    for (int r = 0; r < rows; r++) {
+      int t = r / B, len = m->lens[r % B];
+      float w = t < len ? (float)T / (float)len : 0.0f;
+      for (int c = 0; c < C; c++) m->h_w[(size_t)r * C + c] = w;
+    }
+    o->upload(o, m->d_wmean, m->h_w, sizeof(float) * (size_t)rows * (size_t)C);
+  }
+}
+
+/* Readout last or mean over each sequence's own steps (lengths_set's arrays): act[L] -> readout_out. */
+static void own_readout_fwd(Model *m, int C) {
+  Device *o = m->ops;
+  size_t rows = (size_t)m->rows;
+  const float *top = m->act[m->nlayers];
+  if (m->readout == NN_READOUT_MEAN) { /* the mean over T of act * T / length */
+    float *tmp = m->dtmp[0];
+    o->zero(o, tmp, sizeof(float) * rows * (size_t)C);
+    o->dropout_bwd(o, tmp, top, m->d_wmean, rows * (size_t)C);
+    o->readout_fwd(o, NN_READOUT_MEAN, m->readout_out, tmp, m->T, m->B, C);
+  } else if (!m->bidir) {
+    o->embed_fwd(o, m->readout_out, m->d_last, top, m->B, m->rows, C);
+  } else {
+    Layer *L = &m->layers[m->nlayers - 1];
+    int out = L->out;
+    if (!m->join_sum) o->embed_fwd(o, m->readout_out, m->d_last, L->ycat, 2 * m->B, 2 * m->rows, out);
+    else { /* dycat is free in the forward, and large enough for any T */
+      o->embed_fwd(o, L->dycat, m->d_last, L->ycat, 2 * m->B, 2 * m->rows, out);
+      o->add(o, m->readout_out, L->dycat, L->dycat + (size_t)m->B * out, (size_t)m->B * out);
+    }
+  }
+}
+
+/* Its backward: dreadout -> dcur (zeroed; [rows, C]), or for a bidirectional top layer read out
+ * last, -> dtop (dL/d(ycat)), which the layer's backward adds. */
+static void own_readout_bwd(Model *m, float *dcur, int C) {
+  Device *o = m->ops;
+  size_t rows = (size_t)m->rows;
+  if (m->readout == NN_READOUT_MEAN) {
+    float *tmp = m->dtmp[0];
+    o->zero(o, tmp, sizeof(float) * rows * (size_t)C);
+    o->readout_bwd(o, NN_READOUT_MEAN, tmp, m->dreadout, m->T, m->B, C);
+    o->dropout_bwd(o, dcur, tmp, m->d_wmean, rows * (size_t)C);
+  } else if (!m->bidir) {
+    o->embed_bwd(o, dcur, m->dreadout, m->d_last, m->B, m->rows, C);
+  } else {
+    int out = m->layers[m->nlayers - 1].out;
+    size_t bo = (size_t)m->B * out;
+    o->zero(o, m->dtop, sizeof(float) * 2 * rows * (size_t)out);
+    const float *d = m->dreadout;
+    float *two = m->layers[m->nlayers - 1].dycat; /* free until the top layer's backward */
+    if (m->join_sum) { /* both halves take the sum's gradient */
+      o->copy(o, two, m->dreadout, sizeof(float) * bo);
+      o->copy(o, two + bo, m->dreadout, sizeof(float) * bo);
+      d = two;
+    }
+    o->embed_bwd(o, m->dtop, d, m->d_last, 2 * m->B, 2 * m->rows, out);
+  }
+}
+
+/* A bidirectional layer (stacked): the forward cell over act[k], the reverse cell over act[k]
+ * reversed within each length (a gather by P), its output reversed back, the two joined. */
+static void bidir_forward(Model *m, int k, bool training, int64_t step) {
+  Layer *L = &m->layers[k], *R = &m->rev[k];
+  Device *o = m->ops;
+  int v = training ? 0 : 1, C = layer_width(m, L), out = L->out;
+  size_t rows = (size_t)m->rows;
+  if (training) per_batch_draws(m, L, k, step), per_batch_draws(m, R, m->nlayers + k, step);
+  learned_states(m, L, false), learned_states(m, R, false);
+  o->embed_fwd(o, L->xr, m->d_perm, m->act[k], m->rows, m->rows, L->in);
+  L->seq[v].x = m->act[k], L->seq[v].y = L->ycat;
+  R->seq[v].x = L->xr, R->seq[v].y = L->ycat + rows * (size_t)out;
+  chunked_forward(L->exe[v], L->work[v], &L->seq[v], L->chunk[v]);
+  chunked_forward(R->exe[v], R->work[v], &R->seq[v], R->chunk[v]);
+  bool drop = m->dropout > 0 && k < m->nlayers - 1;
+  float *joined = drop ? L->joined : m->act[k + 1];
+  if (!m->join_sum) o->embed_fwd(o, joined, m->d_cat, L->ycat, 2 * m->rows, 2 * m->rows, out);
+  else {
+    o->embed_fwd(o, L->jtmp, m->d_perm, L->ycat + rows * (size_t)out, m->rows, m->rows, out);
+    o->add(o, joined, L->ycat, L->jtmp, rows * (size_t)out);
+  }
+  if (drop) {
+    uint64_t key = rng_key(m->seed, (uint64_t)step, rng_stream_of("dropout") + (uint64_t)k);
+    o->dropout_fwd(o, m->act[k + 1], L->mask, joined, rows * (size_t)C, (float)m->dropout, key, draw_slice(m, (size_t)C),
+                   training);
+  }
+}
+
+static void bidir_backward(Model *m, int k, float *din, const float *dout) {
+  Layer *L = &m->layers[k], *R = &m->rev[k];
+  Device *o = m->ops;
+  int C = layer_width(m, L), out = L->out;
+  size_t rows = (size_t)m->rows, ro = rows * (size_t)out;
+  const float *d = dout;
+  if (m->dropout > 0 && k < m->nlayers - 1) {
+    o->zero(o, m->dtmp[0], sizeof(float) * rows * (size_t)C);
+    o->dropout_bwd(o, m->dtmp[0], d, L->mask, rows * (size_t)C);
+    d = m->dtmp[0];
+  }
+  if (!m->join_sum) o->embed_fwd(o, L->dycat, m->d_catinv, d, 2 * m->rows, 2 * m->rows, out);
+  else {
+    o->copy(o, L->dycat, d, sizeof(float) * ro);
+    o->embed_fwd(o, L->dycat + ro, m->d_perm, d, m->rows, m->rows, out);
+  }
+  if (k == m->nlayers - 1 && m->dtop) o->acc(o, L->dycat, m->dtop, 2 * ro);
+  L->seq[0].dy = L->dycat, L->seq[0].grad_x = din, L->seq[0].fold = NULL;
+  R->seq[0].dy = L->dycat + ro, R->seq[0].grad_x = L->gxr, R->seq[0].fold = NULL;
+  chunked_backward(L->exe[0], L->work[0], &L->seq[0], L->chunk[0]);
+  chunked_backward(R->exe[0], R->work[0], &R->seq[0], R->chunk[0]);
+  /* the reverse cell's input gradient, reversed back (xr is free once its backward is done) */
+  o->embed_fwd(o, L->xr, m->d_perm, L->gxr, m->rows, m->rows, L->in);
+  o->acc(o, din, L->xr, rows * (size_t)L->in);
+  learned_states(m, L, true), learned_states(m, R, true);
+}
+
 static void layer_forward(Model *m, int k, bool training, int64_t step) {
+  if (m->bidir) {
+    bidir_forward(m, k, training, step);
+    return;
+  }
   Layer *L = &m->layers[k];
   int v = training ? 0 : 1, C = m->block ? m->width : L->out;
   size_t n = (size_t)m->rows * (size_t)C;
@@ -903,6 +1143,10 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
 /* Given dL/d(act[k+1]) in dout, writes dL/d(act[k]) to din (layer 0 of a folded embedding: adds it
  * summed by token to the embedding's gradient instead, plan_embedding_fold). */
 static void layer_backward(Model *m, int k, float *din, const float *dout) {
+  if (m->bidir) {
+    bidir_backward(m, k, din, dout);
+    return;
+  }
   Layer *L = &m->layers[k];
   int C = m->block ? m->width : L->out;
   size_t n = (size_t)m->rows * (size_t)C;
@@ -953,15 +1197,16 @@ static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
   if (m->embed) o->upload(o, m->d_ids, b->tokens, sizeof(int32_t) * rows);
   else o->upload(o, m->d_x, b->x, sizeof(float) * rows * (size_t)m->task.in_dim);
   int64_t counted = 0;
+  bool all = R == m->rows;
   if (m->task.loss == TASK_LOSS_CE) {
     for (int r = 0; r < R; r++) {
-      m->targets[r] = (r % m->B) < valid ? b->cls[r] : -1;
+      m->targets[r] = (r % m->B) < valid && (!all || r / m->B < m->lens[r % m->B]) ? b->cls[r] : -1;
       counted += m->targets[r] >= 0;
     }
     o->upload(o, m->d_targets, m->targets, sizeof(int32_t) * (size_t)R);
   } else {
     for (int r = 0; r < R; r++) {
-      bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0);
+      bool on = (r % m->B) < valid && (!b->mask || R != m->rows || b->mask[r] > 0) && (!all || r / m->B < m->lens[r % m->B]);
       m->on[r] = on ? 1.0f : 0.0f;
       counted += on ? K : 0;
     }
@@ -976,8 +1221,9 @@ static int64_t upload_batch(Model *m, const TaskBatch *b, int valid) {
 static ModelLoss forward(Model *m, const TaskBatch *b, bool training, int64_t step, int rows, bool dlogits) {
   CHECK(b->T == m->T && b->B == m->B);
   Device *o = m->ops;
-  int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
+  int C = m->block ? m->width : layer_width(m, &m->layers[m->nlayers - 1]);
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
+  lengths_set(m, b);
   int64_t counted = upload_batch(m, b, rows);
   ModelTensor *enc = &m->tensors[m->enc_w];
   if (m->embed) o->embed_fwd(o, m->act[0], m->d_ids, enc->dval[0], m->rows, m->task.vocab, m->width);
@@ -987,7 +1233,8 @@ static ModelLoss forward(Model *m, const TaskBatch *b, bool training, int64_t st
    * straight into theirs */
   bool all = m->readout == NN_READOUT_ALL;
   const float *rin = all ? m->act[m->nlayers] : m->readout_out;
-  if (!all) o->readout_fwd(o, (int)m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
+  if (m->own_readout) own_readout_fwd(m, C);
+  else if (!all) o->readout_fwd(o, (int)m->readout, m->readout_out, m->act[m->nlayers], m->T, m->B, C);
   ModelTensor *hw = &m->tensors[m->head_w], *hb = &m->tensors[m->head_b];
   o->linear_fwd(o, m->logits, rin, hw->dval[0], hb->dval[0], R, C, K);
   ModelLoss out = {0};
@@ -1009,7 +1256,7 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
 
   Device *o = m->ops;
   size_t nrows = (size_t)m->rows;
-  int C = m->block ? m->width : m->layers[m->nlayers - 1].out;
+  int C = m->block ? m->width : layer_width(m, &m->layers[m->nlayers - 1]);
   int R = nn_readout_rows(m->readout, m->T, m->B), K = m->task.out_dim;
   bool all = m->readout == NN_READOUT_ALL;
   const float *rin = all ? m->act[m->nlayers] : m->readout_out;
@@ -1021,7 +1268,8 @@ ModelLoss model_batch(Model *m, const TaskBatch *b, bool training, int64_t step,
   else {
     o->zero(o, dcur, sizeof(float) * nrows * (size_t)C);
     o->linear_bwd(o, m->dreadout, hw->dgrad[0], hb->dgrad[0], m->dlogits, rin, hw->dval[0], R, C, K);
-    o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
+    if (m->own_readout) own_readout_bwd(m, dcur, C);
+    else o->readout_bwd(o, (int)m->readout, dcur, m->dreadout, m->T, m->B, C);
   }
   for (int k = m->nlayers - 1; k >= 0; k--) {
     layer_backward(m, k, dnext, dcur);
@@ -1047,7 +1295,8 @@ size_t model_work_bytes(const Model *m) {
     const Layer *L = &m->layers[k];
     TrainMemory t = pipeline_train_memory(L->cell[0], m->chunk);
     size_t one = t.per_run - t.seq_run + (size_t)m->B * (t.per_row - t.seq_row + (size_t)m->T * (t.per_token - t.seq_token));
-    total += L->work[1] == L->work[0] ? one : 2 * one; /* evaluation's own work where its program differs */
+    total += (L->work[1] == L->work[0] ? one : 2 * one) * (m->bidir ? 2 : 1); /* evaluation's own work where its program
+                                                                                 differs; the reverse direction's */
   }
   return total;
 }
@@ -1149,21 +1398,29 @@ bool model_find_nonfinite(Model *m, const TaskBatch *b, bool training, int64_t s
   if (act_bad(m, m->act[0], m->width, "the encoder's output", buf, n)) return true;
   for (int k = 0; k < m->nlayers; k++) {
     Layer *L = &m->layers[k];
-    int C = m->block ? m->width : L->out;
+    int C = m->block ? m->width : layer_width(m, L);
     bool drop = m->dropout > 0 && (m->block || k < m->nlayers - 1);
     bool direct = !m->block && L->mix_w < 0 && !drop; /* as layer_forward */
-    char what[64];
+    char what[128];
     snprintf(what, sizeof what, "layer %d: the norm's output", k);
     if (L->norm_w >= 0 && act_bad(m, L->normed, m->width, what, buf, n)) return true;
     if (states_bad(m, k, training, buf, n)) return true;
     snprintf(what, sizeof what, "layer %d: the cell's output", k);
-    if (act_bad(m, direct ? m->act[k + 1] : L->y, L->out, what, buf, n)) return true;
+    if (m->bidir) { /* both directions' outputs: 2 T B rows */
+      snprintf(what, sizeof what, "layer %d: the forward (rows 1 to %d) or reverse direction's output", k, m->rows);
+      float v;
+      if (first_bad(m, L->ycat, 2 * (size_t)m->rows * (size_t)L->out, &v) >= 0) {
+        snprintf(buf, n, "%s (%s)", what, bad_word(v));
+        return true;
+      }
+      direct = false;
+    } else if (act_bad(m, direct ? m->act[k + 1] : L->y, L->out, what, buf, n)) return true;
     snprintf(what, sizeof what, "layer %d: the mixer's output", k);
     if (L->mix_w >= 0 && act_bad(m, L->mixed, m->width, what, buf, n)) return true;
     snprintf(what, sizeof what, "layer %d: the block's output", k);
     if (!direct && act_bad(m, m->act[k + 1], C, what, buf, n)) return true;
   }
-  int C = m->block ? m->width : m->layers[m->nlayers - 1].out, R = nn_readout_rows(m->readout, m->T, m->B);
+  int C = m->block ? m->width : layer_width(m, &m->layers[m->nlayers - 1]), R = nn_readout_rows(m->readout, m->T, m->B);
   float v;
   int64_t at = m->readout == NN_READOUT_ALL ? -1 : first_bad(m, m->readout_out, (size_t)R * (size_t)C, &v);
   if (at >= 0) {
@@ -1188,6 +1445,8 @@ bool model_find_nonfinite(Model *m, const TaskBatch *b, bool training, int64_t s
       if (tensor_bad(m, L->mix_w + i, true, buf, n)) return true;
     for (int i = 0; i < L->cell[0]->nparams; i++)
       if (tensor_bad(m, L->first + i, true, buf, n)) return true;
+    for (int i = 0; m->bidir && i < m->rev[k].cell[0]->nparams; i++)
+      if (tensor_bad(m, m->rev[k].first + i, true, buf, n)) return true;
     for (int i = 0; L->norm_w >= 0 && i < 2; i++)
       if (tensor_bad(m, L->norm_w + i, true, buf, n)) return true;
   }
