@@ -510,8 +510,15 @@ int file_new(Task *t, char *err, size_t errlen) {
   }
   for (int i = 0; i < 3; i++) lengths = lengths || d->s[i].T != T;
   int vocab = task_int(t, "vocab");
-  if (k->tokens && vocab && maxtok >= vocab)
-    return task_err(t, err, errlen, "the data hold token id %lld, not below vocab = %d", (long long)maxtok, vocab);
+  for (int i = 0; k->tokens && vocab && maxtok >= vocab && i < 3; i++) {
+    const Split *s = &d->s[i];
+    for (int64_t n = 0; n < s->n; n++)
+      for (int j = 0; j < s->len[n]; j++)
+        if (s->tok[n * s->T + j] >= vocab) /* a carved split's items came from train's file */
+          return task_err(t, err, errlen, "'%s': tensor '%s%s' holds token id %d (in the %s split), not below vocab = %d",
+                          have[i] ? where[i] : where[0], one && !jsonl ? (have[i] ? split_names[i] : "train") : "",
+                          one && !jsonl ? ".x" : "x", s->tok[n * s->T + j], split_names[i], vocab);
+  }
   d->D = k->D, d->O = k->classes ? 1 : k->O, d->per_step = k->per_step;
   t->shape.token_input = k->tokens;
   t->shape.vocab = k->tokens ? (vocab ? vocab : (int)maxtok + 1) : 0;
