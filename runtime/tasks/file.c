@@ -485,9 +485,10 @@ int file_new(Task *t, char *err, size_t errlen) {
                       k->classes ? "class" : "float", k->per_step ? " per step" : " per sequence");
   }
   /* the splits the files do not give: 10% of train each, from its end (valid last) */
-  for (int i = 2; i >= 1; i--) {
+  int64_t n0 = d->s[0].n;
+  for (int i = 1; i <= 2; i++) {
     if (have[i]) continue;
-    int64_t take = d->s[0].n / 10 > 0 ? d->s[0].n / 10 : 1;
+    int64_t take = n0 / 10 > 0 ? n0 / 10 : 1;
     if (d->s[0].n - take < 1)
       return task_err(t, err, errlen, "'%s' holds %lld sequence%s: too few to carve a %s split from (give %s)", where[0],
                       (long long)d->s[0].n, d->s[0].n == 1 ? "" : "s", split_names[i], split_names[i]);

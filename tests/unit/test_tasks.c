@@ -148,8 +148,8 @@ Test(tasks, table_knows_every_task) {
   int n = task_names(&names);
   const char *want[] = {
       "copying", "selective_copying", "adding", "temporal_xor", "ar2",   "delay_sum", "moving_average",
-      "sinmix",  "mnist1d",           "images", "text",         "tokens"};
-  cr_assert_eq(n, 12);
+      "sinmix",  "mnist1d",           "images", "text",         "tokens",   "file"};
+  cr_assert_eq(n, 13);
   for (int i = 0; i < n; i++) {
     cr_assert_str_eq(names[i], want[i]);
     const TaskDef *d = task_find(names[i]);
@@ -1334,4 +1334,94 @@ Test(tasks, batch_part_is_the_rows_of_the_global_batch) {
     }
     task_free(t);
   }
+}
+
+/* ---- file: JSON lines here (safetensors files: tests/file_task_cli.py) ---- */
+
+/* n lines of token lists, line i of length 1 + (i * 7) % 16, token j = (i + j) % 5, class i % 3. */
+static const char *write_jsonl(int slot, const char *tag, int n) {
+  char *buf = malloc((size_t)n * 128 + 1);
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    at += (size_t)sprintf(buf + at, "{\"x\": [");
+    for (int j = 0; j < 1 + (i * 7) % 16; j++) at += (size_t)sprintf(buf + at, j ? ", %d" : "%d", (i + j) % 5);
+    at += (size_t)sprintf(buf + at, "], \"y\": %d}\n", i % 3);
+  }
+  const char *p = write_tmp(slot, tag, buf, at);
+  free(buf);
+  return p;
+}
+
+Test(file, jsonl_tokens_lengths_and_padding) {
+  const char *p = write_jsonl(0, "a.jsonl", 50);
+  Task *t = make("file", KV("train", p, "format", "jsonl"), 1);
+  TaskShape s = task_shape(t);
+  cr_assert(s.token_input && s.lengths);
+  cr_assert_eq(s.length, 16);
+  cr_assert_eq(s.vocab, 5);
+  cr_assert_eq(s.out_dim, 3);
+  cr_assert_eq(s.loss, TASK_LOSS_CE);
+  cr_assert_eq(s.readout, TASK_READ_LAST);
+  cr_assert_eq(s.split_size[0] + s.split_size[1] + s.split_size[2], 50);
+  cr_assert_eq(s.split_size[1], 5); /* valid: the last 10% of the file, test the 10% before */
+  TaskBatch bt;
+  task_batch(t, TASK_VALID, 0, 5, &bt);
+  for (int b = 0; b < 5; b++) {
+    int i = 45 + b, len = 1 + (i * 7) % 16;
+    cr_assert_eq(bt.lengths[b], len);
+    cr_assert_eq(bt.cls[b], i % 3);
+    for (int j = 0; j < 16; j++) cr_assert_eq(bt.tokens[j * 5 + b], j < len ? (i + j) % 5 : 0, "item %d step %d", i, j);
+  }
+  TaskBatch part;
+  task_batch_part(t, TASK_VALID, 0, 5, 2, 3, &part);
+  for (int b = 0; b < 3; b++) cr_assert_eq(part.lengths[b], bt.lengths[2 + b]);
+  task_batch_free(&part);
+  task_batch_free(&bt);
+  task_free(t);
+  unlink(p);
+}
+
+/* The spread of lengths within the train batches of the first epoch, summed. */
+static int spread(Task *t, int B, int nb, int *seen, int n) {
+  int total = 0;
+  for (int i = 0; i < nb; i++) {
+    TaskBatch bt;
+    task_batch(t, TASK_TRAIN, i, B, &bt);
+    int lo = 1 << 30, hi = 0;
+    for (int b = 0; b < B; b++) {
+      lo = bt.lengths[b] < lo ? bt.lengths[b] : lo, hi = bt.lengths[b] > hi ? bt.lengths[b] : hi;
+      /* the item: its first token and length identify it among these lines */
+      for (int k = 0; k < n; k++)
+        if (1 + (k * 7) % 16 == bt.lengths[b] && k % 5 == bt.tokens[b]) seen[k]++;
+    }
+    total += hi - lo;
+    task_batch_free(&bt);
+  }
+  return total;
+}
+
+Test(file, bucket_builds_batches_of_similar_lengths) {
+  enum { N = 640, B = 4 };
+  const char *p = write_jsonl(0, "b.jsonl", N);
+  Task *t = make("file", KV("train", p, "format", "jsonl"), 3);
+  int64_t n = task_shape(t).split_size[TASK_TRAIN];
+  int nb = (int)(n / B), *seen = calloc(N, sizeof(int)), *seen2 = calloc(N, sizeof(int));
+  int plain = spread(t, B, nb, seen, N);
+  task_set_bucket(t, true);
+  int bucketed = spread(t, B, nb, seen2, N);
+  cr_assert_lt(bucketed * 4, plain, "bucketed spread %d, plain %d", bucketed, plain);
+  for (int k = 0; k < N; k++) cr_assert_eq(seen[k], seen2[k], "an epoch holds the same items either way");
+  free(seen), free(seen2);
+  task_free(t);
+  unlink(p);
+}
+
+Test(file, errors_name_the_file) {
+  expect_error("file", KV("format", "safetensors"), "train is required");
+  expect_error("file", KV("train", "/nonexistent/a.safetensors"), "/nonexistent/a.safetensors");
+  expect_error("file", KV("train", "/nonexistent/a.jsonl", "format", "jsonl"), "cannot open '/nonexistent/a.jsonl'");
+  expect_error("file", KV("train", "a", "format", "csv"), "format 'csv' is not one of safetensors, jsonl");
+  const char *p = write_tmp(0, "bad.jsonl", "{\"x\": [1, 2], \"y\": 0}\n{\"x\": [1], \"z\": 0}\n", 42);
+  expect_error("file", KV("train", p, "format", "jsonl"), "line 2: a key other than");
+  unlink(p);
 }
