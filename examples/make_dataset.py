@@ -5,7 +5,7 @@
 
 The data: variable-length real-valued sequences, sum of two noisy sines of random frequencies;
 the class says whether the higher frequency comes in the first or the second half of the
-sequence (a task that needs the whole sequence: a bidirectional layer helps). Each split is a
+sequence (the whole sequence matters). Each split is a
 safetensors file holding
     x        F32 [N, T, D]   the sequences, padded with zeros after each one's length
     y        I64 [N]         a class per sequence (integers: cross-entropy, readout last)
