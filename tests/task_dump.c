@@ -7,9 +7,10 @@
  *
  * Tensors, for SPLIT in train, valid, test: `x_SPLIT` F32 [N, T, C] (real-valued inputs) or I32
  * [N, T] (token inputs), `y_SPLIT` I32 [N] (the class of each sequence) or [N, T] (a class per
- * step, -1 where none counts), and for a task with lengths `lengths_SPLIT` I32 [N]. train is in
- * its first epoch's order, valid and test in the task's order. Only tasks with fixed splits and
- * classes (CE) can be dumped. Exit status: 0, 1 on bad input, 2 on bad usage. */
+ * step, -1 where none counts), or F32 [N, O] or [N, T, O] (MSE targets), and for a task with
+ * lengths `lengths_SPLIT` I32 [N]. train is in its first epoch's order, valid and test in the
+ * task's order. Only tasks with fixed splits can be dumped. Exit status: 0, 1 on bad input, 2
+ * on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,20 @@ static void add_split(SftWriter *w, Task *t, const TaskShape *sh, int s, int n) 
   int64_t xshape[3] = {n, T, C};
   sft_add(w, name, sh->token_input ? SFT_I32 : SFT_F32, sh->token_input ? 2 : 3, xshape, x);
   snprintf(name, sizeof name, "y_%s", split_name[s]);
-  if (sh->readout == TASK_READ_ALL) { /* [T, B] -> [N, T] */
+  if (sh->loss == TASK_LOSS_MSE) { /* [B, O] as it is, or [T, B, O] -> [N, T, O] */
+    int O = sh->out_dim;
+    if (sh->readout == TASK_READ_ALL) {
+      float *y = malloc(sizeof(float) * (size_t)n * T * O);
+      for (int i = 0; i < n; i++)
+        for (int k = 0; k < T; k++) memcpy(y + ((size_t)i * T + k) * O, b.y + ((size_t)k * n + i) * O, sizeof(float) * O);
+      int64_t yshape[3] = {n, T, O};
+      sft_add(w, name, SFT_F32, 3, yshape, y);
+      free(y);
+    } else {
+      int64_t yshape[2] = {n, O};
+      sft_add(w, name, SFT_F32, 2, yshape, b.y);
+    }
+  } else if (sh->readout == TASK_READ_ALL) { /* [T, B] -> [N, T] */
     int32_t *y = malloc(sizeof(int32_t) * (size_t)n * T);
     for (int i = 0; i < n; i++)
       for (int k = 0; k < T; k++) y[(size_t)i * T + k] = b.cls[(size_t)k * n + i];
@@ -72,8 +86,8 @@ static int dump(Cfg *c, const char *out) {
   }
   TaskShape sh = task_shape(t);
   int fixed = sh.split_size[0] > 0 && sh.split_size[1] > 0 && sh.split_size[2] > 0;
-  if (!fixed || sh.loss != TASK_LOSS_CE || sh.split_size[0] > 100000000) {
-    fprintf(stderr, "task_dump: task '%s' has no fixed splits of classes\n", def->name);
+  if (!fixed || sh.split_size[0] > 100000000) {
+    fprintf(stderr, "task_dump: task '%s' has no fixed splits\n", def->name);
     task_free(t);
     return 1;
   }

@@ -12,9 +12,11 @@
 # nn.GRU (the cell below, PyTorch's GRU: reset gate inside the recurrent product, two biases) or
 # nn.LSTM (stdlib lstm: PyTorch's gate order i, f, g, o; bias_hh 0), packed by length, the
 # readout (last: h_n, the forward direction's last step and the reverse one's step 0; mean over
-# each sequence's steps; all: every real step), a linear head, cross-entropy averaged over what
-# counts, SGD with momentum. Check per run: cellc's loss at every step within 1e-4 relative of
-# PyTorch's. Ends with "N passed, M failed".
+# each sequence's steps; all: every real step; a join by sum: the two directions' outputs added),
+# a linear head, cross-entropy (classes per sequence or per step) or mean squared error (float
+# targets per sequence or per step) averaged over what counts, SGD with momentum. Check per run:
+# cellc's loss at every step within 1e-4 relative of PyTorch's, and every cell param moved by
+# more than 1e-4 (the later steps test the gradients). Ends with "N passed, M failed".
 #
 #   varlen_train.py [--cellc bin/cellc] [--dump build/task_dump] [--devices cpu,cuda-emu] [--keep DIR]
 import argparse
@@ -57,9 +59,13 @@ cell gru_torch {
 }
 """
 
-# (name, cell, layers, bidirectional, readout): per-sequence classes unless readout all
-CONFIGS = [(f"{c}_l{n}{'_bi' if bi else ''}", c, n, bi, "last") for c in ("gru", "lstm") for n in (1, 2) for bi in (False, True)]
-CONFIGS += [("gru_l2_bi_tags", "gru", 2, True, "all"), ("lstm_l1_bi_mean", "lstm", 1, True, "mean")]
+# (name, cell, layers, bidirectional, readout, join): per-sequence classes unless readout all; a
+# join by sum (one layer: nn.GRU's layers join by concat) is PyTorch's two directions added
+CONFIGS = [(f"{c}_l{n}{'_bi' if bi else ''}", c, n, bi, "last", "concat") for c in ("gru", "lstm") for n in (1, 2)
+           for bi in (False, True)]
+CONFIGS += [("gru_l2_bi_tags", "gru", 2, True, "all", "concat"), ("lstm_l1_bi_mean", "lstm", 1, True, "mean", "concat"),
+            ("gru_l1_bi_sum", "gru", 1, True, "last", "sum"), ("lstm_l1_bi_sum_tags", "lstm", 1, True, "all", "sum"),
+            ("gru_l2_bi_regress", "gru", 2, True, "last", "concat"), ("lstm_l1_bi_regress_steps", "lstm", 1, True, "all", "concat")]
 
 passed = failed = 0
 
@@ -86,12 +92,16 @@ def write_data(work, rng):
             x[i, lengths[i]:] = np.nan  # never read
             y_step[i, lengths[i]:] = 7  # nor these
         y_seq = (x_clean[np.arange(n), lengths - 1, 0] > 0).astype(np.int64) + (x_clean[:, 0, 1] > 0)
-        for kind, y in (("seq", y_seq), ("step", y_step)):
+        # float targets: mean squared error; O = 2 per sequence, 1 per step ([N, T])
+        y_reg = np.stack([x_clean[np.arange(n), lengths - 1, 0], x_clean[:, 0, 1]], 1).astype(np.float32)
+        y_regstep = np.cumsum(np.nan_to_num(x)[:, :, 0], 1).astype(np.float32) / 3
+        for kind, y in (("seq", y_seq.astype(np.int64)), ("step", y_step.astype(np.int64)), ("regseq", y_reg),
+                        ("regstep", y_regstep)):
             sft.write(os.path.join(work, f"{kind}_{split}.safetensors"),
-                      {"x": x, "y": y.astype(np.int64), "lengths": lengths.astype(np.int64)})
+                      {"x": x, "y": y, "lengths": lengths.astype(np.int64)})
 
 
-def cfg_text(work, kind, layers, bi, readout, steps, lr, device):
+def cfg_text(work, kind, layers, bi, readout, steps, lr, device, join="concat"):
     return f"""[task]
 name  = file
 train = {work}/{kind}_train.safetensors
@@ -104,6 +114,7 @@ hidden = {H}
 encoder = linear
 readout = {readout}
 bidirectional = {'true' if bi else 'false'}
+join = {join}
 [train]
 steps = {steps}
 batch = {B}
@@ -125,7 +136,7 @@ def run_cellc(a, cell, cfg_path, out):
     return p
 
 
-def torch_losses(params, batches, cellname, layers, bi, readout):
+def torch_losses(params, batches, cellname, layers, bi, readout, join, regress):
     import torch
     import torch.nn as nn
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -134,7 +145,7 @@ def torch_losses(params, batches, cellname, layers, bi, readout):
     rnn_cls = nn.GRU if cellname == "gru" else nn.LSTM
     enc = nn.Linear(D, WIDTH)
     rnn = rnn_cls(WIDTH, H, num_layers=layers, bidirectional=bi, batch_first=True)
-    head = nn.Linear(ndir * H, K)
+    head = nn.Linear((ndir if join == "concat" else 1) * H, (2 if readout == "last" else 1) if regress else K)
 
     def t(name):
         return torch.tensor(params[name].astype(np.float64))
@@ -168,7 +179,8 @@ def torch_losses(params, batches, cellname, layers, bi, readout):
     losses = []
     for x, y, lengths in batches:
         x = torch.tensor(np.nan_to_num(x).astype(np.float64))
-        y = torch.tensor(y.astype(np.int64))
+        y = torch.tensor(y.astype(np.float64 if regress else np.int64))
+        loss_of = nn.functional.mse_loss if regress else nn.functional.cross_entropy
         lengths = torch.tensor(lengths.astype(np.int64))
         a = enc(x)
         packed = pack_padded_sequence(a, lengths, batch_first=True, enforce_sorted=False)
@@ -176,16 +188,19 @@ def torch_losses(params, batches, cellname, layers, bi, readout):
         if cellname == "lstm":
             hn = hn[0]
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)
+        if join == "sum":
+            out, hn = out[:, :, :H] + out[:, :, H:], torch.stack([hn[-2] + hn[-1]])
         if readout == "last":
-            feat = torch.cat([hn[-2], hn[-1]], 1) if bi else hn[-1]
-            loss = nn.functional.cross_entropy(head(feat), y)
+            feat = torch.cat([hn[-2], hn[-1]], 1) if bi and join == "concat" else hn[-1]
+            loss = loss_of(head(feat), y)
         elif readout == "mean":
             mask = (torch.arange(T)[None, :] < lengths[:, None]).to(out.dtype)
             feat = (out * mask[:, :, None]).sum(1) / lengths[:, None].to(out.dtype)
-            loss = nn.functional.cross_entropy(head(feat), y)
+            loss = loss_of(head(feat), y)
         else:
             mask = torch.arange(T)[None, :] < lengths[:, None]
-            loss = nn.functional.cross_entropy(head(out)[mask], y[mask])
+            pred = head(out)[mask]
+            loss = loss_of(pred, y[mask])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -212,10 +227,10 @@ def main():
             f.write(TORCH_GRU)
         cells = {"gru": os.path.join(work, "gru_torch.cell"), "lstm": "stdlib/lstm.cell"}
         dumps = {}
-        for kind in ("seq", "step"):
+        for kind in ("seq", "step", "regseq", "regstep"):
             cfg = os.path.join(work, f"dump_{kind}.cfg")
             with open(cfg, "w") as f:
-                f.write(cfg_text(work, kind, 1, False, "all" if kind == "step" else "last", STEPS, LR, "cpu"))
+                f.write(cfg_text(work, kind, 1, False, "all" if kind.endswith("step") else "last", STEPS, LR, "cpu"))
             path = os.path.join(work, f"dump_{kind}.safetensors")
             p = subprocess.run([a.dump, cfg, path], capture_output=True, text=True)
             check(f"task_dump {kind}", p.returncode == 0, p.stderr.strip())
@@ -226,17 +241,17 @@ def main():
                   not np.isnan(d["x_train"]).any(), str(sorted(d)))
             dumps[kind] = [(d["x_train"][s * B:(s + 1) * B], d["y_train"][s * B:(s + 1) * B],
                             d["lengths_train"][s * B:(s + 1) * B]) for s in range(STEPS)]
-        for name, cellname, layers, bi, readout in CONFIGS:
+        for name, cellname, layers, bi, readout, join in CONFIGS:
             if a.only and name not in a.only.split(","):
                 continue
-            kind = "step" if readout == "all" else "seq"
+            kind = ("reg" if "regress" in name else "") + ("step" if readout == "all" else "seq")
             ref = None
             for dev in a.devices.split(","):
                 tag = f"{name} {dev}"
                 d0 = os.path.join(work, f"{name}.{dev}.init")
                 cfg0 = os.path.join(work, f"{name}.{dev}.init.cfg")
                 with open(cfg0, "w") as f:
-                    f.write(cfg_text(work, kind, layers, bi, readout, 1, "1e-30", dev))
+                    f.write(cfg_text(work, kind, layers, bi, readout, 1, "1e-30", dev, join))
                 p = run_cellc(a, cells[cellname], cfg0, d0)
                 if p.returncode:
                     check(f"{tag}: initial checkpoint", False, p.stderr.strip()[-2000:])
@@ -248,7 +263,7 @@ def main():
                 d1 = os.path.join(work, f"{name}.{dev}")
                 cfg1 = os.path.join(work, f"{name}.{dev}.cfg")
                 with open(cfg1, "w") as f:
-                    f.write(cfg_text(work, kind, layers, bi, readout, STEPS, LR, dev))
+                    f.write(cfg_text(work, kind, layers, bi, readout, STEPS, LR, dev, join))
                 p = run_cellc(a, cells[cellname], cfg1, d1)
                 if p.returncode:
                     check(f"{tag}: cellc train", False, p.stderr.strip()[-2000:])
@@ -256,7 +271,7 @@ def main():
                 got = [json.loads(line) for line in open(os.path.join(d1, "metrics.jsonl")) if '"split":"train"' in line]
                 got = [g["loss"] for g in got]
                 if ref is None:
-                    ref = torch_losses(params, dumps[kind], cellname, layers, bi, readout)
+                    ref = torch_losses(params, dumps[kind], cellname, layers, bi, readout, join, kind.startswith("reg"))
                 rel = max(abs(g - r) / abs(r) for g, r in zip(got, ref)) if len(got) == STEPS else float("inf")
                 # the params moved well beyond the tolerance: the later steps' losses test the gradients
                 last = sft.load(os.path.join(d1, "checkpoint.safetensors"))
