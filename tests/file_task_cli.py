@@ -145,6 +145,14 @@ def main():
               r.returncode == 0 and shape_of(r.stdout, "encoder.weight") == "[8, 3]" and
               shape_of(r.stdout, "head.weight") == "[1, 8]", r.stdout + r.stderr)
 
+        sft.write(p("long.safetensors"), {"x": np.concatenate([x0, x0], 1), "y": y})
+        r = train(work, f"train = {p('long.safetensors')}\nvalid = {p('a.safetensors')}", dry=True)
+        check("splits of different T: the model's T is the longest", r.returncode == 0 and f"T={2 * T}" in r.stdout,
+              r.stdout + r.stderr)
+        r = train(work, f"train = {p('a.safetensors')}\nvalid = {p('long.safetensors')}")
+        check("a shorter train split is padded (it has lengths)", r.returncode == 0 and "final:" in r.stdout,
+              r.stdout + r.stderr)
+
         # ---- bad data: exit 1, the file, the tensor, the expected shape; an earlier run kept ----
         keep = p("keep")
         r = train(work, f"train = {p('a.safetensors')}", out=keep)
@@ -203,6 +211,10 @@ def main():
             task=f"train = {p('bad.jsonl')}\nformat = jsonl", fname="bad.jsonl")
         bad("jsonl: NaN", '{"x": [[1, 2]], "y": 0}\n{"x": [[NaN, 1]], "y": 1}\n', ["line 2"],
             task=f"train = {p('bad.jsonl')}\nformat = jsonl", fname="bad.jsonl")
+        bad("jsonl: an empty y", '{"x": [1, 2], "y": []}\n', ["line 1", "empty"],
+            task=f"train = {p('bad.jsonl')}\nformat = jsonl", fname="bad.jsonl")
+        bad("jsonl: an empty file", '\n\n', ["holds no lines"], task=f"train = {p('bad.jsonl')}\nformat = jsonl",
+            fname="bad.jsonl")
         r = train(work, f"train = {p('missing.safetensors')}", out=keep)
         check("a missing file: exit 1 naming it", r.returncode == 1 and p("missing.safetensors") in r.stderr, r.stderr)
         r = train(work, f"train = {p('a.safetensors')}", out=keep, model="block = residual\nbidirectional = true")

@@ -325,6 +325,11 @@ static int split_from_jsonl(Task *t, const char *path, Split *s, Kind *k, char *
     bool per_step = y->depth == 2 || (y->depth == 1 && y->n0 == steps);
     int O = y->depth == 2 ? (int)y->n1 : y->depth == 1 && !per_step ? (int)y->n0 : 1;
     bool classes = y->all_int && y->depth < 2 && (y->depth == 0 || per_step);
+    if (O < 1 || O > (1 << 20)) {
+      rc = task_err(t, err, errlen, "'%s' line %lld: \"y\" is an empty list; expected a number, a list of 1 or more "
+                    "values or a list of steps", path, (long long)line);
+      break;
+    }
     if (y->depth == 2 && y->n0 != steps) {
       rc = task_err(t, err, errlen, "'%s' line %lld: \"y\" has %lld steps, \"x\" %lld", path, (long long)line,
                     (long long)y->n0, (long long)steps);
