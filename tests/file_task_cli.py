@@ -220,6 +220,12 @@ def main():
         r = train(work, f"train = {p('a.safetensors')}", out=keep, model="block = residual\nbidirectional = true")
         check("bidirectional residual blocks refused (exit 1, names the key)",
               r.returncode == 1 and "bidirectional" in r.stderr and "block = stack" in r.stderr, r.stderr)
+        r = train(work, f"train = {p('a.safetensors')}", out=keep, model="block = residual\nnorm = batch")
+        check("batch norm refused with lengths (exit 1, located at model.norm)",
+              r.returncode == 1 and "batch norm" in r.stderr and "norm = batch" in r.stderr, r.stderr)
+        r = train(work, f"train = {p('a.safetensors')}", model="block = residual\nnorm = layer\nmixer = glu")
+        check("residual blocks with layer norm and a mixer train with lengths", r.returncode == 0 and "final:" in r.stdout,
+              r.stdout + r.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")

@@ -551,6 +551,11 @@ static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
   m->varlen = shape->lengths;
   m->bidir = cfg_bool(cfg, "model.bidirectional");
   m->join_sum = !strcmp(cfg_word(cfg, "model.join"), "sum");
+  if (m->varlen && m->norm == NORM_BATCH) { /* the only block that mixes rows: its statistics would see the padding */
+    cfg_error(cfg, "model.norm", true, "batch norm's statistics would include the padding of task '%s', whose sequences "
+              "have lengths: use layer or rms", cfg_word(cfg, "task.name"));
+    return -1;
+  }
   if (m->bidir && m->block) {
     cfg_error(cfg, "model.bidirectional", true, "bidirectional layers are stacked: set model.block = stack");
     return -1;
