@@ -7,7 +7,11 @@
  *       | x encoder.weight^T + encoder.bias          (encoder = linear: real-valued tasks)
  *   stack:    a_{k+1} = dropout(cell_k(a_k))          dropout between layers, not after the last
  *   residual: a_{k+1} = a_k + dropout(mixer_k(cell_k(norm_k(a_k))))
+ *   bidirectional (stack): a_{k+1} = join(cell_k(a_k), rev(cell'_k(rev(a_k)))), rev reversing each
+ *                          sequence within its length, join concat | sum, cell'_k the reverse copy
  *   z = head.weight readout(a_L) + head.bias;  loss = cross-entropy (task mask) | MSE
+ * With lengths (TaskShape.lengths) the layers run the padded batch (cells are causal), the loss
+ * counts each sequence's own steps only, readout last and mean read each sequence's own steps.
  * Each cell starts from its declared initial states (zeros, an initializer drawn once from the
  * seed, or a learned param) and ends with no gradient on its final states.
  * Every random draw (initial values, dropout, gumbel noise) comes from the seed and a stream named
@@ -23,7 +27,8 @@
 #include "optim.h"
 #include "tasks.h"
 
-/* A learned tensor: params of the cell (`layer.<k>.<param>`) and the model's own (`embed.weight`,
+/* A learned tensor: params of the cell (`layer.<k>.<param>`, a bidirectional layer's reverse copy
+ * `layer.<k>.reverse.<param>`) and the model's own (`embed.weight`,
  * `head.weight`, `layer.<k>.norm.weight`, ...). A complex param holds its real and imaginary parts
  * in two planes; the checkpoint writes it [..., 2] interleaved, as `cellc run` does. */
 typedef struct ModelTensor {
