@@ -3,7 +3,8 @@ user brings, as safetensors per split, one safetensors file of every split, and 
 the data decide (loss, readout, vocab, classes: read from `cellc train --dry-run`'s table); short
 training runs with lengths, bucketing and bidirectional layers; and bad files, each refused with
 exit status 1 and a message naming the file, the tensor and the expected shape, leaving an
-earlier run in --out as it was. Ends with "N passed, M failed".
+earlier run in --out as it was; examples/make_dataset.py's data trains examples/file_bidir.cfg's
+bidirectional GRU. Ends with "N passed, M failed".
 
     file_task_cli.py [--cellc bin/cellc]        (from the repository root, /usr/bin/python3)"""
 import argparse
@@ -152,6 +153,23 @@ def main():
         r = train(work, f"train = {p('a.safetensors')}\nvalid = {p('long.safetensors')}")
         check("a shorter train split is padded (it has lengths)", r.returncode == 0 and "final:" in r.stdout,
               r.stdout + r.stderr)
+
+        # the example: examples/make_dataset.py's sequences train a bidirectional GRU (file_bidir.cfg)
+        w = p("waves")
+        r = subprocess.run([sys.executable, "examples/make_dataset.py", w, "--n", "400", "--seed", "2"], capture_output=True,
+                           text=True)
+        check("examples/make_dataset.py writes the splits", r.returncode == 0 and
+              sorted(os.listdir(w)) == ["test.safetensors", "train.safetensors", "valid.safetensors"], r.stdout + r.stderr)
+        d = sft.load(os.path.join(w, "train.safetensors"))
+        check("... x F32 [N, T, 2] of variable lengths, y classes, lengths", d["x"].dtype == np.float32 and
+              d["x"].shape == (400, 60, 2) and d["y"].dtype == np.int64 and len(set(d["lengths"].tolist())) > 10, "")
+        r = subprocess.run([CELLC, "train", "stdlib/gru.cell", "examples/file_bidir.cfg", "--out", p("ex"), "--progress", "none",
+                            "--set", f"task.train={w}/train.safetensors", "--set", f"task.valid={w}/valid.safetensors",
+                            "--set", f"task.test={w}/test.safetensors", "--set", "train.steps=200", "--set", "eval.every=100"],
+                           capture_output=True, text=True, timeout=300)
+        acc = float(r.stdout.split("accuracy=")[-1]) if "final:" in r.stdout else 0
+        check(f"examples/file_bidir.cfg trains a bidirectional GRU on them: test accuracy {acc:.3f} >= 0.9",
+              r.returncode == 0 and acc >= 0.9, r.stdout + r.stderr)
 
         # ---- bad data: exit 1, the file, the tensor, the expected shape; an earlier run kept ----
         keep = p("keep")
