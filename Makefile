@@ -94,9 +94,9 @@ LAYERS_OK := $(BUILD)/layers.ok
 
 .PHONY: all deps test unit golden demo bench bench-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
 ifeq ($(SAN),0)
-all: bin/cellc $(BUILD)/task_dump
+all: bin/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 else
-all: $(BUILD)/cellc $(BUILD)/task_dump
+all: $(BUILD)/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 endif
 
 bin/cellc: $(BUILD)/cmd/main.o $(BUILD)/libcellc.a
@@ -199,6 +199,10 @@ $(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
 $(BUILD)/task_dump: tests/task_dump.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 task_dump: $(BUILD)/task_dump
+
+# A test tool: the test batches `cellc eval` evaluates (tests/eval_dump.c; tests/suite_export.sh).
+$(BUILD)/eval_dump: tests/eval_dump.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
 deps:
 	@sh tests/deps.sh
