@@ -4,6 +4,7 @@
  * in float32. */
 #include "export_gen.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,8 +132,9 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
   loc_c(g, id, part, o, sizeof o);
   if (op_arity(x->op) > 0) loc_c(g, x->a[0], part, a, sizeof a);
   if (op_arity(x->op) > 1) loc_c(g, x->a[1], part, b, sizeof b);
+  bool packed = x->op == OP_MATVEC && g->toff[x->a[0]] >= 0 && part != 'S';
   fprintf(f, "  { /* %d: %s */\n    float *o = %s;", id, op_name(x->op), o);
-  if (op_arity(x->op) > 0) fprintf(f, " const float *a = %s;", a);
+  if (op_arity(x->op) > 0 && !packed) fprintf(f, " const float *a = %s;", a);
   if (op_arity(x->op) > 1) fprintf(f, " const float *b = %s;", b);
   fprintf(f, "\n");
   switch (x->op) {
@@ -149,7 +151,7 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
   }
   case OP_MATVEC: {
     const Node *m = nd(g, x->a[0]);
-    if (g->toff[x->a[0]] >= 0 && part != 'S')
+    if (packed)
       fprintf(f, "    mv_t(o, S + %d, b, %d, %d);\n", g->toff[x->a[0]], m->n[0], m->n[1]);
     else
       fprintf(f, "    for (int r = 0; r < %d; r++) {\n      float s = 0;\n      for (int i = 0; i < %d; i++) s += a[r * %d + i] * b[i];\n"
@@ -195,8 +197,17 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
     break;
   }
   default: {
-    char *ex = op_c_expr(x->op, "a[i]", "b[i]", true);
-    fprintf(f, "    for (int i = 0; i < %d; i++) o[i] = %s;\n", e, ex);
+    /* the sigmoid with nothing left to branch on, so that its loop vectorizes */
+    char *ex = x->op == OP_SIGMOID ? xstrdup("cx_sigmoidf(a[i])") : op_c_expr(x->op, "a[i]", "b[i]", true);
+    fprintf(f, "    for (int i = 0; i < %d; i++) o[i] = ", e);
+    /* exp and tanh as the helpers' (vectorizable) forms; every other function as the op table has it */
+    for (const char *c = ex; *c; c++) {
+      bool word = c == ex || !(isalnum((unsigned char)c[-1]) || c[-1] == '_');
+      if (word && !strncmp(c, "expf(", 5)) fputs("cx_expf(", f), c += 4;
+      else if (word && !strncmp(c, "tanhf(", 6)) fputs("cx_tanhf(", f), c += 5;
+      else fputc(*c, f);
+    }
+    fputs(";\n", f);
     free(ex);
   }
   }
@@ -212,15 +223,23 @@ static bool computed_in(const StepGen *g, int id, char part) {
 }
 
 void stepgen_c_helpers(FILE *f) {
-  fputs("/* y = W v for W [O, I], from its transposed copy wt [I, O]: each y[o] summed in i order (as the\n"
-        " * naive loop sums), eight vectors of 16 outputs at a time so that the sums stay in registers. */\n"
+  fputs("/* y = W v for W [O, I], from W packed by mv_pack: panels of 128 outputs (then 16, then 1), each\n"
+        " * panel [I, width] contiguous, so that a panel streams through the cache in order; each y[o] is\n"
+        " * summed in i order (as the naive loop sums), the panel's sums kept in registers. */\n"
         "typedef float mv_v16 __attribute__((vector_size(64), aligned(4)));\n"
-        "static void mv_t(float *y, const float *wt, const float *v, int O, int I) {\n"
+        "static void mv_pack(float *dst, const float *w, int O, int I) {\n"
         "  int o = 0;\n"
-        "  for (; o + 128 <= O; o += 128) {\n"
+        "  for (int width = 128; width >= 1; width = width == 128 ? 16 : width == 16 ? 1 : 0)\n"
+        "    for (; o + width <= O; o += width)\n"
+        "      for (int i = 0; i < I; i++)\n"
+        "        for (int j = 0; j < width; j++) *dst++ = w[(size_t)(o + j) * I + i];\n"
+        "}\n"
+        "static void mv_t(float *y, const float *p, const float *v, int O, int I) {\n"
+        "  int o = 0;\n"
+        "  for (; o + 128 <= O; o += 128, p += (size_t)128 * I) {\n"
         "    mv_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};\n"
         "    for (int i = 0; i < I; i++) {\n"
-        "      const float *w = wt + (size_t)i * O + o;\n"
+        "      const float *w = p + (size_t)i * 128;\n"
         "      float c = v[i];\n"
         "      s0 += *(const mv_v16 *)(w) * c, s1 += *(const mv_v16 *)(w + 16) * c;\n"
         "      s2 += *(const mv_v16 *)(w + 32) * c, s3 += *(const mv_v16 *)(w + 48) * c;\n"
@@ -230,16 +249,42 @@ void stepgen_c_helpers(FILE *f) {
         "    *(mv_v16 *)(y + o) = s0, *(mv_v16 *)(y + o + 16) = s1, *(mv_v16 *)(y + o + 32) = s2, *(mv_v16 *)(y + o + 48) = s3;\n"
         "    *(mv_v16 *)(y + o + 64) = s4, *(mv_v16 *)(y + o + 80) = s5, *(mv_v16 *)(y + o + 96) = s6, *(mv_v16 *)(y + o + 112) = s7;\n"
         "  }\n"
-        "  for (; o + 16 <= O; o += 16) {\n"
+        "  for (; o + 16 <= O; o += 16, p += (size_t)16 * I) {\n"
         "    mv_v16 s = {0};\n"
-        "    for (int i = 0; i < I; i++) s += *(const mv_v16 *)(wt + (size_t)i * O + o) * v[i];\n"
+        "    for (int i = 0; i < I; i++) s += *(const mv_v16 *)(p + (size_t)i * 16) * v[i];\n"
         "    *(mv_v16 *)(y + o) = s;\n"
         "  }\n"
-        "  for (; o < O; o++) {\n"
+        "  for (; o < O; o++, p += I) {\n"
         "    float s = 0;\n"
-        "    for (int i = 0; i < I; i++) s += wt[(size_t)i * O + o] * v[i];\n"
+        "    for (int i = 0; i < I; i++) s += p[i] * v[i];\n"
         "    y[o] = s;\n"
         "  }\n"
+        "}\n\n"
+        "/* exp, sigmoid and tanh without branches or calls, so that the elementwise loops vectorize: exp\n"
+        " * to about 2 ulp (2^n times a degree-6 polynomial on [-ln2/2, ln2/2]), the sigmoid as the op\n"
+        " * table's stable form (e^-|x| on either side), tanh to about 1e-7 (its series below 0.3,\n"
+        " * 1 - 2 / (e^2|x| + 1) above). */\n"
+        "static inline float cx_expf(float x) {\n"
+        "  x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;\n"
+        "  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest, no call */\n"
+        "  float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;\n"
+        "  float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666667163372039795f + r * (0.041666645556688308716f +\n"
+        "            r * (0.0083333803713321685791f + r * 0.0013888889225199818611f)))));\n"
+        "  int e = ((int)n + 127) << 23;\n"
+        "  float s;\n"
+        "  memcpy(&s, &e, sizeof s);\n"
+        "  return p * s;\n"
+        "}\n"
+        "static inline float cx_sigmoidf(float x) {\n"
+        "  float e = cx_expf(x < 0 ? x : -x), p = 1.0f / (1.0f + e);\n"
+        "  return x >= 0 ? p : e * p;\n"
+        "}\n"
+        "static inline float cx_tanhf(float x) {\n"
+        "  float a = x < 0 ? -x : x, a2 = a * a;\n"
+        "  float small = a + a * a2 * (-0.333333333333f + a2 * (0.133333333333f + a2 * (-0.053968253968f + a2 * 0.021869488536f)));\n"
+        "  float big = 1.0f - 2.0f / (cx_expf(2.0f * a) + 1.0f);\n"
+        "  float t = a < 0.3f ? small : big;\n"
+        "  return x < 0 ? -t : t;\n"
         "}\n\n",
         f);
 }
@@ -255,8 +300,7 @@ void stepgen_c(const StepGen *g, FILE *f, const char *pfx) {
       loc_c(g, id, 'S', m, sizeof m);
       const Node *x = nd(g, id);
       int O = x->rank == 2 ? x->n[0] : 1, I = x->rank == 2 ? x->n[1] : numel_of(p, id);
-      fprintf(f, "  for (int r = 0; r < %d; r++)\n    for (int i = 0; i < %d; i++) S[%d + i * %d + r] = %s[r * %d + i];\n", O, I,
-              g->toff[id], O, m, I);
+      fprintf(f, "  mv_pack(S + %d, %s, %d, %d);\n", g->toff[id], m, O, I);
     }
   fprintf(f, "}\n\n");
   fprintf(f, "static void %s_input(const float *const *P, const float *S, const float *x, float *F, float *W) {\n"
