@@ -254,6 +254,8 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/emit_compare.sh | tee bench/results/emit.md
 	@echo; echo "Matrix states against the PyTorch chunkwise-parallel form (bench/chunked.sh):"; echo
 	@sh bench/chunked.sh
+	@echo; echo "The streaming step of an exported GRU, H = 256 (bench/export_step.sh):"; echo
+	@sh bench/export_step.sh | tee bench/results/export_step.md
 
 # Matrix-state cells (gla, hgrn2, mamba2; issue 31's shapes) against the chunkwise-parallel form
 # in PyTorch (bench/torch_chunked.py), with the machine's limits: bench/results/chunked.md
