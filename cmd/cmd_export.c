@@ -506,6 +506,8 @@ int cmd_export(int argc, char **argv) {
   x.r.a.cell = cellp, x.r.a.cfg = cfgp, x.r.a.checkpoint = ckpt;
   x.r.a.stdlib = cli_stdlib_dir();
   x.r.a.progress = PROGRESS_NONE;
+  /* the model is read on the host whatever device it trained on (a checkpoint is the same file on every one) */
+  x.r.a.sets[x.r.a.nsets++] = "train.device=cpu";
   if (!rc) rc = run_load(&x.r);
   if (!rc) model_to_host(x.r.model);
   if (!rc) rc = collect(&x);
