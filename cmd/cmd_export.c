@@ -414,7 +414,7 @@ static int write_c(Export *x, const char *dir) {
     v[4][k] = L->g->front_size, v[5][k] = L->p->npparts, v[6][k] = L->p0;
   }
   static const char *const vn[7] = {"l_in", "l_out", "l_state", "l_static", "l_front", "l_np", "l_p0"};
-  for (int i = 0; i < 7; i++) fprintf(f, "static const int %s[NL] = {", vn[i]), list_ints(f, v[i], x->nl), fprintf(f, "};\n");
+  for (int i = 1; i < 7; i++) fprintf(f, "static const int %s[NL] = {", vn[i]), list_ints(f, v[i], x->nl), fprintf(f, "};\n");
   for (int k = 0; k < x->nl; k++) v[0][k] = x->L[k].h0, v[1][k] = x->L[k].norm, v[2][k] = x->L[k].mix;
   static const char *const vn2[3] = {"l_h0", "l_norm", "l_mix"};
   for (int i = 0; i < 3; i++) fprintf(f, "static const int %s[NL] = {", vn2[i]), list_ints(f, v[i], x->nl), fprintf(f, "};\n");

@@ -130,6 +130,7 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
   int e = numel_of(p, id);
   char o[256], a[256] = "", b[256] = "";
   loc_c(g, id, part, o, sizeof o);
+  if (x->op == OP_INPUT) snprintf(o, sizeof o, "(F + %d)", g->off[id]); /* its copy in the frontier (computed_in) */
   if (op_arity(x->op) > 0) loc_c(g, x->a[0], part, a, sizeof a);
   if (op_arity(x->op) > 1) loc_c(g, x->a[1], part, b, sizeof b);
   bool packed = x->op == OP_MATVEC && g->toff[x->a[0]] >= 0 && part != 'S';

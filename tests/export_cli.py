@@ -1,5 +1,6 @@
 """export_cli.py: `cellc export` (tests/suite_export.sh). Per model shape (GRU, LSTM, LRU and Mamba,
-one or two layers, stacked or residual with norms and mixers, a text task and regression tasks):
+one or two layers, stacked or residual with norms and mixers, a text task and regression tasks;
+and every stdlib cell as one layer on ar2):
 train a few steps, `cellc eval` the checkpoint, export it --to torch and --to c, and check that
 the test loss of each export over the very batches eval evaluates (build/eval_dump) equals eval's
 within 1e-5, and that the C library's step-by-step outputs equal its whole-sequence ones (bit for
@@ -162,7 +163,7 @@ def case(tmp, name, cell, template, values):
     if r.rc:
         return
     drv = os.path.join(d, "drv")
-    r = run(["cc", "-O2", "-march=native", "-I" + out, "-o", drv, "tests/export_drv.c", os.path.join(out, "model.c"), "-lm"], 120)
+    r = run(["cc", "-O2", "-march=native", "-Wall", "-Wextra", "-Werror", "-I" + out, "-o", drv, "tests/export_drv.c", os.path.join(out, "model.c"), "-lm"], 120)
     check(name + ": the C library compiles", r.rc == 0, r.why())
     if r.rc:
         return
@@ -186,6 +187,40 @@ def case(tmp, name, cell, template, values):
         c_out = lambda i, x: outs[i].reshape(x.shape[0], x.shape[1], -1)  # noqa: E731
     got = test_loss(batches, meta, c_out, classify)
     check(name + ": C test loss = eval's within 1e-5", abs(got - want) <= 1e-5, "C %.9g eval %.9g" % (got, want))
+
+
+def stdlib_cases():
+    """Every stdlib cell (stdlib/cells.list, its options and dims) as one layer on ar2."""
+    from clitest import stdlib_cells
+    out = []
+    for c in stdlib_cells():
+        text = open(c.file).read()
+        lines = ["hidden = 8"] if "dim H" in text or "H=%H" in c.dims(8, 8) else []
+        for kv in c.dims(8, 8).split(","):
+            k, v = kv.split("=")
+            if k not in ("D", "H"):
+                lines.append("dims.%s = %s" % (k, v))
+        for k, v in c.opts.items():
+            lines.append("option.%s = %s" % (k, str(v).lower()))
+        out.append(("stdlib_" + c.name, c.file, STDLIB, {"model": "\n".join(lines)}))
+    return out
+
+
+STDLIB = """[task]
+name = ar2
+length = 10
+[model]
+layers = 1
+width = 8
+%(model)s
+[train]
+steps = 6
+batch = 8
+lr = 3e-3
+[eval]
+every = 6
+batches = 2
+"""
 
 
 def errors(tmp):
@@ -217,7 +252,7 @@ def main():
     only = sys.argv[1:]
     tmp = tempfile.mkdtemp(prefix="cellc-export-")
     try:
-        for name, cell, template, values in CASES:
+        for name, cell, template, values in CASES + stdlib_cases():
             if not only or name in only:
                 case(tmp, name, cell, template, values)
         errors(tmp)
