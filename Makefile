@@ -94,9 +94,9 @@ LAYERS_OK := $(BUILD)/layers.ok
 
 .PHONY: all deps test unit golden demo bench bench-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
 ifeq ($(SAN),0)
-all: bin/cellc $(BUILD)/task_dump
+all: bin/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 else
-all: $(BUILD)/cellc $(BUILD)/task_dump
+all: $(BUILD)/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 endif
 
 bin/cellc: $(BUILD)/cmd/main.o $(BUILD)/libcellc.a
@@ -200,6 +200,10 @@ $(BUILD)/task_dump: tests/task_dump.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 task_dump: $(BUILD)/task_dump
 
+# A test tool: the test batches `cellc eval` evaluates (tests/eval_dump.c; tests/suite_export.sh).
+$(BUILD)/eval_dump: tests/eval_dump.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+
 deps:
 	@sh tests/deps.sh
 
@@ -250,6 +254,8 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/emit_compare.sh | tee bench/results/emit.md
 	@echo; echo "Matrix states against the PyTorch chunkwise-parallel form (bench/chunked.sh):"; echo
 	@sh bench/chunked.sh
+	@echo; echo "The streaming step of an exported GRU, H = 256 (bench/export_step.sh):"; echo
+	@sh bench/export_step.sh | tee bench/results/export_step.md
 
 # Matrix-state cells (gla, hgrn2, mamba2; issue 31's shapes) against the chunkwise-parallel form
 # in PyTorch (bench/torch_chunked.py), with the machine's limits: bench/results/chunked.md

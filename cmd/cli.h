@@ -17,6 +17,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_diag(int argc, char **argv);
 
 int cmd_emit(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #ifndef CELLC_VERSION
 #define CELLC_VERSION "0.1.0"

@@ -142,6 +142,18 @@ static const CmdHelp commands[] = {
      "  2   bad usage: unknown flag or value (--target, --cpu, --name), no --out\n"
      "  3   emitting failed: DIR cannot be written, the C compiler or a back end's tool failed\n"
      "  70  internal error (a bug)\n", cmd_emit},
+    {"export", "export RUN_DIR --to torch|c [--out DIR]",
+     "write a trained run's whole model as a PyTorch module or a C library for streaming inference",
+     "  --to torch              model.py (plain torch ops) and weights.safetensors\n"
+     "  --to c                  model.h, model.c (model_step, model_forward), weights.bin, Makefile\n"
+     "  --out DIR               where to write (default RUN_DIR/export-torch or RUN_DIR/export-c)\n"
+     "  -h, --help              this help\n",
+     "  0   success\n"
+     "  1   bad input: RUN_DIR missing or not a run directory, a broken checkpoint or config.cfg, a cell\n"
+     "      the export cannot write (named)\n"
+     "  2   bad usage: unknown flag, no RUN_DIR, no --to or an unknown one, a flag without its value\n"
+     "  3   writing failed: DIR cannot be created or written\n"
+     "  70  internal error (a bug)\n", cmd_export},
     {"help", "help [COMMAND]", "print the usage, or a command's own help (as COMMAND --help)",
      "", "  0   success\n  2   unknown command\n", NULL},
 };
