@@ -120,9 +120,12 @@ strip = lambda rr: [{k: v for k, v in x.items() if k not in ("elapsed_s", "token
 check("keep=best: the resumed run's metrics.jsonl reads as the uninterrupted one's (no test row of the first part)",
       rb.rc == 0 and strip(rows(d3)) == strip(rs))
 
-rf = cellc("train", *XOR, "--set", "train.steps=4", "--out", d3, "--force")
+d5 = os.path.join(tmp, "forced")
+cellc("train", *XOR, "--set", "train.steps=8", "--set", "train.keep=best", "--set", "log.csv=true", "--out", d5)
+had = os.path.exists(os.path.join(d5, "best.safetensors")) and os.path.exists(os.path.join(d5, "metrics.csv"))
+rf = cellc("train", *XOR, "--set", "train.steps=4", "--out", d5, "--force")
 check("--force starts over: the earlier run's best.safetensors and metrics.csv are removed",
-      rf.rc == 0 and not os.path.exists(os.path.join(d3, "best.safetensors")) and not os.path.exists(os.path.join(d3, "metrics.csv")),
+      had and rf.rc == 0 and not os.path.exists(os.path.join(d5, "best.safetensors")) and not os.path.exists(os.path.join(d5, "metrics.csv")),
       rf.why())
 
 # regression: the lowest valid loss
