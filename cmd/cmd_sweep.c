@@ -384,17 +384,13 @@ static int build(Sweep *s, const RunOptions *a, const char *seeds, char *err, si
 }
 
 /* Runs `cellc train` for run r into DIR/<name>; its exit status (128 + the signal if one ended it). */
-static int run_child(const RunOptions *a, const Sweep *s, int r, const char *dir, const char *progress) {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return 3;
-  self[n] = 0;
+static int run_child(const char *self, const RunOptions *a, const Sweep *s, int r, const char *dir, const char *progress) {
   char *out = xasprintf("%s/%s", dir, s->names[r]), *ckpt = xasprintf("%s/checkpoint.safetensors", out);
   struct stat st;
   bool resume = a->resume && stat(ckpt, &st) == 0; /* --resume: a run not begun yet begins */
   char **argv = xcalloc((size_t)(2 * s->nsets[r] + 16), sizeof(char *));
   int k = 0;
-  argv[k++] = self, argv[k++] = "train", argv[k++] = (char *)a->cell, argv[k++] = (char *)a->cfg;
+  argv[k++] = (char *)self, argv[k++] = "train", argv[k++] = (char *)a->cell, argv[k++] = (char *)a->cfg;
   for (int i = 0; i < s->nsets[r]; i++) argv[k++] = "--set", argv[k++] = s->sets[r][i];
   argv[k++] = "--out", argv[k++] = out;
   if (resume) argv[k++] = "--resume";
@@ -447,6 +443,8 @@ static void print_table(cJSON *groups) {
 int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
   Sweep s = {0};
   char err[1024];
+  /* each rank would start every run: the runs of a sweep are one-process runs */
+  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return usage("a sweep (--seeds, a --set list) runs as one process, not under mpirun");
   if (build(&s, a, seeds, err, sizeof err) < 0) return usage(err);
   /* every configuration checked before the first run: a typo in the last value fails now */
   for (int r = 0; r < s.nruns; r++) {
@@ -457,6 +455,15 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
     }
     cfg_free(c);
   }
+  /* this executable, named once: a rebuild replacing the file during the sweep leaves the path
+   * naming the new one, where /proc/self/exe would name the deleted one */
+  char self[PATH_MAX];
+  ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sn <= 0) {
+    diag_plain("cannot find this executable (/proc/self/exe): %s", strerror(errno));
+    return 3;
+  }
+  self[sn] = 0;
   char *dir = a->out ? xstrdup(a->out) : default_sweep_dir();
   printf("cellc train: a sweep of %d runs into %s\n", s.nruns, dir);
   if (a->dry_run) {
@@ -484,7 +491,7 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
   for (int r = 0; r < s.nruns; r++) {
     printf("== run %d/%d: %s/%s\n", r + 1, s.nruns, dir, s.names[r]);
     fflush(stdout);
-    status[r] = run_child(a, &s, r, dir, progress);
+    status[r] = run_child(self, a, &s, r, dir, progress);
     done = r + 1;
     if (status[r] && !rc) rc = status[r];
     if (status[r] == 130 || status[r] == 128 + SIGINT || status[r] == 128 + SIGTERM) {

@@ -288,6 +288,11 @@ for args, rc, words, what in [
     check(f"{what}: exit {rc} with a clear message, nothing written",
           r.rc == rc and words in r.err and not os.path.exists(out), r.why())
 
+r = clitest.run([CELLC, "train", *XOR, "--seeds", "1,2", "--out", os.path.join(tmp, "mpi")], TIMEOUT,
+                env=dict(os.environ, OMPI_COMM_WORLD_SIZE="2"))
+check("a sweep under mpirun: exit 2, nothing written",
+      r.rc == 2 and "mpirun" in r.err and not os.path.exists(os.path.join(tmp, "mpi")), r.why())
+
 # ---- cellc plot ----
 r = cellc("plot", sw)
 svg, png = os.path.join(sw, "curves.svg"), os.path.join(sw, "curves.png")
