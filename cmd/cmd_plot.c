@@ -183,9 +183,15 @@ int cmd_plot(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "--out") || !strcmp(s, "--title")) {
-      if (i + 1 >= argc || !argv[i + 1][0]) return cli_command_usage("plot", synopses, "%s needs a value", s);
+      if (i + 1 >= argc || !argv[i + 1][0]) {
+        for (int r = 0; r < n; r++) free(dirs[r]);
+        free(dirs);
+        return cli_command_usage("plot", synopses, "%s needs a value", s);
+      }
       *(!strcmp(s, "--out") ? &out : &title) = argv[++i];
     } else if (s[0] == '-' && s[1]) {
+      for (int r = 0; r < n; r++) free(dirs[r]);
+      free(dirs);
       return cli_command_usage("plot", synopses, "unknown flag '%s'", s);
     } else {
       if (!given++) first = s;
@@ -199,8 +205,11 @@ int cmd_plot(int argc, char **argv) {
       }
     }
   }
-  if (!given) return cli_command_usage("plot", synopses, "%s", "needs one or more RUN_DIRs");
-  if (!out && given > 1) return cli_command_usage("plot", synopses, "%s", "several RUN_DIRs need --out PATH");
+  if (!given || (!out && given > 1)) {
+    for (int r = 0; r < n; r++) free(dirs[r]);
+    free(dirs);
+    return cli_command_usage("plot", synopses, "%s", !given ? "needs one or more RUN_DIRs" : "several RUN_DIRs need --out PATH");
+  }
   /* PATH.svg and PATH.png; PATH may be given with either extension */
   char *base = out ? xstrdup(out) : xasprintf("%s/curves", first);
   size_t bl = strlen(base);

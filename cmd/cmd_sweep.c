@@ -298,41 +298,61 @@ static int value_of(const Sweep *s, int r, int k) {
   return r / div % s->axes[k].n;
 }
 
+static void axis_free(Axis *ax) {
+  for (int v = 0; v < ax->n; v++) free(ax->vals[v]);
+  free(ax->vals), free(ax->key), free(ax->name);
+}
+
+static void sweep_free(Sweep *s) {
+  for (int r = 0; s->names && r < s->nruns; r++) {
+    for (int i = 0; i < s->nsets[r]; i++) free(s->sets[r][i]);
+    free(s->sets[r]), free(s->names[r]);
+  }
+  for (int k = 0; k < s->naxes; k++) axis_free(&s->axes[k]);
+  free(s->axes), free(s->names), free(s->sets), free(s->nsets), free(s->group);
+}
+
+/* The axes and the runs of the command line into s (sweep_free after, either way); 0, or -1 with
+ * a usage message in err. */
 static int build(Sweep *s, const RunOptions *a, const char *seeds, char *err, size_t errlen) {
   bool *fixed = xcalloc((size_t)a->nsets + 1, 1);
   for (int i = 0; i < a->nsets; i++) {
     Axis ax = {0};
-    if (set_axis(a->sets[i], &ax, err, errlen) < 0) return -1;
+    if (set_axis(a->sets[i], &ax, err, errlen) < 0) {
+      axis_free(&ax);
+      goto fail;
+    }
     if (ax.n == 1) {
       fixed[i] = true;
-      free(ax.vals[0]), free(ax.vals), free(ax.key);
+      axis_free(&ax);
       continue;
     }
     for (int k = 0; k < s->naxes; k++)
       if (!strcmp(s->axes[k].key, ax.key)) {
         snprintf(err, errlen, "--set %s: two lists for one key", ax.key);
-        return -1;
+        axis_free(&ax);
+        goto fail;
       }
     s->axes = xrealloc(s->axes, sizeof(Axis) * (size_t)(s->naxes + 1));
     s->axes[s->naxes++] = ax;
   }
   if (seeds) {
-    Axis ax = {.key = xstrdup("train.seed")};
-    if (split_values("--seeds", seeds, ',', &ax, err, errlen) < 0) return -1;
-    for (int k = 0; k < ax.n; k++) {
+    s->axes = xrealloc(s->axes, sizeof(Axis) * (size_t)(s->naxes + 1));
+    Axis *ax = &s->axes[s->naxes++];
+    *ax = (Axis){.key = xstrdup("train.seed")};
+    if (split_values("--seeds", seeds, ',', ax, err, errlen) < 0) goto fail;
+    for (int k = 0; k < ax->n; k++) {
       long long v;
-      if (!whole(ax.vals[k], &v) || v < 0) {
-        snprintf(err, errlen, "--seeds takes whole numbers 0 or more: 1..5 or 1,3,7; got '%s'", ax.vals[k]);
-        return -1;
+      if (!whole(ax->vals[k], &v) || v < 0) {
+        snprintf(err, errlen, "--seeds takes whole numbers 0 or more: 1..5 or 1,3,7; got '%s'", ax->vals[k]);
+        goto fail;
       }
     }
     for (int i = 0; i < a->nsets; i++)
       if (!strncmp(a->sets[i], "train.seed=", 11)) {
         snprintf(err, errlen, "--seeds sets train.seed: give it or --set train.seed, not both");
-        return -1;
+        goto fail;
       }
-    s->axes = xrealloc(s->axes, sizeof(Axis) * (size_t)(s->naxes + 1));
-    s->axes[s->naxes++] = ax;
   }
   s->nruns = 1;
   for (int k = 0; k < s->naxes; k++) {
@@ -342,7 +362,7 @@ static int build(Sweep *s, const RunOptions *a, const char *seeds, char *err, si
     ax->seed = strstr(ax->name, "seed") != NULL;
     if (s->nruns > MAX_RUNS / ax->n) {
       snprintf(err, errlen, "the sweep has more than %d runs", MAX_RUNS);
-      return -1;
+      goto fail;
     }
     s->nruns *= ax->n;
   }
@@ -381,6 +401,9 @@ static int build(Sweep *s, const RunOptions *a, const char *seeds, char *err, si
   }
   free(fixed);
   return 0;
+fail:
+  free(fixed);
+  return -1;
 }
 
 /* Runs `cellc train` for run r into DIR/<name>; its exit status (128 + the signal if one ended it). */
@@ -445,12 +468,16 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
   char err[1024];
   /* each rank would start every run: the runs of a sweep are one-process runs */
   if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return usage("a sweep (--seeds, a --set list) runs as one process, not under mpirun");
-  if (build(&s, a, seeds, err, sizeof err) < 0) return usage(err);
+  if (build(&s, a, seeds, err, sizeof err) < 0) {
+    sweep_free(&s);
+    return usage(err);
+  }
   /* every configuration checked before the first run: a typo in the last value fails now */
   for (int r = 0; r < s.nruns; r++) {
     Cfg *c = cfg_load(a->cfg, (const char *const *)s.sets[r], s.nsets[r]);
     if (!c) {
       fprintf(stderr, "cellc train: in the configuration of %s\n", s.names[r]);
+      sweep_free(&s);
       return 1;
     }
     cfg_free(c);
@@ -461,6 +488,7 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
   ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
   if (sn <= 0) {
     diag_plain("cannot find this executable (/proc/self/exe): %s", strerror(errno));
+    sweep_free(&s);
     return 3;
   }
   self[sn] = 0;
@@ -474,11 +502,13 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
     }
     printf("dry run: nothing trained, nothing written\n");
     free(dir);
+    sweep_free(&s);
     return 0;
   }
   if (fsout_make_dirs(dir, err, sizeof err) < 0) {
     diag_plain("%s", err);
     free(dir);
+    sweep_free(&s);
     return 3;
   }
   fflush(stdout);
@@ -557,16 +587,8 @@ int sweep_train(const RunOptions *a, const char *seeds, const char *progress) {
   print_table(groups);
   fflush(stdout);
   if (failed && rc != 130) diag_plain("%d of the %d runs failed (status in %s)", failed, done, path);
-  for (int r = 0; r < s.nruns; r++) {
-    cJSON_Delete(finals[r]);
-    for (int i = 0; i < s.nsets[r]; i++) free(s.sets[r][i]);
-    free(s.sets[r]), free(s.names[r]);
-  }
-  for (int k = 0; k < s.naxes; k++) {
-    for (int v = 0; v < s.axes[k].n; v++) free(s.axes[k].vals[v]);
-    free(s.axes[k].vals), free(s.axes[k].key), free(s.axes[k].name);
-  }
-  free(s.axes), free(s.names), free(s.sets), free(s.nsets), free(s.group);
+  for (int r = 0; r < s.nruns; r++) cJSON_Delete(finals[r]);
+  sweep_free(&s);
   free(finals), free(status), free(text), free(path), free(dir);
   cJSON_Delete(root);
   return rc;
