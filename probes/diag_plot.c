@@ -134,7 +134,7 @@ int diag_plot_hists(const char *path, const DiagHistPanel *panels, int npanels, 
 /* The colour of legend entry i of n: map 0's six while they last, else evenly along map 1. */
 static void entry_colour(int i, int n) {
   if (n <= 6) plcol0(colours[i % 6]);
-  else plcol1(n > 1 ? 0.9 * (double)i / (double)(n - 1) : 0);
+  else plcol1(n > 1 ? (double)i / (double)(n - 1) : 0);
 }
 
 /* Whether the panel's y values are all positive (the finite ones) and span a decade or more. */
@@ -173,7 +173,11 @@ int diag_plot_panels(const char *path, const char *device, const DiagPanel *pane
   double leg = (22.0 * rows + 16) / height; /* the legend's share of the page, at the bottom */
   FsOut o;
   if (plot_begin_on(&o, device, path, width, height, err, errlen) < 0) return -1;
+  /* more entries than map 0's six colours: hues around the wheel at one lightness (map 1's
+   * default runs through black) */
+  PLFLT pos[2] = {0, 1}, hue[2] = {0, 300}, light[2] = {0.45, 0.45}, sat[2] = {0.95, 0.95};
   plscmap1n(256);
+  plscmap1l(0, 2, pos, hue, light, sat, NULL);
   pladv(0);
   for (int k = 0; k < npanels; k++) {
     const DiagPanel *p = &panels[k];
