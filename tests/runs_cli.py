@@ -259,6 +259,11 @@ ok, why = summary_ok(sw2, [({"train.lr": "1e-2"}, ["lr-1e-2_seed-1", "lr-1e-2_se
                            ({"train.lr": "2e-2"}, ["lr-2e-2_seed-1", "lr-2e-2_seed-2"])]) if r.rc == 0 else (False, r.why())
 check("--set train.lr=1e-2,2e-2 --seeds 1,2: a group per lr over its two seeds", ok, why)
 
+out = os.path.join(tmp, "seeds-only")
+r = cellc("train", *XOR, "--seeds", "1..2,7", "--out", out, "--dry-run")
+check("--seeds 1..2,7 alone: DIR/seed-1, seed-2, seed-7 (spec's layout)",
+      r.rc == 0 and all(f"{out}/seed-{k}: --set" in r.out for k in (1, 2, 7)) and "a sweep of 3 runs" in r.out, r.why())
+
 # a value that is itself a list: ';' separates the sweep's values, ',' stays in the value
 r = cellc("train", *XOR, "--set", "train.betas=0.9,0.95;0.8,0.9", "--out", os.path.join(tmp, "betas"), "--dry-run")
 check("--set train.betas=0.9,0.95;0.8,0.9: two runs, each list whole",
