@@ -87,11 +87,13 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
      "      or --force), a checkpoint that is missing, for another model or not finite, a cell that\n"
      "      differs from the checkpoint's (without --allow-changed-cell)\n"
-     "  2   bad usage: unknown flag, a flag without its value, --resume without --out\n"
+     "  2   bad usage: unknown flag, a flag without its value, --resume without --out, a bad --seeds\n"
+     "      or --set list (an empty value, a range going down), a sweep under mpirun\n"
      "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory,\n"
      "      train.device = cuda without a driver or GPU (named), not enough device memory (the bytes)\n"
      "  70  internal error (a bug)\n"
-     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n", cmd_train},
+     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"
+     "A sweep exits with the first failed run's status (0 when every run succeeded).\n", cmd_train},
     {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]... [--allow-changed-cell]",
      "evaluate a checkpoint on the task's test split",
      "  --checkpoint FILE       the checkpoint to evaluate (required)\n"
