@@ -73,9 +73,12 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
                " *   in steps). Call it for the exact size.\n"
                " * Threads: %s_forward and %s_backward run on the calling thread; %s_forward_ex and %s_backward_ex\n"
                " *   with opt->threads = n run on n threads (0: one per core this process may use), at most as many\n"
-               " *   as the workspace serves; the results are the same for every count. opt->lengths must be NULL\n"
-               " *   in this build (variable lengths: a nonzero status).\n",
-            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed > 0 ? e->ws->fixed : 0.0, e->ws->example, P, P, P, P);
+               " *   as the workspace serves; the results are the same for every count.\n"
+               " * Lengths: opt->lengths [B] in 1..T: row b's final state is its state after step lengths[b], y past\n"
+               " *   it is zeros, dy past it is ignored and dx past it zeros. The batch runs in segments between\n"
+               " *   its distinct lengths (buffers allocated per call); %s_backward_ex runs the forward again and\n"
+               " *   takes the same opt as the %s_forward_ex before it. Not with train_noise (a nonzero status).\n",
+            P, e->ws->per_tb, e->ws->per_b, e->ws->fixed > 0 ? e->ws->fixed : 0.0, e->ws->example, P, P, P, P, P, P);
   } else {
     fprintf(f, " * Build: nvcc -c %s.cu && cc prog.o %s.o -lcublas -lcudart; pointers are device memory.\n", P, P);
   }
@@ -127,7 +130,7 @@ char *emit_header_text(const EmitInfo *e) {
              "    %s_params *grad, float *dx, %s_states *dh0%s);\n", P, P, P, P, P, P, stream);
   if (!cuda) {
     fprintf(f, "/* ABI 2: opt NULL is the call without _ex. */\n"
-               "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL (must be NULL in this build) */\n"
+               "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL: every row has T steps */\n"
                "  int threads;         /* 0: one per core */\n} %s_options;\n", P);
     fprintf(f, "int %s_forward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
                "    float *y, %s_states *final, void *work, const %s_options *opt%s);\n", P, P, P, P, P, seed);

@@ -7,7 +7,8 @@ runs as a scan, in scan mode:
     sequences' (within 1e-9);
   - x, dy and noise past a sequence's length are never read (changing them changes nothing);
   - cpu and cuda-emu with the same lengths agree with the interpreter within float32 bounds.
-Then finite differences of L = sum(y dy) + sum(final dfinal) on a few cells (x and a param), the
+The emitted C API (cellc emit --target cpu) with lengths through tests/emit/harness.c against
+`cellc run --lengths`. Then finite differences of L = sum(y dy) + sum(final dfinal) on a few cells (x and a param), the
 chunked form (--mode chunked, interp and cpu) with lengths against sequential, lengths all T
 bit-identical to no lengths, and the errors of a bad --lengths or 'lengths' tensor.
 Ends with "N passed, M failed"."""
@@ -217,6 +218,50 @@ for be in ("cpu", "interp"):
     b, why2 = cellc_run(["stdlib/gru.cell", "--dims", "H=3,D=2"], be, ["--T", "5", "--B", "2", "--lengths", "5,5"])
     ok = a is not None and b is not None and all(np.array_equal(a[k], b[k]) for k in a)
     check("lengths all T on %s: as no lengths, bit for bit" % be, ok, why + why2)
+
+# cellc emit --target cpu: the C API's lengths (ABI 2) through tests/emit/harness.c against
+# `cellc run --lengths` on the float64 interpreter
+import emit_cli  # noqa: E402
+
+emit_cli.T, emit_cli.B = T, B
+for cell_file in ("stdlib/gru.cell", "stdlib/lstm.cell", "stdlib/lru.cell", "stdlib/mamba2.cell", "stdlib/qrnn.cell"):
+    cell = os.path.basename(cell_file)[:-len(".cell")]
+    work = os.path.join(tmp, "emit-" + cell)
+    os.makedirs(work)
+    edir = os.path.join(work, "emitted")
+    r = emit_cli.emit(cell_file, edir)
+    check("emit %s" % cell, r.rc == 0, r.why())
+    if r.rc != 0:
+        continue
+    import json
+    meta = json.load(open(os.path.join(edir, cell + ".json")))
+    ref = emit_cli.reference(cell_file, meta, work, ["--lengths", lens])
+    ind, odir = os.path.join(work, "in"), os.path.join(work, "out")
+    emit_cli.write_inputs(ref, meta, ind)
+    with open(os.path.join(ind, "lengths"), "w") as f:
+        f.write(" ".join(map(str, LENGTHS)) + "\n")
+    exe = os.path.join(work, "harness")
+    b = emit_cli.build_harness(edir, cell, False, exe)
+    check("%s: the harness links" % cell, b.rc == 0, b.why())
+    if b.rc != 0:
+        continue
+    os.makedirs(odir)
+    h = run([exe, ind, odir], 300)
+    check("%s: the harness with lengths" % cell, h.rc == 0 and "ok lengths: 1 and 2 threads" in h.out, h.why())
+    if h.rc != 0:
+        continue
+    pairs = [("len.y", "y"), ("len.dx", "grad.x")]
+    pairs += [("len.final.%d" % i, "final." + st["name"]) for i, st in enumerate(meta["states"])]
+    pairs += [("len.dh0.%d" % i, emit_cli.gh0_name(st)) for i, st in enumerate(meta["states"])]
+    pairs += [("len.grad.%d" % i, "grad.param." + p["name"]) for i, p in enumerate(meta["params"])]
+    worst, where = 0.0, ""
+    for mine, theirs in pairs:
+        got = np.fromfile(os.path.join(odir, mine), dtype="<f4").reshape(ref[theirs].shape)
+        e = rel(ref[theirs], got)
+        if e > worst:
+            worst, where = e, theirs
+    check("%s (%s): emitted P_forward_ex and P_backward_ex with lengths as cellc run --lengths" % (cell, meta["mode"]),
+          worst < 2e-4, "%s off by %g" % (where, worst))
 
 # errors
 gru = ["run", "stdlib/gru.cell", "--dims", "H=3,D=2", "--T", "5", "--B", "2", "--out", os.path.join(tmp, "e.st")]
