@@ -80,7 +80,12 @@ static void facts_comment(FILE *f, const EmitInfo *e) {
                " *   takes the same opt as the %s_forward_ex before it. Not with train_noise (a nonzero status).\n",
             P, e->ws->per_tb, e->ws->per_b, e->ws->fixed > 0 ? e->ws->fixed : 0.0, e->ws->example, P, P, P, P, P, P);
   } else {
-    fprintf(f, " * Build: nvcc -c %s.cu && cc prog.o %s.o -lcublas -lcudart; pointers are device memory.\n", P, P);
+    fprintf(f, " * Build: nvcc -c %s.cu && cc prog.o %s.o -lcublas -lcudart; pointers are device memory.\n"
+               " * Lengths: %s_forward_ex and %s_backward_ex with opt->lengths ([B] in 1..T, host memory): row b's\n"
+               " *   final state is its state after step lengths[b], y past it is zeros, dy past it is ignored and\n"
+               " *   dx past it zeros. The batch runs in segments between its distinct lengths (device buffers\n"
+               " *   allocated per call); %s_backward_ex runs the forward again. opt->threads is ignored.\n",
+            P, P, P, P, P);
   }
   fprintf(f, " * Semantics (spec/emit.md): h0 NULL or a NULL member: zeros; final NULL or a NULL member: not\n"
              " * written; dfinal NULL or a NULL member: zeros; dx, dh0 NULL or a NULL member: not computed. grad is\n"
@@ -111,7 +116,7 @@ char *emit_header_text(const EmitInfo *e) {
   bool cuda = !strcmp(e->target, "cuda");
   facts_comment(f, e);
   fprintf(f, "#ifndef %s_H_\n#define %s_H_\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", P, P);
-  fprintf(f, "#define %s_ABI %d\nenum {", P, cuda ? 1 : 2);
+  fprintf(f, "#define %s_ABI 2\nenum {", P);
   for (int i = 0; i < c->ndims; i++) /* a dim named O or INPUT is P_O (the output size) or P_INPUT already */
     if (strcmp(c->dims[i].name, "O") && strcmp(c->dims[i].name, "INPUT")) fprintf(f, " %s_%s = %ld,", P, c->dims[i].name, c->dims[i].value);
   fprintf(f, " %s_INPUT = %d, %s_O = %d };\n", P, c->input_size, P, c->output_size);
@@ -128,7 +133,16 @@ char *emit_header_text(const EmitInfo *e) {
   fprintf(f, "int %s_backward(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
              "    const float *dy, const %s_states *dfinal, void *work,\n"
              "    %s_params *grad, float *dx, %s_states *dh0%s);\n", P, P, P, P, P, P, stream);
-  if (!cuda) {
+  if (cuda) {
+    fprintf(f, "/* ABI 2: opt NULL is the call without _ex; lengths in host memory, threads ignored. */\n"
+               "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL: every row has T steps */\n"
+               "  int threads;         /* ignored by cuda */\n} %s_options;\n", P);
+    fprintf(f, "int %s_forward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
+               "    float *y, %s_states *final, void *work, const %s_options *opt, void *stream);\n", P, P, P, P, P);
+    fprintf(f, "int %s_backward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
+               "    const float *dy, const %s_states *dfinal, void *work, const %s_options *opt,\n"
+               "    %s_params *grad, float *dx, %s_states *dh0, void *stream);\n", P, P, P, P, P, P, P);
+  } else {
     fprintf(f, "/* ABI 2: opt NULL is the call without _ex. */\n"
                "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL: every row has T steps */\n"
                "  int threads;         /* 0: one per core */\n} %s_options;\n", P);
