@@ -8,7 +8,8 @@ runs as a scan, in scan mode:
   - x, dy and noise past a sequence's length are never read (changing them changes nothing);
   - cpu and cuda-emu with the same lengths agree with the interpreter within float32 bounds.
 The emitted C API (cellc emit --target cpu) with lengths through tests/emit/harness.c against
-`cellc run --lengths`. Then finite differences of L = sum(y dy) + sum(final dfinal) on a few cells (x and a param), the
+`cellc run --lengths`. tests/cells/ops.cell (every built-in, a complex state, gumbel_sigmoid's noise with --train) as
+the stdlib cells. Then finite differences of L = sum(y dy) + sum(final dfinal) on a few cells (x and a param), the
 chunked form (--mode chunked, interp and cpu) with lengths against sequential, lengths all T
 bit-identical to no lengths, and the errors of a bad --lengths or 'lengths' tensor.
 Ends with "N passed, M failed"."""
@@ -163,6 +164,24 @@ for c in stdlib_cells():
             if other is not None:
                 e, where = worst_of(got, other, skip=set(inputs_of(got)))
                 check(name + ": %s as interp" % be, e < 2e-4, "%s off by %g" % (where, e))
+
+# every built-in, with gumbel_sigmoid's noise in training mode (noise past a length never read) and
+# a complex state
+ops = [("ops complex", ["tests/cells/ops.cell", "--dims", "H=3,D=2"]),
+       ("ops gumbel --train", ["tests/cells/ops.cell", "--dims", "H=3,D=2", "--set", "use_gumbel=true", "--train"])]
+for name, case_args in ops:
+    got, why = cellc_run(case_args, "interp", ["--T", str(T), "--B", str(B), "--seed", "5", "--lengths", lens])
+    check(name + ": interp f64 runs with --lengths", got is not None, why)
+    if got is None:
+        continue
+    e, where = per_sequence(name, case_args, got)
+    check(name + ": interp per sequence as each run alone", e < 1e-9, "%s off by %g" % (where, e))
+    for be in backends:
+        other, why = cellc_run(case_args, be, ["--lengths", lens], inputs_of(got))
+        check(name + ": %s runs with --lengths" % be, other is not None, why)
+        if other is not None:
+            e, where = worst_of(got, other, skip=set(inputs_of(got)))
+            check(name + ": %s as interp" % be, e < 2e-4, "%s off by %g" % (where, e))
 
 
 # finite differences on the interpreter: L(x + e u, param + e v) against the gradients
