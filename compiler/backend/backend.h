@@ -141,7 +141,8 @@ struct Backend {
   /* after forward on the same Work and sequence */
   void (*backward)(Compiled *c, Work *w, const SeqIO *s);
   /* Copies a per-step array the last forward left in w into out (dtype elements, host memory); 0,
-   * or -1 when this back end does not keep it. */
+   * or -1 when this back end does not keep it. After a forward with SeqIO.lengths the work holds
+   * the last segment's run only (varlen.c). */
   int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
   /* Writes p's forward and backward as the target's standalone code files (cpu: P.o and libP.so;
    * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with
