@@ -6,7 +6,8 @@ runs as a scan, in scan mode:
     final, grad.h0 and every per-row state tensor; the weight gradients the sum of the
     sequences' (within 1e-9);
   - x, dy and noise past a sequence's length are never read (changing them changes nothing);
-  - cpu and cuda-emu with the same lengths agree with the interpreter within float32 bounds.
+  - the interpreter in float32, cpu and cuda-emu with the same lengths agree with the float64
+    interpreter within float32 bounds.
 The emitted C API (cellc emit --target cpu) with lengths through tests/emit/harness.c against
 `cellc run --lengths`. tests/cells/ops.cell (every built-in, a complex state, gumbel_sigmoid's noise with --train) as
 the stdlib cells. Then finite differences of L = sum(y dy) + sum(final dfinal) on a few cells (x and a param), the
@@ -36,9 +37,9 @@ def cellc_run(case_args, backend, extra, inputs=None):
     """The tensors of a cellc run (dict), or (None, why)."""
     count[0] += 1
     out = os.path.join(tmp, "r%d.st" % count[0])
-    args = [CELLC, "run", *case_args, "--backend", backend, "--out", out, *extra]
-    if backend == "interp":
-        args += ["--precision", "f64"]
+    args = [CELLC, "run", *case_args, "--backend", backend.split("-f32")[0], "--out", out, *extra]
+    if backend.startswith("interp"):  # interp-f32: the interpreter rounding every value to float32
+        args += ["--precision", "f32" if backend.endswith("-f32") else "f64"]
     if inputs is not None:
         path = os.path.join(tmp, "in%d.st" % count[0])
         sft.write(path, inputs)
@@ -127,7 +128,7 @@ def worst_of(ref, got, skip=()):
 
 
 lens = ",".join(map(str, LENGTHS))
-backends = ["cpu", "cuda-emu"]
+backends = ["interp-f32", "cpu", "cuda-emu"]
 for c in stdlib_cells():
     dims = c.dims(H, D)
     opts = [a for k, v in c.opts.items() for a in ("--set", "%s=%s" % (k, str(v).lower()))]
