@@ -221,7 +221,8 @@ for cell, dims in (("stdlib/gru.cell", "H=3,D=2"), ("stdlib/lstm.cell", "H=3,D=2
           "fd %.12g, gradient %.12g" % (fd, want))
 
 # the chunked form with lengths, against sequential
-for cell, dims in (("stdlib/gla.cell", "NH=2,K=3,V=4,D=2"), ("stdlib/mamba2.cell", "NH=2,P=3,N=3,D=2")):
+for cell, dims in (("stdlib/gla.cell", "NH=2,K=3,V=4,D=2"), ("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=2"),
+                   ("stdlib/mamba2.cell", "NH=2,P=3,N=3,D=2")):
     args = [cell, "--dims", dims, "--set", "chunk=3"]
     ref, why = cellc_run(args + ["--mode", "sequential"], "interp", ["--T", str(T), "--B", str(B), "--lengths", lens])
     check(cell + ": sequential with lengths runs", ref is not None, why)
