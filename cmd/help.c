@@ -39,7 +39,7 @@ static const CmdHelp commands[] = {
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
      "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential|chunked] "
-     "[--precision f32|f64] [--train]",
+     "[--precision f32|f64] [--lengths 5,3,7] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
      "                          device, directory or read-only file is refused)\n"
@@ -53,6 +53,7 @@ static const CmdHelp commands[] = {
      "               the same CUDA code on the CPU: slow, for tests)\n"
      "  --mode auto|scan|sequential|chunked   (chunked: interp and cpu; --set chunk=L its chunk length)\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
+     "  --lengths 5,3,7         each row's length (B integers in 1..T; or a tensor 'lengths' in --inputs)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"
      "  -h, --help              this help\n",
      "  0   success\n"

@@ -107,6 +107,16 @@ for name, m in mods.items():
     check("%s: two calls carrying finals on equal one call (rel err %.1e)" % (name, e), e < 1e-5)
 check("gru: h0 may be the one state's tensor", torch.equal(g(x, f1["h"][:2])[0], g(x, {"h": f1["h"][:2]})[0]))
 
+# lengths: each sequence as if run alone to its length; y past it zeros
+x = torch.randn(7, 3, D)
+lens = [4, 7, 2]
+y, f = g(x, lengths=torch.tensor(lens))
+e = 0.0
+for b, n in enumerate(lens):
+    yb, fb = g(x[:n, b:b + 1])
+    e = max(e, rel(y[:n, b:b + 1], yb), rel(f["h"][b:b + 1], fb["h"]), float(y[n:, b].abs().max()) if n < 7 else 0.0)
+check("gru with lengths: each sequence as run alone, zeros past its length (rel err %.1e)" % e, e < 1e-6)
+
 
 # ---- two loaded layers (gru, then lru) and a linear head trained by Adam in a plain PyTorch loop,
 # against the same model in float64 PyTorch (tests/torch/cells.py) from the same initial values
@@ -296,6 +306,8 @@ msg = raises(ValueError, lambda: g(torch.randn(3, 2, D + 1)))
 check("an x of the wrong size is a ValueError naming the expected shape", msg is not None and str(D) in msg, str(msg))
 msg = raises(ValueError, lambda: g(torch.randn(3, 2, D), {"h": torch.zeros(3, H)}))
 check("an h0 of the wrong shape is a ValueError", msg is not None and "h" in msg, str(msg))
+msg = raises(ValueError, lambda: g(torch.randn(3, 2, D), lengths=[3, 4]))
+check("a length above T is a ValueError naming the range", msg is not None and "[1, 3]" in msg, str(msg))
 bad = os.path.join(work, "bad.cell")
 with open(bad, "w") as f:
     f.write("cell bad {\n  input x[D]\n  state h[D]\n  h = tanh(h + y)\n}\n")

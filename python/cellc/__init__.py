@@ -94,13 +94,17 @@ def _read_json(entry):
 
 
 class Cell(torch.nn.Module):
-    """A cell over whole sequences: forward(x, h0=None) -> (y, finals), as nn.GRU's (output, h_n).
+    """A cell over whole sequences: forward(x, h0=None, lengths=None) -> (y, finals), as nn.GRU's
+    (output, h_n).
 
     x: [T, B, input_size] float32 CPU tensor ([B, T, input_size] with batch_first); any T, B >= 1.
     h0: None, a dict {state: [B, ...]} (names as in `finals`; a missing state takes its initial
     value), or, for a cell with one state, that state's tensor. A complex state has a trailing 2.
     Returns y [T, B, output_size] ([B, T, ...] with batch_first) and finals, a dict {state:
     [B, ...]} of the states after the last step (pass it back as h0 to carry on).
+    lengths: None, or each sequence's length (B ints in 1..T, a list or an integer tensor): a
+    sequence's final state is its state after its own last step, y past it is zeros, and x there is
+    never read (as pack_padded_sequence's padding).
     Params are nn.Parameters named as in the cell (`h.init` as `h_init`), starting at the cell's
     initializers for the seed; buffers are module buffers; frozen params do not require grad.
     A state's initial value is the cell's: zeros, its initializer drawn once (the same for every
@@ -152,7 +156,7 @@ class Cell(torch.nn.Module):
             out[field] = src.unsqueeze(0).expand((batch,) + full)
         return out
 
-    def forward(self, x, h0=None):
+    def forward(self, x, h0=None, lengths=None):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError("%s: x must be a 3-dimensional tensor [%s, %d], got %s" % (
                 self.cell_name, "B, T" if self.batch_first else "T, B", self.input_size,
@@ -189,6 +193,14 @@ class Cell(torch.nn.Module):
                 raise ValueError("%s: initial state '%s' must be float32 %s, got %s %s" % (
                     self.cell_name, field, (B,) + full, h.dtype, tuple(h.shape)))
             h0s.append(h)
-        out = self._lib.Function.apply(x, *h0s, *[getattr(self, f) for f in self._params])
+        params = [getattr(self, f) for f in self._params]
+        if lengths is None:
+            out = self._lib.Function.apply(x, *h0s, *params)
+        else:
+            lens = [int(v) for v in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+            if len(lens) != B or any(n < 1 or n > T for n in lens):
+                raise ValueError("%s: lengths must be %d integers in [1, %d] (one per sequence), got %s" % (
+                    self.cell_name, B, T, lens))
+            out = self._lib.FunctionLengths.apply(lens, x, *h0s, *params)
         y = out[0].transpose(0, 1) if self.batch_first else out[0]
         return y, {field: f for (field, _, _), f in zip(self._states, out[1:])}
