@@ -486,12 +486,19 @@ static int along(Lowerer *L, const StateInfo *s, int v, int axis) {
   int rank = s->rank, full = state_numel(s);
   if (node_numel(graph_node(g, v)) != full) v = g_bcast(g, v, rank, s->n); /* a scalar */
   CHECK(node_numel(graph_node(g, v)) == full);
-  int st[MAX_RANK], vn[2], vs[2], r = 0;
+  int st[MAX_RANK], vn[2], vs[2], r = 0, off = 0;
   shape_strides(rank, s->n, st);
+  Node *x = graph_node(g, v);
+  if (x->op == OP_VIEW && x->rank == rank) { /* a factor spread over the state (unsqueeze): its source's view, so
+                                                the K x V spread is never made */
+    off = x->idx;
+    for (int d = 0; d < rank; d++) st[d] = x->st[d];
+    v = x->a[0];
+  }
   if (rank == 3) vn[r] = s->n[0], vs[r++] = st[0];
   if (axis >= 0) vn[r] = s->n[axis], vs[r++] = st[axis];
   if (r == 0) vn[r] = 1, vs[r++] = 0;
-  return g_view(g, v, r, vn, 0, vs);
+  return g_view(g, v, r, vn, off, vs);
 }
 
 /* flat [nh * len]: a value along an axis (rank 1 or 2) */
