@@ -2,8 +2,10 @@
  * batch, and reports the machine's limits measured in the same run: the
  * sgemm rate and the copy bandwidth (--machine-gpu: the GPU's device-to-device copy), with each
  * phase's share.
- *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential] [--reps N] [--backend NAME]
- *              [--dims NAME=N,...]
+ *   bench_cell FILE.cell H D T B [--set k=v] [--mode sequential|chunked] [--reps N] [--backend NAME]
+ *              [--dims NAME=N,...] [--chunk L]
+ * --mode chunked times the chunked form (chunkrun.c, cpu only): forward + backward together, and
+ * its parts (in, the chunk ops, out) from the best run.
  * --dims binds the cell's dims in place of H (D stays bound), for cells without an H: gla's
  * NH, K, V, mamba2's NH, P, N. Prints one JSON object per line. */
 #include <cblas.h>
@@ -133,7 +135,8 @@ int main(int argc, char **argv) {
   int H = atoi(argv[2]), D = atoi(argv[3]), T = atoi(argv[4]), B = atoi(argv[5]), reps = 5;
   Binding sets[4];
   int nsets = 0;
-  bool force_seq = false, machine = false, machine_gpu = false;
+  bool force_seq = false, force_chunked = false, machine = false, machine_gpu = false;
+  int chunk = 0;
   const char *backend = "cpu";
   Binding dims[9];
   int ndims = 0;
@@ -142,7 +145,10 @@ int main(int argc, char **argv) {
       char *kv = argv[++i], *eq = strchr(kv, '=');
       *eq = 0;
       sets[nsets++] = (Binding){kv, eq + 1};
-    } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) force_seq = !strcmp(argv[++i], "sequential");
+    } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
+      force_seq = !strcmp(argv[++i], "sequential");
+      force_chunked = !strcmp(argv[i], "chunked");
+    } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--machine")) machine = true;
     else if (!strcmp(argv[i], "--machine-gpu")) machine_gpu = true;
@@ -181,6 +187,7 @@ int main(int argc, char **argv) {
   CheckOptions o = {0};
   o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = ndims, o.need_bound = true;
   o.force_sequential = force_seq;
+  o.force_chunked = force_chunked;
   Cell *c = check_cell(&arena, src, ast, &o);
   if (!c) return 1;
   bool scan = c->mode == MODE_SCAN;
@@ -242,6 +249,29 @@ int main(int argc, char **argv) {
     s.x = on_device(dv, s.x, sizeof(float) * rows * p->x_size), s.dy = on_device(dv, s.dy, sizeof(float) * rows * p->output_size);
     s.y = on_device(dv, s.y, sizeof(float) * rows * p->output_size);
     s.grad_x = on_device(dv, s.grad_x, sizeof(float) * rows * p->x_size);
+  }
+  if (force_chunked) {
+    ChunkForm *f = chunkform_compile(c, &po, chunk, err, sizeof err);
+    if (!f) {
+      fprintf(stderr, "%s\n", err);
+      return 70;
+    }
+    chunkform_run_f32(f, &s); /* warm up */
+    double best = 1e30, parts[CHUNK_TIMES] = {0};
+    for (int rep = 0; rep < reps; rep++) {
+      double a = now();
+      chunkform_run_f32(f, &s);
+      double t = now() - a;
+      if (t < best) best = t, chunkform_times(f, parts);
+    }
+    printf("{\"backend\": \"%s\", \"cell\": \"%s\", \"mode\": \"chunked\", \"L\": %d, \"D\": %d, \"T\": %d, \"B\": %d, "
+           "\"total_s\": %.6f, \"forward_s\": %.6f, \"backward_s\": %.6f, \"in_s\": %.6f, \"op_s\": %.6f, \"out_s\": %.6f, "
+           "\"op_forward_s\": %.6f, \"op_backward_s\": %.6f, \"compile_s\": %.4f}\n",
+           be->name, c->name, chunkform_length(f), D, T, B, best, parts[0] + parts[1] + parts[2], parts[3] + parts[4] + parts[5],
+           parts[0] + parts[5], parts[1] + parts[4], parts[2] + parts[3], parts[1], parts[4], tcompile);
+    chunkform_free(f);
+    pipeline_release(cc);
+    return 0;
   }
   Work *w = be->work_new(cc);
   be->forward(cc, w, &s); /* warm up: allocations, page faults */

@@ -139,5 +139,11 @@ void chunkform_free(ChunkForm *f);
 int chunkform_length(const ChunkForm *f);
 /* Forward then backward of a whole sequence, float64 buffers (as pipeline_run_f64). */
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
+/* The same on float32 buffers, for a float32 back end (cpu): no float64 copies */
+void chunkform_run_f32(ChunkForm *f, const SeqIO *d);
+/* The last chunkform_run_f32's seconds per part: in's forward, the chunk ops' forward, out's
+ * forward, out's backward, the chunk ops' backward, in's backward */
+#define CHUNK_TIMES 6
+void chunkform_times(const ChunkForm *f, double *t);
 
 #endif
