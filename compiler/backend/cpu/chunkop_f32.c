@@ -10,12 +10,13 @@
  * sums over j <= i (dq) and i >= j (dk) are blocked as the scores are. */
 /* The row loops below (scalings by the decay tables) are most of the op's time outside the products:
  * vectorized (O3; -O2's cost model leaves loops of a run-time length scalar) */
-#pragma GCC optimize("O3")
+#pragma GCC optimize("O3", "no-trapping-math")
 
 #include "cpu.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
@@ -37,6 +38,8 @@ typedef struct Ctx {
   double *b;                   /* [n, w], float64: b_i - b_j of large b's loses nothing */
   float *Qf, *Kf, *Qi, *Ki, *G, *F; /* [L, w] */
   float *gap;                  /* [nb, nb, w] */
+  double *zero;                /* [w] zeros: b_{-1} */
+  float *ex;                   /* [(SUB + 2) w] scratch of tables */
   bool *tight;                 /* [nb] */
   float *x1, *x2;              /* [L, max(K, V)] scratch */
   float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
@@ -72,30 +75,54 @@ static void scaled(float *dst, int ldd, const float *src, int lds, const float *
   }
 }
 
-static double bat(const Ctx *x, int i, int k) { return i < 0 ? 0 : x->b[(size_t)i * x->w + k]; }
+/* y = e^x for n values: a polynomial after range reduction (Cephes' expf, within 1e-7 relative),
+ * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
+ * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
+typedef union { float f; int32_t i; } Bits;
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void vexp(float *restrict y, const float *restrict x, int n) {
+  for (int i = 0; i < n; i++) {
+    float v = x[i], c = v < -87.0f ? -87.0f : v;
+    c = c > 88.0f ? 88.0f : c;
+    float m = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c / ln 2) */
+    float r = c - m * 0.693359375f + m * 2.12194440e-4f, p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f, p = p * r + 8.3334519073e-3f, p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f, p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1;
+    Bits s;
+    s.i = ((int32_t)m + 127) << 23; /* 2^m */
+    y[i] = v < -87.0f ? 0.0f : p * s.f;
+  }
+}
+
+/* y = e^{a - b} for n values (a, b float64: the difference of large b's loses nothing); z: scratch */
+static void exp_diff(float *y, const double *a, const double *b, int n, float *z) {
+  for (int i = 0; i < n; i++) z[i] = (float)(a[i] - b[i]);
+  vexp(y, z, n);
+}
 
 static void tables(Ctx *x) {
   int n = x->n, w = x->w;
   x->nb = (n + SUB - 1) / SUB;
+  float *gr = x->ex, *ge = gr + w, *z = ge + w;
   for (int ib = 0; ib < x->nb; ib++) {
-    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, r = i0 - 1, e = i1 - 1;
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, rows = i1 - i0;
+    const double *br = i0 ? x->b + (size_t)(i0 - 1) * w : x->zero, *be = x->b + (size_t)(i1 - 1) * w;
+    const double *bn = x->b + (size_t)(n - 1) * w, *bi = x->b + (size_t)i0 * w;
     double span = 0;
-    for (int k = 0; k < w; k++) {
-      double br = bat(x, r, k), be = bat(x, e, k), bn = bat(x, n - 1, k);
-      float gr = expf((float)br), ge = expf((float)(bn - be));
-      span = br - be > span ? br - be : span;
-      for (int i = i0; i < i1; i++) {
-        double bi = bat(x, i, k);
-        float qf = expf((float)(bi - br)), kf = expf((float)(be - bi));
-        TAB(x->Qf, i)[k] = qf, TAB(x->Kf, i)[k] = kf;
-        TAB(x->G, i)[k] = gr * qf, TAB(x->F, i)[k] = ge * kf;
-      }
-      for (int jb = 0; jb < ib; jb++) GAP(ib, jb)[k] = expf((float)(br - bat(x, jb * SUB + SUB - 1, k)));
+    for (int k = 0; k < w; k++) span = br[k] - be[k] > span ? br[k] - be[k] : span;
+    exp_diff(gr, br, x->zero, w, z), exp_diff(ge, bn, be, w, z);
+    float *qf = TAB(x->Qf, i0), *kf = TAB(x->Kf, i0), *g = TAB(x->G, i0), *f = TAB(x->F, i0);
+    for (int i = 0; i < rows; i++) {
+      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(bi[(size_t)i * w + k] - br[k]);
+      vexp(qf + (size_t)i * w, z + (size_t)i * w, w);
+      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
+      vexp(kf + (size_t)i * w, z + (size_t)i * w, w);
+      for (int k = 0; k < w; k++) g[(size_t)i * w + k] = gr[k] * qf[(size_t)i * w + k], f[(size_t)i * w + k] = ge[k] * kf[(size_t)i * w + k];
     }
+    for (int jb = 0; jb < ib; jb++) exp_diff(GAP(ib, jb), br, x->b + (size_t)(jb * SUB + SUB - 1) * w, w, z);
     x->tight[ib] = span <= TIGHT;
     if (x->tight[ib])
-      for (int i = i0; i < i1; i++)
-        for (int k = 0; k < w; k++) TAB(x->Qi, i)[k] = 1 / TAB(x->Qf, i)[k], TAB(x->Ki, i)[k] = 1 / TAB(x->Kf, i)[k];
+      for (size_t e = 0; e < (size_t)rows * w; e++) TAB(x->Qi, i0)[e] = 1 / qf[e], TAB(x->Ki, i0)[e] = 1 / kf[e];
   }
   if (x->c->per_key) return;
   for (int i = 0; i < n; i++) { /* a scalar decay's mask */
@@ -106,7 +133,7 @@ static void tables(Ctx *x) {
       m[j] = j > i ? 0
              : jb < ib ? x->Qf[i] * GAP(ib, jb)[0] * x->Kf[j]
              : x->tight[ib] ? x->Qf[i] * x->Qi[j]
-                           : expf((float)(x->b[i] - x->b[j]));
+                            : expf((float)(x->b[i] - x->b[j]));
     }
   }
 }
@@ -250,12 +277,13 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
   x.gap = xmalloc(sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
   x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
   x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
+  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 2) * (size_t)w + 1);
   return x;
 }
 
 static void ctx_free(Ctx *x) {
   free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
-  free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M);
+  free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
 }
 
 static void at_chunk(Ctx *x, int j) {
