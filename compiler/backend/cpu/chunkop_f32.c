@@ -20,6 +20,9 @@
 
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
+/* the loops of the tables and the scalings, cloned as vexp is */
+#define CLONED __attribute__((target_clones("avx512f", "avx2", "default")))
+
 #define SUB 16 /* the sub-block of rows the decays are factored in */
 #define TIGHT 30.0 /* a sub-block's diagonal as a product where its log-decays span at most this */
 
@@ -45,16 +48,14 @@ typedef struct Ctx {
   float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
 } Ctx;
 
-static void cumulate(Ctx *x) {
+CLONED static void cumulate(Ctx *x) {
   const ChunkOpF32 *c = x->c;
   int w = x->w;
-  for (int k = 0; k < w; k++) {
-    double s = 0;
-    for (int i = 0; i < x->n; i++) {
-      double la = c->la[(size_t)(x->t0 + i) * (size_t)c->ldla + (size_t)k];
-      s += la < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : la; /* a decay of 0 (chunkop.h) */
-      x->b[(size_t)i * w + k] = s;
-    }
+  for (int i = 0; i < x->n; i++) {
+    const float *restrict la = c->la + (size_t)(x->t0 + i) * (size_t)c->ldla;
+    const double *restrict prev = i ? x->b + (size_t)(i - 1) * w : x->zero;
+    double *restrict b = x->b + (size_t)i * w;
+    for (int k = 0; k < w; k++) b[k] = prev[k] + (la[k] < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : (double)la[k]); /* a decay of 0 (chunkop.h) */
   }
 }
 
@@ -64,7 +65,7 @@ static void cumulate(Ctx *x) {
 #define GAP(ib, jb) (x->gap + ((size_t)(ib) * (size_t)x->nb + (size_t)(jb)) * (size_t)x->w)
 
 /* dst_i = src_i * t_i (rows of K; t's rows [w]: per key, or one scalar a row) for n rows */
-static void scaled(float *dst, int ldd, const float *src, int lds, const float *t, int w, int n, int K) {
+CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const float *t, int w, int n, int K) {
   for (int i = 0; i < n; i++) {
     float *restrict d = dst + (size_t)i * (size_t)ldd;
     const float *restrict a = src + (size_t)i * (size_t)lds, *restrict f = t + (size_t)i * (size_t)w;
@@ -79,7 +80,7 @@ static void scaled(float *dst, int ldd, const float *src, int lds, const float *
  * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
  * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
 typedef union { float f; int32_t i; } Bits;
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void vexp(float *restrict y, const float *restrict x, int n) {
+CLONED static void vexp(float *restrict y, const float *restrict x, int n) {
   for (int i = 0; i < n; i++) {
     float v = x[i], c = v < -87.0f ? -87.0f : v;
     c = c > 88.0f ? 88.0f : c;
@@ -100,7 +101,7 @@ static void exp_diff(float *y, const double *a, const double *b, int n, float *z
   vexp(y, z, n);
 }
 
-static void tables(Ctx *x) {
+CLONED static void tables(Ctx *x) {
   int n = x->n, w = x->w;
   x->nb = (n + SUB - 1) / SUB;
   float *gr = x->ex, *ge = gr + w, *z = ge + w;
