@@ -25,6 +25,8 @@ struct ChunkForm {
   int *full_of;                /* per state: its first part among the whole cell's (the SeqIO's) */
   int nfull;                   /* the whole cell's state parts (the SeqIO's) */
   double times[CHUNK_TIMES];   /* the last float32 run's seconds per part (chunkform_times) */
+  size_t rows32;               /* the float32 run's per-row buffers, kept for rows32 rows (T B): */
+  float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
   int *full_size;              /* [nfull]: each one's numel per batch row */
 };
 
@@ -91,6 +93,7 @@ void chunkform_free(ChunkForm *f) {
     program_free(p);
   }
   free(f->full_of), free(f->full_size);
+  free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
   free(f);
 }
 
@@ -290,8 +293,14 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
   for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
   for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
-  float *yin = zeros32(rows * (size_t)nin), *dyin = zeros32(rows * (size_t)nin);
-  float *xo = zeros32(rows * (size_t)xw), *gxo = zeros32(rows * (size_t)xw), *gxi = zeros32(rows * (size_t)D);
+  if (rows > f->rows32) {
+    free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+    f->yin = zeros32(rows * (size_t)nin), f->dyin = zeros32(rows * (size_t)nin);
+    f->xo = zeros32(rows * (size_t)xw), f->gxo = zeros32(rows * (size_t)xw), f->gxi = zeros32(rows * (size_t)D);
+    f->rows32 = rows;
+  }
+  /* each written whole by the programs or the chunk ops (dyin: every input of every op) */
+  float *yin = f->yin, *dyin = f->dyin, *xo = f->xo, *gxo = f->gxo, *gxi = f->gxi;
   float **fin = parts32(ns, sn), **zero = parts32(ns, sn), **ghi = parts32(ns, sn), **gho = parts32(ns, sn);
   float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
@@ -379,7 +388,7 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
     for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
   for (int q = 0; q < ns; q++)
     for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
-  free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn);
+  free(pn), free(sn);
   free(h0), free(dfinal), free(final), free(gh0);
   parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
 }
