@@ -264,11 +264,16 @@ int main(int argc, char **argv) {
       double t = now() - a;
       if (t < best) best = t, chunkform_times(f, parts);
     }
+    chunkform_profile(f, true); /* one more run, profiled: the programs' products */
+    chunkform_run_f32(f, &s);
+    Profile pf = chunkform_profile(f, false);
     printf("{\"backend\": \"%s\", \"cell\": \"%s\", \"mode\": \"chunked\", \"L\": %d, \"D\": %d, \"T\": %d, \"B\": %d, "
            "\"total_s\": %.6f, \"forward_s\": %.6f, \"backward_s\": %.6f, \"in_s\": %.6f, \"op_s\": %.6f, \"out_s\": %.6f, "
-           "\"op_forward_s\": %.6f, \"op_backward_s\": %.6f, \"compile_s\": %.4f}\n",
+           "\"op_forward_s\": %.6f, \"op_backward_s\": %.6f, \"compile_s\": %.4f, \"prog_gemm_s\": %.6f, \"prog_gemm_flops\": %.6g, "
+           "\"prog_elem_s\": %.6f}\n",
            be->name, c->name, chunkform_length(f), D, T, B, best, parts[0] + parts[1] + parts[2], parts[3] + parts[4] + parts[5],
-           parts[0] + parts[5], parts[1] + parts[4], parts[2] + parts[3], parts[1], parts[4], tcompile);
+           parts[0] + parts[5], parts[1] + parts[4], parts[2] + parts[3], parts[1], parts[4], tcompile, pf.gemm_s, pf.gemm_flops,
+           pf.elem_s);
     chunkform_free(f);
     pipeline_release(cc);
     return 0;

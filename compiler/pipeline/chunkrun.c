@@ -101,6 +101,16 @@ int chunkform_length(const ChunkForm *f) { return f->L; }
 
 void chunkform_times(const ChunkForm *f, double *t) { memcpy(t, f->times, sizeof f->times); }
 
+Profile chunkform_profile(ChunkForm *f, bool on) {
+  Profile p = f->win->prof, q = f->wout->prof;
+  p.elem_s += q.elem_s, p.gemm_s += q.gemm_s, p.scan_s += q.scan_s, p.rscan_s += q.rscan_s, p.other_s += q.other_s;
+  p.elem_bytes += q.elem_bytes, p.gemm_flops += q.gemm_flops;
+  for (int i = 0; i < GEMM_KINDS; i++) p.kind_s[i] += q.kind_s[i], p.kind_flops[i] += q.kind_flops[i];
+  f->win->profiling = f->wout->profiling = on;
+  memset(&f->win->prof, 0, sizeof f->win->prof), memset(&f->wout->prof, 0, sizeof f->wout->prof);
+  return p;
+}
+
 static double seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

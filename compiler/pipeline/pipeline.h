@@ -145,5 +145,8 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d);
  * forward, out's backward, the chunk ops' backward, in's backward */
 #define CHUNK_TIMES 6
 void chunkform_times(const ChunkForm *f, double *t);
+/* The two programs' profile (Work.prof) summed since the last call, then profiling turned on or
+ * off and the sums cleared */
+Profile chunkform_profile(ChunkForm *f, bool on);
 
 #endif
