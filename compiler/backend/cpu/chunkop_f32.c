@@ -111,32 +111,57 @@ CLONED static void tables(Ctx *x) {
     const double *bn = x->b + (size_t)(n - 1) * w, *bi = x->b + (size_t)i0 * w;
     double span = 0;
     for (int k = 0; k < w; k++) span = br[k] - be[k] > span ? br[k] - be[k] : span;
+    x->tight[ib] = span <= TIGHT;
     exp_diff(gr, br, x->zero, w, z), exp_diff(ge, bn, be, w, z);
     float *qf = TAB(x->Qf, i0), *kf = TAB(x->Kf, i0), *g = TAB(x->G, i0), *f = TAB(x->F, i0);
-    for (int i = 0; i < rows; i++) {
+    float *qi = TAB(x->Qi, i0), *ki = TAB(x->Ki, i0), *qe = TAB(x->Qf, i1 - 1);
+    for (int i = 0; i < rows; i++)
       for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(bi[(size_t)i * w + k] - br[k]);
-      vexp(qf + (size_t)i * w, z + (size_t)i * w, w);
-      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
-      vexp(kf + (size_t)i * w, z + (size_t)i * w, w);
-      for (int k = 0; k < w; k++) g[(size_t)i * w + k] = gr[k] * qf[(size_t)i * w + k], f[(size_t)i * w + k] = ge[k] * kf[(size_t)i * w + k];
+    vexp(qf, z, rows * w);
+    if (x->tight[ib]) /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT */
+      for (int i = 0; i < rows; i++)
+        for (int k = 0; k < w; k++) {
+          size_t e = (size_t)i * w + (size_t)k;
+          qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] / qe[k];
+        }
+    else {
+      for (int i = 0; i < rows; i++)
+        for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
+      vexp(kf, z, rows * w);
     }
+    for (int i = 0; i < rows; i++)
+      for (int k = 0; k < w; k++) {
+        size_t e = (size_t)i * w + (size_t)k;
+        g[e] = gr[k] * qf[e], f[e] = ge[k] * kf[e];
+      }
     for (int jb = 0; jb < ib; jb++) exp_diff(GAP(ib, jb), br, x->b + (size_t)(jb * SUB + SUB - 1) * w, w, z);
-    x->tight[ib] = span <= TIGHT;
-    if (x->tight[ib])
-      for (size_t e = 0; e < (size_t)rows * w; e++) TAB(x->Qi, i0)[e] = 1 / qf[e], TAB(x->Ki, i0)[e] = 1 / kf[e];
   }
   if (x->c->per_key) return;
-  for (int i = 0; i < n; i++) { /* a scalar decay's mask */
-    int ib = i / SUB;
-    float *m = x->M + (size_t)i * n;
-    for (int j = 0; j < n; j++) {
-      int jb = j / SUB;
-      m[j] = j > i ? 0
-             : jb < ib ? x->Qf[i] * GAP(ib, jb)[0] * x->Kf[j]
-             : x->tight[ib] ? x->Qf[i] * x->Qi[j]
-                            : expf((float)(x->b[i] - x->b[j]));
+  for (int i = 0; i < n; i++) { /* a scalar decay's mask, by sub-blocks of columns */
+    int ib = i / SUB, i0 = ib * SUB;
+    float *restrict m = x->M + (size_t)i * n, qf = x->Qf[i];
+    for (int jb = 0; jb < ib; jb++) {
+      float a = qf * GAP(ib, jb)[0];
+      const float *restrict kf = x->Kf + (size_t)jb * SUB;
+      for (int j = 0; j < SUB; j++) m[jb * SUB + j] = a * kf[j];
     }
+    if (x->tight[ib])
+      for (int j = i0; j <= i; j++) m[j] = qf * x->Qi[j];
+    else
+      for (int j = i0; j <= i; j++) m[j] = expf((float)(x->b[i] - x->b[j]));
+    for (int j = i + 1; j < n; j++) m[j] = 0;
   }
+}
+
+/* Only what the final state needs (the backward's pass for the boundary states): F and G_{n-1} */
+CLONED static void tables_final(Ctx *x) {
+  int n = x->n, w = x->w;
+  float *z = x->ex;
+  const double *bn = x->b + (size_t)(n - 1) * w;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < w; k++) x->Qf[(size_t)i * w + k] = (float)(bn[k] - x->b[(size_t)i * w + k]); /* scratch */
+  vexp(x->F, x->Qf, n * w);
+  exp_diff(TAB(x->G, n - 1), bn, x->zero, w, z);
 }
 
 /* e^{b_i - b_j} of key k, j <= i in one sub-block, pairwise (a sub-block that is not tight) */
@@ -287,11 +312,11 @@ static void ctx_free(Ctx *x) {
   free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
 }
 
-static void at_chunk(Ctx *x, int j) {
+static void at_chunk(Ctx *x, int j, bool full) {
   x->t0 = j * x->c->L;
   x->n = x->c->T - x->t0 < x->c->L ? x->c->T - x->t0 : x->c->L;
   cumulate(x);
-  tables(x);
+  full ? tables(x) : tables_final(x);
 }
 
 void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT) {
@@ -301,7 +326,7 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   float *cur = xmalloc(sizeof(float) * kv + 1), *next = xmalloc(sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
-    at_chunk(&x, j);
+    at_chunk(&x, j, true);
     chunk_forward(&x, cur, o, ldo, next);
     float *sw = cur;
     cur = next, next = sw;
@@ -321,10 +346,10 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   float *dA = xmalloc(sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xmalloc(sizeof(float) * (size_t)c->L * (size_t)K + 1);
   double *acc = xmalloc(sizeof(double) * (size_t)w);
   memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) at_chunk(&x, j), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
-    at_chunk(&x, jc);
+    at_chunk(&x, jc, true);
     int n = x.n, t0 = x.t0;
     const float *S0 = bnd + kv * (size_t)jc, *S1 = bnd + kv * (size_t)(jc + 1);
     const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, t0);
