@@ -1,13 +1,13 @@
 /* chunkop_f32.c: the chunk op of the chunked form (compiler/ir/chunkop.h) in float32 with its
  * products as matrix products (OpenBLAS sgemm), forward and backward, for the CPU back end. Per
  * chunk of n <= L steps, with b the cumulative log-decays from the chunk's start:
- *   intra scores A [n, n] (lower triangle): scalar decay: (q k^T) masked and weighted by
- *     e^{b_i - b_j}; per key: in blocks of SUB rows, block I against the steps before it as
- *     (q_i e^{b_i - b_s}) (k_j e^{b_s - b_j})^T with s the step before the block (both exponents
- *     <= 0: nothing overflows), the diagonal blocks pairwise;
+ *   intra scores A [n, n] (lower triangle), in sub-blocks of SUB rows: sub-block I against the
+ *     steps before it and (where tight) itself as one product through the decay tables below
+ *     (every factor at most 1: nothing overflows), a scalar decay's as (q k^T) times a mask;
  *   o = (q e^b) S_0 + A v;  S_n = e^{b_n} S_0 + (k e^{b_n - b})^T v.
  * The backward is the float64 reference's (chunkop.c) with the same products; the decay-weighted
  * sums over j <= i (dq) and i >= j (dk) are blocked as the scores are. */
+
 /* The row loops below (scalings by the decay tables) are most of the op's time outside the products:
  * vectorized (O3; -O2's cost model leaves loops of a run-time length scalar) */
 #pragma GCC optimize("O3", "no-trapping-math")
@@ -61,14 +61,13 @@ CLONED static void cumulate(Ctx *x) {
 
 #define ROW(p, ld, t) ((p) + (size_t)(t) * (size_t)(ld))
 #define TAB(t, i) ((t) + (size_t)(i) * (size_t)x->w)
-#define TABW(t, i) ((t) + (size_t)(i) * (size_t)x.w)
 #define GAP(ib, jb) (x->gap + ((size_t)(ib) * (size_t)x->nb + (size_t)(jb)) * (size_t)x->w)
 
 /* dst_i = src_i * t_i (rows of K; t's rows [w]: per key, or one scalar a row) for n rows */
 CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const float *t, int w, int n, int K) {
   for (int i = 0; i < n; i++) {
-    float *restrict d = dst + (size_t)i * (size_t)ldd;
-    const float *restrict a = src + (size_t)i * (size_t)lds, *restrict f = t + (size_t)i * (size_t)w;
+    float *d = dst + (size_t)i * (size_t)ldd; /* dst may be src (in place) */
+    const float *a = src + (size_t)i * (size_t)lds, *restrict f = t + (size_t)i * (size_t)w;
     if (w == 1)
       for (int k = 0; k < K; k++) d[k] = a[k] * f[0];
     else
@@ -384,7 +383,7 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
       db[(size_t)(n - 1) * K + kk] += (float)s;
     }
     for (int kk = 0; kk < K; kk++) {
-      float e = TABW(x.G, n - 1)[c->per_key ? kk : 0];
+      float e = x.G[(size_t)(n - 1) * w + (c->per_key ? kk : 0)];
       for (int y = 0; y < V; y++) g[(size_t)kk * V + y] *= e;
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x.x1, K, dO, lddo, 1, g, V);
