@@ -529,6 +529,16 @@ static void chunk_term(Lowerer *L, const StateInfo *s, const ChunkTerm *t, int *
   *kout = k, *vout = v;
 }
 
+/* log a of the decay a (a view): an exp's argument, a sigmoid's logsigmoid, read through the same
+ * view: exact where a underflows, and no exp and log per element */
+static int log_of(Graph *g, int a) {
+  Node v = *graph_node(g, a);
+  Node src = *graph_node(g, v.op == OP_VIEW ? v.a[0] : a);
+  int inner = src.op == OP_EXP ? src.a[0] : src.op == OP_SIGMOID ? g_unary(g, OP_LOGSIGMOID, src.a[0]) : -1;
+  if (inner < 0) return g_unary(g, OP_LOG, a);
+  return v.op == OP_VIEW ? g_view(g, inner, v.rank, v.n, v.idx, v.st) : inner;
+}
+
 /* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one row of vectors: the
  * reads' vectors, the terms' key and value factors, the log-decay (lower.h, ChunkLayout). */
 static int chunk_inputs(Lowerer *L) {
@@ -551,7 +561,7 @@ static int chunk_inputs(Lowerer *L) {
     for (int m = 0; m < M; m++) parts[np++] = flat(g, vs[m]);
     int la;
     if (ci->decay == CHUNK_DECAY_NONE) la = g_const(g, 0, 1, &nh);
-    else la = g_unary(g, OP_LOG, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
+    else la = log_of(g, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
     parts[np++] = flat(g, la);
     for (int j = 0; j < np; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
   }
