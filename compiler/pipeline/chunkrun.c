@@ -25,6 +25,8 @@ struct ChunkForm {
   int *full_of;                /* per state: its first part among the whole cell's (the SeqIO's) */
   int nfull;                   /* the whole cell's state parts (the SeqIO's) */
   double times[CHUNK_TIMES];   /* the last float32 run's seconds per part (chunkform_times) */
+  double total[CHUNK_TIMES];   /* summed over the runs, for CELLC_PROFILE */
+  int runs;
   size_t rows32;               /* the float32 run's per-row buffers, kept for rows32 rows (T B): */
   float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
   int *full_size;              /* [nfull]: each one's numel per batch row */
@@ -83,10 +85,18 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
 
 void chunkform_free(ChunkForm *f) {
   if (!f) return;
+  bool prof = tuning()->profile != TUNING_PROFILE_OFF;
+  if (prof && f->runs) { /* CELLC_PROFILE: the parts' times (the float32 runs), then each program's own profile */
+    const double *t = f->total;
+    fprintf(stderr, "profile: chunked form, %d run%s: in %.4f s (forward %.4f, backward %.4f), chunk ops %.4f s (forward %.4f, "
+                    "backward %.4f), out %.4f s (forward %.4f, backward %.4f)\n",
+            f->runs, f->runs == 1 ? "" : "s", t[0] + t[5], t[0], t[5], t[1] + t[4], t[1], t[4], t[2] + t[3], t[2], t[3]);
+  }
   for (int i = 0; i < 2; i++) {
     Compiled *c = i ? f->out : f->in;
     Work *w = i ? f->wout : f->win;
     if (!c) continue;
+    if (w && prof) fprintf(stderr, "profile: chunked form, the %s program:\n", i ? "out" : "in");
     if (w) c->be->work_free(w);
     Program *p = c->p;
     c->be->free(c);
@@ -106,7 +116,7 @@ Profile chunkform_profile(ChunkForm *f, bool on) {
   p.elem_s += q.elem_s, p.gemm_s += q.gemm_s, p.scan_s += q.scan_s, p.rscan_s += q.rscan_s, p.other_s += q.other_s;
   p.elem_bytes += q.elem_bytes, p.gemm_flops += q.gemm_flops;
   for (int i = 0; i < GEMM_KINDS; i++) p.kind_s[i] += q.kind_s[i], p.kind_flops[i] += q.kind_flops[i];
-  f->win->profiling = f->wout->profiling = on;
+  f->win->profiling = f->wout->profiling = on || tuning()->profile != TUNING_PROFILE_OFF;
   memset(&f->win->prof, 0, sizeof f->win->prof), memset(&f->wout->prof, 0, sizeof f->wout->prof);
   return p;
 }
@@ -392,6 +402,8 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   double t6 = seconds();
   double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
   memcpy(f->times, tt, sizeof tt);
+  for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += tt[i];
+  f->runs++;
   for (size_t r = 0; r < rows; r++)
     for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
   for (int i = 0; i < np; i++)
