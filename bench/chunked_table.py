@@ -50,6 +50,14 @@ for r in rows:
     if key not in best or r["total_s"] < best[key]["total_s"]:
         best[key] = r
 
+# the best CPU time (cpu_s) at one thread of each cellc kind: a step's time without the waits for a
+# core that other jobs add to the wall clock (rows without it: older bench_cell)
+cpu1 = {}
+for r in rows:
+    if r["kind"] in ("cellc", "cellc_chunked") and r.get("threads") == 1 and "cpu_s" in r:
+        key = (r["case"], r["kind"])
+        cpu1[key] = min(cpu1.get(key, 1e30), r["cpu_s"])
+
 ncpu = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 rounds = sys.argv[3] if len(sys.argv) > 3 else "?"
 reps = sys.argv[4] if len(sys.argv) > 4 else "?"
@@ -62,10 +70,17 @@ print(f"Machine limits measured in this run (build/peak, best of a run before an
       f"Each time is the best of {rounds} interleaved rounds of {reps} repetitions each (after a warm-up), "
       "at 1 and nproc threads (the count that gave it in brackets): the machine is shared and noisy.\n")
 print("| case | dims | cellc scan s | cellc chunked s | PyTorch chunked core s | PyTorch chunked cell s | "
-      "scan / chunked | PyTorch cell / cellc chunked | PyTorch core / cellc chunk op |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "scan / chunked | scan / chunked, 1-thread CPU time | PyTorch cell / cellc chunked | PyTorch core / cellc chunk op |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 cases = list(dict.fromkeys(r["case"] for r in rows if r["kind"] != "machine"))
 targets, parts = [], []
+
+
+def cpu_ratio(case):
+    a, b = cpu1.get((case, "cellc")), cpu1.get((case, "cellc_chunked"))
+    return f"{a / b:.1f}x ({a:.3f} / {b:.3f} s)" if a and b else "-"
+
+
 for case in cases:
     c, ch = best.get((case, "cellc")), best.get((case, "cellc_chunked"))
     tc, tw = best.get((case, "core")), best.get((case, "cell"))
@@ -75,7 +90,8 @@ for case in cases:
         continue
     print(f"| {case} | {tc['dims']} | {c['total_s']:.3f} ({c['threads']}) | {ch['total_s']:.3f} ({ch['threads']}) | "
           f"{tc['total_s']:.3f} ({tc['threads']}) | {tw['total_s']:.3f} ({tw['threads']}) | "
-          f"{c['total_s'] / ch['total_s']:.1f}x | {tw['total_s'] / ch['total_s']:.1f}x | {tc['total_s'] / ch['op_s']:.1f}x |")
+          f"{c['total_s'] / ch['total_s']:.1f}x | {cpu_ratio(case)} | {tw['total_s'] / ch['total_s']:.1f}x | "
+          f"{tc['total_s'] / ch['op_s']:.1f}x |")
     d = dims_of(tc["dims"])
     tokens = tc["T"] * tc["B"]
     fc, fw, by = counts(tc["cell"], d)
@@ -92,7 +108,9 @@ for case in cases:
                  f"{ch['prog_gemm_s']:.3f} ({100 * ch['prog_gemm_s'] / ch['total_s']:.0f}%) | "
                  f"{gemm_rate / 1e9:.0f} ({100 * gemm_rate / peak:.0f}%) | {op_rate / 1e9:.0f} ({100 * op_rate / peak:.0f}%) | "
                  f"{(fc + fw) * tokens / ch['total_s'] / 1e9:.0f} ({100 * (fc + fw) * tokens / ch['total_s'] / peak:.0f}%) |")
-print("\nscan / chunked: cellc's chunked form against its scan of the same cell (the issue: at least 5x); "
+print("\nscan / chunked: cellc's chunked form against its scan of the same cell (the issue: at least 5x), best wall "
+      "times; the same from the process's CPU time at one thread (best of its rounds), which the other jobs on a "
+      "shared machine disturb less; "
       "PyTorch cell / cellc chunked: the issue's 10x; PyTorch core / cellc chunk op: the PyTorch chunked algorithm "
       "alone against cellc's chunk ops alone (their forward + backward in the chunked run).\n")
 print("The issue's targets against the limits (ms per training step; FMA floors on all cores, of the counted "
