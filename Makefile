@@ -245,6 +245,10 @@ $(BUILD)/peak: bench/peak.c $(BUILD)/libcellc.a
 $(BUILD)/bench_cell: bench/bench_cell.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 
+# the chunked form's cpu chunk op alone (docs/performance.md, "The chunked form's chunk op")
+$(BUILD)/chunkop_bench: bench/chunkop_bench.c $(BUILD)/libcellc.a
+	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
+
 $(BUILD)/gpu_estimate: bench/gpu_estimate.c $(BUILD)/libcellc.a
 	$(CC) $(CFLAGS) $(ALL_INCS) -o $@ $< $(BUILD)/libcellc.a $(LDLIBS)
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # make bench-chunked (and the end of make bench): matrix-state cells (gla, hgrn2, mamba2) at issue
 # 31's shapes, T = 2048, B = 8, one training step (forward + backward), measured in one run:
-#   cellc      build/bench_cell on the stdlib cell (the scan of today), at 1 and nproc threads
+#   cellc      build/bench_cell on the stdlib cell (its scan), at 1 and nproc threads
+#   cellc chunked  build/bench_cell --mode chunked: the chunked form (two programs around the chunk
+#              op), with its parts' times (in, the chunk ops, out) and the programs' products
 #   torch core bench/torch_chunked.py: the chunkwise-parallel core alone (q, k, v, log decays, S0)
 #   torch cell the same core inside the stdlib cell's projections, norm and gates
 # the PyTorch peers at 1 and nproc threads (torch.set_num_threads, the OpenBLAS core of
@@ -56,6 +58,9 @@ for case in $cases; do
       CELLC_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th \
         ./build/bench_cell stdlib/$cell.cell 0 $D $T $B --reps $reps --dims $celldims |
         sed "s/^{/{\"kind\": \"cellc\", \"case\": \"$case\", \"dims\": \"$dims\", \"threads\": $th, /" >> $raw
+      CELLC_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th \
+        ./build/bench_cell stdlib/$cell.cell 0 $D $T $B --reps $reps --dims $celldims --mode chunked |
+        sed "s/^{/{\"kind\": \"cellc_chunked\", \"case\": \"$case\", \"dims\": \"$dims\", \"threads\": $th, /" >> $raw
       for what in core cell; do
         env $peer_env OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th \
           /usr/bin/python3 bench/torch_chunked.py $cell $dims $T $B $th $reps $what |

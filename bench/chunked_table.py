@@ -10,7 +10,8 @@ backward, the backward taken as twice the forward's products):
   bytes a floor for the activations: every per-token vector (x, y, and per head q, k, log decay,
         v, o; gla also r) written once and read once forward, its gradient written and read once
         backward: 16 bytes per float32 element.
-Elementwise work (gates, norms, the decay factors) is left out: the floors are lower bounds."""
+Elementwise work (gates, norms, the decay factors) is left out: the floors are lower bounds.
+cellc's chunked form (bench_cell --mode chunked) adds its parts' times and its programs' products."""
 import json
 import sys
 
@@ -45,9 +46,17 @@ best = {}
 for r in rows:
     if r["kind"] == "machine":
         continue
-    key = (r["case"], r["kind"] if r["kind"] == "cellc" else r["what"])
+    key = (r["case"], r["kind"] if r["kind"] in ("cellc", "cellc_chunked") else r["what"])
     if key not in best or r["total_s"] < best[key]["total_s"]:
         best[key] = r
+
+# the best CPU time (cpu_s) at one thread of each cellc kind: a step's time without the waits for a
+# core that other jobs add to the wall clock (rows without it: older bench_cell)
+cpu1 = {}
+for r in rows:
+    if r["kind"] in ("cellc", "cellc_chunked") and r.get("threads") == 1 and "cpu_s" in r:
+        key = (r["case"], r["kind"])
+        cpu1[key] = min(cpu1.get(key, 1e30), r["cpu_s"])
 
 ncpu = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 rounds = sys.argv[3] if len(sys.argv) > 3 else "?"
@@ -60,29 +69,65 @@ print(f"Machine limits measured in this run (build/peak, best of a run before an
       f"{fma_n / 1e9:.0f}: {ncpu} x the 1-core peak); copy {copy_all / 1e9:.1f} GB/s (read + write, all cores). "
       f"Each time is the best of {rounds} interleaved rounds of {reps} repetitions each (after a warm-up), "
       "at 1 and nproc threads (the count that gave it in brackets): the machine is shared and noisy.\n")
-print("| case | dims | cellc scan s | PyTorch chunked core s | PyTorch chunked cell s | PyTorch cell / cellc |")
-print("|---|---|---|---|---|---|")
+print("| case | dims | cellc scan s | cellc chunked s | PyTorch chunked core s | PyTorch chunked cell s | "
+      "scan / chunked | scan / chunked, 1-thread CPU time | PyTorch cell / cellc chunked | PyTorch core / cellc chunk op |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 cases = list(dict.fromkeys(r["case"] for r in rows if r["kind"] != "machine"))
-targets = []
+targets, parts = [], []
+
+
+def cpu_ratio(case):
+    a, b = cpu1.get((case, "cellc")), cpu1.get((case, "cellc_chunked"))
+    return f"{a / b:.1f}x ({a:.3f} / {b:.3f} s)" if a and b else "-"
+
+
 for case in cases:
-    c, tc, tw = best.get((case, "cellc")), best.get((case, "core")), best.get((case, "cell"))
-    if not (c and tc and tw):
-        print(f"| {case} | (missing: {'cellc ' if not c else ''}{'core ' if not tc else ''}{'cell' if not tw else ''}) |")
+    c, ch = best.get((case, "cellc")), best.get((case, "cellc_chunked"))
+    tc, tw = best.get((case, "core")), best.get((case, "cell"))
+    if not (c and ch and tc and tw):
+        print(f"| {case} | (missing: {'cellc ' if not c else ''}{'chunked ' if not ch else ''}"
+              f"{'core ' if not tc else ''}{'cell' if not tw else ''}) |")
         continue
-    print(f"| {case} | {tc['dims']} | {c['total_s']:.3f} ({c['threads']}) | {tc['total_s']:.3f} ({tc['threads']}) | "
-          f"{tw['total_s']:.3f} ({tw['threads']}) | {tw['total_s'] / c['total_s']:.2f}x |")
+    print(f"| {case} | {tc['dims']} | {c['total_s']:.3f} ({c['threads']}) | {ch['total_s']:.3f} ({ch['threads']}) | "
+          f"{tc['total_s']:.3f} ({tc['threads']}) | {tw['total_s']:.3f} ({tw['threads']}) | "
+          f"{c['total_s'] / ch['total_s']:.1f}x | {cpu_ratio(case)} | {tw['total_s'] / ch['total_s']:.1f}x | "
+          f"{tc['total_s'] / ch['op_s']:.1f}x |")
     d = dims_of(tc["dims"])
     tokens = tc["T"] * tc["B"]
     fc, fw, by = counts(tc["cell"], d)
+    floor = (fc + fw) * tokens / fma_n
     targets.append(f"| {case} | {fc * tokens / 1e9:.2f} + {fw * tokens / 1e9:.2f} | "
-                   f"{fc * tokens / fma_n * 1e3:.0f} / {(fc + fw) * tokens / fma_n * 1e3:.0f} | "
-                   f"{by * tokens / copy_all * 1e3:.1f} | {c['total_s'] / ((fc + fw) * tokens / fma_n):.0f}x | "
+                   f"{fc * tokens / fma_n * 1e3:.0f} / {floor * 1e3:.0f} | "
+                   f"{by * tokens / copy_all * 1e3:.1f} | {c['total_s'] / floor:.0f}x | {ch['total_s'] / floor:.1f}x | "
                    f"{c['total_s'] / 5 * 1e3:.0f} | {tw['total_s'] / 10 * 1e3:.0f} | {tc['total_s'] / 10 * 1e3:.0f} |")
-print("\nPyTorch cell / cellc above 1: cellc's scan is faster than the PyTorch chunked cell.\n")
-print("The issue's targets for the chunked form against the limits (ms per training step; FMA floors on all "
-      "cores, of the counted products only):\n")
+    th = ch["threads"]
+    peak = th * fma_1
+    gemm_rate = ch["prog_gemm_flops"] / ch["prog_gemm_s"] if ch["prog_gemm_s"] > 0 else 0
+    op_rate = fc * tokens / ch["op_s"]
+    parts.append(f"| {case} | {ch['total_s']:.3f} ({th}) | {ch['in_s']:.3f} | {ch['op_s']:.3f} | {ch['out_s']:.3f} | "
+                 f"{ch['prog_gemm_s']:.3f} ({100 * ch['prog_gemm_s'] / ch['total_s']:.0f}%) | "
+                 f"{gemm_rate / 1e9:.0f} ({100 * gemm_rate / peak:.0f}%) | {op_rate / 1e9:.0f} ({100 * op_rate / peak:.0f}%) | "
+                 f"{(fc + fw) * tokens / ch['total_s'] / 1e9:.0f} ({100 * (fc + fw) * tokens / ch['total_s'] / peak:.0f}%) |")
+print("\nscan / chunked: cellc's chunked form against its scan of the same cell (the issue: at least 5x), best wall "
+      "times; the same from the process's CPU time at one thread (best of its rounds), which the other jobs on a "
+      "shared machine disturb less; "
+      "PyTorch cell / cellc chunked: the issue's 10x; PyTorch core / cellc chunk op: the PyTorch chunked algorithm "
+      "alone against cellc's chunk ops alone (their forward + backward in the chunked run).\n")
+print("The issue's targets against the limits (ms per training step; FMA floors on all cores, of the counted "
+      "products only):\n")
 print("| case | GFLOP per step, core + cell | FMA floor ms, core / whole cell | bytes floor ms | cellc scan / floor | "
-      "5x cellc ms | 10x PyTorch cell ms | 10x PyTorch core ms |")
-print("|---|---|---|---|---|---|---|---|")
+      "cellc chunked / floor | 5x cellc ms | 10x PyTorch cell ms | 10x PyTorch core ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 for t in targets:
+    print(t)
+print("\nThe chunked form's parts in its best run (s; its thread count in brackets): the in program (x to the chunk "
+      "op's inputs), the chunk ops, the out program (the reads to the output), each forward + backward; the two "
+      "programs' products (CELLC_PROFILE's gemm of one more, profiled run) and their share of the step; rates in "
+      "GFLOP/s and against the FMA peak of the threads used (threads x the 1-core peak): the programs' products "
+      "(counted by the back end), the chunk ops (the core's counted FLOPs over their time, everything in them "
+      "included), the whole step (core + cell counted FLOPs over the step).\n")
+print("| case | chunked s | in s | chunk ops s | out s | programs' GEMM s (share) | programs' GEMM GFLOP/s (of peak) | "
+      "chunk op GFLOP/s (of peak) | step GFLOP/s (of peak) |")
+print("|---|---|---|---|---|---|---|---|---|")
+for t in parts:
     print(t)

@@ -1,7 +1,8 @@
 """The chunked form (docs/language.md, "The chunked form") from the command line: `cellc run
 --mode chunked` writes the same tensors as `--mode sequential` (interp float64 within 1e-10, cpu
 float32 within 1e-4 of the interpreter) for gla, hgrn2 and mamba2, chunks of 16 over T = 37; a
-cell without the form is refused with the reason; derive, which does not run it yet, says so.
+cell without the form is refused with the reason; derive, which does not run it yet, says so;
+CELLC_PROFILE prints the form's parts.
 Ends with "N passed, M failed"."""
 import os
 import subprocess
@@ -56,6 +57,12 @@ for cell, dims in cases:
         if ref is not None and got is not None:
             e, name = worst(ref, got)
             check("%s chunked on %s as sequential" % (base, backend), e < bound, "%s off by %g" % (name, e))
+
+# CELLC_PROFILE: the chunked form's parts (docs/tuning.md), then each program's profile
+r = run([CELLC, "run", "stdlib/gla.cell", "--dims", "NH=2,K=3,V=4,D=5", "--T", "37", "--B", "2", "--backend", "cpu",
+         "--mode", "chunked", "--out", os.path.join(tmp, "p.st")], 300, env=dict(os.environ, CELLC_PROFILE="1"))
+check("chunked profile", r.rc == 0 and "profile: chunked form, 1 run: in " in r.err and "chunk ops " in r.err
+      and "profile: chunked form, the out program:" in r.err, r.why())
 
 r = run([CELLC, "run", "stdlib/mamba.cell", "--dims", "E=4,N=3,R=2,D=5", "--mode", "chunked", "--out",
          os.path.join(tmp, "m.st")], 60)

@@ -486,12 +486,19 @@ static int along(Lowerer *L, const StateInfo *s, int v, int axis) {
   int rank = s->rank, full = state_numel(s);
   if (node_numel(graph_node(g, v)) != full) v = g_bcast(g, v, rank, s->n); /* a scalar */
   CHECK(node_numel(graph_node(g, v)) == full);
-  int st[MAX_RANK], vn[2], vs[2], r = 0;
+  int st[MAX_RANK], vn[2], vs[2], r = 0, off = 0;
   shape_strides(rank, s->n, st);
+  Node *x = graph_node(g, v);
+  if (x->op == OP_VIEW && x->rank == rank) { /* a factor spread over the state (unsqueeze): its source's view, so
+                                                the K x V spread is never made */
+    off = x->idx;
+    for (int d = 0; d < rank; d++) st[d] = x->st[d];
+    v = x->a[0];
+  }
   if (rank == 3) vn[r] = s->n[0], vs[r++] = st[0];
   if (axis >= 0) vn[r] = s->n[axis], vs[r++] = st[axis];
   if (r == 0) vn[r] = 1, vs[r++] = 0;
-  return g_view(g, v, r, vn, 0, vs);
+  return g_view(g, v, r, vn, off, vs);
 }
 
 /* flat [nh * len]: a value along an axis (rank 1 or 2) */
@@ -522,6 +529,16 @@ static void chunk_term(Lowerer *L, const StateInfo *s, const ChunkTerm *t, int *
   *kout = k, *vout = v;
 }
 
+/* log a of the decay a (a view): an exp's argument, a sigmoid's logsigmoid, read through the same
+ * view: exact where a underflows, and no exp and log per element */
+static int log_of(Graph *g, int a) {
+  Node v = *graph_node(g, a);
+  Node src = *graph_node(g, v.op == OP_VIEW ? v.a[0] : a);
+  int inner = src.op == OP_EXP ? src.a[0] : src.op == OP_SIGMOID ? g_unary(g, OP_LOGSIGMOID, src.a[0]) : -1;
+  if (inner < 0) return g_unary(g, OP_LOG, a);
+  return v.op == OP_VIEW ? g_view(g, inner, v.rank, v.n, v.idx, v.st) : inner;
+}
+
 /* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one row of vectors: the
  * reads' vectors, the terms' key and value factors, the log-decay (lower.h, ChunkLayout). */
 static int chunk_inputs(Lowerer *L) {
@@ -544,7 +561,7 @@ static int chunk_inputs(Lowerer *L) {
     for (int m = 0; m < M; m++) parts[np++] = flat(g, vs[m]);
     int la;
     if (ci->decay == CHUNK_DECAY_NONE) la = g_const(g, 0, 1, &nh);
-    else la = g_unary(g, OP_LOG, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
+    else la = log_of(g, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
     parts[np++] = flat(g, la);
     for (int j = 0; j < np; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
   }

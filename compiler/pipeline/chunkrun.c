@@ -10,6 +10,7 @@
 #include "pipeline.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "cpu.h"
 #include "lower.h"
@@ -22,6 +23,13 @@ struct ChunkForm {
   int D;                       /* the cell's input size */
   int threads;                 /* the chunk ops of the heads and batch rows run on so many threads */
   int *full_of;                /* per state: its first part among the whole cell's (the SeqIO's) */
+  int nfull;                   /* the whole cell's state parts (the SeqIO's) */
+  double times[CHUNK_TIMES];   /* the last float32 run's seconds per part (chunkform_times) */
+  double total[CHUNK_TIMES];   /* summed over the runs, for CELLC_PROFILE */
+  int runs;
+  size_t rows32;               /* the float32 run's per-row buffers, kept for rows32 rows (T B): */
+  float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
+  int *full_size;              /* [nfull]: each one's numel per batch row */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -61,6 +69,10 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
   f->full_of = xcalloc((size_t)cell->nstates + 1, sizeof(int));
   for (int i = 0, q = 0; i < cell->nstates; q += cell->states[i].cplx ? 2 : 1, i++) f->full_of[i] = q;
+  for (int i = 0; i < cell->nstates; i++) f->nfull += cell->states[i].cplx ? 2 : 1;
+  f->full_size = xcalloc((size_t)f->nfull + 1, sizeof(int));
+  for (int i = 0; i < cell->nstates; i++)
+    for (int k = 0; k < (cell->states[i].cplx ? 2 : 1); k++) f->full_size[f->full_of[i] + k] = state_numel(&cell->states[i]);
   f->in = compile_part(cell, o, LOWER_CHUNK_IN, err, errlen);
   f->out = f->in ? compile_part(cell, o, LOWER_CHUNK_OUT, err, errlen) : NULL;
   if (!f->out) {
@@ -73,20 +85,47 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
 
 void chunkform_free(ChunkForm *f) {
   if (!f) return;
+  bool prof = tuning()->profile != TUNING_PROFILE_OFF;
+  if (prof && f->runs) { /* CELLC_PROFILE: the parts' times (the float32 runs), then each program's own profile */
+    const double *t = f->total;
+    fprintf(stderr, "profile: chunked form, %d run%s: in %.4f s (forward %.4f, backward %.4f), chunk ops %.4f s (forward %.4f, "
+                    "backward %.4f), out %.4f s (forward %.4f, backward %.4f)\n",
+            f->runs, f->runs == 1 ? "" : "s", t[0] + t[5], t[0], t[5], t[1] + t[4], t[1], t[4], t[2] + t[3], t[2], t[3]);
+  }
   for (int i = 0; i < 2; i++) {
     Compiled *c = i ? f->out : f->in;
     Work *w = i ? f->wout : f->win;
     if (!c) continue;
+    if (w && prof) fprintf(stderr, "profile: chunked form, the %s program:\n", i ? "out" : "in");
     if (w) c->be->work_free(w);
     Program *p = c->p;
     c->be->free(c);
     program_free(p);
   }
-  free(f->full_of);
+  free(f->full_of), free(f->full_size);
+  free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
   free(f);
 }
 
 int chunkform_length(const ChunkForm *f) { return f->L; }
+
+void chunkform_times(const ChunkForm *f, double *t) { memcpy(t, f->times, sizeof f->times); }
+
+Profile chunkform_profile(ChunkForm *f, bool on) {
+  Profile p = f->win->prof, q = f->wout->prof;
+  p.elem_s += q.elem_s, p.gemm_s += q.gemm_s, p.scan_s += q.scan_s, p.rscan_s += q.rscan_s, p.other_s += q.other_s;
+  p.elem_bytes += q.elem_bytes, p.gemm_flops += q.gemm_flops;
+  for (int i = 0; i < GEMM_KINDS; i++) p.kind_s[i] += q.kind_s[i], p.kind_flops[i] += q.kind_flops[i];
+  f->win->profiling = f->wout->profiling = on || tuning()->profile != TUNING_PROFILE_OFF;
+  memset(&f->win->prof, 0, sizeof f->win->prof), memset(&f->wout->prof, 0, sizeof f->wout->prof);
+  return p;
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* One head of one batch row: the state's [K, V] from (or into) its layout in a state part's row
  * ([V, K] per head where the key axis is the last). */
@@ -147,169 +186,7 @@ static void sub_move(const ChunkLayout *l, Sub *s, const double *yin, double *dy
   }
 }
 
-/* ---- a float32 back end's buffers: float32 copies of a float64 SeqIO's ---- */
-
-typedef struct Mirror {
-  SeqIO s;                    /* float32 */
-  const Program *p;
-  size_t rows, *pn, *sn, *gn, *zn;
-} Mirror;
-
-static float *f32_of(const void *src, size_t n) {
-  float *f = memuse_aligned(sizeof(float) * (n ? n : 1));
-  for (size_t i = 0; src && i < n; i++) f[i] = (float)((const double *)src)[i];
-  return f;
-}
-
-static void f64_into(void *dst, const float *src, size_t n) {
-  for (size_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
-}
-
-static void **f32_parts_of(const void *const *src, int n, const size_t *numel) {
-  void **v = xcalloc((size_t)n + 1, sizeof(void *));
-  for (int i = 0; i < n; i++) v[i] = f32_of(src ? src[i] : NULL, numel[i]);
-  return v;
-}
-
-static void f32_parts_free(void **v, int n) {
-  for (int i = 0; v && i < n; i++) memuse_free(v[i]);
-  free(v);
-}
-
-/* The forward's inputs copied, every other buffer allocated. */
-static Mirror *mirror_new(const Program *p, const SeqIO *d) {
-  Mirror *m = xcalloc(1, sizeof *m);
-  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
-  m->p = p, m->rows = (size_t)d->T * (size_t)d->B;
-  m->pn = xcalloc((size_t)np + 1, sizeof(size_t)), m->sn = xcalloc((size_t)ns + 1, sizeof(size_t));
-  m->gn = xcalloc((size_t)ng + 1, sizeof(size_t)), m->zn = xcalloc((size_t)nz + 1, sizeof(size_t));
-  for (int i = 0; i < np; i++) m->pn[i] = (size_t)p->pparts[i].numel;
-  for (int i = 0; i < ns; i++) m->sn[i] = (size_t)d->B * (size_t)p->sparts[i].size;
-  for (int i = 0; i < ng; i++) m->gn[i] = m->rows * (size_t)node_numel(&p->g.nodes[p->gates[i].node]);
-  for (int i = 0; i < nz; i++) m->zn[i] = m->rows * (size_t)p->noise_sizes[i];
-  SeqIO *s = &m->s;
-  s->T = d->T, s->B = d->B, s->dtype = DT_F32;
-  s->x = f32_of(d->x, m->rows * (size_t)p->x_size), s->grad_x = f32_of(NULL, m->rows * (size_t)p->x_size);
-  s->y = f32_of(NULL, m->rows * (size_t)p->output_size), s->dy = f32_of(NULL, m->rows * (size_t)p->output_size);
-  s->params = (const void **)f32_parts_of(d->params, np, m->pn), s->grad_params = f32_parts_of(NULL, np, m->pn);
-  s->h0 = (const void **)f32_parts_of(d->h0, ns, m->sn), s->grad_h0 = f32_parts_of(NULL, ns, m->sn);
-  s->final = f32_parts_of(NULL, ns, m->sn), s->dfinal = (const void **)f32_parts_of(NULL, ns, m->sn);
-  s->noise = d->noise ? (const void **)f32_parts_of(d->noise, nz, m->zn) : NULL;
-  s->gates = d->gates ? f32_parts_of(NULL, ng, m->gn) : NULL;
-  return m;
-}
-
-static void mirror_free(Mirror *m) {
-  if (!m) return;
-  const Program *p = m->p;
-  int np = p->npparts, ns = p->nsparts, ng = p->ngates, nz = p->nnoise;
-  SeqIO *s = &m->s;
-  memuse_free((void *)s->x), memuse_free(s->grad_x), memuse_free(s->y), memuse_free((void *)s->dy);
-  f32_parts_free((void **)s->params, np), f32_parts_free(s->grad_params, np);
-  f32_parts_free((void **)s->h0, ns), f32_parts_free(s->grad_h0, ns), f32_parts_free(s->final, ns);
-  f32_parts_free((void **)s->dfinal, ns), f32_parts_free((void **)s->noise, s->noise ? nz : 0);
-  f32_parts_free(s->gates, s->gates ? ng : 0);
-  free(m->pn), free(m->sn), free(m->gn), free(m->zn);
-  free(m);
-}
-
-/* c's forward over d (float64), through a mirror for a float32 back end (*m, kept for the backward) */
-static void prog_forward(Compiled *c, Work *w, const SeqIO *d, Mirror **m) {
-  *m = NULL;
-  if (c->be->dtype == DT_F64) {
-    c->be->forward(c, w, d);
-    return;
-  }
-  const Program *p = c->p;
-  Mirror *mm = *m = mirror_new(p, d);
-  c->be->forward(c, w, &mm->s);
-  f64_into(d->y, mm->s.y, mm->rows * (size_t)p->output_size);
-  for (int i = 0; i < p->nsparts; i++) f64_into(d->final[i], mm->s.final[i], mm->sn[i]);
-  for (int i = 0; d->gates && i < p->ngates; i++) f64_into(d->gates[i], mm->s.gates[i], mm->gn[i]);
-}
-
-static void prog_backward(Compiled *c, Work *w, const SeqIO *d, Mirror *m) {
-  if (c->be->dtype == DT_F64) {
-    c->be->backward(c, w, d);
-    return;
-  }
-  const Program *p = c->p;
-  SeqIO *s = &m->s;
-  for (size_t i = 0; i < m->rows * (size_t)p->output_size; i++) ((float *)s->dy)[i] = (float)((const double *)d->dy)[i];
-  for (int q = 0; q < p->nsparts; q++)
-    for (size_t i = 0; i < m->sn[q]; i++) ((float *)s->dfinal[q])[i] = (float)((const double *)d->dfinal[q])[i];
-  c->be->backward(c, w, s);
-  f64_into(d->grad_x, s->grad_x, m->rows * (size_t)p->x_size);
-  for (int i = 0; i < p->npparts; i++) f64_into(d->grad_params[i], s->grad_params[i], m->pn[i]);
-  for (int i = 0; i < p->nsparts; i++) f64_into(d->grad_h0[i], s->grad_h0[i], m->sn[i]);
-  mirror_free(m);
-}
-
-/* ---- the chunk op: the float64 reference for a float64 back end, the cpu's float32 one (its
- * products through sgemm) for a float32 back end, on float32 copies of one head's rows ---- */
-
-static float *rows32(const double *x, int T, int w, int ld) {
-  float *f = xmalloc(sizeof(float) * ((size_t)T * (size_t)w + 1));
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < w; i++) f[(size_t)t * w + i] = (float)x[(size_t)t * (size_t)ld + (size_t)i];
-  return f;
-}
-
-static void rows64(double *x, const float *f, int T, int w, int ld) {
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < w; i++) x[(size_t)t * (size_t)ld + (size_t)i] = f[(size_t)t * w + i];
-}
-
-typedef struct Op32 {
-  ChunkOpF32 c;
-  float *q, *k, *v, *la;
-} Op32;
-
-static Op32 op32(const ChunkOp *c) {
-  int w = c->per_key ? c->K : 1;
-  Op32 o;
-  o.q = rows32(c->q, c->T, c->K, c->ldq), o.k = rows32(c->k, c->T, c->K, c->ldk);
-  o.v = rows32(c->v, c->T, c->V, c->ldv), o.la = rows32(c->la, c->T, w, c->ldla);
-  o.c = (ChunkOpF32){c->T, c->K, c->V, c->L, c->per_key, o.q, o.k, o.v, o.la, c->K, c->K, c->V, w};
-  return o;
-}
-
-static void op32_free(Op32 *o) { free(o->q), free(o->k), free(o->v), free(o->la); }
-
-static void op_forward(bool f32, const ChunkOp *c, const double *s0, double *o, int ldo, double *s1) {
-  if (!f32) {
-    chunkop_forward(c, s0, o, ldo, s1);
-    return;
-  }
-  size_t kv = (size_t)c->K * (size_t)c->V;
-  Op32 p = op32(c);
-  float *a0 = rows32(s0, 1, (int)kv, 0), *a1 = xmalloc(sizeof(float) * kv + 1), *o32 = xmalloc(sizeof(float) * ((size_t)c->T * c->V + 1));
-  cpu_chunkop_forward(&p.c, a0, o32, c->V, a1);
-  rows64(o, o32, c->T, c->V, ldo), rows64(s1, a1, 1, (int)kv, 0);
-  free(a0), free(a1), free(o32);
-  op32_free(&p);
-}
-
-static void op_backward(bool f32, const ChunkOp *c, const double *s0, const double *dout, int lddo, const double *dsT,
-                        const ChunkOp *g, double *ds0) {
-  if (!f32) {
-    chunkop_backward(c, s0, dout, lddo, dsT, (double *)g->q, (double *)g->k, (double *)g->v, (double *)g->la, ds0);
-    return;
-  }
-  size_t kv = (size_t)c->K * (size_t)c->V;
-  int w = c->per_key ? c->K : 1;
-  Op32 p = op32(c);
-  float *a0 = rows32(s0, 1, (int)kv, 0), *dT = rows32(dsT, 1, (int)kv, 0), *d32 = rows32(dout, c->T, c->V, lddo);
-  float *gq = xmalloc(sizeof(float) * ((size_t)c->T * c->K + 1)), *gk = xmalloc(sizeof(float) * ((size_t)c->T * c->K + 1));
-  float *gv = xmalloc(sizeof(float) * ((size_t)c->T * c->V + 1)), *gl = xmalloc(sizeof(float) * ((size_t)c->T * w + 1));
-  float *g0 = xmalloc(sizeof(float) * kv + 1);
-  cpu_chunkop_backward(&p.c, a0, d32, c->V, dT, gq, gk, gv, gl, g0);
-  rows64((double *)g->q, gq, c->T, c->K, g->ldq), rows64((double *)g->k, gk, c->T, c->K, g->ldk);
-  rows64((double *)g->v, gv, c->T, c->V, g->ldv), rows64((double *)g->la, gl, c->T, w, g->ldla);
-  rows64(ds0, g0, 1, (int)kv, 0);
-  free(a0), free(dT), free(d32), free(gq), free(gk), free(gv), free(gl), free(g0);
-  op32_free(&p);
-}
+/* ---- the float64 back end (interp): the float64 chunk op (the reference) ---- */
 
 static double **parts(int n, const size_t *numel) {
   double **v = xcalloc((size_t)n + 1, sizeof(double *));
@@ -329,10 +206,272 @@ static void **mapped(const ChunkForm *f, const Program *p, const void *const *fu
   return v;
 }
 
+
+/* ---- a float32 back end (cpu): float32 buffers throughout, the cpu's chunk op (its products
+ * through sgemm) on views of P_in's rows ---- */
+
+static void state_get32(const ChunkLayout *l, const float *row, int h, float *kv) {
+  const float *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
+  for (int k = 0; k < l->K; k++)
+    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = l->key_last ? s[(size_t)v * l->K + k] : s[(size_t)k * l->V + v];
+}
+
+static void state_put32(const ChunkLayout *l, float *row, int h, const float *kv) {
+  float *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
+  for (int k = 0; k < l->K; k++)
+    for (int v = 0; v < l->V; v++) s[l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v] = kv[(size_t)k * l->V + v];
+}
+
+/* One head h of batch row b as the chunk op's sequence (Sub's sub-steps). Where a step is one
+ * sub-step (one term, one read: the stdlib cells) the op reads P_in's rows in place (row stride B
+ * nin) and writes the reads into out's input (stride B xw); else the rows are gathered. */
+typedef struct Sub32 {
+  ChunkOpF32 c;
+  int E, M, R, w;
+  float *buf;                  /* the gathered q, k, v, la; NULL for views */
+} Sub32;
+
+static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yin, int nin, int T, int B, int b, int h) {
+  Sub32 s = {.M = l->nterms, .R = l->nreads, .w = l->per_key ? l->K : 1};
+  s.E = s.M + s.R - 1;
+  int K = l->K, V = l->V, w = s.w, E = s.E;
+  if (E == 1) {
+    const float *r = yin + (size_t)b * (size_t)nin;
+    int ld = B * nin;
+    s.c = (ChunkOpF32){T, K, V, f->L, l->per_key, r + chunk_q_off(l, 0) + h * K, r + chunk_k_off(l, 0) + h * K,
+                       r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld};
+    return s;
+  }
+  size_t n = (size_t)T * (size_t)E;
+  s.buf = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
+  float *q = s.buf, *k = q + n * K, *v = k + n * K, *la = v + n * V;
+  s.c = (ChunkOpF32){T * E, K, V, f->L * E, l->per_key, q, k, v, la, K, K, V, w};
+  for (int t = 0; t < T; t++) {
+    const float *row = yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin;
+    for (int r = 0; r < s.R; r++) memcpy(q + ((size_t)t * E + (size_t)(s.M - 1 + r)) * K, row + chunk_q_off(l, r) + h * K, sizeof(float) * K);
+    for (int m = 0; m < s.M; m++) {
+      memcpy(k + ((size_t)t * E + (size_t)m) * K, row + chunk_k_off(l, m) + h * K, sizeof(float) * K);
+      memcpy(v + ((size_t)t * E + (size_t)m) * V, row + chunk_v_off(l, m) + h * V, sizeof(float) * V);
+    }
+    memcpy(la + (size_t)t * E * w, row + chunk_la_off(l) + h * w, sizeof(float) * w); /* sub-step 0's */
+  }
+  return s;
+}
+
+/* The gradient buffers of s's inputs: in place in dyin for views, else gathered (scattered back by
+ * sub32_scatter) */
+static float *sub32_grads(const Sub32 *s, const ChunkLayout *l, float *dyin, int nin, int b, int h, float **dq, float **dk,
+                          float **dv, float **dla) {
+  int K = l->K, V = l->V, w = s->w;
+  if (!s->buf) {
+    float *r = dyin + (size_t)b * (size_t)nin;
+    *dq = r + chunk_q_off(l, 0) + h * K, *dk = r + chunk_k_off(l, 0) + h * K, *dv = r + chunk_v_off(l, 0) + h * V;
+    *dla = r + chunk_la_off(l) + h * w;
+    return NULL;
+  }
+  size_t n = (size_t)s->c.T;
+  float *g = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
+  *dq = g, *dk = g + n * K, *dv = *dk + n * K, *dla = *dv + n * V;
+  return g;
+}
+
+static void sub32_scatter(const Sub32 *s, const ChunkLayout *l, const float *g, float *dyin, int nin, int T, int B, int b, int h) {
+  int K = l->K, V = l->V, w = s->w, E = s->E;
+  size_t n = (size_t)s->c.T;
+  const float *dq = g, *dk = g + n * K, *dv = dk + n * K, *dla = dv + n * V;
+  for (int t = 0; t < T; t++) {
+    float *row = dyin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin;
+    for (int r = 0; r < s->R; r++) memcpy(row + chunk_q_off(l, r) + h * K, dq + ((size_t)t * E + (size_t)(s->M - 1 + r)) * K, sizeof(float) * K);
+    for (int m = 0; m < s->M; m++) {
+      memcpy(row + chunk_k_off(l, m) + h * K, dk + ((size_t)t * E + (size_t)m) * K, sizeof(float) * K);
+      memcpy(row + chunk_v_off(l, m) + h * V, dv + ((size_t)t * E + (size_t)m) * V, sizeof(float) * V);
+    }
+    memcpy(row + chunk_la_off(l) + h * w, dla + (size_t)t * E * w, sizeof(float) * w);
+  }
+}
+
+static float *zeros32(size_t n) { return xcalloc(n + 1, sizeof(float)); }
+
+static float **parts32(int n, const size_t *numel) {
+  float **v = xcalloc((size_t)n + 1, sizeof(float *));
+  for (int i = 0; i < n; i++) v[i] = zeros32(numel[i]);
+  return v;
+}
+
+static void parts32_free(float **v, int n) {
+  for (int i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
+void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  const Program *pin = f->in->p, *pout = f->out->p;
+  const Backend *bin = f->in->be, *bout = f->out->be;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
+  int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
+  size_t rows = (size_t)T * (size_t)B;
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  if (rows > f->rows32) {
+    free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+    f->yin = zeros32(rows * (size_t)nin), f->dyin = zeros32(rows * (size_t)nin);
+    f->xo = zeros32(rows * (size_t)xw), f->gxo = zeros32(rows * (size_t)xw), f->gxi = zeros32(rows * (size_t)D);
+    f->rows32 = rows;
+  }
+  /* each written whole by the programs or the chunk ops (dyin: every input of every op) */
+  float *yin = f->yin, *dyin = f->dyin, *xo = f->xo, *gxo = f->gxo, *gxi = f->gxi;
+  float **fin = parts32(ns, sn), **zero = parts32(ns, sn), **ghi = parts32(ns, sn), **gho = parts32(ns, sn);
+  float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
+  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
+  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+
+  /* forward: in, the chunk ops, out */
+  SeqIO si = *d;
+  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  double t0 = seconds();
+  bin->forward(f->in, f->win, &si);
+  double t1 = seconds();
+  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
+    size_t kv = (size_t)l->K * (size_t)l->V;
+    /* every head of every batch row on its own: in parallel, each writing its own rows */
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      float *s0 = zeros32(kv), *s1 = zeros32(kv);
+      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      float *ov = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), *o = ov;
+      int ldo = B * xw;
+      if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
+      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
+      for (int t = 0; u.buf && t < T; t++)
+        for (int r = 0; r < u.R; r++)
+          memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
+                 o + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V, sizeof(float) * (size_t)l->V);
+      state_put32(l, (float *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
+      if (u.buf) free(o);
+      free(s0), free(s1), free(u.buf);
+    }
+  }
+  SeqIO so = *d;
+  so.x = xo, so.h0 = (const void **)h0, so.final = final;
+  double t2 = seconds();
+  bout->forward(f->out, f->wout, &so);
+  double t3 = seconds();
+
+  /* backward: out, the chunk ops, in */
+  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
+  bout->backward(f->out, f->wout, &so);
+  double t4 = seconds();
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
+    size_t kv = (size_t)l->K * (size_t)l->V;
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla;
+      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla);
+      const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
+      int lddo = B * xw;
+      float *dbuf = NULL;
+      if (u.buf) { /* 0 but at the reads */
+        dout = dbuf = zeros32((size_t)u.c.T * (size_t)l->V), lddo = l->V;
+        for (int t = 0; t < T; t++)
+          for (int r = 0; r < u.R; r++)
+            memcpy(dbuf + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V,
+                   gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(float) * (size_t)l->V);
+      }
+      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      state_get32(l, (const float *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
+      cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
+      if (g) sub32_scatter(&u, l, g, dyin, nin, T, B, b, h);
+      state_put32(l, (float *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
+      free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
+    }
+  }
+  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  si.fold = NULL;
+  double t5 = seconds();
+  bin->backward(f->in, f->win, &si);
+  double t6 = seconds();
+  double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+  memcpy(f->times, tt, sizeof tt);
+  for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += tt[i];
+  f->runs++;
+  for (size_t r = 0; r < rows; r++)
+    for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
+  for (int i = 0; i < np; i++)
+    for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
+  for (int q = 0; q < ns; q++)
+    for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
+  free(pn), free(sn);
+  free(h0), free(dfinal), free(final), free(gh0);
+  parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
+}
+
+/* A float64 SeqIO on a float32 back end: float32 copies of its buffers (the cell's layout), one
+ * float32 run, the results back. */
+static float *f32_copy(const void *src, size_t n) {
+  float *v = zeros32(n);
+  for (size_t i = 0; src && i < n; i++) v[i] = (float)((const double *)src)[i];
+  return v;
+}
+
+static void **f32_copies(const void *const *src, int n, const size_t *numel) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = f32_copy(src ? src[i] : NULL, numel[i]);
+  return v;
+}
+
+static void f64_back(void *dst, const void *src, size_t n) {
+  for (size_t i = 0; i < n; i++) ((double *)dst)[i] = ((const float *)src)[i];
+}
+
+static void run_f64_on_f32(ChunkForm *f, const SeqIO *d) {
+  const Program *pout = f->out->p;
+  int np = pout->npparts, ns = f->nfull, nz = pout->nnoise, ng = pout->ngates;
+  size_t rows = (size_t)d->T * (size_t)d->B, nx = rows * (size_t)f->D, ny = rows * (size_t)pout->output_size;
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  size_t *zn = xcalloc((size_t)nz + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)d->B * (size_t)f->full_size[i];
+  for (int i = 0; i < nz; i++) zn[i] = rows * (size_t)pout->noise_sizes[i];
+  size_t *gn = xcalloc((size_t)ng + 1, sizeof(size_t)); /* the gates: out's (chunkform_run_f32) */
+  for (int i = 0; i < ng; i++) gn[i] = rows * (size_t)node_numel(&pout->g.nodes[pout->gates[i].node]);
+  SeqIO s = {0};
+  s.T = d->T, s.B = d->B, s.dtype = DT_F32;
+  s.x = f32_copy(d->x, nx), s.grad_x = zeros32(nx), s.y = zeros32(ny), s.dy = f32_copy(d->dy, ny);
+  s.params = (const void **)f32_copies(d->params, np, pn), s.grad_params = f32_copies(NULL, np, pn);
+  s.h0 = (const void **)f32_copies(d->h0, ns, sn), s.grad_h0 = f32_copies(NULL, ns, sn);
+  s.final = f32_copies(NULL, ns, sn), s.dfinal = (const void **)f32_copies(d->dfinal, ns, sn);
+  s.noise = d->noise ? (const void **)f32_copies(d->noise, nz, zn) : NULL;
+  s.gates = d->gates ? f32_copies(NULL, ng, gn) : NULL;
+  chunkform_run_f32(f, &s);
+  for (int i = 0; d->gates && i < ng; i++) f64_back(d->gates[i], s.gates[i], gn[i]);
+  f64_back(d->y, s.y, ny), f64_back(d->grad_x, s.grad_x, nx);
+  for (int i = 0; i < np; i++) f64_back(d->grad_params[i], s.grad_params[i], pn[i]);
+  for (int i = 0; i < ns; i++) f64_back(d->final[i], s.final[i], sn[i]), f64_back(d->grad_h0[i], s.grad_h0[i], sn[i]);
+  free((void *)s.x), free(s.grad_x), free(s.y), free((void *)s.dy);
+  parts32_free((float **)s.params, np), parts32_free((float **)s.grad_params, np);
+  parts32_free((float **)s.h0, ns), parts32_free((float **)s.grad_h0, ns), parts32_free((float **)s.final, ns);
+  parts32_free((float **)s.dfinal, ns), parts32_free((float **)s.noise, s.noise ? nz : 0);
+  parts32_free((float **)s.gates, s.gates ? ng : 0);
+  free(pn), free(sn), free(zn), free(gn);
+}
+
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F64);
+  if (f->in->be->dtype == DT_F32) {
+    run_f64_on_f32(f, d);
+    return;
+  }
   const Program *pin = f->in->p, *pout = f->out->p;
-  bool f32 = f->in->be->dtype == DT_F32;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
   size_t rows = (size_t)T * (size_t)B;
@@ -350,8 +489,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
   si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
-  Mirror *mi, *mo;
-  prog_forward(f->in, f->win, &si, &mi);
+  f->in->be->forward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
@@ -365,7 +503,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
       sub_move(l, &u, yin, NULL, nin, T, B, b, h);
       double *o = xcalloc((size_t)u.c.T * (size_t)l->V + 1, sizeof(double));
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      op_forward(f32, &u.c, s0, o, l->V, s1);
+      chunkop_forward(&u.c, s0, o, l->V, s1);
       for (int t = 0; t < T; t++)
         for (int r = 0; r < u.R; r++)
           memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
@@ -377,11 +515,11 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   }
   SeqIO so = *d;
   so.x = xo, so.h0 = (const void **)h0, so.final = final;
-  prog_forward(f->out, f->wout, &so, &mo);
+  f->out->be->forward(f->out, f->wout, &so);
 
   /* backward: out, the chunk ops, in */
   so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
-  prog_backward(f->out, f->wout, &so, mo);
+  f->out->be->backward(f->out, f->wout, &so);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
@@ -399,7 +537,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
                  gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(double) * (size_t)l->V);
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
       state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      op_backward(f32, &u.c, s0, dout, l->V, ds, &gu.c, ds0);
+      chunkop_backward(&u.c, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, ds0);
       sub_move(l, &gu, NULL, dyin, nin, T, B, b, h);
       state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
       free(s0), free(ds), free(ds0), free(dout);
@@ -408,7 +546,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   }
   si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
-  prog_backward(f->in, f->win, &si, mi);
+  f->in->be->backward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++)
     for (int j = 0; j < D; j++) ((double *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
   for (int i = 0; i < np; i++)

@@ -161,5 +161,14 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
 /* chunkform_run_f64 of a sequence that may have lengths (varlen.c), its SeqIO laid out as for p
  * (the cell's program from pipeline_compile). */
 void chunkform_run_f64_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
+/* The same on float32 buffers, for a float32 back end (cpu): no float64 copies */
+void chunkform_run_f32(ChunkForm *f, const SeqIO *d);
+/* The last chunkform_run_f32's seconds per part: in's forward, the chunk ops' forward, out's
+ * forward, out's backward, the chunk ops' backward, in's backward */
+#define CHUNK_TIMES 6
+void chunkform_times(const ChunkForm *f, double *t);
+/* The two programs' profile (Work.prof) summed since the last call, then profiling turned on or
+ * off and the sums cleared */
+Profile chunkform_profile(ChunkForm *f, bool on);
 
 #endif

@@ -332,7 +332,7 @@ Test(chunked, terms_and_reads_as_sequential) { cell_cases("tests/cells/chunk_ter
 /* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):
  * every output and gradient within 1e-4 relative (test_backends' bound), one compilation per chunk
  * length for every T. */
-static void cpu_cases(const char *file, const char *dims, int threads) {
+static void cpu_cases_at(const char *file, const char *dims, int threads, const int *Tl, size_t nT, double *worst) {
   Arena a = {0};
   Cell *cs = h_cell(&a, file, NULL, dims, false, "sequential");
   Cell *cc = h_cell(&a, file, NULL, dims, false, "chunked");
@@ -345,8 +345,8 @@ static void cpu_cases(const char *file, const char *dims, int threads) {
   for (int li = 0; li < 2; li++) {
     ChunkForm *f = chunkform_compile(cc, &oc, Ls[li], err, sizeof err);
     cr_assert(f, "%s", err);
-    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
-      int T = Ts[i], B = 2;
+    for (size_t i = 0; i < nT; i++) {
+      int T = Tl[i], B = 2;
       uint64_t seed = (uint64_t)(T * 19 + Ls[li]);
       HBufs *h1 = h_bufs_new(ref->p, T, B, seed, 0.5, 1), *h2 = h_bufs_new(ref->p, T, B, seed, 0.5, 1);
       pipeline_run_f64(ref, &h1->io);
@@ -354,6 +354,7 @@ static void cpu_cases(const char *file, const char *dims, int threads) {
       const char *what;
       double e = h_compare(h1, h2, ref->p, &what);
       cr_expect_lt(e, 1e-4, "%s on cpu T=%d L=%d: %s off by %g", file, T, Ls[li], what, e);
+      if (worst && e > *worst) *worst = e;
       h_bufs_free(h1), h_bufs_free(h2);
     }
     chunkform_free(f);
@@ -363,11 +364,32 @@ static void cpu_cases(const char *file, const char *dims, int threads) {
   arena_free(&a);
 }
 
+static void cpu_cases(const char *file, const char *dims, int threads) {
+  cpu_cases_at(file, dims, threads, Ts, sizeof Ts / sizeof Ts[0], NULL);
+}
+
 /* (the heads and batch rows of the chunk op on 3 threads for gla) */
 Test(chunked, cpu_gla) { cpu_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", 3); }
 Test(chunked, cpu_hgrn2) { cpu_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5", 1); }
 Test(chunked, cpu_mamba2) { cpu_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5", 1); }
 Test(chunked, cpu_terms_and_reads) { cpu_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5", 2); }
+
+/* The issue's lengths, T = 1, 63, 64, 65 and 2048 (32 chunks of 64, 128 of 16), at keys and values
+ * of 16 (the chunk op's 16-row sub-blocks whole): the float32 form against the float64 sequential
+ * form within 1e-4 of each quantity's largest magnitude (the float32 back ends' bound, as
+ * test_backends). A read sums at most L + K products of values of the order of one and the decays,
+ * all at most 1, keep the state's error from growing over the chunks: the outputs and states
+ * differ by under 1e-6; the largest differences, 1e-6 to 3e-5, are parameters' gradients, sums
+ * over all the tokens with cancellation. */
+Test(chunked, cpu_issue_lengths) {
+  static const int Tl[] = {1, 63, 64, 65, 2048};
+  double worst = 0;
+  cpu_cases_at("stdlib/gla.cell", "NH=2,K=16,V=16,D=8", 2, Tl, 5, &worst);
+  cpu_cases_at("stdlib/hgrn2.cell", "NH=2,K=16,V=16,D=8", 2, Tl, 5, &worst);
+  cpu_cases_at("stdlib/mamba2.cell", "NH=2,P=16,N=16,D=8", 2, Tl, 5, &worst);
+  cr_log_info("cpu_issue_lengths: worst relative difference %g", worst);
+  cr_assert_gt(worst, 0); /* the float32 form is compared, not the float64 one */
+}
 
 /* Where the chunk op does not run yet: a clear refusal. */
 Test(chunked, cuda_emu_refuses) {

@@ -1,53 +1,170 @@
 /* chunkop_f32.c: the chunk op of the chunked form (compiler/ir/chunkop.h) in float32 with its
  * products as matrix products (OpenBLAS sgemm), forward and backward, for the CPU back end. Per
  * chunk of n <= L steps, with b the cumulative log-decays from the chunk's start:
- *   intra scores A [n, n] (lower triangle): scalar decay: (q k^T) masked and weighted by
- *     e^{b_i - b_j}; per key: in blocks of SUB rows, block I against the steps before it as
- *     (q_i e^{b_i - b_s}) (k_j e^{b_s - b_j})^T with s the step before the block (both exponents
- *     <= 0: nothing overflows), the diagonal blocks pairwise;
+ *   intra scores A [n, n] (lower triangle), in sub-blocks of SUB rows: sub-block I against the
+ *     steps before it and (where tight) itself as one product through the decay tables below
+ *     (every factor at most 1: nothing overflows), a scalar decay's as (q k^T) times a mask;
  *   o = (q e^b) S_0 + A v;  S_n = e^{b_n} S_0 + (k e^{b_n - b})^T v.
  * The backward is the float64 reference's (chunkop.c) with the same products; the decay-weighted
  * sums over j <= i (dq) and i >= j (dk) are blocked as the scores are. */
+
+/* The row loops below (scalings by the decay tables) are most of the op's time outside the products:
+ * vectorized (O3; -O2's cost model leaves loops of a run-time length scalar) */
+#pragma GCC optimize("O3", "no-trapping-math")
+
 #include "cpu.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
-#define SUB 16 /* the block of rows a per-key decay's products are taken in */
+/* the loops of the tables and the scalings, cloned as vexp is */
+#define CLONED __attribute__((target_clones("avx512f", "avx2", "default")))
 
+#define SUB 16 /* the sub-block of rows the decays are factored in */
+#define TIGHT 30.0 /* a sub-block's diagonal as a product where its log-decays span at most this */
+
+/* Per chunk, with b the cumulative log-decays, sub-block I of rows [i0, i1), r = i0 - 1 (b_{-1} =
+ * 0) and e = i1 - 1, tables of exponentials computed once (w = K per key, else 1):
+ *   Qf_i = e^{b_i - b_r}, Kf_i = e^{b_e - b_i}           (i in I; both <= 1)
+ *   gap[I][J] = e^{b_rI - b_eJ}                           (J < I; <= 1)
+ *   G_i = e^{b_i}, F_i = e^{b_{n-1} - b_i}                (<= 1)
+ * so that e^{b_i - b_j} = Qf_i gap[I][J] Kf_j for i in I, j in J < I, every factor at most 1:
+ * nothing overflows however strong the decays. Within a sub-block e^{b_i - b_j} = Qf_i Qi_j =
+ * Kf_j Ki_i with Qi = 1 / Qf, Ki = 1 / Kf, at most e^{TIGHT}: the diagonal sub-blocks are
+ * products too where the sub-block is tight (its span b_r - b_e at most TIGHT), else pairwise. */
 typedef struct Ctx {
   const ChunkOpF32 *c;
-  int t0, n;
-  double *b;           /* [n, w]: the cumulative log-decays, w = K per key, else 1, in float64:
-                          b_i - b_j of large b's loses nothing */
-  float *x1, *x2;      /* [L, max(K, V)] scratch */
-  float *A, *W;        /* [L, L] */
+  int t0, n, w, nb;
+  double *b;                   /* [n, w], float64: b_i - b_j of large b's loses nothing */
+  float *Qf, *Kf, *Qi, *Ki, *G, *F; /* [L, w] */
+  float *gap;                  /* [nb, nb, w] */
+  double *zero;                /* [w] zeros: b_{-1} */
+  float *ex;                   /* [(SUB + 2) w] scratch of tables */
+  bool *tight;                 /* [nb] */
+  float *x1, *x2;              /* [L, max(K, V)] scratch */
+  float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
 } Ctx;
 
-static int w_of(const ChunkOpF32 *c) { return c->per_key ? c->K : 1; }
-
-static float bexp(const Ctx *x, int i, int j, int k) { /* e^{b_i - b_j} (i or j -1: b = 0) */
-  int w = w_of(x->c), kk = x->c->per_key ? k : 0;
-  double bi = i < 0 ? 0 : x->b[(size_t)i * w + kk], bj = j < 0 ? 0 : x->b[(size_t)j * w + kk];
-  return expf((float)(bi - bj));
-}
-
-static void cumulate(Ctx *x) {
+CLONED static void cumulate(Ctx *x) {
   const ChunkOpF32 *c = x->c;
-  int w = w_of(c);
-  for (int k = 0; k < w; k++) {
-    double s = 0;
-    for (int i = 0; i < x->n; i++) {
-      double la = c->la[(size_t)(x->t0 + i) * (size_t)c->ldla + (size_t)k];
-      s += la < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : la; /* a decay of 0 (chunkop.h) */
-      x->b[(size_t)i * w + k] = s;
-    }
+  int w = x->w;
+  for (int i = 0; i < x->n; i++) {
+    const float *restrict la = c->la + (size_t)(x->t0 + i) * (size_t)c->ldla;
+    const double *restrict prev = i ? x->b + (size_t)(i - 1) * w : x->zero;
+    double *restrict b = x->b + (size_t)i * w;
+    for (int k = 0; k < w; k++) b[k] = prev[k] + (la[k] < CHUNK_LOG_FLOOR ? CHUNK_LOG_FLOOR : (double)la[k]); /* a decay of 0 (chunkop.h) */
   }
 }
 
 #define ROW(p, ld, t) ((p) + (size_t)(t) * (size_t)(ld))
+#define TAB(t, i) ((t) + (size_t)(i) * (size_t)x->w)
+#define GAP(ib, jb) (x->gap + ((size_t)(ib) * (size_t)x->nb + (size_t)(jb)) * (size_t)x->w)
+
+/* dst_i = src_i * t_i (rows of K; t's rows [w]: per key, or one scalar a row) for n rows */
+CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const float *t, int w, int n, int K) {
+  for (int i = 0; i < n; i++) {
+    float *d = dst + (size_t)i * (size_t)ldd; /* dst may be src (in place) */
+    const float *a = src + (size_t)i * (size_t)lds, *restrict f = t + (size_t)i * (size_t)w;
+    if (w == 1)
+      for (int k = 0; k < K; k++) d[k] = a[k] * f[0];
+    else
+      for (int k = 0; k < K; k++) d[k] = a[k] * f[k];
+  }
+}
+
+/* y = e^x for n values: a polynomial after range reduction (Cephes' expf, within 1e-7 relative),
+ * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
+ * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
+typedef union { float f; int32_t i; } Bits;
+CLONED static void vexp(float *restrict y, const float *restrict x, int n) {
+  for (int i = 0; i < n; i++) {
+    float v = x[i], c = v < -87.0f ? -87.0f : v;
+    c = c > 88.0f ? 88.0f : c;
+    float m = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c / ln 2) */
+    float r = c - m * 0.693359375f + m * 2.12194440e-4f, p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f, p = p * r + 8.3334519073e-3f, p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f, p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1;
+    Bits s;
+    s.i = ((int32_t)m + 127) << 23; /* 2^m */
+    y[i] = v < -87.0f ? 0.0f : p * s.f;
+  }
+}
+
+/* y = e^{a - b} for n values (a, b float64: the difference of large b's loses nothing); z: scratch */
+static void exp_diff(float *y, const double *a, const double *b, int n, float *z) {
+  for (int i = 0; i < n; i++) z[i] = (float)(a[i] - b[i]);
+  vexp(y, z, n);
+}
+
+CLONED static void tables(Ctx *x) {
+  int n = x->n, w = x->w;
+  x->nb = (n + SUB - 1) / SUB;
+  float *gr = x->ex, *ge = gr + w, *z = ge + w;
+  for (int ib = 0; ib < x->nb; ib++) {
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, rows = i1 - i0;
+    const double *br = i0 ? x->b + (size_t)(i0 - 1) * w : x->zero, *be = x->b + (size_t)(i1 - 1) * w;
+    const double *bn = x->b + (size_t)(n - 1) * w, *bi = x->b + (size_t)i0 * w;
+    double span = 0;
+    for (int k = 0; k < w; k++) span = br[k] - be[k] > span ? br[k] - be[k] : span;
+    x->tight[ib] = span <= TIGHT;
+    exp_diff(gr, br, x->zero, w, z), exp_diff(ge, bn, be, w, z);
+    float *qf = TAB(x->Qf, i0), *kf = TAB(x->Kf, i0), *g = TAB(x->G, i0), *f = TAB(x->F, i0);
+    float *qi = TAB(x->Qi, i0), *ki = TAB(x->Ki, i0), *qe = TAB(x->Qf, i1 - 1);
+    for (int i = 0; i < rows; i++)
+      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(bi[(size_t)i * w + k] - br[k]);
+    vexp(qf, z, rows * w);
+    if (x->tight[ib]) /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT */
+      for (int i = 0; i < rows; i++)
+        for (int k = 0; k < w; k++) {
+          size_t e = (size_t)i * w + (size_t)k;
+          qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] / qe[k];
+        }
+    else {
+      for (int i = 0; i < rows; i++)
+        for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
+      vexp(kf, z, rows * w);
+    }
+    for (int i = 0; i < rows; i++)
+      for (int k = 0; k < w; k++) {
+        size_t e = (size_t)i * w + (size_t)k;
+        g[e] = gr[k] * qf[e], f[e] = ge[k] * kf[e];
+      }
+    for (int jb = 0; jb < ib; jb++) exp_diff(GAP(ib, jb), br, x->b + (size_t)(jb * SUB + SUB - 1) * w, w, z);
+  }
+  if (x->c->per_key) return;
+  for (int i = 0; i < n; i++) { /* a scalar decay's mask, by sub-blocks of columns */
+    int ib = i / SUB, i0 = ib * SUB;
+    float *restrict m = x->M + (size_t)i * n, qf = x->Qf[i];
+    for (int jb = 0; jb < ib; jb++) {
+      float a = qf * GAP(ib, jb)[0];
+      const float *restrict kf = x->Kf + (size_t)jb * SUB;
+      for (int j = 0; j < SUB; j++) m[jb * SUB + j] = a * kf[j];
+    }
+    if (x->tight[ib])
+      for (int j = i0; j <= i; j++) m[j] = qf * x->Qi[j];
+    else
+      for (int j = i0; j <= i; j++) m[j] = expf((float)(x->b[i] - x->b[j]));
+    for (int j = i + 1; j < n; j++) m[j] = 0;
+  }
+}
+
+/* Only what the final state needs (the backward's pass for the boundary states): F and G_{n-1} */
+CLONED static void tables_final(Ctx *x) {
+  int n = x->n, w = x->w;
+  float *z = x->ex;
+  const double *bn = x->b + (size_t)(n - 1) * w;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < w; k++) x->Qf[(size_t)i * w + k] = (float)(bn[k] - x->b[(size_t)i * w + k]); /* scratch */
+  vexp(x->F, x->Qf, n * w);
+  exp_diff(TAB(x->G, n - 1), bn, x->zero, w, z);
+}
+
+/* e^{b_i - b_j} of key k, j <= i in one sub-block, pairwise (a sub-block that is not tight) */
+static float pair(const Ctx *x, int i, int j, int k) { return expf((float)(x->b[(size_t)i * x->w + k] - x->b[(size_t)j * x->w + k])); }
 
 /* x->A = the intra scores of the chunk (zero above the diagonal) */
 static void scores(Ctx *x) {
@@ -56,33 +173,39 @@ static void scores(Ctx *x) {
   const float *q = ROW(c->q, c->ldq, x->t0), *k = ROW(c->k, c->ldk, x->t0);
   if (!c->per_key) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, K, 1, q, c->ldq, k, c->ldk, 0, x->A, n);
-    for (int i = 0; i < n; i++)
-      for (int j = 0; j < n; j++) x->A[(size_t)i * n + j] = j <= i ? x->A[(size_t)i * n + j] * bexp(x, i, j, 0) : 0;
+    for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] *= x->M[e];
     return;
   }
   for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] = 0;
-  for (int i0 = 0; i0 < n; i0 += SUB) {
-    int i1 = i0 + SUB < n ? i0 + SUB : n, s = i0 - 1;
-    for (int i = i0; i < i1; i++) /* the diagonal block, pairwise */
-      for (int j = i0; j <= i; j++) {
-        float a = 0;
-        for (int kk = 0; kk < K; kk++) a += ROW(q, c->ldq, i)[kk] * ROW(k, c->ldk, j)[kk] * bexp(x, i, j, kk);
-        x->A[(size_t)i * n + j] = a;
-      }
-    if (i0 == 0) continue;
+  for (int ib = 0; ib < x->nb; ib++) {
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
     for (int i = i0; i < i1; i++)
-      for (int kk = 0; kk < K; kk++) x->x1[(size_t)(i - i0) * K + kk] = ROW(q, c->ldq, i)[kk] * bexp(x, i, s, kk);
-    for (int j = 0; j < i0; j++)
-      for (int kk = 0; kk < K; kk++) x->x2[(size_t)j * K + kk] = ROW(k, c->ldk, j)[kk] * bexp(x, s, j, kk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i0, K, 1, x->x1, K, x->x2, K, 0, x->A + (size_t)i0 * n, n);
+      for (int kk = 0; kk < K; kk++) x->x1[(size_t)(i - i0) * K + kk] = ROW(q, c->ldq, i)[kk] * TAB(x->Qf, i)[kk];
+    for (int j = 0; j < cols; j++) {
+      int jb = j / SUB;
+      const float *kj = ROW(k, c->ldk, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
+      float *o = x->x2 + (size_t)j * K;
+      if (jb < ib)
+        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk] * gp[kk];
+      else
+        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk];
+    }
+    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, cols, K, 1, x->x1, K, x->x2, K, 0, x->A + (size_t)i0 * n, n);
+    for (int i = i0; i < i1; i++)
+      for (int j = i0; j < i1; j++) {
+        if (j > i) x->A[(size_t)i * n + j] = 0;
+        else if (!x->tight[ib]) {
+          float a = 0;
+          for (int kk = 0; kk < K; kk++) a += ROW(q, c->ldq, i)[kk] * ROW(k, c->ldk, j)[kk] * pair(x, i, j, kk);
+          x->A[(size_t)i * n + j] = a;
+        }
+      }
   }
 }
 
 /* x->W = W_ij e^{b_i - b_j} for j <= i, 0 above: a scalar decay's masked weights */
 static void scalar_mask(Ctx *x, const float *W) {
-  int n = x->n;
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < n; j++) x->W[(size_t)i * n + j] = j <= i ? W[(size_t)i * n + j] * bexp(x, i, j, 0) : 0;
+  for (size_t e = 0; e < (size_t)x->n * x->n; e++) x->W[e] = W[e] * x->M[e];
 }
 
 /* r_i += sum_{j <= i} W_ij y_j e^{b_i - b_j} (rows of K; W [n, n] lower triangular) */
@@ -94,17 +217,26 @@ static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, flo
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
     return;
   }
-  for (int i0 = 0; i0 < n; i0 += SUB) {
-    int i1 = i0 + SUB < n ? i0 + SUB : n, s = i0 - 1;
-    for (int i = i0; i < i1; i++)
-      for (int j = i0; j <= i; j++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += W[(size_t)i * n + j] * ROW(y, ldy, j)[kk] * bexp(x, i, j, kk);
-    if (i0 == 0) continue;
-    for (int j = 0; j < i0; j++)
-      for (int kk = 0; kk < K; kk++) x->x2[(size_t)j * K + kk] = ROW(y, ldy, j)[kk] * bexp(x, s, j, kk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, K, i0, 1, W + (size_t)i0 * n, n, x->x2, K, 0, x->x1, K);
-    for (int i = i0; i < i1; i++)
-      for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += x->x1[(size_t)(i - i0) * K + kk] * bexp(x, i, s, kk);
+  for (int ib = 0; ib < x->nb; ib++) {
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
+    for (int j = 0; j < cols; j++) {
+      int jb = j / SUB;
+      const float *yj = ROW(y, ldy, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
+      float *o = x->x2 + (size_t)j * K;
+      if (jb < ib)
+        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk] * gp[kk];
+      else
+        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk];
+    }
+    if (cols) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, K, cols, 1, W + (size_t)i0 * n, n, x->x2, K, 0, x->x1, K);
+      for (int i = i0; i < i1; i++)
+        for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += x->x1[(size_t)(i - i0) * K + kk] * TAB(x->Qf, i)[kk];
+    }
+    if (!x->tight[ib])
+      for (int i = i0; i < i1; i++)
+        for (int j = i0; j <= i; j++)
+          for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += W[(size_t)i * n + j] * ROW(y, ldy, j)[kk] * pair(x, i, j, kk);
   }
 }
 
@@ -117,17 +249,26 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
     return;
   }
-  for (int j0 = 0; j0 < n; j0 += SUB) {
-    int j1 = j0 + SUB < n ? j0 + SUB : n, s = j1 - 1;
-    for (int j = j0; j < j1; j++)
-      for (int i = j; i < j1; i++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += W[(size_t)i * n + j] * ROW(y, ldy, i)[kk] * bexp(x, i, j, kk);
-    if (j1 == n) continue;
-    for (int i = j1; i < n; i++)
-      for (int kk = 0; kk < K; kk++) x->x2[(size_t)(i - j1) * K + kk] = ROW(y, ldy, i)[kk] * bexp(x, i, s, kk);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, K, n - j1, 1, W + (size_t)j1 * n + j0, n, x->x2, K, 0, x->x1, K);
-    for (int j = j0; j < j1; j++)
-      for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += x->x1[(size_t)(j - j0) * K + kk] * bexp(x, s, j, kk);
+  for (int jb = 0; jb < x->nb; jb++) {
+    int j0 = jb * SUB, j1 = j0 + SUB < n ? j0 + SUB : n, from = x->tight[jb] ? j0 : j1;
+    for (int i = from; i < n; i++) {
+      int ib = i / SUB;
+      const float *yi = ROW(y, ldy, i), *f = ib > jb ? TAB(x->Qf, i) : TAB(x->Ki, i), *gp = GAP(ib, jb);
+      float *o = x->x2 + (size_t)(i - from) * K;
+      if (ib > jb)
+        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk] * gp[kk];
+      else
+        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk];
+    }
+    if (from < n) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, K, n - from, 1, W + (size_t)from * n + j0, n, x->x2, K, 0, x->x1, K);
+      for (int j = j0; j < j1; j++)
+        for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += x->x1[(size_t)(j - j0) * K + kk] * TAB(x->Kf, j)[kk];
+    }
+    if (!x->tight[jb])
+      for (int j = j0; j < j1; j++)
+        for (int i = j; i < j1; i++)
+          for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += W[(size_t)i * n + j] * ROW(y, ldy, i)[kk] * pair(x, i, j, kk);
   }
 }
 
@@ -138,36 +279,43 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
   const float *q = ROW(c->q, c->ldq, x->t0), *k = ROW(c->k, c->ldk, x->t0), *v = ROW(c->v, c->ldv, x->t0);
   if (o) {
     float *oc = ROW(o, ldo, x->t0);
-    for (int i = 0; i < n; i++)
-      for (int kk = 0; kk < K; kk++) x->x1[(size_t)i * K + kk] = ROW(q, c->ldq, i)[kk] * bexp(x, i, -1, kk);
+    scaled(x->x1, K, q, c->ldq, x->G, x->w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, oc, ldo);
     scores(x);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, c->ldv, 1, oc, ldo);
   }
   for (int kk = 0; kk < K; kk++) {
-    float e = bexp(x, n - 1, -1, kk);
+    float e = TAB(x->G, n - 1)[c->per_key ? kk : 0];
     for (int y = 0; y < V; y++) s1[(size_t)kk * V + y] = e * s0[(size_t)kk * V + y];
   }
-  for (int j = 0; j < n; j++)
-    for (int kk = 0; kk < K; kk++) x->x1[(size_t)j * K + kk] = ROW(k, c->ldk, j)[kk] * bexp(x, n - 1, j, kk);
+  scaled(x->x1, K, k, c->ldk, x->F, x->w, n, K);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, v, c->ldv, 1, s1, V);
 }
 
 static Ctx ctx_new(const ChunkOpF32 *c) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
-  Ctx x = {c, 0, 0, NULL, NULL, NULL, NULL, NULL};
-  x.b = xmalloc(sizeof(double) * (size_t)L * (size_t)c->K + 1);
+  int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
+  size_t lw = sizeof(float) * (size_t)L * (size_t)w + 1, ll = sizeof(float) * (size_t)L * (size_t)L + 1;
+  Ctx x = {.c = c, .w = w};
+  x.b = xmalloc(sizeof(double) * (size_t)L * (size_t)w + 1);
+  x.Qf = xmalloc(lw), x.Kf = xmalloc(lw), x.Qi = xmalloc(lw), x.Ki = xmalloc(lw), x.G = xmalloc(lw), x.F = xmalloc(lw);
+  x.gap = xmalloc(sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
   x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
-  x.A = xmalloc(sizeof(float) * (size_t)L * (size_t)L + 1), x.W = xmalloc(sizeof(float) * (size_t)L * (size_t)L + 1);
+  x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
+  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 2) * (size_t)w + 1);
   return x;
 }
 
-static void ctx_free(Ctx *x) { free(x->b), free(x->x1), free(x->x2), free(x->A), free(x->W); }
+static void ctx_free(Ctx *x) {
+  free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
+  free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+}
 
-static void at_chunk(Ctx *x, int j) {
+static void at_chunk(Ctx *x, int j, bool full) {
   x->t0 = j * x->c->L;
   x->n = x->c->T - x->t0 < x->c->L ? x->c->T - x->t0 : x->c->L;
   cumulate(x);
+  full ? tables(x) : tables_final(x);
 }
 
 void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT) {
@@ -177,7 +325,7 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   float *cur = xmalloc(sizeof(float) * kv + 1), *next = xmalloc(sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
-    at_chunk(&x, j);
+    at_chunk(&x, j, true);
     chunk_forward(&x, cur, o, ldo, next);
     float *sw = cur;
     cur = next, next = sw;
@@ -190,16 +338,17 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
 void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
                           float *dk, float *dv, float *dla, float *ds0) {
   CHECK(c->L >= 1 && c->T >= 0);
-  int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = w_of(c);
+  int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
   Ctx x = ctx_new(c);
   float *bnd = xmalloc(sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xmalloc(sizeof(float) * kv + 1);
   float *dA = xmalloc(sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xmalloc(sizeof(float) * (size_t)c->L * (size_t)K + 1);
+  double *acc = xmalloc(sizeof(double) * (size_t)w);
   memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) at_chunk(&x, j), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
-    at_chunk(&x, jc);
+    at_chunk(&x, jc, true);
     int n = x.n, t0 = x.t0;
     const float *S0 = bnd + kv * (size_t)jc, *S1 = bnd + kv * (size_t)(jc + 1);
     const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, t0);
@@ -211,44 +360,46 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
       for (int j = i + 1; j < n; j++) dA[(size_t)i * n + j] = 0;
     /* dv = A^T dO + (k e^{b_n - b}) dS_n */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x.A, n, dO, lddo, 0, dV, c->ldv);
-    for (int j = 0; j < n; j++)
-      for (int kk = 0; kk < K; kk++) x.x1[(size_t)j * K + kk] = ROW(k, c->ldk, j)[kk] * bexp(&x, n - 1, j, kk);
+    scaled(x.x1, K, k, c->ldk, x.F, w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x.x1, K, g, V, 1, dV, c->ldv);
     /* dq = e^{b} (dO S_0^T) + intra;  dk = e^{b_n - b} (v dS_n^T) + intra */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, dO, lddo, S0, V, 0, dQ, c->ldq);
-    for (int i = 0; i < n; i++)
-      for (int kk = 0; kk < K; kk++) ROW(dQ, c->ldq, i)[kk] *= bexp(&x, i, -1, kk);
+    scaled(dQ, c->ldq, dQ, c->ldq, x.G, w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, v, c->ldv, g, V, 0, dK, c->ldk);
-    for (int j = 0; j < n; j++)
-      for (int kk = 0; kk < K; kk++) ROW(dK, c->ldk, j)[kk] *= bexp(&x, n - 1, j, kk);
+    scaled(dK, c->ldk, dK, c->ldk, x.F, w, n, K);
     weighted_before(&x, dA, k, c->ldk, dQ, c->ldq);
     weighted_after(&x, dA, q, c->ldq, dK, c->ldk);
     /* dS_0 = (q e^b)^T dO + e^{b_n} dS_n */
-    for (int i = 0; i < n; i++)
-      for (int kk = 0; kk < K; kk++) x.x1[(size_t)i * K + kk] = ROW(q, c->ldq, i)[kk] * bexp(&x, i, -1, kk);
-    for (int kk = 0; kk < K; kk++) { /* the log-decays: db = q dq - k dk, + S_n . dS_n at the last step */
+    scaled(x.x1, K, q, c->ldq, x.G, w, n, K);
+    for (int i = 0; i < n; i++) { /* the log-decays: db = q dq - k dk, + S_n . dS_n at the last step */
+      const float *restrict qi = ROW(q, c->ldq, i), *restrict dqi = ROW(dQ, c->ldq, i), *restrict ki = ROW(k, c->ldk, i);
+      const float *restrict dki = ROW(dK, c->ldk, i);
+      float *restrict d = db + (size_t)i * K;
+      for (int kk = 0; kk < K; kk++) d[kk] = qi[kk] * dqi[kk] - ki[kk] * dki[kk];
+    }
+    for (int kk = 0; kk < K; kk++) {
       double s = 0;
       for (int y = 0; y < V; y++) s += (double)S1[(size_t)kk * V + y] * g[(size_t)kk * V + y];
-      for (int i = 0; i < n; i++)
-        db[(size_t)i * K + kk] = ROW(q, c->ldq, i)[kk] * ROW(dQ, c->ldq, i)[kk] - ROW(k, c->ldk, i)[kk] * ROW(dK, c->ldk, i)[kk];
       db[(size_t)(n - 1) * K + kk] += (float)s;
     }
     for (int kk = 0; kk < K; kk++) {
-      float e = bexp(&x, n - 1, -1, kk);
+      float e = x.G[(size_t)(n - 1) * w + (c->per_key ? kk : 0)];
       for (int y = 0; y < V; y++) g[(size_t)kk * V + y] *= e;
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x.x1, K, dO, lddo, 1, g, V);
-    for (int kk = 0; kk < w; kk++) {
-      double s = 0;
-      for (int i = n - 1; i >= 0; i--) {
-        if (c->per_key) s += db[(size_t)i * K + kk];
-        else
-          for (int k2 = 0; k2 < K; k2++) s += db[(size_t)i * K + k2];
-        dla[(size_t)(t0 + i) * (size_t)c->ldla + (size_t)kk] = (float)s;
+    for (int kk = 0; kk < w; kk++) acc[kk] = 0; /* d log a_t = sum_{i >= t} db_i (summed over the keys: a scalar) */
+    for (int i = n - 1; i >= 0; i--) {
+      const float *restrict d = db + (size_t)i * K;
+      float *restrict o = dla + (size_t)(t0 + i) * (size_t)c->ldla;
+      if (c->per_key)
+        for (int kk = 0; kk < K; kk++) acc[kk] += d[kk], o[kk] = (float)acc[kk];
+      else {
+        for (int kk = 0; kk < K; kk++) acc[0] += d[kk];
+        o[0] = (float)acc[0];
       }
     }
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  free(bnd), free(g), free(dA), free(db);
+  free(bnd), free(g), free(dA), free(db), free(acc);
   ctx_free(&x);
 }

@@ -1,0 +1,76 @@
+/* chunkop_bench.c: times the cpu chunk op of the chunked form (compiler/backend/cpu/chunkop_f32.c)
+ * alone on one head of one sequence, on one thread (OpenBLAS single-threaded), best of REPS:
+ *   chunkop_bench [T K V L REPS]     (default 2048 64 64 64 7)
+ * For a decay per key and a scalar decay per head: the op's forward and backward, and the
+ * recurrence as a plain float32 loop (decay, outer product, read: the sequential form's arithmetic).
+ * Log decays uniform in [-0.05, 0], q, k, v, dO uniform in [-0.5, 0.5]. One JSON object a line.
+ * The loop vectorized (O3), as the op's own row loops are. */
+#pragma GCC optimize("O3")
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *uniform(size_t n, float lo, float hi) {
+  float *v = xmalloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)rand() / (float)RAND_MAX;
+  return v;
+}
+
+/* the recurrence step by step: S = a S + k v^T, o = S^T q */
+static void steps(int T, int K, int V, bool per_key, const float *q, const float *k, const float *v, const float *la,
+                  float *S, float *o) {
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < K; i++) {
+      float a = expf(la[(size_t)t * (per_key ? K : 1) + (per_key ? i : 0)]), ki = k[(size_t)t * K + i];
+      for (int j = 0; j < V; j++) S[(size_t)i * V + j] = a * S[(size_t)i * V + j] + ki * v[(size_t)t * V + j];
+    }
+    for (int j = 0; j < V; j++) o[(size_t)t * V + j] = 0;
+    for (int i = 0; i < K; i++)
+      for (int j = 0; j < V; j++) o[(size_t)t * V + j] += S[(size_t)i * V + j] * q[(size_t)t * K + i];
+  }
+}
+
+int main(int argc, char **argv) {
+  int T = argc > 1 ? atoi(argv[1]) : 2048, K = argc > 2 ? atoi(argv[2]) : 64, V = argc > 3 ? atoi(argv[3]) : 64;
+  int L = argc > 4 ? atoi(argv[4]) : 64, reps = argc > 5 ? atoi(argv[5]) : 7;
+  openblas_set_num_threads(1);
+  srand(1);
+  for (int pk = 1; pk >= 0; pk--) {
+    int w = pk ? K : 1;
+    size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V;
+    float *q = uniform(tk, -.5f, .5f), *k = uniform(tk, -.5f, .5f), *v = uniform(tv, -.5f, .5f);
+    float *la = uniform((size_t)T * w, -.05f, 0), *dO = uniform(tv, -.5f, .5f), *s0 = uniform(kv, -.5f, .5f);
+    float *dsT = uniform(kv, -.5f, .5f), *o = xmalloc(sizeof(float) * tv), *s1 = xmalloc(sizeof(float) * kv);
+    float *dq = xmalloc(sizeof(float) * tk), *dk = xmalloc(sizeof(float) * tk), *dv = xmalloc(sizeof(float) * tv);
+    float *dla = xmalloc(sizeof(float) * (size_t)T * w), *ds0 = xmalloc(sizeof(float) * kv), *S = xmalloc(sizeof(float) * kv);
+    ChunkOpF32 c = {T, K, V, L, pk, q, k, v, la, K, K, V, w};
+    double bf = 1e30, bb = 1e30, bs = 1e30;
+    for (int r = 0; r < reps; r++) {
+      double a = now();
+      cpu_chunkop_forward(&c, s0, o, V, s1);
+      double b = now();
+      cpu_chunkop_backward(&c, s0, dO, V, dsT, dq, dk, dv, dla, ds0);
+      double e = now();
+      memcpy(S, s0, sizeof(float) * kv);
+      steps(T, K, V, pk, q, k, v, la, S, o);
+      double f = now();
+      bf = fmin(bf, b - a), bb = fmin(bb, e - b), bs = fmin(bs, f - e);
+    }
+    printf("{\"decay\": \"%s\", \"T\": %d, \"K\": %d, \"V\": %d, \"L\": %d, \"forward_ms\": %.3f, \"backward_ms\": %.3f, "
+           "\"loop_forward_ms\": %.3f}\n",
+           pk ? "key" : "scalar", T, K, V, L, bf * 1e3, bb * 1e3, bs * 1e3);
+    free(q), free(k), free(v), free(la), free(dO), free(s0), free(dsT), free(o), free(s1), free(dq), free(dk), free(dv);
+    free(dla), free(ds0), free(S);
+  }
+  return 0;
+}
