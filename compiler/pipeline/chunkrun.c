@@ -129,16 +129,20 @@ static double seconds(void) {
 
 /* One head of one batch row: the state's [K, V] from (or into) its layout in a state part's row
  * ([V, K] per head where the key axis is the last). */
+/* Where entry (k, v) of head h lies in a state part's row */
+static size_t state_at(const ChunkLayout *l, int h, int k, int v) {
+  size_t base = (size_t)h * (size_t)l->K * (size_t)l->V;
+  return base + (l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v);
+}
+
 static void state_get(const ChunkLayout *l, const double *row, int h, double *kv) {
-  const double *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
   for (int k = 0; k < l->K; k++)
-    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = l->key_last ? s[(size_t)v * l->K + k] : s[(size_t)k * l->V + v];
+    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = row[state_at(l, h, k, v)];
 }
 
 static void state_put(const ChunkLayout *l, double *row, int h, const double *kv) {
-  double *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
   for (int k = 0; k < l->K; k++)
-    for (int v = 0; v < l->V; v++) s[l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v] = kv[(size_t)k * l->V + v];
+    for (int v = 0; v < l->V; v++) row[state_at(l, h, k, v)] = kv[(size_t)k * l->V + v];
 }
 
 /* One head of one batch row as the chunk op's sequence, contiguous. A step with M terms and R reads
@@ -211,15 +215,13 @@ static void **mapped(const ChunkForm *f, const Program *p, const void *const *fu
  * through sgemm) on views of P_in's rows ---- */
 
 static void state_get32(const ChunkLayout *l, const float *row, int h, float *kv) {
-  const float *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
   for (int k = 0; k < l->K; k++)
-    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = l->key_last ? s[(size_t)v * l->K + k] : s[(size_t)k * l->V + v];
+    for (int v = 0; v < l->V; v++) kv[(size_t)k * l->V + v] = row[state_at(l, h, k, v)];
 }
 
 static void state_put32(const ChunkLayout *l, float *row, int h, const float *kv) {
-  float *s = row + (size_t)h * (size_t)l->K * (size_t)l->V;
   for (int k = 0; k < l->K; k++)
-    for (int v = 0; v < l->V; v++) s[l->key_last ? (size_t)v * l->K + k : (size_t)k * l->V + v] = kv[(size_t)k * l->V + v];
+    for (int v = 0; v < l->V; v++) row[state_at(l, h, k, v)] = kv[(size_t)k * l->V + v];
 }
 
 /* One head h of batch row b as the chunk op's sequence (Sub's sub-steps). Where a step is one
