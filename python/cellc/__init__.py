@@ -166,7 +166,7 @@ class Cell(torch.nn.Module):
             out[field] = src.unsqueeze(0).expand((batch,) + full)
         return out
 
-    def forward(self, x, h0=None, *, gates=False):
+    def forward(self, x, h0=None, lengths=None, *, gates=False):
         kind = "float32" if self.dtype == torch.float32 else "float64"
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError("%s: x must be a 3-dimensional tensor [%s, %d], got %s" % (
@@ -204,14 +204,24 @@ class Cell(torch.nn.Module):
                 raise ValueError("%s: initial state '%s' must be %s %s, got %s %s" % (
                     self.cell_name, field, kind, (B,) + full, h.dtype, tuple(h.shape)))
             h0s.append(h)
+        lens = None
+        if lengths is not None:
+            lens = [int(v) for v in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+            if len(lens) != B or any(n < 1 or n > T for n in lens):
+                raise ValueError("%s: lengths must be %d integers in [1, %d] (one per sequence), got %s" % (
+                    self.cell_name, B, T, lens))
+        params = [getattr(self, f) for f in self._params]
         if self.dtype == torch.float32 and not gates:
-            out = self._lib.Function.apply(x, *h0s, *[getattr(self, f) for f in self._params])
+            if lens is None:
+                out = self._lib.Function.apply(x, *h0s, *params)
+            else:
+                out = self._lib.FunctionLengths.apply(lens, x, *h0s, *params)
             y, finals, gate_vals = out[0], list(out[1:]), None
         else:
             if self._train_noise and self.training:
                 raise NotImplementedError("%s: gates=True of a cell emitted with train_noise=True needs eval(): "
                                           "the torch-ops step is the evaluation form (no noise)" % self.cell_name)
-            y, finals, gate_vals = self._ops_forward(x, h0s)
+            y, finals, gate_vals = self._ops_forward(x, h0s, lens)
         if self.batch_first:
             y = y.transpose(0, 1)
         finals = {field: f for (field, _, _), f in zip(self._states, finals)}
@@ -221,11 +231,17 @@ class Cell(torch.nn.Module):
             gate_vals = [g.transpose(0, 1) for g in gate_vals]
         return y, finals, dict(zip(self.gate_names, gate_vals))
 
-    def _ops_forward(self, x, h0s):
+    def _ops_forward(self, x, h0s, lens=None):
         """The step as torch ops (P_ops.py): the params-only part once, the input part for all T * B
-        rows at once, then the state part step by step; autograd differentiates it."""
+        rows at once, then the state part step by step; autograd differentiates it. With lengths, a
+        row past its length keeps its state and gives zeros (y, gates); its x there is replaced by
+        zeros before the input part, so that it is never read (a NaN there reaches no gradient)."""
         ops = self._ops
         T, B = x.shape[0], x.shape[1]
+        live = None
+        if lens is not None:
+            live = torch.arange(T).unsqueeze(1) < torch.tensor(lens).unsqueeze(0)  # [T, B]
+            x = torch.where(live.unsqueeze(2), x, torch.zeros((), dtype=x.dtype))
         params = [getattr(self, f) for f in self._params]
         P = [(params[i][..., k] if self._param_complex[i] else params[i]).reshape(-1) for i, k in ops.PARAM_PARTS]
         h = [(h0s[s][..., k] if self._state_complex[s] else h0s[s]).reshape(B, n) for s, k, n in ops.STATE_PARTS]
@@ -233,10 +249,15 @@ class Cell(torch.nn.Module):
         Fr = ops.step_input(P, S, x.reshape(T * B, self.input_size))
         ys, gs = [], []
         for t in range(T):
-            y, h, g = ops.step_state(P, S, {i: v[t * B:(t + 1) * B] for i, v in Fr.items()}, h)
-            h = [ops._rows(v.to(self.dtype), B) for v in h]
-            ys.append(ops._rows(y, B))
-            gs.append([ops._rows(v, B) for v in g])
+            y, hn, g = ops.step_state(P, S, {i: v[t * B:(t + 1) * B] for i, v in Fr.items()}, h)
+            hn, y, g = [ops._rows(v, B) for v in hn], ops._rows(y, B), [ops._rows(v, B) for v in g]
+            if live is not None:
+                on, zero = live[t].unsqueeze(1), torch.zeros((), dtype=self.dtype)
+                hn = [torch.where(on, v, old) for v, old in zip(hn, h)]
+                y, g = torch.where(on, y, zero), [torch.where(on, v, zero) for v in g]
+            h = hn
+            ys.append(y)
+            gs.append(g)
         finals = []
         for s, (field, full, _) in enumerate(self._states):
             parts = [v for (q, _, _), v in zip(ops.STATE_PARTS, h) if q == s]
