@@ -224,6 +224,12 @@ def dimargs(c):
     return d
 
 
+def load_case(c, **kw):
+    """cellc.load of stdlib case c at H, D = 3, 2 (one cache entry per case, whatever the dtype)."""
+    return cellc.load(os.path.join(ROOT, c.file), mode="sequential" if c.mode == "sequential" else None,
+                      **dimargs(c), **kw)
+
+
 def state_key(k):
     """A run's tensor name (after its prefix) as the module names it (h.init -> h_init, hist.u -> hist_u)."""
     return k.replace(".", "_")
@@ -234,8 +240,7 @@ for c in stdlib_cells():
     if r is None:
         check("%s: cellc run f64" % c.name, False, err)
         continue
-    m = cellc.load(os.path.join(ROOT, c.file), seed=7, dtype=torch.float64,
-                   mode="sequential" if c.mode == "sequential" else None, **dimargs(c))
+    m = load_case(c, seed=7, dtype=torch.float64)
     st = dict(m.named_parameters())
     st.update(dict(m.named_buffers()))
     runs = {state_key(k.split(".", 1)[1]): v for k, v in r.items() if k.startswith(("param.", "buffer."))}
@@ -286,14 +291,14 @@ for c in stdlib_cells():
 for name in ("gru", "lstm", "gated_deltanet"):
     c = next(c for c in stdlib_cells() if c.name == name)
     r, err = cellc_run(c, 3, 5, 2, "f32", "cpu")
-    m = cellc.load(os.path.join(ROOT, c.file), seed=3, **dimargs(c))
+    m = load_case(c, seed=3)
     y0, f0 = m(r["x"])
     y, f, gts = m(r["x"], gates=True)
     rg = {k[len("gate."):]: v for k, v in r.items() if k.startswith("gate.")}
     e = max([rel(gts[k], rg[k]) for k in rg if k in gts] + [rel(y, y0)] + [rel(f[k], f0[k]) for k in f])
     check("%s float32 gates=True: {%s} equal cellc run's gate.* and y, finals the kernels' (max rel err %.1e)"
           % (name, ", ".join(sorted(gts)), e), r is not None and set(gts) == set(rg) and len(gts) > 0 and e < 1e-5, err)
-    mb = cellc.load(os.path.join(ROOT, c.file), seed=3, batch_first=True, **dimargs(c))
+    mb = load_case(c, seed=3, batch_first=True)
     _, _, gb = mb(r["x"].transpose(0, 1), gates=True)
     check("%s gates with batch_first are [B, T, ...]" % name,
           all(torch.allclose(gb[k].transpose(0, 1), gts[k], atol=1e-6) for k in gts))
@@ -303,7 +308,7 @@ for name in ("gru", "lstm", "gated_deltanet"):
 for name in ("gru", "lru", "lstm"):
     c = next(c for c in stdlib_cells() if c.name == name)
     for dt in (torch.float64, torch.float32):
-        m = cellc.load(os.path.join(ROOT, c.file), seed=2, dtype=dt, **dimargs(c))
+        m = load_case(c, seed=2, dtype=dt)
         x = torch.randn(7, 3, m.input_size, dtype=dt)
         lens = [4, 7, 2]
         x[5:, 2] = float("nan")
@@ -423,6 +428,11 @@ msg = raises(NotImplementedError, lambda: cellc.load("gru", D=3, H=4, dtype=torc
 check("float64 with train_noise=True is refused (the torch-ops step draws no noise)",
       msg is not None and "noise" in msg, str(msg))
 m64 = cellc.load("gru", D=3, H=4, dtype=torch.float64)
+m32 = cellc.load("gru", D=3, H=4).double()
+m64.load_state_dict(m32.state_dict())
+x64 = torch.randn(4, 2, 3, dtype=torch.float64)
+check(".double() of a float32 module computes as the float64 module (the torch-ops path)",
+      m32.dtype == torch.float64 and torch.equal(m32(x64)[0], m64(x64)[0]))
 msg = raises(TypeError, lambda: m64(torch.randn(3, 2, 3)))
 check("a float32 x into a float64 module is a TypeError", msg is not None and "float64" in msg, str(msg))
 msg = raises(TypeError, lambda: cellc.load("gru", D=3, H=4, Q=2))

@@ -118,7 +118,6 @@ class Cell(torch.nn.Module):
     def __init__(self, lib, ops, meta, init, batch_first, dtype=torch.float32):
         super().__init__()
         self._lib, self._ops = lib, ops
-        self.dtype = dtype
         self.cell_name, self.mode = meta["cell"], meta["mode"]
         self.dims, self.options = dict(meta["dims"]), dict(meta["options"])
         self.input_size, self.output_size = meta["input"], meta["output"]
@@ -151,6 +150,11 @@ class Cell(torch.nn.Module):
                 self.register_buffer("_initial_" + s["field"], row, persistent=False)
 
     @property
+    def dtype(self):
+        """The module's dtype: its tensors' (so `.double()` and `.float()` switch the path too)."""
+        return next(iter(list(self.parameters()) + list(self.buffers()))).dtype
+
+    @property
     def state_names(self):
         return [f for f, _, _ in self._states]
 
@@ -172,6 +176,8 @@ class Cell(torch.nn.Module):
             raise ValueError("%s: x must be a 3-dimensional tensor [%s, %d], got %s" % (
                 self.cell_name, "B, T" if self.batch_first else "T, B", self.input_size,
                 tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__))
+        if self.dtype not in (torch.float32, torch.float64):
+            raise TypeError("%s: the module's dtype must be float32 or float64, got %s" % (self.cell_name, self.dtype))
         if x.dtype != self.dtype:
             raise TypeError("%s: x must be %s (the module's dtype), got %s" % (self.cell_name, kind, x.dtype))
         if x.device.type != "cpu":
