@@ -18,6 +18,16 @@ int cmd_diag(int argc, char **argv);
 
 int cmd_emit(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+
+/* `cellc train` over seeds and lists of values (cmd_sweep.c; docs/cli.md "Seeds and sweeps"). */
+struct RunOptions;
+/* Whether the command line asks for several runs: --seeds, or a --set with a list of values. */
+bool sweep_wanted(const struct RunOptions *a, const char *seeds);
+/* Trains each configuration in DIR/<name>/ (a `cellc train` each, one after another), then writes
+ * DIR/summary.json and prints the table of medians and interquartile ranges. The exit status: 0,
+ * 2 for a bad list, 1 for a bad configuration, else the first failed run's (130 stops the sweep). */
+int sweep_train(const struct RunOptions *a, const char *seeds, const char *progress);
 
 #ifndef CELLC_VERSION
 #define CELLC_VERSION "0.1.0"

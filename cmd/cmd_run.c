@@ -105,6 +105,7 @@ typedef struct RunArgs {
   bool has_T, has_B;
   uint64_t seed;
   const char *inputs, *out, *backend, *precision;
+  const char *lengths;  /* --lengths 5,3,7: one per row, or NULL */
   bool train;
 } RunArgs;
 
@@ -132,7 +133,7 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
     if (r) continue;
     const char *f = argv[i];
     bool takes = !strcmp(f, "--T") || !strcmp(f, "--B") || !strcmp(f, "--seed") || !strcmp(f, "--inputs") ||
-                 !strcmp(f, "--out") || !strcmp(f, "--backend") || !strcmp(f, "--precision");
+                 !strcmp(f, "--out") || !strcmp(f, "--backend") || !strcmp(f, "--precision") || !strcmp(f, "--lengths");
     if (takes && i + 1 >= argc) return cli_usage_error("%s needs a value", f);
     long v;
     if (!strcmp(f, "--T")) {
@@ -157,7 +158,8 @@ static int parse_run_args(int argc, char **argv, RunArgs *a) {
       a->precision = argv[++i];
       if (strcmp(a->precision, "f32") && strcmp(a->precision, "f64"))
         return cli_usage_error("--precision is f32 or f64, not '%s'", a->precision);
-    } else if (!strcmp(f, "--train")) a->train = true;
+    } else if (!strcmp(f, "--lengths")) a->lengths = argv[++i];
+    else if (!strcmp(f, "--train")) a->train = true;
     else if (f[0] == '-' && f[1]) return cli_usage_error("unknown flag '%s'", f);
     else if (!a->cell.file) a->cell.file = f;
     else return cli_usage_error("unexpected argument '%s'", f);
@@ -222,6 +224,7 @@ typedef struct RunData {
   ChunkForm *cf;        /* --mode chunked: the cell's chunked form, which runs instead of the program */
   Tensor *params, *gparams, *h0, *dfinal, *final, *gh0, *gates, *noise;
   Tensor x, dy, y, gx;
+  int *lengths;         /* [B] in 1..T (--lengths or the input file's `lengths`), or NULL */
   const char **known;   /* every name the input file may hold */
   int nknown;
 } RunData;
@@ -289,6 +292,7 @@ static void shape_tensors(RunData *r) {
   int64_t xs[3] = {r->T, r->B, p->x_size}, ys[3] = {r->T, r->B, p->output_size}, lead[2] = {r->T, r->B}, shape[6];
   add_tensor(r, &r->x, "x", 3, xs, false), add_tensor(r, &r->dy, "dy", 3, ys, false);
   add_tensor(r, &r->y, "y", 3, ys, false), add_tensor(r, &r->gx, "grad.x", 3, xs, false);
+  r->known[r->nknown++] = "lengths";
   for (int i = 0; i < np; i++) {
     ParamInfo *pi = &c->params[i];
     int64_t ps[MAX_RANK] = {pi->n[0], pi->n[1], pi->n[2]};
@@ -408,6 +412,59 @@ static int take_noise(RunData *r) {
   return 0;
 }
 
+/* The sequences' lengths (spec/emit.md, ABI 2): --lengths (a usage error, status 2, when it is not
+ * B integers in 1..T) or the input file's `lengths` ([B] I32 or I64 in 1..T, else status 1); not
+ * both. None: every sequence has T steps. 0 or the status. */
+static int take_lengths(RunData *r) {
+  const char *flag = r->a->lengths, *path = r->a->inputs;
+  const SftTensor *t = r->in ? sft_find(r->in, "lengths") : NULL;
+  if (!flag && !t) return 0;
+  if (flag && t) return cli_usage_error("--lengths and the lengths in %s: give one of them", path);
+  r->lengths = xcalloc((size_t)r->B + 1, sizeof(int));
+  if (flag) {
+    const char *c = flag;
+    int n = 0;
+    for (;;) {
+      char *end;
+      long v = strtol(c, &end, 10);
+      if (end == c || (*end && *end != ',') || v < 1 || v > r->T) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "--lengths takes %d integers in [1, %d] separated by commas (one per row), not '%%s'", r->B, r->T);
+        return cli_usage_error(msg, flag);
+      }
+      if (n < r->B) r->lengths[n] = (int)v;
+      n++;
+      if (!*end) break;
+      c = end + 1;
+    }
+    if (n != r->B) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "--lengths gives %d lengths for a batch of %d rows: '%%s'", n, r->B);
+      return cli_usage_error(msg, flag);
+    }
+    return 0;
+  }
+  if (t->dtype != SFT_I32 && t->dtype != SFT_I64) {
+    diag_plain("%s: tensor 'lengths' is %s; lengths are I32 or I64", path, sft_dtype_name(t->dtype));
+    return 1;
+  }
+  if (t->ndim != 1 || t->shape[0] != r->B) {
+    char *got = shape_text(t->shape, t->ndim);
+    diag_plain("%s: tensor 'lengths' has shape %s, expected [%d] (one per row)", path, got, r->B);
+    free(got);
+    return 1;
+  }
+  for (int b = 0; b < r->B; b++) {
+    double v = sft_get(t, b);
+    if (!(v >= 1 && v <= r->T)) {
+      diag_plain("%s: tensor 'lengths' holds %.0f at row %d; lengths lie in [1, %d] (T)", path, v, b, r->T);
+      return 1;
+    }
+    r->lengths[b] = (int)v;
+  }
+  return 0;
+}
+
 /* An input tensor the run does not know is a mistake worth naming. 0 or 1. */
 static int check_unknown_inputs(RunData *r) {
   for (int i = 0; r->in && i < r->in->n; i++) {
@@ -467,9 +524,10 @@ static void run_program(RunData *r, Compiled *comp) {
   d.h0 = (const void **)part_planes(nsp, h0, spart), d.dfinal = (const void **)part_planes(nsp, df, spart);
   d.final = part_planes(nsp, fin, spart), d.grad_h0 = part_planes(nsp, gh, spart);
   d.gates = part_planes(ng, gt, zero), d.noise = (const void **)part_planes(nz, zt, zero);
+  d.lengths = r->lengths;
   memuse_reset_peak();
   size_t before = memuse_in_use();
-  if (r->cf) chunkform_run_f64(r->cf, &d);
+  if (r->cf) chunkform_run_f64_lengths(r->cf, p, &d);
   else pipeline_run_f64_chunked(comp, &d, chunk_length(r->c, cli_chunk(&r->a->cell)));
   r->peak_bytes = memuse_peak() - before;
   free(d.params), free(d.grad_params), free(d.h0), free(d.dfinal), free(d.final), free(d.grad_h0), free(d.gates), free(d.noise);
@@ -514,6 +572,15 @@ static void set_meta(SftWriter *w, const RunData *r) {
   sft_set_meta(w, "training", r->a->train ? "true" : "false");
   snprintf(buf, sizeof buf, "%zu", r->peak_bytes);
   sft_set_meta(w, "peak_bytes", buf);
+  if (r->lengths) {
+    size_t n = (size_t)r->B * 12 + 1;
+    char *l = xmalloc(n);
+    len = 0;
+    l[0] = 0;
+    for (int b = 0; b < r->B; b++) len += snprintf(l + len, n - (size_t)len, "%s%d", b ? "," : "", r->lengths[b]);
+    sft_set_meta(w, "lengths", l);
+    free(l);
+  }
 }
 
 /* Every tensor, in the run's precision, to --out. 0 or 3. */
@@ -531,6 +598,13 @@ static int write_outputs(const RunData *r) {
   }
   for (int i = 0; i < r->c->ngates; i++) tensor_write(w, &r->gates[i], dt);
   for (int i = 0; i < r->p->nnoise; i++) tensor_write(w, &r->noise[i], dt);
+  if (r->lengths) {
+    int32_t *l = xcalloc((size_t)r->B, sizeof(int32_t));
+    for (int b = 0; b < r->B; b++) l[b] = r->lengths[b];
+    int64_t shape[1] = {r->B};
+    sft_add(w, "lengths", SFT_I32, 1, shape, l);
+    free(l);
+  }
   set_meta(w, r);
   char err[PATH_MAX + 512];
   int status = 0;
@@ -554,7 +628,7 @@ static void run_data_free(RunData *r) {
   for (int i = 0; r->noise && i < r->p->nnoise; i++) tensor_free(&r->noise[i]);
   tensor_free(&r->x), tensor_free(&r->dy), tensor_free(&r->y), tensor_free(&r->gx);
   free(r->params), free(r->gparams), free(r->h0), free(r->dfinal), free(r->final), free(r->gh0), free(r->gates);
-  free(r->noise), free(r->known);
+  free(r->noise), free(r->known), free(r->lengths);
 }
 
 /* The back end by name, and a precision it runs. 0 or the usage error's status. */
@@ -601,6 +675,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc && tensor_take(&r.dy, r.in, a.inputs) == 0) fill_normal(&r.dy, a.seed, "dy");
     if (!rc) rc = take_states(&r);
     if (!rc) rc = take_noise(&r);
+    if (!rc) rc = take_lengths(&r);
     if (!rc) rc = check_unknown_inputs(&r);
     if (!rc) run_program(&r, comp);
     if (!rc) rc = write_outputs(&r);

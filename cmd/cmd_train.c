@@ -10,7 +10,7 @@
 #include "support.h"
 #include "train.h"
 
-static int parse_args(int argc, char **argv, RunOptions *a, bool eval) {
+static int parse_args(int argc, char **argv, RunOptions *a, bool eval, const char **seeds, const char **progress) {
   static const char *const synopses[] = {"train", "eval", NULL};
   const char *cmd = eval ? "eval" : "train";
   for (int i = 0; i < argc; i++) {
@@ -23,6 +23,9 @@ static int parse_args(int argc, char **argv, RunOptions *a, bool eval) {
     } else if (!strcmp(s, "--out") && !eval) {
       if (!has_value || !argv[i + 1][0]) return cli_command_usage(cmd, synopses, "%s needs a directory", s);
       a->out = argv[++i];
+    } else if (!strcmp(s, "--seeds") && !eval) {
+      if (!has_value || !argv[i + 1][0]) return cli_command_usage(cmd, synopses, "%s needs a list of seeds: 1..5 or 1,3,7", s);
+      *seeds = argv[++i];
     } else if (!strcmp(s, "--resume") && !eval) {
       a->resume = true;
     } else if (!strcmp(s, "--force") && !eval) {
@@ -40,7 +43,7 @@ static int parse_args(int argc, char **argv, RunOptions *a, bool eval) {
       while (m <= PROGRESS_NONE && !(has_value && !strcmp(argv[i + 1], modes[m]))) m++;
       if (m > PROGRESS_NONE) return cli_command_usage(cmd, synopses, "%s needs bar, lines or none", s);
       a->progress = (ProgressMode)m;
-      i++;
+      *progress = argv[++i];
     } else if (s[0] == '-' && s[1]) {
       return cli_command_usage(cmd, synopses, "unknown flag '%s'", s);
     } else if (!a->cell) {
@@ -93,8 +96,10 @@ static void probe_update(void *ctx, Model *m, int rows) { grad_probe_update(ctx,
 
 int cmd_train(int argc, char **argv) {
   Run r = {0};
-  int rc = parse_args(argc, argv, &r.a, false);
+  const char *seeds = NULL, *progress = NULL;
+  int rc = parse_args(argc, argv, &r.a, false, &seeds, &progress);
   if (rc) return rc;
+  if (sweep_wanted(&r.a, seeds)) return sweep_train(&r.a, seeds, progress);
   r.a.stdlib = cli_stdlib_dir();
   rc = run_start(&r, false);
   if (!rc && r.a.dry_run) {
@@ -136,7 +141,8 @@ int cmd_train(int argc, char **argv) {
 
 int cmd_eval(int argc, char **argv) {
   Run r = {0};
-  int rc = parse_args(argc, argv, &r.a, true);
+  const char *seeds = NULL, *progress = NULL;
+  int rc = parse_args(argc, argv, &r.a, true, &seeds, &progress);
   if (rc) return rc;
   r.a.stdlib = cli_stdlib_dir();
   rc = run_start(&r, true);

@@ -39,7 +39,7 @@ static const CmdHelp commands[] = {
     {"run",
      "run FILE.cell --out OUT.safetensors [--cell NAME] [--dims H=8,D=4] [--set NAME=VALUE]... [--T 16] [--B 3] "
      "[--seed 7] [--inputs IN.safetensors] [--backend BACKENDS] [--mode auto|scan|sequential|chunked] "
-     "[--precision f32|f64] [--train]",
+     "[--precision f32|f64] [--lengths 5,3,7] [--train]",
      "run one cell on data, forward and backward, and write every tensor",
      "  --out FILE              where to write (required; a link is written through, a FIFO,\n"
      "                          device, directory or read-only file is refused)\n"
@@ -53,6 +53,7 @@ static const CmdHelp commands[] = {
      "               the same CUDA code on the CPU: slow, for tests)\n"
      "  --mode auto|scan|sequential|chunked   (chunked: interp and cpu; --set chunk=L its chunk length)\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
+     "  --lengths 5,3,7         each row's length (B integers in 1..T; or a tensor 'lengths' in --inputs)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"
      "  -h, --help              this help\n",
      "  0   success\n"
@@ -61,10 +62,14 @@ static const CmdHelp commands[] = {
      "  3   the run failed: the output cannot be written, a device or library the back end needs is missing, out of memory\n"
      "  70  internal error (a bug)\n", cmd_run},
     {"train",
-     "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--out DIR] [--resume [--allow-changed-cell] | --force] "
+     "train MODEL.cell TASK.cfg [--set KEY=VALUE]... [--seeds LIST] [--out DIR] [--resume [--allow-changed-cell] | --force] "
      "[--progress bar|lines|none] [--dry-run]",
      "train the model TASK.cfg describes around the cell; metrics, checkpoints in DIR",
      "  --set KEY=VALUE         override a configuration key (repeatable): --set train.lr=3e-4\n"
+     "  --seeds LIST            one run per train.seed: 1..5 or 1,3,7; each in DIR/seed-<s>/, then\n"
+     "                          DIR/summary.json and a table of median and IQR per final metric\n"
+     "  --set KEY=V1,V2         a list (or A..B) sweeps the key: a run per value (per combination);\n"
+     "                          ';' separates values of a key that is itself a list (train.betas)\n"
      "  --out DIR               the run directory (default runs/<cell>-<task>-<time>)\n"
      "  --resume                continue the run in DIR from its checkpoint\n"
      "  --allow-changed-cell    with --resume: continue even though the cell (its formulas, options,\n"
@@ -83,11 +88,13 @@ static const CmdHelp commands[] = {
      "  1   bad input: an error in the .cell or .cfg file, a DIR that holds a run (without --resume\n"
      "      or --force), a checkpoint that is missing, for another model or not finite, a cell that\n"
      "      differs from the checkpoint's (without --allow-changed-cell)\n"
-     "  2   bad usage: unknown flag, a flag without its value, --resume without --out\n"
+     "  2   bad usage: unknown flag, a flag without its value, --resume without --out, a bad --seeds\n"
+     "      or --set list (an empty value, a range going down), a sweep under mpirun\n"
      "  3   the run failed: the loss became NaN or infinite, a file cannot be written, out of memory,\n"
      "      train.device = cuda without a driver or GPU (named), not enough device memory (the bytes)\n"
      "  70  internal error (a bug)\n"
-     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n", cmd_train},
+     "  130 interrupted (SIGINT/SIGTERM), after writing the checkpoint\n"
+     "A sweep exits with the first failed run's status (0 when every run succeeded).\n", cmd_train},
     {"eval", "eval MODEL.cell TASK.cfg --checkpoint FILE [--set KEY=VALUE]... [--allow-changed-cell]",
      "evaluate a checkpoint on the task's test split",
      "  --checkpoint FILE       the checkpoint to evaluate (required)\n"
@@ -122,6 +129,20 @@ static const CmdHelp commands[] = {
      "  3   a file could not be written (or --out holds files), out of memory\n"
      "  70  internal error (a bug)\n"
      "  130 interrupted (SIGINT or SIGTERM): nothing written\n", cmd_diag},
+    {"plot", "plot RUN_DIR... [--out PATH] [--title TEXT]",
+     "draw the loss, accuracy and learning rate against the step of one or several runs (SVG and PNG)",
+     "  RUN_DIR                 a run directory of cellc train, or a sweep's directory (its runs)\n"
+     "  --out PATH              write PATH.svg and PATH.png (default RUN_DIR/curves; required for\n"
+     "                          several RUN_DIRs)\n"
+     "  --title TEXT            the loss panel's title (default: loss)\n"
+     "  -h, --help              this help\n"
+     "Each run is one colour, labelled by the configuration keys that differ between the runs;\n"
+     "train rows are solid lines, valid rows dashed.\n",
+     "  0   success\n"
+     "  1   bad input: a RUN_DIR without metrics.jsonl, a line of it that is not a metrics row\n"
+     "  2   bad usage: unknown flag, no RUN_DIR, several RUN_DIRs without --out\n"
+     "  3   a plot could not be written\n"
+     "  70  internal error (a bug)\n", cmd_plot},
     {"emit",
      "emit FILE.cell --out DIR [--target cpu|cuda] [--cell NAME] [--dims H=128,...] [--set NAME=VALUE]... "
      "[--mode auto|scan|sequential] [--name PREFIX] [--cpu generic|x86-64-v3|x86-64-v4|native] [--arch sm_80] [--torch]",

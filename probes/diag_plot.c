@@ -13,8 +13,14 @@
 /* colours of PLplot's map 0 that read well on white: blue, red, green, magenta, brown, cyan */
 static const int colours[] = {9, 1, 3, 13, 4, 11};
 
-/* PLplot into the temporary file of o: 0, or -1. */
+/* PLplot's `device` into the temporary file of o: 0, or -1. */
+static int plot_begin_on(FsOut *o, const char *device, const char *path, int width, int height, char *err, size_t errlen);
+
 static int plot_begin(FsOut *o, const char *path, int width, int height, char *err, size_t errlen) {
+  return plot_begin_on(o, "svg", path, width, height, err, errlen);
+}
+
+static int plot_begin_on(FsOut *o, const char *device, const char *path, int width, int height, char *err, size_t errlen) {
   if (fsout_begin(o, path, err, errlen) < 0) return -1;
   int fd = dup(o->fd);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -24,7 +30,7 @@ static int plot_begin(FsOut *o, const char *path, int width, int height, char *e
     fsout_abort(o);
     return -1;
   }
-  plsdev("svg");
+  plsdev(device);
   plsfile(f);
   plspage(0, 0, width, height, 0, 0);
   plscolbg(255, 255, 255);
@@ -120,5 +126,105 @@ int diag_plot_hists(const char *path, const DiagHistPanel *panels, int npanels, 
   if (plot_begin(&o, path, 420 * cols, 420, err, errlen) < 0) return -1;
   plssub(cols, 1);
   for (int i = 0; i < npanels; i++) hist_panel(&panels[i]); /* plenv moves to the next panel */
+  return plot_end(&o, err, errlen);
+}
+
+/* ---- cellc plot: panels over a legend ---- */
+
+/* The colour of legend entry i of n: map 0's six while they last, else evenly along map 1. */
+static void entry_colour(int i, int n) {
+  if (n <= 6) plcol0(colours[i % 6]);
+  else plcol1(n > 1 ? (double)i / (double)(n - 1) : 0);
+}
+
+/* Whether the panel's y values are all positive (the finite ones) and span a decade or more. */
+static bool wants_log(const DiagPanel *p) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (int s = 0; s < p->nlines; s++)
+    for (int i = 0; i < p->lines[s].n; i++) {
+      double v = p->lines[s].y[i];
+      if (!isfinite(v)) continue;
+      if (v <= 0) return false;
+      lo = fmin(lo, v), hi = fmax(hi, v);
+    }
+  return lo < hi && hi / lo >= 10;
+}
+
+/* The range of the finite values of every line along x or y (log10 of y when logy), padded. */
+static void panel_range(const DiagPanel *p, bool along_y, bool logy, double *lo, double *hi) {
+  *lo = INFINITY, *hi = -INFINITY;
+  for (int s = 0; s < p->nlines; s++)
+    for (int i = 0; i < p->lines[s].n; i++) {
+      double v = along_y ? p->lines[s].y[i] : p->lines[s].x[i];
+      if (!isfinite(v) || !isfinite(along_y ? p->lines[s].x[i] : p->lines[s].y[i])) continue;
+      v = along_y && logy ? log10(v) : v;
+      *lo = fmin(*lo, v), *hi = fmax(*hi, v);
+    }
+  if (!(*lo <= *hi)) *lo = 0, *hi = 1;
+  double pad = (*hi - *lo) * 0.05;
+  if (pad == 0) pad = fabs(*lo) > 0 ? fabs(*lo) * 0.1 : 1;
+  *lo -= pad, *hi += pad;
+}
+
+int diag_plot_panels(const char *path, const char *device, const DiagPanel *panels, int npanels, const char *const *legend,
+                     int nlegend, const char *note, char *err, size_t errlen) {
+  int cols = nlegend < 3 ? (nlegend < 1 ? 1 : nlegend) : 3, rows = (nlegend + cols - 1) / cols + 1; /* + the note */
+  int width = 460 * (npanels < 1 ? 1 : npanels), height = 420 + 22 * rows;
+  double leg = (22.0 * rows + 16) / height; /* the legend's share of the page, at the bottom */
+  FsOut o;
+  if (plot_begin_on(&o, device, path, width, height, err, errlen) < 0) return -1;
+  /* more entries than map 0's six colours: hues around the wheel at one lightness (map 1's
+   * default runs through black) */
+  PLFLT pos[2] = {0, 1}, hue[2] = {0, 300}, light[2] = {0.45, 0.45}, sat[2] = {0.95, 0.95};
+  plscmap1n(256);
+  plscmap1l(0, 2, pos, hue, light, sat, NULL);
+  pladv(0);
+  for (int k = 0; k < npanels; k++) {
+    const DiagPanel *p = &panels[k];
+    bool logy = p->logy && wants_log(p);
+    double x0, x1, y0, y1;
+    panel_range(p, false, false, &x0, &x1);
+    panel_range(p, true, logy, &y0, &y1);
+    double w = 1.0 / npanels;
+    /* room in pixels: the y tick labels and label on the left, the axis' exponent above */
+    plvpor(k * w + 95.0 / width, (k + 1) * w - 25.0 / width, leg + 60.0 / height, 1 - 45.0 / height);
+    plwind(x0, x1, y0, y1);
+    plcol0(15);
+    plbox("bcnst", 0, 0, logy ? "bcnstvl" : "bcnstv", 0, 0);
+    pllab(p->xlabel, p->ylabel, p->title);
+    for (int s = 0; s < p->nlines; s++) {
+      const DiagLine *d = &p->lines[s];
+      PLFLT *x = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8), *y = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8);
+      int m = 0;
+      for (int i = 0; i < d->n; i++)
+        if (isfinite(d->x[i]) && isfinite(d->y[i]) && (!logy || d->y[i] > 0))
+          x[m] = d->x[i], y[m] = logy ? log10(d->y[i]) : d->y[i], m++;
+      entry_colour(d->entry, nlegend);
+      pllsty(d->dashed ? 2 : 1);
+      if (m == 1) plpoin(m, x, y, 1);
+      else if (m > 1) plline(m, x, y);
+      pllsty(1);
+      free(x), free(y);
+    }
+  }
+  /* the legend: a short line in each entry's colour, then its text */
+  plvpor(0.02, 0.98, 0.01, leg);
+  plwind(0, 1, 0, 1);
+  for (int i = 0; i <= nlegend; i++) {
+    int r = i / cols, c = i % cols;
+    double yy = 1 - (r + 0.5) / rows, xx = (double)c / cols;
+    if (i == nlegend) {
+      plcol0(15);
+      if (note) plptex(0, 1 - (rows - 0.5) / rows, 1, 0, 0, note);
+      break;
+    }
+    PLFLT lx[2] = {xx, xx + 0.04}, ly[2] = {yy, yy};
+    entry_colour(i, nlegend);
+    plwidth(2);
+    plline(2, lx, ly);
+    plwidth(1);
+    plcol0(15);
+    plptex(xx + 0.05, yy, 1, 0, 0, legend[i]);
+  }
   return plot_end(&o, err, errlen);
 }

@@ -56,6 +56,26 @@ typedef struct DiagHistPanel {
   const int64_t *hist[4];
   int nhist;
 } DiagHistPanel;
+/* Line plots side by side (cellc plot) over a legend below them, outside the data. */
+typedef struct DiagLine {
+  const double *x, *y;
+  int n;
+  bool dashed;
+  int entry;              /* the legend entry whose colour it takes */
+} DiagLine;
+
+typedef struct DiagPanel {
+  const char *title, *xlabel, *ylabel;
+  bool logy;              /* log10 y, taken only where the values are positive and span a decade or
+                           * more (under that a log axis would show no labelled tick) */
+  const DiagLine *lines;
+  int nlines;
+} DiagPanel;
+
+/* The panels, the legend's entries in their colours and `note` (how the line styles read) after
+ * them; `device`: "svg" or "pngcairo". 0, or -1 with a message in err. */
+int diag_plot_panels(const char *path, const char *device, const DiagPanel *panels, int npanels, const char *const *legend,
+                     int nlegend, const char *note, char *err, size_t errlen);
 int diag_plot_hists(const char *path, const DiagHistPanel *panels, int npanels, char *err, size_t errlen);
 
 #endif

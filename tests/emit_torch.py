@@ -2,7 +2,7 @@
 PyTorch (tests/torch/cells.py, float64 autograd): outputs, final states and the gradients of the
 params, x and h0 of L = sum(y * dy) + sum(final * dfinal) agree within 1e-4 (relative) for several
 stdlib cells (sequential and scan, real and complex); torch.autograd.gradcheck passes on the
-Function at float32 tolerances; the Module's params are nn.Parameters named as in the cell; a bad
+Function at float32 tolerances; the Module with lengths as each sequence run alone; the Module's params are nn.Parameters named as in the cell; a bad
 x raises. Ends with "N passed, M failed"."""
 import importlib.util
 import os
@@ -143,6 +143,45 @@ def train_noise(work):
     check("train_noise: the seed follows torch's generator, gradients flow", ok)
 
 
+_rel = rel
+
+
+def lengths_case(cell, mod):
+    """Module(x, lengths=L) (FunctionLengths, P_forward_ex and P_backward_ex with lengths) against
+    each sequence run alone, truncated to its length: y (zeros past it), the final states and the
+    gradients of x (zeros past it), h0 and every param; padding of x is never read (NaN there)."""
+    def rel(a, b):  # a value that is not finite (NaN from the padding) fails
+        return _rel(a, b) if bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all()) else float("inf")
+
+    torch.manual_seed(4)
+    m = mod.Module()
+    L = [4, T, 1]
+    x = torch.randn(T, B, D)
+    for b, n in enumerate(L):
+        x[n:, b] = float("nan")
+    x.requires_grad_(True)
+    h0 = {name: torch.randn((B,) + tuple(shape) + ((2,) if cplx else ()), requires_grad=True) for name, shape, cplx in mod.STATES}
+    y, fin = m(x, h0, lengths=L)
+    dy = torch.randn_like(y)
+    df = {k: torch.randn_like(v) for k, v in fin.items()}
+    ((y * dy).sum() + sum((fin[k] * df[k]).sum() for k in fin)).backward()
+    got = [x.grad.clone()] + [h0[k].grad.clone() for k in h0] + [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    x2 = x.detach().clone().requires_grad_(True)
+    h2 = {k: v.detach().clone().requires_grad_(True) for k, v in h0.items()}
+    total, worst = 0, 0.0
+    for b, n in enumerate(L):
+        yb, fb = m(x2[:n, b:b + 1], {k: v[b:b + 1] for k, v in h2.items()})
+        total = total + (yb * dy[:n, b:b + 1]).sum() + sum((fb[k] * df[k][b:b + 1]).sum() for k in fb)
+        worst = max(worst, rel(y[:n, b:b + 1], yb), rel(y[n:, b], torch.zeros_like(y[n:, b])) if n < T else 0.0)
+        worst = max([worst] + [rel(fin[k][b:b + 1], fb[k]) for k in fb])
+    total.backward()
+    x2.grad = torch.nan_to_num(x2.grad)  # the padding's gradient is never computed: zeros
+    want = [x2.grad] + [h2[k].grad for k in h2] + [p.grad for p in m.parameters()]
+    worst = max([worst] + [rel(a, b) for a, b in zip(got, want)])
+    check("%s: Module with lengths as each sequence alone (max rel err %.1e)" % (cell, worst), worst < 1e-4)
+
+
 def bad_input(mod):
     m = mod.Module()
     try:
@@ -178,6 +217,8 @@ def main():
             compare(cell, mod)
             if cell in ("gru", "lru", "mingru"):
                 gradcheck(cell, mod)
+            if cell in ("gru", "lru", "mamba2", "qrnn"):
+                lengths_case(cell, mod)
         gm = load_module("gru", work)
         reuse(gm)
         bad_input(gm)

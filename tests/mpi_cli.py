@@ -156,6 +156,20 @@ if c2[1].rc == 0:
           ev[0].returncode == 0 and ev[1].returncode == 0 and ev[0].stdout.startswith("final: ")
           and ev[0].stdout == ev[1].stdout, f"{ev[0].stdout!r} {ev[1].stdout!r} {ev[1].stderr[-300:]!r}")
 
+# ---- train.keep = best and log.csv under -np 2: one best.safetensors at the one-process step ----
+best = ["--set", "train.keep=best", "--set", "log.csv=true", "--set", "eval.every=5"]
+b1, b2 = train(0, "best1", MGU, COPYING, *best), train(2, "best2", MGU, COPYING, *best)
+if b1[1].rc == 0 and b2[1].rc == 0:
+    tb = [[x for x in metrics(d) if x["split"] == "test_best"] for d in (b1[0], b2[0])]
+    check("keep=best under -np 2: rank 0 writes best.safetensors and metrics.csv; the test_best row at the "
+          "one-process best step, its loss within 1e-5",
+          all(os.path.exists(os.path.join(b2[0], f)) for f in ("best.safetensors", "metrics.csv"))
+          and len(tb[0]) == 1 and len(tb[1]) == 1 and tb[0][0]["step"] == tb[1][0]["step"]
+          and rel(tb[0][0]["loss"], tb[1][0]["loss"]) <= 1e-5 and b2[1].out.count("best: step=") == 1,
+          f"{tb} {b2[1].why()}")
+else:
+    check("keep=best under -np 2: both runs finish", False, b1[1].why() + " / " + b2[1].why())
+
 # ---- resume with another N: -np 2 for 25 steps, then -np 1 --resume to 50 ----
 d, r = train(2, "resume", MGU, COPYING, "--set", "train.steps=25")
 check("resume: -np 2 trains 25 steps", r.rc == 0, r.why())

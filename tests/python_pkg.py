@@ -109,6 +109,16 @@ for name, m in mods.items():
     check("%s: two calls carrying finals on equal one call (rel err %.1e)" % (name, e), e < 1e-5)
 check("gru: h0 may be the one state's tensor", torch.equal(g(x, f1["h"][:2])[0], g(x, {"h": f1["h"][:2]})[0]))
 
+# lengths: each sequence as if run alone to its length; y past it zeros
+x = torch.randn(7, 3, D)
+lens = [4, 7, 2]
+y, f = g(x, lengths=torch.tensor(lens))
+e = 0.0
+for b, n in enumerate(lens):
+    yb, fb = g(x[:n, b:b + 1])
+    e = max(e, rel(y[:n, b:b + 1], yb), rel(f["h"][b:b + 1], fb["h"]), float(y[n:, b].abs().max()) if n < 7 else 0.0)
+check("gru with lengths: each sequence as run alone, zeros past its length (rel err %.1e)" % e, e < 1e-6)
+
 
 # ---- two loaded layers (gru, then lru) and a linear head trained by Adam in a plain PyTorch loop,
 # against the same model in float64 PyTorch (tests/torch/cells.py) from the same initial values
@@ -198,7 +208,7 @@ check("another seed, other initial values", not torch.equal(a.Wxz, b.Wxz))
 # ---- float64 for every stdlib cell (stdlib/cells.list, H, D = 3, 2): the initial values are cellc run
 # --precision f64's; from them, y, finals, the gates and every gradient equal the float64 interpreter's
 # within 1e-12; torch.autograd.gradcheck passes
-def cellc_run(c, seed, T, B, precision, backend="interp"):
+def cellc_run(c, seed, T, B, precision, backend="interp", extra=()):
     """cellc run of stdlib case c at H, D = 3, 2: ({name: tensor}, "") or (None, its stderr)."""
     tmp = tempfile.mkdtemp(prefix="cellc-pyrun-")
     try:
@@ -209,7 +219,7 @@ def cellc_run(c, seed, T, B, precision, backend="interp"):
             args += ["--set", "%s=%s" % (k, str(v).lower())]
         if c.mode == "sequential":
             args += ["--mode", "sequential"]
-        p = subprocess.run(args, capture_output=True, text=True)
+        p = subprocess.run(args + list(extra), capture_output=True, text=True)
         if p.returncode != 0:
             return None, p.stderr
         return _safetensors.read(out)[0], ""
@@ -329,6 +339,34 @@ for name in ("gru", "lru", "lstm"):
               "NaN padding reaches no gradient" % (name, str(dt)[6:], e),
               e < (1e-12 if dt == torch.float64 else 1e-6) and finite and float(xr.grad[2:, 2].abs().max()) == 0.0, str(e))
 
+# lengths against cellc run --lengths: float64 (the torch-ops path, with the gates) against the float64
+# interpreter within 1e-12, float32 (the emitted kernels' P_forward_ex) against the cpu back end
+for name in ("gru", "lru", "lstm", "mamba2"):
+    c = next(c for c in stdlib_cells() if c.name == name)
+    lens = [5, 2, 4]
+    for dt, prec, backend, tol in ((torch.float64, "f64", "interp", 1e-12), (torch.float32, "f32", "cpu", 1e-5)):
+        r, err = cellc_run(c, 4, 5, 3, prec, backend, ["--lengths", ",".join(map(str, lens))])
+        if r is None:
+            check("%s: cellc run --lengths" % name, False, err)
+            continue
+        m = load_case(c, seed=4, dtype=dt)
+        x = r["x"].clone().requires_grad_()
+        out = m(x, lengths=lens, gates=dt == torch.float64)
+        m.zero_grad()
+        (out[0] * r["dy"]).sum().backward()
+        errs = {"y": rel(out[0], r["y"]), "grad.x": rel(x.grad, r["grad.x"])}
+        fins = {state_key(k[len("final."):]): v for k, v in r.items() if k.startswith("final.")}
+        errs.update({"final." + k: rel(v.reshape(fins[k].shape), fins[k]) for k, v in out[1].items()})
+        for n, p in m.named_parameters():
+            if p.requires_grad:
+                errs["grad." + n] = rel(p.grad, r["grad.param." + n.replace("_init", ".init")])
+        if dt == torch.float64:
+            errs.update({"gate." + k: rel(v, r["gate." + k]) for k, v in out[2].items()})
+        worst = max(errs, key=errs.get)
+        check("%s %s with lengths %s: y, finals%s and every gradient equal cellc run --backend %s --precision %s "
+              "--lengths's (max rel err %.1e at %s)" % (name, prec, lens, ", gates" if dt == torch.float64 else "",
+                                                        backend, prec, errs[worst], worst), errs[worst] < tol, str(errs))
+
 # ---- the cache
 before = dict(cellc.stats)
 n_entries = len(entries())
@@ -443,6 +481,8 @@ msg = raises(ValueError, lambda: g(torch.randn(3, 2, D + 1)))
 check("an x of the wrong size is a ValueError naming the expected shape", msg is not None and str(D) in msg, str(msg))
 msg = raises(ValueError, lambda: g(torch.randn(3, 2, D), {"h": torch.zeros(3, H)}))
 check("an h0 of the wrong shape is a ValueError", msg is not None and "h" in msg, str(msg))
+msg = raises(ValueError, lambda: g(torch.randn(3, 2, D), lengths=[3, 4]))
+check("a length above T is a ValueError naming the range", msg is not None and "[1, 3]" in msg, str(msg))
 bad = os.path.join(work, "bad.cell")
 with open(bad, "w") as f:
     f.write("cell bad {\n  input x[D]\n  state h[D]\n  h = tanh(h + y)\n}\n")

@@ -19,15 +19,12 @@ static void json_num(FILE *f, const char *key, double v, bool last) {
 
 static void metric(Run *r, const char *split, double loss, double acc, double lr, double gnorm, double tps) {
   if (!r->metrics) return;
+  double v[RUN_METRIC_FIELDS] = {loss, acc, lr, gnorm, tps, r->elapsed0 + run_now() - r->t0};
   fprintf(r->metrics, "{\"step\":%lld,\"split\":\"%s\",", (long long)r->step, split);
-  json_num(r->metrics, "loss", loss, false);
-  json_num(r->metrics, "accuracy", acc, false);
-  json_num(r->metrics, "lr", lr, false);
-  json_num(r->metrics, "grad_norm", gnorm, false);
-  json_num(r->metrics, "tokens_per_s", tps, false);
-  json_num(r->metrics, "elapsed_s", r->elapsed0 + run_now() - r->t0, true);
+  for (int i = 0; i < RUN_METRIC_FIELDS; i++) json_num(r->metrics, run_metric_fields[i], v[i], i == RUN_METRIC_FIELDS - 1);
   fprintf(r->metrics, "}\n");
   fflush(r->metrics);
+  if (r->csv) run_csv_row(r->csv, r->step, split, v);
 }
 
 static void fmt_time(char *buf, size_t n, double s) {
@@ -163,9 +160,22 @@ static void prefetch_end(Prefetch *pf) {
   pf->have = false;
 }
 
+/* train.keep = best: whether a validation result beats the best so far (none yet: best_loss NaN).
+ * The rule (docs/training.md): the highest accuracy where the task classifies, an equal accuracy
+ * going to the lower loss; the lowest loss otherwise. On a full tie the earlier step stays. */
+static bool better_valid(bool classify, EvalResult e, double best_loss, double best_acc) {
+  if (isnan(best_loss)) return true;
+  if (classify && e.accuracy != best_acc) return e.accuracy > best_acc;
+  return e.loss < best_loss;
+}
+
 int train_loop(Run *r) {
   Prefetch pf = {.r = r, .on = !device_is_host(model_device(r->model))};
   char *ckpt = xasprintf("%s/checkpoint.safetensors", r->dir);
+  char *best = xasprintf("%s/best.safetensors", r->dir);
+  bool keep_best = !strcmp(cfg_word(r->cfg, "train.keep"), "best");
+  double best_loss = NAN, best_acc = NAN;
+  if (keep_best && r->a.resume) run_best_so_far(r, &best_loss, &best_acc);
   int64_t log_every = cfg_int(r->cfg, "log.every"), eval_every = cfg_int(r->cfg, "eval.every");
   int64_t eval_batches = cfg_int(r->cfg, "eval.batches");
   double tokens = (double)r->B * (double)r->shape.length;
@@ -251,6 +261,15 @@ int train_loop(Run *r) {
       bool shown = r->bar || r->lines; /* --progress none: metrics.jsonl alone has them */
       if (shown && classify) say(r, "step %lld valid loss %.4f accuracy %.4f\n", (long long)r->step, e.loss, e.accuracy);
       else if (shown) say(r, "step %lld valid loss %.6g\n", (long long)r->step, e.loss);
+      /* the best before the last: a crash between the two leaves a last checkpoint no newer than
+       * the best, and the resumed run evaluates the step again */
+      if (keep_best && better_valid(classify, e, best_loss, best_acc)) {
+        if (run_checkpoint(r, best) < 0) {
+          status = 3;
+          break;
+        }
+        best_loss = e.loss, best_acc = e.accuracy;
+      }
       if (run_checkpoint(r, ckpt) < 0) {
         status = 3;
         break;
@@ -259,7 +278,7 @@ int train_loop(Run *r) {
     }
   }
   prefetch_end(&pf);
-  free(ckpt);
+  free(ckpt), free(best);
   /* the allocator's high-water mark against what the model holds throughout: the difference is
    * the cell layers' workspaces and chunk buffers (cellc check's figures) */
   size_t peak = memuse_peak(), work = model_work_bytes(r->model);
@@ -275,4 +294,16 @@ void run_finish(Run *r) {
   EvalResult e = run_evaluate(r, TASK_TEST, cfg_int(r->cfg, "eval.batches"));
   metric(r, "test", e.loss, e.accuracy, NAN, NAN, NAN);
   run_print_final(r, e);
+  if (strcmp(cfg_word(r->cfg, "train.keep"), "best")) return;
+  /* the test split on the best checkpoint too (split "test_best", at the best's step): what a study
+   * that keeps the best validation checkpoint reports. The model holds the best's params after. */
+  char *best = xasprintf("%s/best.safetensors", r->dir);
+  int rc = run_rank0_status(r->rank == 0 ? checkpoint_read(r, best, false) : 0);
+  free(best);
+  if (rc) return;
+  run_share_state(r);
+  e = run_evaluate(r, TASK_TEST, cfg_int(r->cfg, "eval.batches"));
+  metric(r, "test_best", e.loss, e.accuracy, NAN, NAN, NAN);
+  printf("best: step=%lld loss=%.6g accuracy=%.6g\n", (long long)r->step, e.loss, e.accuracy);
+  fflush(stdout);
 }

@@ -3,6 +3,7 @@
  * before the first step. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,99 @@
 #include "train_impl.h"
 
 /* The files of a run: a directory that holds any of them holds a run. */
-static const char *const run_files[] = {"checkpoint.safetensors", "metrics.jsonl", "config.cfg"};
+static const char *const run_files[] = {"checkpoint.safetensors", "metrics.jsonl", "config.cfg", "best.safetensors",
+                                        "metrics.csv"};
+#define NRUN_FILES ((int)(sizeof run_files / sizeof run_files[0]))
+
+const char *const run_metric_fields[RUN_METRIC_FIELDS] = {"loss", "accuracy", "lr", "grad_norm", "tokens_per_s", "elapsed_s"};
+
+void run_csv_row(FILE *f, int64_t step, const char *split, const double *v) {
+  fprintf(f, "%lld,%s", (long long)step, split);
+  for (int i = 0; i < RUN_METRIC_FIELDS; i++) {
+    if (isfinite(v[i])) fprintf(f, ",%.9g", v[i]);
+    else fputc(',', f);
+  }
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* A number of a metrics.jsonl row (line[0..n)): its value, NaN for null or when absent. */
+static double row_num(const char *line, size_t n, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  if (!p || p >= line + n) return NAN;
+  p += strlen(pat);
+  return strncmp(p, "null", 4) ? strtod(p, NULL) : NAN;
+}
+
+/* The split of a row into buf ("" when absent). */
+static void row_split(const char *line, size_t n, char *buf, size_t cap) {
+  const char *p = strstr(line, "\"split\":\"");
+  buf[0] = 0;
+  if (!p || p >= line + n) return;
+  p += 9;
+  size_t k = 0;
+  while (p + k < line + n && p[k] != '"' && k + 1 < cap) buf[k] = p[k], k++;
+  buf[k] = 0;
+}
+
+/* Calls fn on each row of a run's metrics.jsonl; false when it cannot be read. */
+static bool each_row(const char *path, void (*fn)(void *ctx, const char *line, size_t n), void *ctx) {
+  size_t len;
+  char *text = read_file(path, &len);
+  if (!text) return false;
+  for (char *line = text; *line;) {
+    char *end = strchr(line, '\n');
+    size_t n = end ? (size_t)(end - line) : strlen(line);
+    if (n > 0) fn(ctx, line, n);
+    line += n + (end ? 1 : 0);
+  }
+  free(text);
+  return true;
+}
+
+static void csv_of_row(void *ctx, const char *line, size_t n) {
+  char split[64];
+  double v[RUN_METRIC_FIELDS];
+  row_split(line, n, split, sizeof split);
+  for (int i = 0; i < RUN_METRIC_FIELDS; i++) v[i] = row_num(line, n, run_metric_fields[i]);
+  run_csv_row(ctx, (int64_t)row_num(line, n, "step"), split, v);
+}
+
+typedef struct BestRows {
+  bool classify;
+  double loss, acc;
+} BestRows;
+
+/* The rule of train_loop's better_valid, over the rows read back. */
+static void best_of_row(void *ctx, const char *line, size_t n) {
+  BestRows *b = ctx;
+  char split[64];
+  row_split(line, n, split, sizeof split);
+  if (strcmp(split, "valid")) return;
+  double loss = row_num(line, n, "loss"), acc = row_num(line, n, "accuracy");
+  bool better = isnan(b->loss) || (b->classify && acc != b->acc ? acc > b->acc : loss < b->loss);
+  if (better) b->loss = loss, b->acc = acc;
+}
+
+void run_best_so_far(Run *r, double *loss, double *acc) {
+  double v[2] = {NAN, NAN};
+  if (r->rank == 0) {
+    char *best = xasprintf("%s/best.safetensors", r->dir), *mpath = xasprintf("%s/metrics.jsonl", r->dir);
+    struct stat st;
+    BestRows b = {r->shape.loss == TASK_LOSS_CE, NAN, NAN};
+    if (r->metrics) fflush(r->metrics);
+    if (stat(best, &st) == 0 && each_row(mpath, best_of_row, &b)) v[0] = b.loss, v[1] = b.acc;
+    free(best), free(mpath);
+  }
+  dist_bcast(v, sizeof v, 0);
+  *loss = v[0], *acc = v[1];
+}
 
 /* The first of a run's files that `dir` holds, or NULL. */
 static const char *held_run_file(const char *dir) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NRUN_FILES; i++) {
     char *p = xasprintf("%s/%s", dir, run_files[i]);
     struct stat st;
     bool there = lstat(p, &st) == 0;
@@ -31,7 +120,7 @@ static const char *held_run_file(const char *dir) {
 /* --force: removes the earlier run's files (a symbolic link itself, never what it points to);
  * anything else under those names is left alone, and the run fails (status 3). */
 static int remove_run(const char *dir) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NRUN_FILES; i++) {
     char *p = xasprintf("%s/%s", dir, run_files[i]);
     struct stat st;
     int rc = 0;
@@ -53,7 +142,7 @@ static int remove_run(const char *dir) {
 /* Before the first step: each of the run's files can be written (a file that cannot, such as a
  * FIFO or a read-only file, fails the run now, not at its first checkpoint). 0 or 3. */
 static int writable_run_files(const char *dir) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NRUN_FILES; i++) {
     char *p = xasprintf("%s/%s", dir, run_files[i]), err[PATH_MAX + 256];
     char *target = fsout_target(p, err, sizeof err);
     free(p);
@@ -130,7 +219,10 @@ static int drop_metrics_after(const char *path, int64_t step) {
     char *end = strchr(line, '\n');
     size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
     const char *s = strstr(line, "\"step\":");
-    bool keep = !s || s > line + n || strtoll(s + 7, NULL, 10) <= step;
+    char split[64];
+    row_split(line, n, split, sizeof split);
+    /* a test row marked the end of the run, which goes on now */
+    bool keep = (!s || s > line + n || strtoll(s + 7, NULL, 10) <= step) && strcmp(split, "test") && strcmp(split, "test_best");
     if (keep && (!end || n > 1)) memcpy(o, line, n), o += n;
     line += n;
   }
@@ -220,6 +312,22 @@ int run_prepare(Run *r, bool *complete) {
     if (!rc && !(r->metrics = fsout_append(mpath, !r->a.resume, err, sizeof err))) {
       diag_plain("%s", err);
       rc = 3;
+    }
+    if (!rc && cfg_bool(r->cfg, "log.csv")) {
+      /* written whole from metrics.jsonl's rows on --resume: the same rows, whatever an earlier
+       * run's log.csv was */
+      char *cpath = xasprintf("%s/metrics.csv", r->dir);
+      if (!(r->csv = fsout_append(cpath, 1, err, sizeof err))) {
+        diag_plain("%s", err);
+        rc = 3;
+      } else {
+        fprintf(r->csv, "step,split");
+        for (int i = 0; i < RUN_METRIC_FIELDS; i++) fprintf(r->csv, ",%s", run_metric_fields[i]);
+        fprintf(r->csv, "\n");
+        if (r->a.resume) fflush(r->metrics), each_row(mpath, csv_of_row, r->csv);
+        fflush(r->csv);
+      }
+      free(cpath);
     }
     free(mpath);
   }

@@ -172,7 +172,9 @@ int run_setup(Run *r) {
   static char purpose[512];
   snprintf(purpose, sizeof purpose, "the data of task '%s' (its [task] keys)", cfg_word(c, "task.name"));
   base_alloc_for(purpose);
-  rc = task_new(def, num, str, r->seed, &r->task, err, sizeof err);
+  /* train.data_seed apart from train.seed: the init and the data of a study crossed independently */
+  uint64_t data_seed = cfg_text(c, "train.data_seed") ? (uint64_t)cfg_int(c, "train.data_seed") : r->seed;
+  rc = task_new(def, num, str, data_seed, &r->task, err, sizeof err);
   free(num), free(str);
   if (rc < 0) {
     diag_plain("%s: [task] %s", r->a.cfg, err);
@@ -194,6 +196,7 @@ int run_setup(Run *r) {
 
 void run_teardown(Run *r) {
   if (r->metrics) fclose(r->metrics);
+  if (r->csv) fclose(r->csv);
   model_free(r->model);
   if (r->ops && !device_is_host(r->ops) && r->state) r->ops->free(r->ops, r->state);
   if (r->dbuf) r->ops->free(r->ops, r->dbuf);

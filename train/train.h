@@ -68,6 +68,7 @@ typedef struct Run {
   uint64_t seed;
   char *dir;
   FILE *metrics;
+  FILE *csv;        /* log.csv: metrics.csv, the same rows */
   bool bar;         /* progress as one line redrawn in place (\r, ESC[K) */
   bool lines;       /* progress as plain lines: one per log interval and per evaluation */
   double t0;        /* when training started (this process) */

@@ -16,4 +16,15 @@ void run_share_state(Run *r);
 /* The step's one allreduce of the gradients and the loss sums; true when any rank was interrupted. */
 bool run_average_gradients(Run *r, ModelLoss *l);
 
+/* The fields of a metrics row after step and split, in the order metrics.jsonl and metrics.csv
+ * write them. */
+#define RUN_METRIC_FIELDS 6
+extern const char *const run_metric_fields[RUN_METRIC_FIELDS];
+/* log.csv: one row of metrics.csv, the numbers as metrics.jsonl writes them (%.9g), a value that is
+ * not finite as an empty field (null in the JSON). */
+void run_csv_row(FILE *f, int64_t step, const char *split, const double *v);
+/* train.keep = best on --resume: the best validation loss and accuracy of the rows metrics.jsonl
+ * kept, on every rank; NaN (none yet) where best.safetensors is absent. */
+void run_best_so_far(Run *r, double *loss, double *acc);
+
 #endif

@@ -56,6 +56,12 @@ typedef struct SeqIO {
   void *grad_x;            /* [T, B, x_size]; NULL with fold set: not written, summed by token instead */
   const SeqFold *fold;     /* the input gradient summed by token (Backend.folds); NULL: none */
   void **grad_h0;          /* per state part: [B, size] */
+  /* [B] in 1..T, in HOST memory, or NULL: every sequence has T steps. Sequence b's final state is
+   * its state after step lengths[b], its y rows past that step are zeros, its dy rows past it are
+   * ignored and its grad_x rows past it are zeros (spec/emit.md, ABI 2). The back ends never see
+   * it: compiler/pipeline's chunked_forward/chunked_backward run such a sequence in segments
+   * (varlen.c), so a back end's forward and backward take it as NULL. */
+  const int *lengths;
 } SeqIO;
 
 /* How a program is compiled. */
@@ -135,7 +141,8 @@ struct Backend {
   /* after forward on the same Work and sequence */
   void (*backward)(Compiled *c, Work *w, const SeqIO *s);
   /* Copies a per-step array the last forward left in w into out (dtype elements, host memory); 0,
-   * or -1 when this back end does not keep it. */
+   * or -1 when this back end does not keep it. After a forward with SeqIO.lengths the work holds
+   * the last segment's run only (varlen.c). */
   int (*read_steps)(Compiled *c, Work *w, StepArray what, int part, void *out);
   /* Writes p's forward and backward as the target's standalone code files (cpu: P.o and libP.so;
    * cuda: P.cu and P.ptx) into o->dir; the command writes P.h, P.json and P_torch.py. 0, or -1 with

@@ -132,6 +132,10 @@ static void chunk_h0(Chunker *k, const SeqIO *s, int j) {
 }
 
 void chunked_forward(Compiled *c, Work *w, const SeqIO *s, Chunker *k) {
+  if (seq_varlen(s)) {
+    varlen_backend_forward(c, w, s, k);
+    return;
+  }
   if (!k || k->L >= s->T) {
     c->be->forward(c, w, s);
     return;
@@ -160,6 +164,10 @@ static void acc(Chunker *k, void *y, const void *x, size_t n) {
 }
 
 void chunked_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k) {
+  if (seq_varlen(s)) {
+    varlen_backend_backward(c, w, s, k);
+    return;
+  }
   if (!k || k->L >= s->T) {
     c->be->backward(c, w, s);
     return;

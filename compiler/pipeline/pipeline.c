@@ -329,6 +329,7 @@ static void run_f64(Compiled *c, const SeqIO *d, Profile *prof, int chunk) {
   for (int i = 0; i < nz; i++) zn[i] = rows * (size_t)p->noise_sizes[i];
   SeqIO s = {0};
   s.T = d->T, s.B = d->B, s.dtype = DT_F32;
+  s.lengths = d->lengths;
   s.x = f32_copy(d->x, rows * (size_t)p->x_size);
   s.dy = f32_copy(d->dy, rows * (size_t)p->output_size);
   s.params = (const void **)f32_parts(d->params, np, pn, true);

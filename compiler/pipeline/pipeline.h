@@ -127,6 +127,25 @@ int chunker_length(const Chunker *k);
 void chunked_forward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
 void chunked_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
 
+/* Variable lengths (varlen.c): SeqIO.lengths given, chunked_forward and chunked_backward (so
+ * pipeline_run_f64 and the model's layers) run the batch in segments between its distinct
+ * lengths, each segment the rows still running gathered into a smaller SeqIO and run by the back
+ * end as any sequence (in chunks with a chunker); the backward runs each segment's forward again
+ * from its initial states, kept by a forward sweep, before its backward. Results per row are those
+ * of the row run alone up to the order of the weight gradients' sums (SeqIO.lengths has the
+ * meaning). Lengths all T run as no lengths, bit for bit. */
+/* Whether s has lengths with one below T (each must lie in 1..T). */
+bool seq_varlen(const SeqIO *s);
+/* One segment's run: its forward, and when `backward` its backward after it. */
+typedef void (*VarlenRun)(void *ctx, const SeqIO *s, bool backward);
+/* The segments of s (laid out as for program p, its buffers in dv's memory) through run: the
+ * forward's outputs; or (backward) the gradients, the forward of each segment run again. */
+void varlen_forward(const Program *p, Device *dv, const SeqIO *s, VarlenRun run, void *ctx);
+void varlen_backward(const Program *p, Device *dv, const SeqIO *s, VarlenRun run, void *ctx);
+/* chunked_forward and chunked_backward of a sequence with lengths (seq_varlen). */
+void varlen_backend_forward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
+void varlen_backend_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
+
 /* The chunked form (chunkrun.c; docs/architecture.md, "The chunked form"): a cell checked with
  * --mode chunked (Cell.chunked: every matrix state recognized) run as two programs of the back end
  * around the chunk op of each chunked state, in chunks of L steps (L <= 0: CHUNK_DEFAULT). The
@@ -139,5 +158,8 @@ void chunkform_free(ChunkForm *f);
 int chunkform_length(const ChunkForm *f);
 /* Forward then backward of a whole sequence, float64 buffers (as pipeline_run_f64). */
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
+/* chunkform_run_f64 of a sequence that may have lengths (varlen.c), its SeqIO laid out as for p
+ * (the cell's program from pipeline_compile). */
+void chunkform_run_f64_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
 
 #endif

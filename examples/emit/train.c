@@ -3,8 +3,10 @@
  *
  * Toy task: a stream of numbers x_t uniform in (-1, 1); at each step predict x_{t-2} (remember
  * two steps back). Prediction = v . y_t + c, a linear readout of the cell's output; the loss is the
- * mean squared error over the sequence and batch. Each step: a fresh batch, gru_forward, the
- * readout and dL/dy by hand, gru_backward, SGD on the cell's params and the readout.
+ * mean squared error over the steps of every sequence. The sequences of a batch have lengths of
+ * their own (ABI 2's opt->lengths, from LAG + 1 to T); the padding after a sequence holds NaN,
+ * which the cell never reads. Each step: a fresh batch, gru_forward_ex, the readout and dL/dy by
+ * hand, gru_backward_ex, SGD on the cell's params and the readout.
  * Prints the loss every 50 steps; exits 0 when the loss fell below a third of the first one's. */
 #include <math.h>
 #include <stdio.h>
@@ -36,22 +38,34 @@ int main(void) {
   float *x = malloc(sizeof(float) * T * BATCH * gru_D), *y = malloc(sizeof(float) * T * BATCH * gru_O);
   float *dy = malloc(sizeof(float) * T * BATCH * gru_O);
   void *work = malloc(gru_workspace_bytes(T, BATCH));
+  int len[BATCH];
+  gru_options opt = {len, 1}; /* each sequence's length; one thread */
   const float lr = 0.5f;
   double first = 0, loss = 0;
   for (int step = 0; step < STEPS; step++) {
-    for (int i = 0; i < T * BATCH * gru_D; i++) x[i] = uniform();
-    int rc = gru_forward((const gru_params *)(void *)w, T, BATCH, x, NULL, y, NULL, work);
-    if (rc) return fprintf(stderr, "gru_forward: %s\n", gru_strerror(rc)), 1;
+    int n = 0; /* the steps the loss counts */
+    for (int b = 0; b < BATCH; b++) {
+      len[b] = LAG + 1 + (int)((uniform() + 1) * 0.5f * (T - LAG)) % (T - LAG);
+      n += len[b] - LAG;
+    }
+    for (int t = 0; t < T; t++)
+      for (int b = 0; b < BATCH; b++)
+        for (int i = 0; i < gru_D; i++) x[((size_t)t * BATCH + b) * gru_D + i] = t < len[b] ? uniform() : NAN;
+    int rc = gru_forward_ex((const gru_params *)(void *)w, T, BATCH, x, NULL, y, NULL, work, &opt);
+    if (rc) return fprintf(stderr, "gru_forward_ex: %s\n", gru_strerror(rc)), 1;
     /* readout and loss from step LAG on; dL/dy = dL/dpred * v */
     loss = 0;
     double dc = 0;
     for (int j = 0; j < gru_O; j++) dv[j] = 0;
-    int n = (T - LAG) * BATCH;
     for (int t = 0; t < T; t++)
       for (int b = 0; b < BATCH; b++) {
         const float *yr = y + ((size_t)t * BATCH + b) * gru_O;
         float *dyr = dy + ((size_t)t * BATCH + b) * gru_O;
         float pred = c, e;
+        if (t >= len[b]) { /* padding: y is zeros there, dy is never read */
+          for (int j = 0; j < gru_O; j++) dyr[j] = NAN;
+          continue;
+        }
         for (int j = 0; j < gru_O; j++) pred += v[j] * yr[j];
         e = t >= LAG ? pred - x[((size_t)(t - LAG) * BATCH + b) * gru_D] : 0.0f;
         loss += (double)e * e / n;
@@ -59,8 +73,9 @@ int main(void) {
         dc += dpred;
         for (int j = 0; j < gru_O; j++) dv[j] += dpred * yr[j], dyr[j] = dpred * v[j];
       }
-    rc = gru_backward((const gru_params *)(void *)w, T, BATCH, x, NULL, dy, NULL, work, (gru_params *)(void *)g, NULL, NULL);
-    if (rc) return fprintf(stderr, "gru_backward: %s\n", gru_strerror(rc)), 1;
+    rc = gru_backward_ex((const gru_params *)(void *)w, T, BATCH, x, NULL, dy, NULL, work, &opt, (gru_params *)(void *)g, NULL,
+                         NULL);
+    if (rc) return fprintf(stderr, "gru_backward_ex: %s\n", gru_strerror(rc)), 1;
     for (size_t i = 0; i < NP; i++)
       for (size_t j = 0; j < sizes[i]; j++) w[i][j] -= lr * g[i][j];
     for (int j = 0; j < gru_O; j++) v[j] -= lr * dv[j];

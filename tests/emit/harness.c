@@ -7,8 +7,11 @@
  * NULL final / dx / dh0 members are not written and change nothing else, NULL dfinal is zeros, a
  * bad call (T = 0, B = 0, NULL x, NULL work, NULL dy) returns a nonzero status with a message.
  * ABI 2: P_forward_ex and P_backward_ex on 1, 3 and all cores (threads 0) give the bits of
- * P_forward and P_backward (each thread count, its own workspace), opt NULL is ABI 1's call, and
- * lengths (not in this build) or a negative thread count is a nonzero status with a message.
+ * P_forward and P_backward (each thread count, its own workspace), opt NULL is ABI 1's call,
+ * lengths all T give P_forward's bits, and a length outside 1..T or a negative thread count is a
+ * nonzero status with a message. Where IN/lengths holds B integers (text), the forward and backward
+ * with those lengths too, into OUT/len.y, len.final.<i>, len.grad.<i>, len.dx, len.dh0.<i>, on 1
+ * and 2 threads (the same bits), for tests/lengths_cli.py's comparison with `cellc run --lengths`.
  * With a third argument "threads": the sequence is long enough for the workspace to serve 3
  * threads, and threads 3 must start 2 pthreads per call (counted by the pthread_create below,
  * which the object's calls bind to before libc's). */
@@ -162,6 +165,42 @@ int main(int argc, char **argv) {
     for (int i = 0; i < np; i++) free(gt[i]);
   }
 
+  /* ABI 2 with lengths from IN/lengths */
+  snprintf(path, sizeof path, "%s/lengths", in);
+  FILE *lf = fopen(path, "r");
+  if (lf) {
+    int *len = calloc((size_t)B + 1, sizeof(int));
+    for (int b = 0; b < B; b++)
+      if (fscanf(lf, "%d", &len[b]) != 1) return fprintf(stderr, "cannot read %s\n", path), 2;
+    fclose(lf);
+    float *yl[2], *dxl[2], *fl[2][MAXN], *gl[2][MAXN], *dhl[2][MAXN];
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+      Options o = {len, k + 1};
+      yl[k] = fresh(ny), dxl[k] = fresh(nx);
+      for (int i = 0; i < ns; i++) fl[k][i] = fresh(sn[i]), dhl[k][i] = fresh(sn[i]);
+      for (int i = 0; i < np; i++) gl[k][i] = fresh(pn[i]);
+      int r1 = FWD_EX(W, T, B, x, (const States *)(void *)h0, yl[k], (States *)(void *)fl[k], work, &o);
+      int r2 = FN(_backward_ex)(W, T, B, x, (const States *)(void *)h0, dy, (const States *)(void *)df, work, &o,
+                                (Params *)(void *)gl[k], dxl[k], (States *)(void *)dhl[k]);
+      snprintf(name, sizeof name, "lengths, threads %d: status 0 (%d, %d)", k + 1, r1, r2);
+      check(name, r1 == 0 && r2 == 0);
+      if (k) {
+        ok = same(yl[0], yl[1], ny) && same(dxl[0], dxl[1], nx);
+        for (int i = 0; i < ns; i++) ok = ok && same(fl[0][i], fl[1][i], sn[i]) && same(dhl[0][i], dhl[1][i], sn[i]);
+        for (int i = 0; i < np; i++) ok = ok && same(gl[0][i], gl[1][i], pn[i]);
+      }
+    }
+    check("lengths: 1 and 2 threads give the same bits", ok);
+    save(out, "len.y", yl[0], ny), save(out, "len.dx", dxl[0], nx);
+    for (int i = 0; i < ns; i++) {
+      snprintf(name, sizeof name, "len.final.%d", i), save(out, name, fl[0][i], sn[i]);
+      snprintf(name, sizeof name, "len.dh0.%d", i), save(out, name, dhl[0][i], sn[i]);
+    }
+    for (int i = 0; i < np; i++) snprintf(name, sizeof name, "len.grad.%d", i), save(out, name, gl[0][i], pn[i]);
+    free(len);
+  }
+
   /* NULL h0 is zeros; NULL final is not written */
   float *y2 = fresh(ny), *y3 = fresh(ny), *fz[MAXN];
   for (int i = 0; i < ns; i++) fz[i] = fresh(sn[i]);
@@ -210,22 +249,28 @@ int main(int argc, char **argv) {
   }
   check("workspace of T = 0 is 0", FN(_workspace_bytes)(0, B) == 0);
 
-  /* ABI 2: opt NULL; lengths and negative threads refused */
+  /* ABI 2: opt NULL; lengths all T as none; a length outside 1..T and negative threads refused */
   {
     float *yt = fresh(ny);
     rc = FWD_EX(W, T, B, x, (const States *)(void *)h0, yt, NULL, work, NULL);
     check("opt NULL: the forward of ABI 1", rc == 0 && same(yt, y, ny));
-    int lengths[MAXN * 4];
-    for (int b = 0; b < B && b < MAXN * 4; b++) lengths[b] = T;
+    int *lengths = calloc((size_t)B + 1, sizeof(int));
+    for (int b = 0; b < B; b++) lengths[b] = T;
     Options lo = {lengths, 0}, neg = {NULL, -1};
-    int bad2[3] = {FWD_EX(W, T, B, x, NULL, yt, NULL, work, &lo),
-                   FN(_backward_ex)(W, T, B, x, NULL, dy, NULL, work, &lo, (Params *)(void *)gn, NULL, NULL),
+    float *yl = fresh(ny);
+    rc = FWD_EX(W, T, B, x, (const States *)(void *)h0, yl, NULL, work, &lo);
+    check("lengths all T: the forward of ABI 1, bit for bit", rc == 0 && same(yl, y, ny));
+    lengths[B - 1] = T + 1;
+    int bad2[4] = {FWD_EX(W, T, B, x, NULL, yt, NULL, work, &lo),
+                   FN(_backward_ex)(W, T, B, x, NULL, dy, NULL, work, &lo, (Params *)(void *)gn, NULL, NULL), 0,
                    FWD_EX(W, T, B, x, NULL, yt, NULL, work, &neg)};
+    lengths[B - 1] = 0;
+    bad2[2] = FWD_EX(W, T, B, x, NULL, yt, NULL, work, &lo);
     const char *msg = FN(_strerror)(bad2[0]);
-    check("lengths: a nonzero status, \"lengths are not supported by this build\"",
-          bad2[0] != 0 && bad2[1] == bad2[0] && msg && strstr(msg, "lengths are not supported"));
-    check("threads -1: a nonzero status with a message", bad2[2] != 0 && strlen(FN(_strerror)(bad2[2])) > 3);
-    free(yt);
+    check("a length T + 1 or 0: a nonzero status, \"a length is outside 1..T\"",
+          bad2[0] != 0 && bad2[1] == bad2[0] && bad2[2] == bad2[0] && msg && strstr(msg, "outside 1..T"));
+    check("threads -1: a nonzero status with a message", bad2[3] != 0 && strlen(FN(_strerror)(bad2[3])) > 3);
+    free(yt), free(yl), free(lengths);
   }
   printf("%s\n", failures ? "harness: FAILED" : "harness: all ok");
   return failures ? 1 : 0;

@@ -37,6 +37,23 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   return A->memset8((CUdeviceptr)(uintptr_t)p, (unsigned char)v, n) == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+cudaError_t cudaMalloc(void **p, size_t n) {
+  CUdeviceptr d = 0;
+  if (A->alloc(&d, n) != CUDA_SUCCESS) return cudaErrorMemoryAllocation;
+  *p = (void *)(uintptr_t)d;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  if (p) A->release((CUdeviceptr)(uintptr_t)p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  (void)s;
+  return cudaSuccess;
+}
+
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
   A->creates++;
   return A->create(h);

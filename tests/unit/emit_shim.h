@@ -17,6 +17,8 @@ typedef struct EmitShimApi {
   CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n);
   CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n);
   CUresult (*memset8)(CUdeviceptr dst, unsigned char v, size_t n);
+  CUresult (*alloc)(CUdeviceptr *p, size_t n);   /* cudaMalloc, cudaFree: a call with lengths */
+  CUresult (*release)(CUdeviceptr p);
   cublasStatus_t (*create)(cublasHandle_t *h);
   cublasStatus_t (*destroy)(cublasHandle_t h);
   cublasStatus_t (*sgemm)(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

@@ -270,10 +270,36 @@ Test(cfg, init_arguments_are_numbers) {
                "t.cfg:4:19: error: model.init.wz = uniform(-1/sqrt(H), 1): uniform: expected a number");
 }
 
+/* train.data_seed: unset (cfg_text NULL: the run takes train.seed) unless given; written back as a
+ * comment, and read back to the same. train.keep and log.csv: their defaults and choices. */
+Test(cfg, data_seed_keep_csv) {
+  Cfg *c = parse(TASK);
+  cr_assert_null(cfg_text(c, "train.data_seed"));
+  cr_assert_str_eq(cfg_word(c, "train.keep"), "last");
+  cr_assert_not(cfg_bool(c, "log.csv"));
+  char *text = cfg_write_string(c);
+  cr_assert(strstr(text, "# data_seed: unset") != NULL, "%s", text);
+  Cfg *back = parse(text);
+  cr_assert_null(cfg_text(back, "train.data_seed"));
+  cfg_free(back), free(text), cfg_free(c);
+  const char *sets[] = {"train.data_seed=7", "train.keep=best", "log.csv=true"};
+  c = parse_sets(TASK, sets, 3);
+  cr_assert_eq(cfg_int(c, "train.data_seed"), 7);
+  cr_assert_str_eq(cfg_word(c, "train.keep"), "best");
+  cr_assert(cfg_bool(c, "log.csv"));
+  text = cfg_write_string(c);
+  back = parse(text);
+  cr_assert_eq(cfg_int(back, "train.data_seed"), 7);
+  cfg_free(back), free(text), cfg_free(c);
+  const char *bad[] = {"train.keep=worst"};
+  cr_assert_null(parse_sets(TASK, bad, 1));
+  cr_assert(strstr(captured(), "train.keep") != NULL, "%s", captured());
+}
+
 Test(cfg, schema_tables) {
   const CfgKey *keys;
   int n = cfg_schema("train", &keys);
-  cr_assert_eq(n, 16); /* train.bucket the last */
+  cr_assert_eq(n, 18); /* train.bucket the last */
   cr_assert_str_eq(keys[3].name, "lr");
   cr_assert(keys[3].min_open && keys[3].max_open && keys[3].min == 0 && isinf(keys[3].max));
   cr_assert_eq(cfg_schema("optim", &keys), 5);
@@ -317,7 +343,7 @@ Test(cfg_error, unknown_key_suggests_nearest) {
 }
 
 Test(cfg_error, unknown_key_lists_keys) {
-  expect_error(TASK "[log]\nzzzzzz = 1\n", "t.cfg:4:1: error: unknown key 'zzzzzz' in [log]; the keys are every, grad_per_step");
+  expect_error(TASK "[log]\nzzzzzz = 1\n", "t.cfg:4:1: error: unknown key 'zzzzzz' in [log]; the keys are every, grad_per_step, csv");
 }
 
 Test(cfg_error, unknown_task_key_uses_the_tasks_keys) {

@@ -121,6 +121,14 @@ typedef int (*FwdFn)(const void *, int, int, const float *, const void *, float 
 typedef int (*BwdFn)(const void *, int, int, const float *, const void *, const float *, const void *, void *, void *, float *,
                      void *, void *);
 
+typedef struct Options {
+  const int *lengths;
+  int threads;
+} Options;
+typedef int (*FwdExFn)(const void *, int, int, const float *, const void *, float *, void *, void *, const Options *, void *);
+typedef int (*BwdExFn)(const void *, int, int, const float *, const void *, const float *, const void *, void *, const Options *,
+                       void *, float *, void *, void *);
+
 /* The emulator, P.cu's kernels loaded on it and P.cu's host part as a shared object over the shim. */
 typedef struct Emu {
   CudaApi api;
@@ -130,6 +138,9 @@ typedef struct Emu {
   size_t (*ws)(int, int);
   FwdFn fwd;
   BwdFn bwd;
+  FwdExFn fwd_ex;          /* ABI 2: run_emitted calls these with lengths where set */
+  BwdExFn bwd_ex;
+  const int *lengths;
   const char *(*strerror)(int);
   void (*release)(void);
 } Emu;
@@ -215,12 +226,23 @@ static void run_emitted(Emu *e, const Shape *sh, HBufs *h, int flags) {
   cr_assert(wsb > 0);
   CUdeviceptr work = dev_new(e, wsb / 4 + 2); /* given at an odd address: any alignment */
   void *wk = (void *)(uintptr_t)(work + 4);
-  int rc = e->fwd(w, T, B, (const float *)(uintptr_t)x, flags & NULL_H0 ? NULL : h0, (float *)(uintptr_t)y,
-                  flags & NULL_FINAL ? NULL : fin, wk, NULL);
-  cr_assert_eq(rc, 0, "P_forward: %s", e->strerror(rc));
-  rc = e->bwd(w, T, B, (const float *)(uintptr_t)x, h0, (const float *)(uintptr_t)dy, flags & NULL_DFINAL ? NULL : dfin, wk, g,
-              flags & NULL_DX ? NULL : (float *)(uintptr_t)dx, flags & NULL_DH0 ? NULL : dh0, NULL);
-  cr_assert_eq(rc, 0, "P_backward: %s", e->strerror(rc));
+  int rc;
+  if (e->lengths) {
+    Options o = {e->lengths, 0};
+    rc = e->fwd_ex(w, T, B, (const float *)(uintptr_t)x, flags & NULL_H0 ? NULL : h0, (float *)(uintptr_t)y,
+                   flags & NULL_FINAL ? NULL : fin, wk, &o, NULL);
+    cr_assert_eq(rc, 0, "P_forward_ex: %s", e->strerror(rc));
+    rc = e->bwd_ex(w, T, B, (const float *)(uintptr_t)x, h0, (const float *)(uintptr_t)dy, flags & NULL_DFINAL ? NULL : dfin, wk, &o,
+                   g, flags & NULL_DX ? NULL : (float *)(uintptr_t)dx, flags & NULL_DH0 ? NULL : dh0, NULL);
+    cr_assert_eq(rc, 0, "P_backward_ex: %s", e->strerror(rc));
+  } else {
+    rc = e->fwd(w, T, B, (const float *)(uintptr_t)x, flags & NULL_H0 ? NULL : h0, (float *)(uintptr_t)y,
+                flags & NULL_FINAL ? NULL : fin, wk, NULL);
+    cr_assert_eq(rc, 0, "P_forward: %s", e->strerror(rc));
+    rc = e->bwd(w, T, B, (const float *)(uintptr_t)x, h0, (const float *)(uintptr_t)dy, flags & NULL_DFINAL ? NULL : dfin, wk, g,
+                flags & NULL_DX ? NULL : (float *)(uintptr_t)dx, flags & NULL_DH0 ? NULL : dh0, NULL);
+    cr_assert_eq(rc, 0, "P_backward: %s", e->strerror(rc));
+  }
   host_of(e, h->y, y, rows * (size_t)sh->output_size);
   if (!(flags & NULL_DX)) host_of(e, h->gx, dx, rows * (size_t)sh->x_size);
   for (int i = 0; i < sh->np; i++) host_user(e, h->gparams, sh->ppart[i], sh->pcplx[i], sh->pnumel[i], g[i]);
@@ -252,6 +274,7 @@ static void emu_open(Emu *e, const char *dir) {
   e->ws = (size_t (*)(int, int))sym(e->so, "P_workspace_bytes");
   e->fwd = (FwdFn)sym(e->so, "P_forward");
   e->bwd = (BwdFn)sym(e->so, "P_backward");
+  e->fwd_ex = (FwdExFn)sym(e->so, "P_forward_ex"), e->bwd_ex = (BwdExFn)sym(e->so, "P_backward_ex"), e->lengths = NULL;
   e->strerror = (const char *(*)(int))sym(e->so, "P_strerror");
   e->release = (void (*)(void))sym(e->so, "P_release");
   free(so), free(cu), free(inc);
@@ -275,7 +298,8 @@ static void emu_open(Emu *e, const char *dir) {
   free(text), free(kernels);
   e->shim.get_function = e->api.cuModuleGetFunction, e->shim.launch = e->api.cuLaunchKernel;
   e->shim.htod = e->api.cuMemcpyHtoD, e->shim.dtod = e->api.cuMemcpyDtoD, e->shim.dtoh = e->api.cuMemcpyDtoH;
-  e->shim.memset8 = e->api.cuMemsetD8, e->shim.create = e->api.cublasCreate, e->shim.destroy = e->api.cublasDestroy;
+  e->shim.memset8 = e->api.cuMemsetD8, e->shim.alloc = e->api.cuMemAlloc, e->shim.release = e->api.cuMemFree;
+  e->shim.create = e->api.cublasCreate, e->shim.destroy = e->api.cublasDestroy;
   e->shim.sgemm = e->api.cublasSgemm;
   ((EmitShimSet)sym(e->so, "emit_shim_set"))(&e->shim);
 }
@@ -396,10 +420,10 @@ Test(emit, two_cells_link_into_one_c_program, .timeout = 600) {
   char *run[] = {prog, NULL};
   rc = run_tool(run, &out);
   cr_assert_eq(rc, 0, "the program runs: %s", out ? out : "");
-  cr_expect(strstr(out, "1 1 ") == out && strstr(out, " 16 1|a required pointer is NULL") && strstr(out, "|T and B must be at least 1"),
+  cr_expect(strstr(out, "2 2 ") == out && strstr(out, " 16 1|a required pointer is NULL") && strstr(out, "|T and B must be at least 1"),
             "the program's output: %s", out);
   size_t ws = 0;
-  cr_expect(sscanf(out, "1 1 %zu", &ws) == 1 && ws > 0, "gruA_workspace_bytes(10, 2) > 0: %s", out);
+  cr_expect(sscanf(out, "2 2 %zu", &ws) == 1 && ws > 0, "gruA_workspace_bytes(10, 2) > 0: %s", out);
   free(out), free(nvcc), free(oa), free(ob), free(prog), free(lib), free(main_c), free(main_o), free(ia), free(ib);
   cuda_remove_dir(da), cuda_remove_dir(db);
   free(da), free(db);
@@ -520,6 +544,59 @@ Test(emit, lru_sequential_matches_backend, .timeout = 600) {
 }
 Test(emit, mingru_sequential_matches_backend, .timeout = 600) {
   emitted_matches("stdlib/mingru.cell", NULL, "H=19,D=5", 9, 2, "sequential");
+}
+
+/* ABI 2's lengths: P_forward_ex and P_backward_ex on cuda-emu against the cuda-emu back end with
+ * SeqIO.lengths (compiler/pipeline/varlen.c): the same segments, kernels and GEMMs, so the same
+ * floats; lengths all T are P_forward's bits, a length outside 1..T a status with a message. */
+static void emitted_lengths_match(const char *file, const char *set, const char *dims, int T, int B, const char *mode) {
+  Subject s;
+  subject_open(&s, file, set, dims, mode, "cuda-emu");
+  int *len = xcalloc((size_t)B, sizeof(int));
+  for (int b = 0; b < B; b++) len[b] = b % 3 == 0 ? T / 2 + 1 : b % 3 == 1 ? T : 1 + b % 2;
+  HBufs *R = h_bufs_new(s.cu->p, T, B, 7, 0.4, 0.5), *E = h_bufs_new(s.cu->p, T, B, 7, 0.4, 0.5);
+  HBufs *F = h_bufs_new(s.cu->p, T, B, 7, 0.4, 0.5), *A = h_bufs_new(s.cu->p, T, B, 7, 0.4, 0.5);
+  R->io.lengths = len;
+  pipeline_run_f64(s.cu, &R->io);
+  char *dir = emit_to(&s, "P", "sm_90");
+  Shape sh = shape_of(s.cu->p, s.cell);
+  subject_close(&s);
+  Emu e;
+  emu_open(&e, dir);
+  e.lengths = len;
+  run_emitted(&e, &sh, E, 0);
+  for (int i = 0; i < R->ng; i++) memset(R->gates[i], 0, sizeof(double) * R->gn[i]), memset(E->gates[i], 0, sizeof(double) * E->gn[i]);
+  Program sizes = {0};
+  sizes.x_size = sh.x_size, sizes.output_size = sh.output_size;
+  const char *what;
+  double err = h_compare(R, E, &sizes, &what);
+  cr_expect(err == 0, "%s T=%d with lengths: %s differs from the back end's by %g (relative)", file, T, what, err);
+  /* lengths all T: the bits of P_forward and P_backward */
+  int *full = xcalloc((size_t)B, sizeof(int));
+  for (int b = 0; b < B; b++) full[b] = T;
+  e.lengths = NULL;
+  run_emitted(&e, &sh, F, 0);
+  e.lengths = full;
+  run_emitted(&e, &sh, A, 0);
+  err = h_compare(F, A, &sizes, &what);
+  cr_expect(err == 0, "%s: lengths all T differ from none: %s by %g", file, what, err);
+  full[B - 1] = T + 1;
+  Options o = {full, 0};
+  int rc = e.fwd_ex(NULL, T, B, NULL, NULL, NULL, NULL, NULL, &o, NULL);
+  cr_expect(rc != 0 && strstr(e.strerror(rc), "outside 1..T"), "a length T + 1: status %d (%s)", rc, e.strerror(rc));
+  emu_close(&e);
+  shape_free(&sh);
+  h_bufs_free(R), h_bufs_free(E), h_bufs_free(F), h_bufs_free(A);
+  free(len), free(full);
+  cuda_remove_dir(dir);
+  free(dir);
+}
+
+Test(emit, lengths_match_backend, .timeout = 600) {
+  emitted_lengths_match("stdlib/gru.cell", NULL, "H=19,D=5", 9, 5, NULL);
+  emitted_lengths_match("stdlib/lru.cell", NULL, "H=19,D=5", 9, 5, NULL);
+  emitted_lengths_match("stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", 9, 4, NULL);
+  emitted_lengths_match("stdlib/lstm.cell", NULL, "H=7,D=5", 130, 3, NULL);
 }
 
 /* ---- the C API's NULL arguments and statuses ---- */
@@ -646,6 +723,7 @@ static void gpu_load(Emu *e, const char *dir, const char *arch) {
   e->ws = (size_t (*)(int, int))sym(e->so, "P_workspace_bytes");
   e->fwd = (FwdFn)sym(e->so, "P_forward");
   e->bwd = (BwdFn)sym(e->so, "P_backward");
+  e->fwd_ex = (FwdExFn)sym(e->so, "P_forward_ex"), e->bwd_ex = (BwdExFn)sym(e->so, "P_backward_ex"), e->lengths = NULL;
   e->strerror = (const char *(*)(int))sym(e->so, "P_strerror");
   e->release = (void (*)(void))sym(e->so, "P_release");
   free(nvcc), free(so), free(cu), free(gpu), free(lib);

@@ -28,6 +28,7 @@ static const char *const norms[] = {"none", "layer", "rms", "batch", NULL};
 static const char *const mixers[] = {"none", "glu", "mlp", NULL};
 static const char *const readouts[] = {"auto", "all", "last", "mean", NULL};
 static const char *const joins[] = {"concat", "sum", NULL};
+static const char *const keeps[] = {"last", "best", NULL};
 
 /* The defaults are the values of the spec's example, except where it says "default by task"
  * (encoder, readout: `auto`, resolved by the trainer) and the cell (unset: the file's last). */
@@ -73,6 +74,10 @@ static const CfgKey train_keys[] = {
     {"min_lr", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "cosine and linear end here; warmup starts here"},
     {"clip", CFG_REAL, "0.0", 0, INF, false, true, 0, NULL, NULL, "global gradient-norm clip; 0 = off"},
     {"seed", CFG_INT, "1", 0, MAX_EXACT, false, false, 0, NULL, NULL, "seed of the params and the data"},
+    {"data_seed", CFG_INT, "", 0, MAX_EXACT, false, false, 0, NULL, NULL,
+     "seed of the data alone (unset: train.seed)"},
+    {"keep", CFG_CHOICE, "last", 0, 0, false, false, 0, keeps, NULL,
+     "last | best: also keep the checkpoint of the best validation metric (best.safetensors)"},
     {"device", CFG_DEVICE, "cpu", 0, 0, false, false, 0, NULL, NULL, NULL},
     {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential"},
     {"bucket", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
@@ -98,6 +103,7 @@ static const CfgKey log_keys[] = {
     {"every", CFG_INT, "50", 1, MAX_COUNT, false, false, 0, NULL, NULL, "steps between log lines"},
     {"grad_per_step", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
      "keep the largest ||dL/dh_t|| per step t and layer, written to grad_per_step.json (docs/diagnostics.md)"},
+    {"csv", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL, "metrics.csv beside metrics.jsonl, the same rows"},
 };
 
 static const CfgKey task_name_key = {"name", CFG_TASK, NULL, 0, 0, false, false, 0, NULL, NULL, "the task"};
@@ -926,7 +932,7 @@ static int fill_defaults(Cfg *c, Resolved *r, RSec *s) {
         diag_plain("[%s] %s needs the key '%s' (%s)", s->name, r->task->name, k->name, key_doc(k));
       return -1;
     }
-    if (!*k->def && (k->type == CFG_WORD || k->type == CFG_PATH)) {
+    if (!*k->def && (k->type == CFG_WORD || k->type == CFG_PATH || k->type == CFG_INT)) {
       v->text = NULL;
       continue;
     }

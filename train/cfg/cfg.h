@@ -28,7 +28,8 @@ typedef enum {
 typedef struct CfgKey {
   const char *name;
   CfgType type;
-  const char *def;            /* default as text; NULL: required; "": unset unless given */
+  const char *def;            /* default as text; NULL: required; "": unset unless given (words, paths,
+                               * whole numbers: cfg_text is NULL then) */
   double min, max;            /* range of a number (of each number of a list) */
   bool min_open, max_open;    /* exclusive bounds: (0, inf) */
   int count;                  /* CFG_REALS: exact length; 0: any */

@@ -75,7 +75,7 @@ static const char *field(const char *name, char *buf, size_t n) {
 /* The declarations P.h holds (docs/emit.md): P.cu carries them too, under P.h's guard. */
 static void print_header_block(FILE *f, const char *P, const Program *p) {
   const Cell *c = p->cell;
-  fprintf(f, "#ifndef %s_H_\n#define %s_H_\n#include <stddef.h>\n\n#define %s_ABI 1\nenum { ", P, P, P);
+  fprintf(f, "#ifndef %s_H_\n#define %s_H_\n#include <stddef.h>\n\n#define %s_ABI 2\nenum { ", P, P, P);
   bool has_o = false;
   for (int i = 0; i < c->ndims; i++) {
     fprintf(f, "%s_%s = %ld, ", P, c->dims[i].name, c->dims[i].value);
@@ -94,6 +94,14 @@ static void print_header_block(FILE *f, const char *P, const Program *p) {
   fprintf(f, "int %s_backward(const %s_params *w, int T, int B, const float *x, const %s_states *h0, const float *dy,\n"
              "                const %s_states *dfinal, void *work, %s_params *grad, float *dx, %s_states *dh0, void *stream);\n",
           P, P, P, P, P, P);
+  fprintf(f, "/* ABI 2: opt NULL is the call without _ex; lengths in host memory, threads ignored. */\n"
+             "typedef struct {\n  const int *lengths; /* [B] in 1..T, or NULL: every row has T steps */\n"
+             "  int threads;         /* ignored by cuda */\n} %s_options;\n", P);
+  fprintf(f, "int %s_forward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0, float *y,\n"
+             "                  %s_states *final, void *work, const %s_options *opt, void *stream);\n", P, P, P, P, P);
+  fprintf(f, "int %s_backward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0, const float *dy,\n"
+             "                   const %s_states *dfinal, void *work, const %s_options *opt, %s_params *grad, float *dx,\n"
+             "                   %s_states *dh0, void *stream);\n", P, P, P, P, P, P, P);
   fprintf(f, "const char *%s_strerror(int status);\nvoid %s_release(void);\n", P, P);
   fprintf(f, "#ifdef __cplusplus\n}\n#endif\n#endif\n\n");
 }
@@ -139,6 +147,30 @@ static void print_api(FILE *f, const char *P, const Program *p, const Plan *pl) 
              "  io.dx = (unsigned long long)(uintptr_t)dx, io.params = wp, io.grads = gp;\n"
              "  io.states = dfinal ? dfp : NULL, io.out = dh0 ? dhp : NULL;\n");
   fprintf(f, "  return cellc_e_run(&%s_plan_, 1, T, B, &io, work, stream, arr, bases, off);\n}\n\n", P);
+  /* ABI 2: the calls with lengths over the two above (cellc_emit_host.h), the structs as pointer arrays */
+  fprintf(f, "static int %s_fwd_(const float *const *w, int T, int B, const float *x, const float *const *h0, float *y,\n"
+             "                   float *const *final, void *work, void *stream) {\n"
+             "  return %s_forward((const %s_params *)(const void *)w, T, B, x, (const %s_states *)(const void *)h0, y,\n"
+             "                    (%s_states *)(void *)final, work, stream);\n}\n\n", P, P, P, P, P);
+  fprintf(f, "static int %s_bwd_(const float *const *w, int T, int B, const float *x, const float *const *h0, const float *dy,\n"
+             "                   const float *const *dfinal, void *work, float *const *grad, float *dx, float *const *dh0,\n"
+             "                   void *stream) {\n"
+             "  return %s_backward((const %s_params *)(const void *)w, T, B, x, (const %s_states *)(const void *)h0, dy,\n"
+             "                     (const %s_states *)(const void *)dfinal, work, (%s_params *)(void *)grad, dx,\n"
+             "                     (%s_states *)(void *)dh0, stream);\n}\n\n", P, P, P, P, P, P, P);
+  fprintf(f, "extern \"C\" int %s_forward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0, float *y,\n"
+             "                              %s_states *final, void *work, const %s_options *opt, void *stream) {\n"
+             "  return cellc_e_forward_ex(&%s_plan_, %s_fwd_, (const float *const *)(const void *)w, T, B, x,\n"
+             "                            (const float *const *)(const void *)h0, y, (float *const *)(void *)final, work,\n"
+             "                            opt ? opt->lengths : NULL, opt ? opt->threads : 0, stream);\n}\n\n", P, P, P, P, P, P, P);
+  fprintf(f, "extern \"C\" int %s_backward_ex(const %s_params *w, int T, int B, const float *x, const %s_states *h0,\n"
+             "                               const float *dy, const %s_states *dfinal, void *work, const %s_options *opt,\n"
+             "                               %s_params *grad, float *dx, %s_states *dh0, void *stream) {\n"
+             "  return cellc_e_backward_ex(&%s_plan_, %s_fwd_, %s_bwd_, (const float *const *)(const void *)w, T, B, x,\n"
+             "                             (const float *const *)(const void *)h0, dy, (const float *const *)(const void *)dfinal,\n"
+             "                             work, opt ? opt->lengths : NULL, opt ? opt->threads : 0,\n"
+             "                             (float *const *)(void *)grad, dx, (float *const *)(void *)dh0, stream);\n}\n\n",
+          P, P, P, P, P, P, P, P, P, P);
   fprintf(f, "extern \"C\" const char *%s_strerror(int status) { return cellc_e_strerror(status); }\n\n", P);
   fprintf(f, "extern \"C\" void %s_release(void) { cellc_e_release(); }\n", P);
   free(pn), free(sn);
