@@ -465,6 +465,15 @@ check("dtype=float16 is a TypeError naming the two dtypes", msg is not None and 
 msg = raises(NotImplementedError, lambda: cellc.load("gru", D=3, H=4, dtype=torch.float64, train_noise=True))
 check("float64 with train_noise=True is refused (the torch-ops step draws no noise)",
       msg is not None and "noise" in msg, str(msg))
+lg = os.path.join(ROOT, "tests", "cells", "learned_gate.cell")
+noisy = cellc.load(lg, cell="learned_gate", D=3, H=4, train_noise=True)
+msg = raises(NotImplementedError, lambda: noisy(torch.randn(3, 2, 3), gates=True))
+noisy.eval()
+ev = cellc.load(lg, cell="learned_gate", D=3, H=4)
+xg = torch.randn(3, 2, 3)
+check("gates=True of a train_noise cell is refused in training, and in eval() is the evaluation form's",
+      msg is not None and "eval()" in msg and torch.allclose(noisy(xg, gates=True)[2]["z"], ev(xg, gates=True)[2]["z"]),
+      str(msg))
 m64 = cellc.load("gru", D=3, H=4, dtype=torch.float64)
 m32 = cellc.load("gru", D=3, H=4).double()
 m64.load_state_dict(m32.state_dict())
