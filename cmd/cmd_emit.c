@@ -13,12 +13,14 @@
 
 #include "cli.h"
 #include "emit_text.h"
+#include "export_gen.h"
 #include "pipeline.h"
 
 typedef struct EmitArgs {
   CellArgs cell;
   const char *out, *target, *name, *cpu, *arch;
   bool torch;
+  bool torch_ops;       /* --torch-ops: P_ops.py, the step as torch ops (emit_ops.c) */
   bool train_noise;     /* --set train_noise=true: gumbel_sigmoid draws noise from a seed */
 } EmitArgs;
 
@@ -53,6 +55,7 @@ static int parse_emit_args(int argc, char **argv, EmitArgs *a) {
     else if (!strcmp(f, "--cpu")) a->cpu = argv[++i];
     else if (!strcmp(f, "--arch")) a->arch = argv[++i];
     else if (!strcmp(f, "--torch")) a->torch = true;
+    else if (!strcmp(f, "--torch-ops")) a->torch_ops = true;
     else if (f[0] == '-' && f[1]) return cli_usage_error("unknown flag '%s'", f);
     else if (!a->cell.file) a->cell.file = f;
     else return cli_usage_error("unexpected argument '%s'", f);
@@ -175,6 +178,15 @@ static int write_text(const char *dir, const char *name, const char *suffix, con
   return rc < 0 ? 3 : 0;
 }
 
+static int write_ops(Cell *c, const EmitArgs *a, const char *tmp) {
+  char err[512];
+  char *t = emit_ops_text(c, err, sizeof err);
+  if (!t) return diag_plain("cellc emit --torch-ops: %s", err), 1;
+  int rc = write_text(tmp, a->name, "_ops.py", t);
+  free(t);
+  return rc;
+}
+
 /* The back end's files, then P.h, P.json and P_torch.py, into tmp. 0 or the exit status. */
 static int emit_files(Cell *c, EmitArgs *a, const char *tmp) {
   char err[1024];
@@ -204,6 +216,7 @@ static int emit_files(Cell *c, EmitArgs *a, const char *tmp) {
     rc = write_text(tmp, a->name, "_torch.py", t);
     free(t);
   }
+  if (!rc && a->torch_ops) rc = write_ops(c, a, tmp);
   return rc;
 }
 

@@ -167,7 +167,7 @@ static void list_ints(FILE *f, const int *v, int n) {
   for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", v[i]);
 }
 
-static const char py_helpers[] =
+const char export_py_helpers[] =
     "def _softplus(a):\n"
     "    return torch.where(a > 0, a + torch.log1p(torch.exp(-a.abs())), torch.log1p(torch.exp(-a.abs())))\n\n\n"
     "def _rows(v, n):\n"
@@ -299,7 +299,7 @@ static int write_torch(Export *x, const char *dir) {
              "CLASSIFY = %s\n\n",
           x->tokens ? "True" : "False", x->vocab, x->in_dim, x->out_dim, x->residual ? "True" : "False", norms[x->norm],
           mixers[x->mixer], readouts[x->readout], x->classify ? "True" : "False");
-  fputs(py_helpers, f);
+  fputs(export_py_helpers, f);
   for (int k = 0; k < x->nl; k++) {
     char pfx[32];
     snprintf(pfx, sizeof pfx, "layer%d", k);

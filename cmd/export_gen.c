@@ -24,9 +24,10 @@ static void mark_live(StepGen *g, int id) {
   for (int i = 0; i < op_arity(nd(g, id)->op); i++) mark_live(g, nd(g, id)->a[i]);
 }
 
-StepGen *stepgen_new(Program *p, char *err, size_t errlen) {
+static StepGen *stepgen_make(Program *p, bool gates, char *err, size_t errlen) {
   StepGen *g = xcalloc(1, sizeof *g);
   g->p = p;
+  g->gates = gates;
   g->nn = p->nforward > 0 ? p->nforward : p->g.nnodes;
   int n = p->g.nnodes;
   g->kind = xcalloc((size_t)n + 1, 1);
@@ -38,6 +39,7 @@ StepGen *stepgen_new(Program *p, char *err, size_t errlen) {
   for (int q = 0; q < p->nsparts; q++) g->spart_off[q] = g->state_size, g->state_size += p->sparts[q].size;
   mark_live(g, p->output);
   for (int q = 0; q < p->nsparts; q++) mark_live(g, p->sparts[q].next);
+  for (int i = 0; gates && i < p->ngates; i++) mark_live(g, p->gates[i].node);
   for (int id = 0; id < n; id++) {
     const Node *x = nd(g, id);
     g->toff[id] = -1;
@@ -77,6 +79,8 @@ StepGen *stepgen_new(Program *p, char *err, size_t errlen) {
   if (g->kind[p->output] == 'I') mark_front(g, p->output);
   for (int q = 0; q < p->nsparts; q++)
     if (g->kind[p->sparts[q].next] == 'I') mark_front(g, p->sparts[q].next);
+  for (int i = 0; gates && i < p->ngates; i++)
+    if (g->kind[p->gates[i].node] == 'I') mark_front(g, p->gates[i].node);
   for (int id = 0; id < n; id++) {
     const Node *x = nd(g, id);
     if (!g->live[id] || x->op == OP_SLICE || x->op == OP_PARAM || x->op == OP_PREV) continue;
@@ -93,6 +97,10 @@ StepGen *stepgen_new(Program *p, char *err, size_t errlen) {
   g->scratch_size += g->state_size; /* the new states, gathered before they replace the old */
   return g;
 }
+
+StepGen *stepgen_new(Program *p, char *err, size_t errlen) { return stepgen_make(p, false, err, errlen); }
+
+StepGen *stepgen_new_gates(Program *p, char *err, size_t errlen) { return stepgen_make(p, true, err, errlen); }
 
 void stepgen_free(StepGen *g) {
   if (!g) return;
@@ -451,5 +459,14 @@ void stepgen_py(const StepGen *g, FILE *f, const char *pfx) {
     loc_py(g, p->sparts[q].next, 'X', src, sizeof src);
     fprintf(f, "%s%s", q ? ", " : "", src);
   }
-  fprintf(f, "]\n\n\n");
+  fprintf(f, "]");
+  if (g->gates) {
+    fprintf(f, ", [");
+    for (int i = 0; i < p->ngates; i++) {
+      loc_py(g, p->gates[i].node, 'X', src, sizeof src);
+      fprintf(f, "%s%s", i ? ", " : "", src);
+    }
+    fprintf(f, "]");
+  }
+  fprintf(f, "\n\n\n");
 }

@@ -25,11 +25,15 @@ typedef struct StepGen {
   int static_size, front_size, scratch_size;
   int state_size;    /* floats of every state part, in part order */
   int *spart_off;    /* per state part: its offset in the layer's state */
+  bool gates;        /* the gates are computed too (stepgen_new_gates) */
 } StepGen;
 
 /* Lowers nothing: analyses p (lowered with training false, scan_form false). NULL with err set
  * when the program holds what an export cannot write (noise, an op without a form here). */
 StepGen *stepgen_new(Program *p, char *err, size_t errlen);
+/* The same, the gates live too (an input-part gate in the frontier): stepgen_py's state function
+ * then returns (y, new h list, gate list), for `cellc emit --torch-ops` (docs/emit.md). */
+StepGen *stepgen_new_gates(Program *p, char *err, size_t errlen);
 void stepgen_free(StepGen *g);
 
 /* C: three functions `static void PFX_static(const float *const *P, float *S)`,
@@ -44,5 +48,11 @@ void stepgen_c_helpers(FILE *f);
 /* Python: `def PFX_static(P)` -> list S, `def PFX_input(P, S, x)` -> dict Fr ([R, numel] each, x
  * [R, D]), `def PFX_state(P, S, Fr, h)` -> (y, new h list) (Fr and h [B, numel]). */
 void stepgen_py(const StepGen *g, FILE *f, const char *pfx);
+/* The Python helpers the generated functions call (_mv, _cat, _rows, ...; cmd_export.c). */
+extern const char export_py_helpers[];
+
+/* emit_ops.c: P_ops.py of `cellc emit --torch-ops` for a bound cell; NULL with err set when the
+ * step has no exported form. xmalloc'ed. */
+char *emit_ops_text(Cell *c, char *err, size_t errlen);
 
 #endif

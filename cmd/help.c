@@ -157,6 +157,7 @@ static const CmdHelp commands[] = {
      "  --cpu NAME              target cpu: generic, x86-64-v3 (default: AVX2, no AVX-512), x86-64-v4, native\n"
      "  --arch sm_XY            target cuda: the PTX architecture (default sm_80)\n"
      "  --torch                 also P_torch.py, a PyTorch module over libP.so (target cpu)\n"
+     "  --torch-ops             also P_ops.py, the step as torch ops in any dtype, with the gates\n"
      "  -h, --help              this help\n",
      "  0   success: P.h, P.json and the target's files are in DIR\n"
      "  1   bad input: an error in the .cell file, an unbound dim, a bad --set, --dims or --cell\n"

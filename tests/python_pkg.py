@@ -5,9 +5,11 @@ every gradient (x, h0, each param) within 1e-4 relative, for several T and B and
 batch_first; carrying finals on equals one long call; two loaded layers and a head trained by
 Adam for 100 steps give the float64 PyTorch model's losses within 1e-5; the params start at exactly `cellc run
 --seed S`'s values and the module reproduces that run's y, finals and gradients (also for a drawn
-and a learned initial state); the cache: a second load, in the process or in a new one, compiles
+and a learned initial state); float64 for every stdlib cell: the initial values, y, finals, gates
+and gradients equal the float64 interpreter's (1e-12) and gradcheck passes; gates=True in float32
+equal cellc run's gate.*; lengths on the torch-ops step; the cache: a second load, in the process or in a new one, compiles
 nothing and draws nothing, a changed cell, dim or option compiles again, concurrent first loads
-leave one whole entry; and the errors (float64, a wrong x, an unknown dim or option, a bad cell).
+leave one whole entry; and the errors (a bad dtype, a wrong x, an unknown dim or option, a bad cell).
 Ends with "N passed, M failed"."""
 import os
 import shutil
@@ -30,7 +32,7 @@ import torch  # noqa: E402
 import cellc  # noqa: E402
 import cells  # noqa: E402
 from cellc import _safetensors  # noqa: E402
-from clitest import check, finish  # noqa: E402
+from clitest import check, finish, stdlib_cells  # noqa: E402
 
 D, H = 5, 7
 torch.manual_seed(3)
@@ -203,6 +205,168 @@ check("a learned initial state is the param h_init", ls is not None and "h_init"
 a, b = cellc.load("gru", D=D, H=H, seed=1), cellc.load("gru", D=D, H=H, seed=2)
 check("another seed, other initial values", not torch.equal(a.Wxz, b.Wxz))
 
+# ---- float64 for every stdlib cell (stdlib/cells.list, H, D = 3, 2): the initial values are cellc run
+# --precision f64's; from them, y, finals, the gates and every gradient equal the float64 interpreter's
+# within 1e-12; torch.autograd.gradcheck passes
+def cellc_run(c, seed, T, B, precision, backend="interp", extra=()):
+    """cellc run of stdlib case c at H, D = 3, 2: ({name: tensor}, "") or (None, its stderr)."""
+    tmp = tempfile.mkdtemp(prefix="cellc-pyrun-")
+    try:
+        out = os.path.join(tmp, "run.safetensors")
+        args = [CELLC, "run", os.path.join(ROOT, c.file), "--dims", c.dims(3, 2), "--T", str(T), "--B", str(B),
+                "--seed", str(seed), "--backend", backend, "--precision", precision, "--out", out]
+        for k, v in c.opts.items():
+            args += ["--set", "%s=%s" % (k, str(v).lower())]
+        if c.mode == "sequential":
+            args += ["--mode", "sequential"]
+        p = subprocess.run(args + list(extra), capture_output=True, text=True)
+        if p.returncode != 0:
+            return None, p.stderr
+        return _safetensors.read(out)[0], ""
+    finally:
+        shutil.rmtree(tmp)
+
+
+def dimargs(c):
+    """cellc.load's keywords for stdlib case c at H, D = 3, 2."""
+    d = {k: int(v) for k, v in (kv.split("=") for kv in c.dims(3, 2).split(","))}
+    d.update(c.opts)
+    return d
+
+
+def load_case(c, **kw):
+    """cellc.load of stdlib case c at H, D = 3, 2 (one cache entry per case, whatever the dtype)."""
+    return cellc.load(os.path.join(ROOT, c.file), mode="sequential" if c.mode == "sequential" else None,
+                      **dimargs(c), **kw)
+
+
+def state_key(k):
+    """A run's tensor name (after its prefix) as the module names it (h.init -> h_init, hist.u -> hist_u)."""
+    return k.replace(".", "_")
+
+
+for c in stdlib_cells():
+    r, err = cellc_run(c, 7, 4, 2, "f64")
+    if r is None:
+        check("%s: cellc run f64" % c.name, False, err)
+        continue
+    m = load_case(c, seed=7, dtype=torch.float64)
+    st = dict(m.named_parameters())
+    st.update(dict(m.named_buffers()))
+    runs = {state_key(k.split(".", 1)[1]): v for k, v in r.items() if k.startswith(("param.", "buffer."))}
+    same = (all(k in st and torch.equal(st[k], v) for k, v in runs.items())
+            and len(runs) == len([k for k in st if not k.startswith("_initial_")]))
+    check("%s float64: every initial value equals cellc run --precision f64 --seed 7's, bit for bit" % c.name, same,
+          str({k: (k in st and torch.equal(st[k], v)) for k, v in runs.items()}))
+    x = r["x"].requires_grad_()
+    y, f, gts = m(x, gates=True)
+    m.zero_grad()
+    (y * r["dy"]).sum().backward()
+    errs = {"y": float((y - r["y"]).abs().max()), "grad.x": float((x.grad - r["grad.x"]).abs().max())}
+    fins = {state_key(k[len("final."):]): v for k, v in r.items() if k.startswith("final.")}
+    for k, v in f.items():
+        errs["final." + k] = float((v.reshape(fins[k].shape) - fins[k]).abs().max())
+    for k, v in runs.items():
+        if st[k].requires_grad:
+            errs["grad." + k] = float((st[k].grad - r["grad.param." + k.replace("_init", ".init")]).abs().max())
+    rg = {k[len("gate."):]: v for k, v in r.items() if k.startswith("gate.")}
+    gate_ok = set(rg) == set(gts)
+    for k, v in gts.items():
+        errs["gate." + k] = float((v - rg[k]).abs().max()) if k in rg else 1.0
+    worst = max(errs, key=errs.get)
+    check("%s float64: y, finals, gates and every gradient equal cellc run --backend interp --precision f64's "
+          "within 1e-12 (worst %.1e at %s)" % (c.name, errs[worst], worst), gate_ok and errs[worst] < 1e-12, str(errs))
+    # gradcheck: x, every state's h0 and every trainable param, at T, B = 3, 2
+    names = [n for n, p in m.named_parameters() if p.requires_grad]
+    h0 = {k: (v.detach().clone() + 0.3 * torch.randn(v.shape, dtype=torch.float64)).requires_grad_()
+          for k, v in m.initial_states(2).items()}
+    xs = torch.randn(3, 2, m.input_size, dtype=torch.float64, requires_grad=True)
+    base = dict(m.named_parameters())
+
+    def fn(xs, *rest):
+        hh = dict(zip(h0, rest[:len(h0)]))
+        ps = dict(zip(names, rest[len(h0):]))
+        y, fin = torch.nn.utils.stateless.functional_call(m, ps, (xs, hh))
+        return (y,) + tuple(fin.values())
+    try:
+        ok = torch.autograd.gradcheck(fn, (xs, *h0.values(), *[base[n] for n in names]), eps=1e-6, atol=1e-7,
+                                      rtol=1e-5)
+        msg = ""
+    except Exception as e:  # noqa: BLE001 - gradcheck's report is the failure's detail
+        ok, msg = False, str(e)[:2000]
+    check("%s float64: torch.autograd.gradcheck of y and finals in x, h0 and every param" % c.name, ok, msg)
+
+
+# ---- gates=True on the float32 module: cellc run's gate.<name> (the cpu back end), and the same y
+for name in ("gru", "lstm", "gated_deltanet"):
+    c = next(c for c in stdlib_cells() if c.name == name)
+    r, err = cellc_run(c, 3, 5, 2, "f32", "cpu")
+    m = load_case(c, seed=3)
+    y0, f0 = m(r["x"])
+    y, f, gts = m(r["x"], gates=True)
+    rg = {k[len("gate."):]: v for k, v in r.items() if k.startswith("gate.")}
+    e = max([rel(gts[k], rg[k]) for k in rg if k in gts] + [rel(y, y0)] + [rel(f[k], f0[k]) for k in f])
+    check("%s float32 gates=True: {%s} equal cellc run's gate.* and y, finals the kernels' (max rel err %.1e)"
+          % (name, ", ".join(sorted(gts)), e), r is not None and set(gts) == set(rg) and len(gts) > 0 and e < 1e-5, err)
+    mb = load_case(c, seed=3, batch_first=True)
+    _, _, gb = mb(r["x"].transpose(0, 1), gates=True)
+    check("%s gates with batch_first are [B, T, ...]" % name,
+          all(torch.allclose(gb[k].transpose(0, 1), gts[k], atol=1e-6) for k in gts))
+
+# lengths on the torch-ops step (float64, and gates=True): each sequence as if run alone to its
+# length; y and the gates past it zeros; x past it is never read (NaN there reaches no gradient)
+for name in ("gru", "lru", "lstm"):
+    c = next(c for c in stdlib_cells() if c.name == name)
+    for dt in (torch.float64, torch.float32):
+        m = load_case(c, seed=2, dtype=dt)
+        x = torch.randn(7, 3, m.input_size, dtype=dt)
+        lens = [4, 7, 2]
+        x[5:, 2] = float("nan")
+        xr = x.clone().requires_grad_()
+        y, f, gts = m(xr, lengths=torch.tensor(lens), gates=True)
+        m.zero_grad()
+        (y.sum() + sum(v.sum() for v in f.values())).backward()
+        e = 0.0
+        for b, n in enumerate(lens):
+            yb, fb, gb = m(x[:n, b:b + 1], gates=True)
+            e = max([e, rel(y[:n, b:b + 1], yb)] + [rel(f[k][b:b + 1], fb[k]) for k in f]
+                    + [rel(gts[k][:n, b:b + 1], gb[k]) for k in gts])
+            if n < 7:
+                e = max([e, float(y[n:, b].abs().max())] + [float(gts[k][n:, b].abs().max()) for k in gts])
+        finite = bool(torch.isfinite(xr.grad).all()) and all(
+            bool(torch.isfinite(p.grad).all()) for p in m.parameters() if p.grad is not None)
+        check("%s %s gates=True with lengths: each sequence as run alone, zeros past its length (err %.1e); "
+              "NaN padding reaches no gradient" % (name, str(dt)[6:], e),
+              e < (1e-12 if dt == torch.float64 else 1e-6) and finite and float(xr.grad[2:, 2].abs().max()) == 0.0, str(e))
+
+# lengths against cellc run --lengths: float64 (the torch-ops path, with the gates) against the float64
+# interpreter within 1e-12, float32 (the emitted kernels' P_forward_ex) against the cpu back end
+for name in ("gru", "lru", "lstm", "mamba2"):
+    c = next(c for c in stdlib_cells() if c.name == name)
+    lens = [5, 2, 4]
+    for dt, prec, backend, tol in ((torch.float64, "f64", "interp", 1e-12), (torch.float32, "f32", "cpu", 1e-5)):
+        r, err = cellc_run(c, 4, 5, 3, prec, backend, ["--lengths", ",".join(map(str, lens))])
+        if r is None:
+            check("%s: cellc run --lengths" % name, False, err)
+            continue
+        m = load_case(c, seed=4, dtype=dt)
+        x = r["x"].clone().requires_grad_()
+        out = m(x, lengths=lens, gates=dt == torch.float64)
+        m.zero_grad()
+        (out[0] * r["dy"]).sum().backward()
+        errs = {"y": rel(out[0], r["y"]), "grad.x": rel(x.grad, r["grad.x"])}
+        fins = {state_key(k[len("final."):]): v for k, v in r.items() if k.startswith("final.")}
+        errs.update({"final." + k: rel(v.reshape(fins[k].shape), fins[k]) for k, v in out[1].items()})
+        for n, p in m.named_parameters():
+            if p.requires_grad:
+                errs["grad." + n] = rel(p.grad, r["grad.param." + n.replace("_init", ".init")])
+        if dt == torch.float64:
+            errs.update({"gate." + k: rel(v, r["gate." + k]) for k, v in out[2].items()})
+        worst = max(errs, key=errs.get)
+        check("%s %s with lengths %s: y, finals%s and every gradient equal cellc run --backend %s --precision %s "
+              "--lengths's (max rel err %.1e at %s)" % (name, prec, lens, ", gates" if dt == torch.float64 else "",
+                                                        backend, prec, errs[worst], worst), errs[worst] < tol, str(errs))
+
 # ---- the cache
 before = dict(cellc.stats)
 n_entries = len(entries())
@@ -296,8 +460,28 @@ def raises(kind, fn):
     return None
 
 
-msg = raises(NotImplementedError, lambda: cellc.load("gru", D=3, H=4, dtype=torch.float64))
-check("dtype=float64 is refused with a message saying why", msg is not None and "float32" in msg, str(msg))
+msg = raises(TypeError, lambda: cellc.load("gru", D=3, H=4, dtype=torch.float16))
+check("dtype=float16 is a TypeError naming the two dtypes", msg is not None and "float64" in msg, str(msg))
+msg = raises(NotImplementedError, lambda: cellc.load("gru", D=3, H=4, dtype=torch.float64, train_noise=True))
+check("float64 with train_noise=True is refused (the torch-ops step draws no noise)",
+      msg is not None and "noise" in msg, str(msg))
+lg = os.path.join(ROOT, "tests", "cells", "learned_gate.cell")
+noisy = cellc.load(lg, cell="learned_gate", D=3, H=4, train_noise=True)
+msg = raises(NotImplementedError, lambda: noisy(torch.randn(3, 2, 3), gates=True))
+noisy.eval()
+ev = cellc.load(lg, cell="learned_gate", D=3, H=4)
+xg = torch.randn(3, 2, 3)
+check("gates=True of a train_noise cell is refused in training, and in eval() is the evaluation form's",
+      msg is not None and "eval()" in msg and torch.allclose(noisy(xg, gates=True)[2]["z"], ev(xg, gates=True)[2]["z"]),
+      str(msg))
+m64 = cellc.load("gru", D=3, H=4, dtype=torch.float64)
+m32 = cellc.load("gru", D=3, H=4).double()
+m64.load_state_dict(m32.state_dict())
+x64 = torch.randn(4, 2, 3, dtype=torch.float64)
+check(".double() of a float32 module computes as the float64 module (the torch-ops path)",
+      m32.dtype == torch.float64 and torch.equal(m32(x64)[0], m64(x64)[0]))
+msg = raises(TypeError, lambda: m64(torch.randn(3, 2, 3)))
+check("a float32 x into a float64 module is a TypeError", msg is not None and "float64" in msg, str(msg))
 msg = raises(TypeError, lambda: cellc.load("gru", D=3, H=4, Q=2))
 check("an unknown dim or option is a TypeError naming the cell's", msg is not None and "Q" in msg and "H" in msg, str(msg))
 msg = raises(TypeError, lambda: g(torch.randn(3, 2, D, dtype=torch.float64)))

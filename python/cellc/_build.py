@@ -1,9 +1,10 @@
 """Finding cellc and its standard library, the cache of emitted cells, and the initial values.
 
-A cache entry is one directory, CACHE/<key>, holding what `cellc emit --target cpu --torch` wrote
-(P.h, P.json, P.o, libP.so, P_torch.py) and one `init-<seed>.safetensors` per seed used (the
-output of `cellc run --T 1 --B 1 --seed S`, whose param.*, buffer.* and h0.* are the cell's
-initial values). The key hashes everything the emitted code or the initial values depend on:
+A cache entry is one directory, CACHE/<key>, holding what `cellc emit --target cpu --torch
+--torch-ops` wrote (P.h, P.json, P.o, libP.so, P_torch.py, P_ops.py) and one
+`init-<seed>.safetensors` per seed used (`init-<seed>-f64.safetensors` for float64 modules: the
+output of `cellc run --T 1 --B 1 --seed S [--precision f64]`, whose param.*, buffer.* and h0.*
+are the cell's initial values). The key hashes everything the emitted code or the initial values depend on:
 the source of the cell file and of every file it imports, the cell, the dims, the options, the
 mode, the target CPU level, and cellc itself (its version and the size and modification time of
 its binary, so a rebuilt cellc never reuses an older one's code). No CELLC_* tuning variable
@@ -169,7 +170,7 @@ def compiled(binary, path, cell, dims, options, mode):
     try:
         out = os.path.join(tmp, "out")
         run_cellc(binary, ["emit"] + _cell_args(path, cell, dims, options, mode)
-                  + ["--out", out, "--torch", "--name", "P", "--cpu", cpu])
+                  + ["--out", out, "--torch", "--torch-ops", "--name", "P", "--cpu", cpu])
         stats["compiles"] += 1
         try:
             os.rename(out, entry)
@@ -181,10 +182,11 @@ def compiled(binary, path, cell, dims, options, mode):
     return entry
 
 
-def initial_values(binary, entry, path, cell, dims, options, mode, seed):
+def initial_values(binary, entry, path, cell, dims, options, mode, seed, f64=False):
     """The path of entry/init-<seed>.safetensors: `cellc run --T 1 --B 1 --seed S`'s output, whose
-    param.*, buffer.* and h0.* are drawn as `cellc run --seed S` draws them for any T and B."""
-    dst = os.path.join(entry, "init-%d.safetensors" % seed)
+    param.*, buffer.* and h0.* are drawn as `cellc run --seed S` draws them for any T and B (with
+    f64, at `--precision f64`, as that run draws them)."""
+    dst = os.path.join(entry, "init-%d%s.safetensors" % (seed, "-f64" if f64 else ""))
     if os.path.isfile(dst):
         return dst
     fd, tmp = tempfile.mkstemp(prefix=".init-", suffix=".safetensors", dir=entry)
@@ -194,7 +196,8 @@ def initial_values(binary, entry, path, cell, dims, options, mode, seed):
         # the interpreter at float32 (cellc run's default precision): no code is compiled for one step
         cell_options = {k: v for k, v in options.items() if k != "train_noise"}  # an emit setting only
         run_cellc(binary, ["run"] + _cell_args(path, cell, dims, cell_options, mode)
-                  + ["--T", "1", "--B", "1", "--seed", str(seed), "--backend", "interp", "--out", tmp])
+                  + ["--T", "1", "--B", "1", "--seed", str(seed), "--backend", "interp", "--out", tmp]
+                  + (["--precision", "f64"] if f64 else []))
         stats["inits"] += 1
         os.replace(tmp, dst)
     finally:
