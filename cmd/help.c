@@ -145,7 +145,7 @@ static const CmdHelp commands[] = {
      "  70  internal error (a bug)\n", cmd_plot},
     {"emit",
      "emit FILE.cell --out DIR [--target cpu|cuda] [--cell NAME] [--dims H=128,...] [--set NAME=VALUE]... "
-     "[--mode auto|scan|sequential] [--name PREFIX] [--cpu generic|x86-64-v3|x86-64-v4|native] [--arch sm_80] [--torch]",
+     "[--mode auto|scan|sequential] [--name PREFIX] [--cpu generic|x86-64-v3|x86-64-v4|native] [--arch sm_80] [--torch] [--torch-ops]",
      "write the cell's whole-sequence forward and backward as standalone code (docs/emit.md)",
      "  --out DIR               the directory of the files (required; written complete or not at all)\n"
      "  --target cpu|cuda       cpu: P.o and libP.so (cblas); cuda: P.cu and P.ptx (default cpu)\n"
