@@ -67,6 +67,7 @@ struct Diag {
   bool tokens;                       /* token statistics */
   LayerAcc *acc;
   cJSON *compare;                    /* --compare DIR's diag.json */
+  cJSON *plots;                      /* plots.json: each figure's panels, axes and legend boxes */
 };
 
 /* ---- accumulating over batches ---- */
@@ -519,7 +520,7 @@ static int plot_gates(Diag *d, cJSON *cmp, int k, const char *dir, char *err, si
     pan[np].hist[0] = A->g[i].hist, pan[np].nhist = 1, np++;
   }
   char *path = xasprintf("%s/gates_layer%d.svg", dir, k);
-  int rc = diag_plot_hists(path, pan, np, err, errlen);
+  int rc = diag_plot_hists(path, pan, np, d->plots, err, errlen);
   free(path), free(pan), free(before);
   return rc;
 }
@@ -539,21 +540,22 @@ static int plot_preact(Diag *d, int k, const char *dir, char *err, size_t errlen
   int rc = 0;
   if (np) {
     char *path = xasprintf("%s/preact_layer%d.svg", dir, k);
-    rc = diag_plot_hists(path, pan, np, err, errlen);
+    rc = diag_plot_hists(path, pan, np, d->plots, err, errlen);
     free(path);
   }
   free(pan);
   return rc;
 }
 
-static int plot_one(const char *dir, const char *file, int k, const DiagPlot *p, char *err, size_t errlen) {
+static int plot_one(Diag *d, const char *dir, const char *file, int k, const DiagPlot *p, int n, char *err, size_t errlen) {
   char *path = xasprintf("%s/%s_layer%d.svg", dir, file, k);
-  int rc = diag_plot(path, p, err, errlen);
+  int rc = diag_plot_fig(path, p, n, false, d->plots, err, errlen);
   free(path);
   return rc;
 }
 
-/* Gradient per step, S against P with the fit, effective learning rate, AI and CE by lag. */
+/* Gradient per step, S against P with the fit, effective learning rate, AI and CE by lag (one
+ * quantity per axis: AI_10 and CE_10 in panels of their own). */
 static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen) {
   LayerAcc *A = &d->acc[k];
   int T = d->T, nl = A->nlags;
@@ -562,16 +564,20 @@ static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen
   for (int i = 0; i < T; i++) t[i] = i + 1, g[i] = A->grad_sum[i] / A->grad_n;
   for (int i = 0; i < nl; i++) lag[i] = i + 1;
   char *title = arena_printf(&d->arena, "layer %d: mean ||dL/dh_t|| over the batch", k);
-  DiagSeries gs = {"||dL/dh_t||", t, g, T, false};
-  DiagPlot gp = {title, "time step t", "||dL/dh_t|| (log scale)", false, true, &gs, 1};
-  int rc = plot_one(dir, "grad_per_step", k, &gp, err, errlen);
+  DiagSeries gs = {"||dL/dh_t||, mean over the batch", t, g, T, false};
+  DiagPlot gp = {title, "time step t (steps)", "||dL/dh_t|| (loss per unit of state)", false, true, &gs, 1, NULL, 0};
+  int rc = plot_one(d, dir, "grad_per_step", k, &gp, 1, err, errlen);
   DiagSeries es = {"median S(lag) / median S(1)", lag, A->eff_lr, nl, false};
-  DiagPlot ep = {arena_printf(&d->arena, "layer %d: effective learning rate by lag", k), "lag t - k", "eff. learning rate (log)",
-                 false, true, &es, 1};
-  if (!rc) rc = plot_one(dir, "eff_lr", k, &ep, err, errlen);
-  DiagSeries as[2] = {{"AI_10 = s1/s10", lag, A->ai, nl, false}, {"CE_10 (energy in top 10)", lag, A->ce, nl, false}};
-  DiagPlot ap = {arena_printf(&d->arena, "layer %d: anisotropy of M(t,k) by lag", k), "lag t - k", "AI_10, CE_10 (log)", false, true, as, 2};
-  if (!rc) rc = plot_one(dir, "anisotropy", k, &ap, err, errlen);
+  DiagPlot ep = {arena_printf(&d->arena, "layer %d: effective learning rate by lag", k), "lag t - k (steps)",
+                 "effective learning rate (ratio, 1 at lag 1)", false, true, &es, 1, NULL, 0};
+  if (!rc) rc = plot_one(d, dir, "eff_lr", k, &ep, 1, err, errlen);
+  DiagSeries as[2] = {{"AI_10 = s_1 / s_10, median over starts", lag, A->ai, nl, false},
+                      {"CE_10 = energy in the top 10 singular values", lag, A->ce, nl, false}};
+  DiagPlot ap[2] = {{arena_printf(&d->arena, "layer %d: anisotropy index of M(t,k)", k), "lag t - k (steps)",
+                     "AI_10 (ratio of singular values)", false, true, &as[0], 1, NULL, 0},
+                    {arena_printf(&d->arena, "layer %d: captured energy of M(t,k)", k), "lag t - k (steps)",
+                     "CE_10 (fraction of the energy, 0 to 1)", false, false, &as[1], 1, NULL, 0}};
+  if (!rc) rc = plot_one(d, dir, "anisotropy", k, ap, 2, err, errlen);
   if (!rc && A->npairs) {
     double fx[2], fy[2];
     double lo = INFINITY, hi = 0;
@@ -582,32 +588,58 @@ static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen
     DiagSeries ss[2] = {{"(P, S) per start and lag", A->pairs_P, A->pairs_S, A->npairs, true},
                         {A->has_slope ? arena_printf(&d->arena, "fit: slope %.3f", A->slope) : "no fit", fx, fy, 2, false}};
     DiagPlot sp = {arena_printf(&d->arena, "layer %d: sensitivity S = sigma_max(M) against P", k),
-                   arena_printf(&d->arena, "P = product of %s over the lag (log)", A->L.predictor), "S (log)", true, true, ss, 2};
-    rc = plot_one(dir, "S_vs_predictor", k, &sp, err, errlen);
+                   arena_printf(&d->arena, "P = product of %s over the lag (ratio)", A->L.predictor),
+                   "S = sigma_max(M(t,k)) (ratio)", true, true, ss, 2, NULL, 0};
+    rc = plot_one(d, dir, "S_vs_predictor", k, &sp, 1, err, errlen);
   }
   free(t), free(g), free(lag);
   return rc;
 }
 
-/* The token probes: each gate's mean and the mean ||h_t - h_{t-1}|| by the step's input token. */
+/* The name of token `id` of the task, for the token plots' axis (the ids' roles of
+ * docs/training.md "Tasks": copying's blank and marker, temporal_xor's informative tokens and
+ * fillers, a text file's bytes). */
+static const char *token_name(Diag *d, int id) {
+  const char *task = cfg_word(d->run->cfg, "task.name");
+  int V = d->vocab;
+  if (!strcmp(task, "copying") || !strcmp(task, "selective_copying"))
+    return id == 0 ? "blank" : id == V - 1 ? "marker" : arena_printf(&d->arena, "%d", id);
+  if (!strcmp(task, "temporal_xor")) {
+    int informative = cfg_int(d->run->cfg, "task.classes") == 4 ? 4 : 2;
+    return id < informative ? arena_printf(&d->arena, "%d", id) : arena_printf(&d->arena, "fill %d", id);
+  }
+  if (!strcmp(task, "text")) {
+    /* PLplot reads '#' as its escape: that byte by its code */
+    if (id > 32 && id < 127 && id != '#') return arena_printf(&d->arena, "'%c'", id);
+    return id == ' ' ? "space" : id == '\n' ? "newline" : arena_printf(&d->arena, "0x%02x", id);
+  }
+  return arena_printf(&d->arena, "%d", id);
+}
+
+/* The token probes: each gate's mean (0 to 1) and, in a panel of its own, the mean ||h_t - h_{t-1}||,
+ * by the step's input token, named. */
 static int plot_tokens(Diag *d, int k, const char *dir, char *err, size_t errlen) {
   LayerAcc *A = &d->acc[k];
   int V = d->vocab, n = A->L.ngates < 5 ? A->L.ngates : 5, ns = 0;
-  double *tok = xcalloc((size_t)V + 1, sizeof(double)), *vals = xcalloc((size_t)(n + 1) * V + 1, sizeof(double));
+  double *tok = xcalloc((size_t)(n + 1) * V + 1, sizeof(double)), *vals = xcalloc((size_t)(n + 1) * V + 1, sizeof(double));
+  const char **names = arena_alloc(&d->arena, sizeof(char *) * (size_t)(V + 1));
+  for (int t = 0; t < V; t++) names[t] = token_name(d, t);
   DiagSeries ser[6];
   for (int s = 0; s <= n; s++) {
-    double *v = vals + (size_t)s * V;
+    double *v = vals + (size_t)s * V, *x = tok + (size_t)s * V;
     int m = 0;
     for (int t = 0; t < V; t++) {
       double sum = s < n ? A->g[s].tok_sum[t] : A->chg_sum[t], cnt = s < n ? A->g[s].tok_n[t] : A->chg_n[t];
-      if (cnt > 0) tok[m] = t, v[m++] = sum / cnt;
+      if (cnt > 0) x[m] = t, v[m++] = sum / cnt;
     }
     const char *label = s < n ? arena_printf(&d->arena, "mean of gate %s", A->L.cell->gates[s].name) : "mean ||h_t - h_t-1||";
-    ser[ns++] = (DiagSeries){label, tok, v, m, false};
+    ser[ns++] = (DiagSeries){label, x, v, m, true};
   }
-  DiagPlot p = {arena_printf(&d->arena, "layer %d: gate means and state change by input token", k), "input token id",
-                "mean over the steps reading the token", false, false, ser, ns};
-  int rc = plot_one(dir, "tokens", k, &p, err, errlen);
+  DiagPlot p[2] = {{arena_printf(&d->arena, "layer %d: gate means by input token", k), "input token",
+                    "gate mean (0 to 1)", false, false, ser, n, names, V},
+                   {arena_printf(&d->arena, "layer %d: state change by input token", k), "input token",
+                    "mean ||h_t - h_t-1|| (state units)", false, false, ser + n, 1, names, V}};
+  int rc = n ? plot_one(d, dir, "tokens", k, p, 2, err, errlen) : plot_one(d, dir, "tokens", k, p + 1, 1, err, errlen);
   free(tok), free(vals);
   return rc;
 }
@@ -622,11 +654,21 @@ static cJSON *read_compare(Diag *d) {
   return j;
 }
 
+/* Every plot (an SVG and a PNG each) and plots.json, what each figure's panels show: titles, axis
+ * labels, scales and ranges, the boxes of the data and of the legends on the page. */
 static int diag_write_plots(Diag *d, cJSON *cmp, const char *dir, char *err, size_t errlen) {
   int rc = 0;
+  d->plots = cJSON_CreateArray();
   for (int k = 0; k < d->nlayers && !rc; k++)
     rc = plot_gates(d, cmp, k, dir, err, errlen) < 0 || plot_preact(d, k, dir, err, errlen) < 0 ||
          plot_curves(d, k, dir, err, errlen) < 0 || (d->tokens && plot_tokens(d, k, dir, err, errlen) < 0) ? -1 : 0;
+  if (!rc) {
+    char *text = cJSON_Print(d->plots), *path = xasprintf("%s/plots.json", dir);
+    rc = fsout_write_file(path, text, strlen(text), err, errlen);
+    free(text), free(path);
+  }
+  cJSON_Delete(d->plots);
+  d->plots = NULL;
   return rc;
 }
 
