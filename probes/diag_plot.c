@@ -46,11 +46,23 @@ static int plot_end(FsOut *o, char *err, size_t errlen) {
  * apart (under a decade a log axis reads as a cliff, and linear shows the values as they are). */
 static bool log_fits(double lo, double hi) { return lo > 0 && isfinite(lo) && isfinite(hi) && hi / lo >= 10; }
 
-/* PLplot labels a log axis only at the powers of ten: over fewer than three of them the axis also
- * gets labels at 2 and 5 times each power (drawn here; true when it does, and PLplot's own labels
- * are left off). */
+/* PLplot labels a log axis at every power of ten and only there: over fewer than three of them the
+ * axis also gets labels at 2 and 5 times each power, over more than eight only every few powers
+ * are labelled (drawn here; true when it does, and PLplot's own labels are left off). */
 static bool log_labels(bool along_y, double p0, double p1) {
   int powers = (int)(floor(p1) - ceil(p0)) + 1;
+  if (powers > 8) { /* PLplot would label every power: every step-th one, at most eight */
+    int step = (powers + 7) / 8;
+    for (int k = (int)ceil(p0); k <= (int)floor(p1); k++) {
+      if (k % step) continue;
+      char text[32];
+      snprintf(text, sizeof text, k == 0 ? "1" : "10#u%d#d", k);
+      double f = (k - p0) / (p1 - p0);
+      if (along_y) plmtex("lv", 0.5, f, 1.0, text);
+      else plmtex("b", 1.5, f, 0.5, text);
+    }
+    return true;
+  }
   if (powers >= 3) return false;
   static const double mult[3] = {1, 2, 5};
   for (int k = (int)floor(p0); k <= (int)ceil(p1); k++)

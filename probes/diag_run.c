@@ -49,7 +49,12 @@ typedef struct LayerAcc {
   double *S_med, *eff_lr, *ai, *ce;  /* per lag 1..nlags */
   double *pairs_P, *pairs_S;         /* every (start, lag) */
   double *pairs_Q;                   /* the complement's predictor: the product of 1 - c (real states) */
+  int *pairs_lag;                    /* each pair's lag */
+  int nseq, nstart;                  /* the sequences and the start times per sequence measured */
   int npairs;
+  double *P_med, *Q_med;             /* per lag: the medians of the predictor and its complement */
+  bool has_ols, has_ols_c;           /* the least-squares fits of the same points */
+  double slope_ols, slope_ols_c;
   bool has_slope, has_slope_c;
   double slope_c, icept_c;
   double slope, icept;
@@ -88,6 +93,7 @@ static void acc_free(LayerAcc *A) {
   for (int i = 0; A->gate0 && i < A->L.ngates; i++) free(A->gate0[i]);
   free(A->g), free(A->grad_sum), free(A->chg_sum), free(A->chg_n), free(A->J), free(A->x0), free(A->h00), free(A->gate0);
   free(A->S_med), free(A->eff_lr), free(A->ai), free(A->ce), free(A->pairs_P), free(A->pairs_S), free(A->pairs_Q);
+  free(A->pairs_lag), free(A->P_med), free(A->Q_med);
   diag_layer_close(&A->L);
 }
 
@@ -151,66 +157,97 @@ static void add_steps(LayerAcc *A, const DiagSeq *s, const int32_t *tokens) {
 /* ---- the Jacobian products ---- */
 
 /* The predictor's per-unit value at step t of sequence 0 (a complex coefficient: its modulus). */
-static double coef_unit(const LayerAcc *A, const DiagSeq *s, int t, int j) {
+static double coef_unit(const LayerAcc *A, const DiagSeq *s, int t, int b, int j) {
   const DiagLayer *L = &A->L;
   int e = diag_numel(L, L->coef[0]);
-  double re = s->gates[L->coef[0]][(size_t)t * s->B * e + (e == 1 ? 0 : j)];
+  size_t at = ((size_t)t * s->B + b) * e + (e == 1 ? 0 : j);
+  double re = s->gates[L->coef[0]][at];
   if (L->coef[1] < 0) return re;
-  double im = s->gates[L->coef[1]][(size_t)t * s->B * e + (e == 1 ? 0 : j)];
+  double im = s->gates[L->coef[1]][at];
   return sqrt(re * re + im * im);
 }
 
-/* M_{t,k} = J_t ... J_{k+1} from up to MAX_STARTS start times k, to lag MAX_LAG: S = sigma_max,
- * AI_10, CE_10 per lag (medians), and the pairs (P, S) of the slope. */
+/* The median of the pairs' v whose lag is lag + 1 (scratch: room for every pair). */
+static double lag_median(const LayerAcc *A, const double *v, int lag, double *scratch) {
+  int m = 0;
+  for (int i = 0; i < A->npairs; i++)
+    if (A->pairs_lag[i] == lag + 1 && isfinite(v[i])) scratch[m++] = v[i];
+  return diag_median(scratch, m);
+}
+
+/* M_{t,k} = J_t ... J_{k+1} from the start times k (--starts: up to 16 evenly, or every one) of
+ * each of the first --sequences sequences, to lag MAX_LAG: S = sigma_max, AI_10, CE_10 per lag
+ * (medians over starts and sequences), the predictors' medians per lag and the pairs (P, S) of the
+ * slopes. Sequence 0's step Jacobians are A->J; the others' are computed here. */
 static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
   const DiagLayer *L = &A->L;
   int T = d->T, S = L->S, nl = T < MAX_LAG ? T : MAX_LAG;
-  int nstart = T < MAX_STARTS ? T : MAX_STARTS;
+  int want = d->a.starts == -1 ? T : d->a.starts > 0 ? d->a.starts : MAX_STARTS;
+  int nstart = T < want ? T : want, nseq = d->a.sequences > 0 ? d->a.sequences : 1;
+  if (nseq > s->B) nseq = s->B;
   int units = L->coef[0] >= 0 ? L->p->sparts[L->p->spart_of[L->coef_state]].size : 0; /* of the predictor's state */
+  size_t cap = (size_t)nl * nstart * nseq + 1;
   double *M = xcalloc((size_t)S * S, sizeof(double)), *N = xcalloc((size_t)S * S, sizeof(double));
   double *sv = xcalloc((size_t)S + 1, sizeof(double)), *prod = xcalloc((size_t)units + 1, sizeof(double));
-  double *Sv = xcalloc((size_t)nl * nstart + 1, sizeof(double)), *AIv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  double *CEv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  double *Sv = xcalloc(cap, sizeof(double)), *AIv = xcalloc(cap, sizeof(double)), *CEv = xcalloc(cap, sizeof(double));
+  double *Jb = nseq > 1 ? xcalloc((size_t)T * S * S + 1, sizeof(double)) : NULL;
   int *cnt = xcalloc((size_t)nl + 1, sizeof(int));
-  A->pairs_P = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  A->pairs_Q = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  A->pairs_P = xcalloc(cap, sizeof(double)), A->pairs_Q = xcalloc(cap, sizeof(double));
+  A->pairs_S = xcalloc(cap, sizeof(double)), A->pairs_lag = xcalloc(cap, sizeof(int));
   double *cprod = xcalloc((size_t)units + 1, sizeof(double));
-  A->pairs_S = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  for (int si = 0; si < nstart; si++) {
-    int k = (int)((long)si * T / nstart);
-    memset(M, 0, sizeof(double) * (size_t)S * S);
-    for (int i = 0; i < S; i++) M[(size_t)i * S + i] = 1;
-    for (int j = 0; j < units; j++) prod[j] = cprod[j] = 1;
-    for (int t = k; t < T && t - k < nl; t++) {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0, A->J + (size_t)t * S * S, S, M, S, 0.0, N, S);
-      double *tmp = M;
-      M = N, N = tmp;
-      int lag = t - k + 1, slot = (lag - 1) * nstart + cnt[lag - 1]++;
-      if (diag_singular_values(S, M, sv) < 0) sv[0] = NAN;
-      Sv[slot] = sv[0];
-      diag_anisotropy(sv, S, 10, &AIv[slot], &CEv[slot]);
-      double P = 0;
-      double Q = 0;
-      for (int j = 0; j < units; j++) {
-        double c = coef_unit(A, s, t, j);
-        prod[j] *= c, cprod[j] *= 1 - c, P += prod[j], Q += cprod[j];
+  DiagSeq one;
+  if (Jb) diag_seq_alloc(L, &one, 1, S);
+  for (int b = 0; b < nseq; b++) {
+    const double *J = A->J;
+    if (b > 0) {
+      for (int t = 0; t < T; t++) diag_step_jacobian(L, s, t, b, &one, Jb + (size_t)t * S * S);
+      J = Jb;
+    }
+    for (int si = 0; si < nstart; si++) {
+      int k = (int)((long)si * T / nstart);
+      memset(M, 0, sizeof(double) * (size_t)S * S);
+      for (int i = 0; i < S; i++) M[(size_t)i * S + i] = 1;
+      for (int j = 0; j < units; j++) prod[j] = cprod[j] = 1;
+      for (int t = k; t < T && t - k < nl; t++) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0, J + (size_t)t * S * S, S, M, S, 0.0, N, S);
+        double *tmp = M;
+        M = N, N = tmp;
+        int lag = t - k + 1, slot = (lag - 1) * nstart * nseq + cnt[lag - 1]++;
+        if (diag_singular_values(S, M, sv) < 0) sv[0] = NAN;
+        Sv[slot] = sv[0];
+        diag_anisotropy(sv, S, 10, &AIv[slot], &CEv[slot]);
+        double P = 0;
+        double Q = 0;
+        for (int j = 0; j < units; j++) {
+          double c = coef_unit(A, s, t, b, j);
+          prod[j] *= c, cprod[j] *= 1 - c, P += prod[j], Q += cprod[j];
+        }
+        if (units)
+          A->pairs_P[A->npairs] = P / units, A->pairs_Q[A->npairs] = Q / units, A->pairs_S[A->npairs] = sv[0],
+          A->pairs_lag[A->npairs++] = lag;
       }
-      if (units) A->pairs_P[A->npairs] = P / units, A->pairs_Q[A->npairs] = Q / units, A->pairs_S[A->npairs++] = sv[0];
     }
   }
-  A->nlags = nl;
+  if (Jb) diag_seq_free(L, &one);
+  A->nlags = nl, A->nseq = nseq, A->nstart = nstart;
   A->S_med = xcalloc((size_t)nl + 1, sizeof(double)), A->eff_lr = xcalloc((size_t)nl + 1, sizeof(double));
   A->ai = xcalloc((size_t)nl + 1, sizeof(double)), A->ce = xcalloc((size_t)nl + 1, sizeof(double));
+  A->P_med = xcalloc((size_t)nl + 1, sizeof(double)), A->Q_med = xcalloc((size_t)nl + 1, sizeof(double));
   for (int l = 0; l < nl; l++) {
-    A->S_med[l] = diag_median(Sv + (size_t)l * nstart, cnt[l]);
-    A->ai[l] = diag_median(AIv + (size_t)l * nstart, cnt[l]);
-    A->ce[l] = diag_median(CEv + (size_t)l * nstart, cnt[l]);
+    size_t at = (size_t)l * nstart * nseq;
+    A->S_med[l] = diag_median(Sv + at, cnt[l]);
+    A->ai[l] = diag_median(AIv + at, cnt[l]);
+    A->ce[l] = diag_median(CEv + at, cnt[l]);
     A->eff_lr[l] = A->S_med[l] / A->S_med[0];
+    A->P_med[l] = units ? lag_median(A, A->pairs_P, l, Sv) : NAN; /* Sv is free scratch from here */
+    A->Q_med[l] = units ? lag_median(A, A->pairs_Q, l, Sv) : NAN;
   }
   A->has_slope = units && diag_loglog_slope(A->pairs_P, A->pairs_S, A->npairs, &A->slope, &A->icept) == 0;
   A->has_slope_c = units && L->coef[1] < 0 &&
                    diag_loglog_slope(A->pairs_Q, A->pairs_S, A->npairs, &A->slope_c, &A->icept_c) == 0;
-  free(cprod);
+  A->has_ols = units && diag_loglog_ols(A->pairs_P, A->pairs_S, A->npairs, &A->slope_ols, &(double){0}) == 0;
+  A->has_ols_c = units && L->coef[1] < 0 && diag_loglog_ols(A->pairs_Q, A->pairs_S, A->npairs, &A->slope_ols_c, &(double){0}) == 0;
+  free(cprod), free(Jb);
   free(M), free(N), free(sv), free(prod), free(Sv), free(AIv), free(CEv), free(cnt);
 }
 
@@ -403,6 +440,12 @@ static cJSON *jacobian_json(const LayerAcc *A) {
   if (A->L.predictor && A->L.coef[1] < 0 && !pc) snprintf(buf, sizeof buf, "1-%s", A->L.predictor), pc = buf;
   cJSON_AddItemToObject(o, "predictor_complement", pc ? cJSON_CreateString(pc) : cJSON_CreateNull());
   cJSON_AddItemToObject(o, "slope_complement", A->has_slope_c ? num(A->slope_c) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "slope_ols", A->has_ols ? num(A->slope_ols) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "slope_complement_ols", A->has_ols_c ? num(A->slope_ols_c) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "P_median", A->P_med ? nums(A->P_med, A->nlags) : cJSON_CreateArray());
+  cJSON_AddItemToObject(o, "P_complement_median", A->P_med && A->L.coef[1] < 0 ? nums(A->Q_med, A->nlags) : cJSON_CreateNull());
+  cJSON_AddNumberToObject(o, "sequences", A->nseq);
+  cJSON_AddNumberToObject(o, "starts", A->nstart);
   return o;
 }
 

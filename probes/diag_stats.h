@@ -29,6 +29,9 @@ void diag_anisotropy(const double *sv, int n, int r, double *ai, double *ce);
  * of the slopes between pairs of points (on at most 2000 points, taken evenly when there are
  * more). 0 with *slope and *icept, or -1 when fewer than 3 points or one distinct log P remain. */
 int diag_loglog_slope(const double *P, const double *S, int n, double *slope, double *icept);
+/* The same fit by ordinary least squares over the same points (the alternative to Theil-Sen's
+ * robustness that the time-scale study shows its slope against). 0, or -1 as above. */
+int diag_loglog_ols(const double *P, const double *S, int n, double *slope, double *icept);
 
 /* ---- plots (diag_plot.c): SVG files through PLplot's svg device, each with a PNG beside it ---- */
 

@@ -1,6 +1,7 @@
 """The model of the time-scale paper (seeds.md sections 1, 4): input -> cell -> z = W_o h, with
 model.encoder = none (layer 0 reads the task's channels themselves) and model.head_bias = false;
 their errors. One PASS/FAIL line per check; the last line is "N passed, M failed"."""
+import json
 import os
 import shutil
 import sys
@@ -84,8 +85,67 @@ def check_model_keys():
     check("diag reads the checkpoint of such a model", r.rc == 0 and "slope" in r.out, r.why())
 
 
+def check_diag_sequences():
+    """diag --sequences N --starts all: the Jacobian statistics over N sequences and every start;
+    the per-lag predictor medians; the least-squares slope beside Theil-Sen's."""
+    cfg = clitest.write_in(tmp, "adding.cfg", ADDING)
+    one, many = os.path.join(tmp, "d1"), os.path.join(tmp, "d3")
+    r1 = cellc("diag", "stdlib/scalar_gate.cell", cfg, "--out", one)
+    r3 = cellc("diag", "stdlib/scalar_gate.cell", cfg, "--out", many, "--sequences", "3", "--starts", "all")
+    ok = r1.rc == 0 and r3.rc == 0
+    j1 = json.load(open(os.path.join(one, "diag.json")))["layers"][0]["jacobian"] if ok else {}
+    j3 = json.load(open(os.path.join(many, "diag.json")))["layers"][0]["jacobian"] if ok else {}
+    check("--sequences 3 --starts all: 3 sequences, 12 starts (T); the default 1 and 12 (T < 16)",
+          ok and j3["sequences"] == 3 and j3["starts"] == 12 and j1["sequences"] == 1 and j1["starts"] == 12,
+          r3.why() if r3.rc else str({k: j3.get(k) for k in ("sequences", "starts")}))
+    check("... the medians of S change with the sequences pooled, lag 1's eff_lr stays 1",
+          ok and j1["S_median"] != j3["S_median"] and abs(j3["eff_lr"][0] - 1) < 1e-12)
+    # scalar gate: P(lag) of the complement is the median of prod g, between 0 and 1, falling with the lag
+    pc = j3.get("P_complement_median") or []
+    check("P_median and P_complement_median per lag: in (0, 1), falling with the lag, P + Pc = 1 at lag 1",
+          ok and len(pc) == 12 and all(0 < v < 1 for v in pc) and all(b < a for a, b in zip(pc, pc[1:])) and
+          abs(j3["P_median"][0] + pc[0] - 1) < 1e-9, str(pc)[:200])
+    check("slope_complement_ols: a least-squares slope next to Theil-Sen's, near it",
+          ok and isinstance(j3["slope_complement_ols"], float) and abs(j3["slope_complement_ols"] - j3["slope_complement"]) < 0.5,
+          str({k: j3.get(k) for k in ("slope_complement", "slope_complement_ols")}))
+    for bad in (["--sequences", "0"], ["--starts", "some"], ["--starts"]):
+        r = cellc("diag", "stdlib/scalar_gate.cell", cfg, "--out", os.path.join(tmp, "dbad"), *bad)
+        check("diag %s: exit 2" % " ".join(bad), r.rc == 2 and bad[0] in r.err, r.why())
+
+
+def check_plot_figure():
+    """cellc plot --figure: panels of given numbers drawn as diag's plots, SVG and PNG."""
+    fig = os.path.join(tmp, "fig.json")
+    with open(fig, "w") as f:
+        json.dump({"share_y": True, "panels": [
+            {"title": "first", "xlabel": "lag (steps)", "ylabel": "ratio A", "logy": True,
+             "series": [{"label": "falling", "x": [1, 2, 3, 4], "y": [1, 0.1, 0.01, 0.001]}]},
+            {"title": "second", "xlabel": "lag (steps)", "ylabel": "ratio B",
+             "series": [{"label": "flat", "x": [1, 2, 3, 4], "y": [1, 0.998, None, 0.992], "points": True}]}]}, f)
+    r = cellc("plot", "--figure", fig, "--out", os.path.join(tmp, "fig-out"))
+    svg = os.path.join(tmp, "fig-out.svg")
+    ok = r.rc == 0 and os.path.exists(svg) and open(os.path.join(tmp, "fig-out.png"), "rb").read(4) == b"\x89PNG"
+    text = open(svg).read() if ok else ""
+    check("plot --figure: SVG and PNG with the titles, the axis names and the legends",
+          ok and all(w in text for w in ("first", "second", "falling", "flat")) or
+          ok and all(html_has(svg, w) for w in ("first", "second", "falling", "flat", "ratio A", "ratio B")), r.why())
+    r = cellc("plot", "--figure", os.path.join(tmp, "missing.json"))
+    check("plot --figure of a missing file: exit 1", r.rc == 1, r.why())
+    r = cellc("plot", "--figure", fig, tmp)
+    check("plot --figure with a RUN_DIR: exit 2", r.rc == 2, r.why())
+
+
+def html_has(path, word):
+    import html
+    import re
+    with open(path) as f:
+        return word in html.unescape(re.sub(r"<[^>]+>", "", f.read()))
+
+
 def main():
     check_model_keys()
+    check_diag_sequences()
+    check_plot_figure()
     shutil.rmtree(tmp, ignore_errors=True)
     finish()
 
