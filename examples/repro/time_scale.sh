@@ -67,7 +67,7 @@ for task in $tasks; do
     s=1
     while [ $s -le "$seeds" ]; do
       echo "time_scale: $task $cell seed $s" >&2
-      study "$task" $cell $s "" "$checkpoints"
+      study "$task" "$cell" $s "" "$checkpoints"
       s=$((s + 1))
     done
   done
