@@ -135,6 +135,44 @@ def check_plot_figure():
     check("plot --figure with a RUN_DIR: exit 2", r.rc == 2, r.why())
 
 
+def check_time_scale_script():
+    """examples/repro/time_scale.sh at a tiny size (T = 12, hidden 8, probes at 0, 3, 6): every
+    probe written, the table printed, summary.json's medians those of the diag.json files, the
+    alternative initialization at the first and last probe, the figures."""
+    out = os.path.join(tmp, "ts")
+    sets = ["--set", "task.length=12", "--set", "model.hidden=8"]
+    r = clitest.run(["sh", "examples/repro/time_scale.sh", "--seeds", "3", "--tasks", "adding", "--checkpoints", "0 3 6",
+                     "--out", out] + sets, 900, env=dict(os.environ, CELLC=CELLC))
+    check("time_scale.sh (tiny): exit 0, the table of each cell", r.rc == 0 and all(
+        c in r.out for c in ("leaky", "scalar_gate", "multi_gate")) and "init N(0, 1/64)" in r.out, r.why())
+    if r.rc:
+        return
+    probes = [os.path.join(out, "adding", c, "seed-%d" % s, "diag-%d" % st, "diag.json")
+              for c in ("leaky", "scalar_gate", "multi_gate") for s in (1, 2, 3) for st in (0, 3, 6)]
+    alt = [os.path.join(out, "adding", "normal-multi_gate", "seed-%d" % s, "diag-%d" % st, "diag.json")
+           for s in (1, 2, 3) for st in (0, 6)]
+    check("a probe per cell, seed and checkpoint; the alternative init at 0 and 6",
+          all(os.path.exists(p) for p in probes + alt), str([p for p in probes + alt if not os.path.exists(p)][:3]))
+    js = [json.load(open(os.path.join(out, "adding", "scalar_gate", "seed-%d" % s, "diag-6", "diag.json")))
+          for s in (1, 2, 3)]
+    j = js[0]["layers"][0]["jacobian"]
+    check("the probe batch: 12 sequences of the probe seed", j["sequences"] == 12 and j["starts"] == 12, str(j)[:200])
+    slopes = sorted(x["layers"][0]["jacobian"]["slope_complement"] for x in js)
+    summ = json.load(open(os.path.join(out, "summary.json")))
+    got = summ["adding"]["scalar_gate"]["s"]["6"]
+    check("summary.json: s at step 6 is the median of the seeds' slope_complement, quartiles around it",
+          abs(got[0] - slopes[1]) < 1e-12 and got[1] <= got[0] <= got[2], "%s %s" % (got, slopes))
+    d0 = json.load(open(os.path.join(out, "adding", "leaky", "seed-1", "diag-0", "diag.json")))
+    ck = os.path.join(out, "adding", "leaky", "seed-1", "run", "checkpoint.safetensors")
+    with open(os.path.join(out, "adding", "leaky", "seed-1", "run", "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f if line.strip()]
+    check("the run resumed to the last checkpoint; the leaky cell at alpha 0.8 (P(1) = 0.8)",
+          os.path.exists(ck) and abs(d0["layers"][0]["jacobian"]["P_complement_median"][0] - 0.8) < 1e-12 and
+          max(steps) == 6, str(steps))
+    figs = [os.path.join(out, f + ext) for f in ("profile_adding", "slope_adding") for ext in (".svg", ".png")]
+    check("the figures profile_adding and slope_adding, SVG and PNG", all(os.path.exists(f) for f in figs))
+
+
 def html_has(path, word):
     import html
     import re
@@ -146,6 +184,7 @@ def main():
     check_model_keys()
     check_diag_sequences()
     check_plot_figure()
+    check_time_scale_script()
     shutil.rmtree(tmp, ignore_errors=True)
     finish()
 

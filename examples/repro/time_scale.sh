@@ -10,7 +10,9 @@
 # interquartile ranges over the seeds, and the figures (profile_<task>, slope_<task>).
 #
 #   examples/repro/time_scale.sh [--full] [--seeds N] [--out DIR] [--tasks "adding sinmix"]
+#                                [--checkpoints "0 50 200 400 600 800"] [--no-alt] [--set KEY=VALUE]...
 #
+# --set goes to every train and diag (a smaller model or T for a quick look: tests/repro_cli.py).
 # Default (reduced): 3 seeds, the products from 16 start times per sequence, and the alternative
 # initialization (every weight N(0, 1/64) instead of the cells' U(-1/8, 1/8)) on adding at steps 0
 # and 800; about 25 minutes on two shared cores. --full: the paper's 20 seeds and every start time
@@ -19,19 +21,22 @@ set -eu
 cd "$(dirname "$0")/../.."
 CELLC=${CELLC:-bin/cellc}
 seeds=3 starts=16 out=runs/time_scale-protocol tasks="adding sinmix" alt=1
+checkpoints="0 50 200 400 600 800" sets=""
 while [ $# -gt 0 ]; do
   case $1 in
     --full) seeds=20 starts=all ;;
     --seeds) seeds=$2; shift ;;
     --out) out=$2; shift ;;
     --tasks) tasks=$2; shift ;;
+    --checkpoints) checkpoints=$2; shift ;;
+    --set) sets="$sets --set $2"; shift ;;
     --no-alt) alt=0 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "time_scale.sh: unknown argument '$1' (--full, --seeds N, --out DIR, --tasks LIST, --no-alt)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "time_scale.sh: unknown argument '$1' (--full, --seeds N, --out DIR, --tasks LIST, --checkpoints LIST, --no-alt, --set KEY=VALUE)" >&2; exit 2 ;;
   esac
   shift
 done
-checkpoints="0 50 200 400 600 800"
+last=${checkpoints##* }
 mkdir -p "$out"
 
 # study TASK CELL SEED TAG CHECKPOINTS [--set ...]: one seed's run, extended checkpoint by
@@ -40,7 +45,7 @@ study() {
   task=$1 cell=$2 seed=$3 tag=$4 points=$5; shift 5
   cfg=examples/repro/time_scale_$task.cfg
   dir=$out/$task/$tag$cell/seed-$seed
-  opt="--set train.seed=$seed"
+  opt="--set train.seed=$seed$sets"
   [ "$cell" = leaky ] && opt="$opt --set model.option.alpha=0.8"
   probe="--set train.data_seed=$((10000 + seed)) --set train.batch=12 --sequences 12 --starts $starts --batches 1"
   mkdir -p "$dir"
@@ -80,7 +85,7 @@ if [ $alt = 1 ]; then
     while [ $s -le "$seeds" ]; do
       echo "time_scale: adding $cell seed $s, init N(0, 1/64)" >&2
       # shellcheck disable=SC2086
-      study adding $cell $s "normal-" "0 800" $inits
+      study adding $cell $s "normal-" "0 $last" $inits
       s=$((s + 1))
     done
   done
