@@ -239,7 +239,8 @@ static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
     A->ai[l] = diag_median(AIv + at, cnt[l]);
     A->ce[l] = diag_median(CEv + at, cnt[l]);
     A->eff_lr[l] = A->S_med[l] / A->S_med[0];
-    A->P_med[l] = units ? lag_median(A, A->pairs_P, l, Sv) : NAN; /* Sv is free scratch from here */
+    /* scratch: Sv's first lag (reduced above), room for any one lag's pairs */
+    A->P_med[l] = units ? lag_median(A, A->pairs_P, l, Sv) : NAN;
     A->Q_med[l] = units ? lag_median(A, A->pairs_Q, l, Sv) : NAN;
   }
   A->has_slope = units && diag_loglog_slope(A->pairs_P, A->pairs_S, A->npairs, &A->slope, &A->icept) == 0;
