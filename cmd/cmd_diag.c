@@ -15,7 +15,7 @@ typedef struct DiagArgs {
   const char *cell, *cfg, *checkpoint, *out, *compare;
   const char *sets[TRAIN_MAX_SETS];
   int nsets;
-  int batches;
+  int batches, sequences, starts;
   bool by_token;
   bool allow_changed_cell;
 } DiagArgs;
@@ -39,6 +39,16 @@ static int parse_args(int argc, char **argv, DiagArgs *a) {
       long v = has ? strtol(argv[i + 1], &end, 10) : 0;
       if (!has || *end || v < 1 || v > 1000000) return cli_command_usage("diag", synopses, "%s needs a whole number of batches, 1 or more", s);
       a->batches = (int)v;
+      i++;
+    } else if (!strcmp(s, "--sequences") || !strcmp(s, "--starts")) {
+      bool starts = !strcmp(s, "--starts");
+      char *end;
+      long v = has ? strtol(argv[i + 1], &end, 10) : 0;
+      if (starts && has && !strcmp(argv[i + 1], "all")) v = -1, end = argv[i + 1] + 3;
+      if (!has || *end || (v < 1 && !(starts && v == -1)) || v > 1000000)
+        return cli_command_usage("diag", synopses, "%s", starts ? "--starts needs a whole number, 1 or more, or all"
+                                                                : "--sequences needs a whole number, 1 or more");
+      *(starts ? &a->starts : &a->sequences) = (int)v;
       i++;
     } else if (!strcmp(s, "--by-token")) {
       a->by_token = true;
@@ -71,7 +81,7 @@ int cmd_diag(int argc, char **argv) {
   o->stdlib = cli_stdlib_dir();
   Diag *d = NULL;
   rc = run_load(&run);
-  if (!rc) rc = diag_open(&d, &run, &(DiagOptions){a.out, a.compare, a.batches, a.by_token});
+  if (!rc) rc = diag_open(&d, &run, &(DiagOptions){a.out, a.compare, a.batches, a.by_token, a.sequences, a.starts});
   for (int64_t i = 0; !rc && i < a.batches; i++) {
     if (run_interrupted) {
       diag_plain("interrupted at batch %lld: nothing written", (long long)i);

@@ -176,19 +176,88 @@ static int sweep_runs(const char *dir, char ***dirs, int *n) {
   return *n - before;
 }
 
+/* --figure FIG.json: panels of numbers a script computed, drawn as cellc diag draws its plots
+ * (diag_plot_fig): {"share_y": bool, "panels": [{"title", "xlabel", "ylabel", "logx", "logy",
+ * "series": [{"label", "x": [...], "y": [...], "points": bool}]}]}; null in y is left out. Writes
+ * PATH.svg and PATH.png (PATH: --out, else FIG.json without its extension). 0, 1 or 3. */
+static const char *str_of(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static int plot_figure(const char *fig, const char *out) {
+  size_t len;
+  char *text = read_file(fig, &len);
+  cJSON *root = text ? cJSON_Parse(text) : NULL, *panels = root ? cJSON_GetObjectItem(root, "panels") : NULL;
+  free(text);
+  int np = cJSON_GetArraySize(panels);
+  if (!root || !cJSON_IsArray(panels) || np < 1) {
+    diag_plain("%s: %s", fig, !root ? "not a readable JSON file" : "needs \"panels\": a list of one or more panels");
+    cJSON_Delete(root);
+    return 1;
+  }
+  DiagPlot *pl = xcalloc((size_t)np, sizeof(DiagPlot));
+  DiagSeries **ser = xcalloc((size_t)np, sizeof(DiagSeries *));
+  double **bufs = NULL;
+  int nbufs = 0, rc = 0;
+  for (int k = 0; k < np && !rc; k++) {
+    const cJSON *p = cJSON_GetArrayItem(panels, k), *series = cJSON_GetObjectItem(p, "series");
+    int ns = cJSON_GetArraySize(series);
+    ser[k] = xcalloc((size_t)ns + 1, sizeof(DiagSeries));
+    for (int j = 0; j < ns; j++) {
+      const cJSON *sj = cJSON_GetArrayItem(series, j), *x = cJSON_GetObjectItem(sj, "x"), *y = cJSON_GetObjectItem(sj, "y");
+      int n = cJSON_GetArraySize(x);
+      if (!cJSON_IsArray(x) || !cJSON_IsArray(y) || cJSON_GetArraySize(y) != n) {
+        diag_plain("%s: panel %d series %d: needs \"x\" and \"y\", lists of one length", fig, k, j);
+        rc = 1;
+        break;
+      }
+      bufs = xrealloc(bufs, sizeof(double *) * (size_t)(nbufs + 2));
+      double *xv = bufs[nbufs++] = xcalloc((size_t)n + 1, sizeof(double)), *yv = bufs[nbufs++] = xcalloc((size_t)n + 1, sizeof(double));
+      for (int i = 0; i < n; i++) {
+        const cJSON *a = cJSON_GetArrayItem(x, i), *b = cJSON_GetArrayItem(y, i);
+        xv[i] = cJSON_IsNumber(a) ? a->valuedouble : NAN, yv[i] = cJSON_IsNumber(b) ? b->valuedouble : NAN;
+      }
+      const char *label = str_of(sj, "label");
+      ser[k][j] = (DiagSeries){label[0] ? label : NULL, xv, yv, n, cJSON_IsTrue(cJSON_GetObjectItem(sj, "points"))};
+    }
+    pl[k] = (DiagPlot){str_of(p, "title"), str_of(p, "xlabel"), str_of(p, "ylabel"), cJSON_IsTrue(cJSON_GetObjectItem(p, "logx")),
+                       cJSON_IsTrue(cJSON_GetObjectItem(p, "logy")), ser[k], ns, NULL, 0};
+  }
+  if (!rc) {
+    const char *o = out ? out : fig;
+    size_t ol = strlen(o);
+    const char *dot = strrchr(o, '.'), *slash = strrchr(o, '/');
+    if (dot && (!slash || dot > slash)) ol = (size_t)(dot - o);
+    char *path = xasprintf("%.*s.svg", (int)ol, o), err[1024];
+    if (diag_plot_fig(path, pl, np, cJSON_IsTrue(cJSON_GetObjectItem(root, "share_y")), NULL, err, sizeof err) < 0) {
+      diag_plain("%s", err);
+      rc = 3;
+    } else {
+      printf("wrote %s and %.*s.png\n", path, (int)ol, o);
+    }
+    free(path);
+  }
+  for (int i = 0; i < nbufs; i++) free(bufs[i]);
+  for (int k = 0; k < np; k++) free(ser[k]);
+  free(bufs), free(ser), free(pl);
+  cJSON_Delete(root);
+  return rc;
+}
+
 int cmd_plot(int argc, char **argv) {
-  const char *out = NULL, *title = NULL, *first = NULL;
+  const char *out = NULL, *title = NULL, *first = NULL, *figure = NULL;
   char **dirs = NULL;
   int n = 0, given = 0, rc = 0;
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
-    if (!strcmp(s, "--out") || !strcmp(s, "--title")) {
+    if (!strcmp(s, "--out") || !strcmp(s, "--title") || !strcmp(s, "--figure")) {
       if (i + 1 >= argc || !argv[i + 1][0]) {
         for (int r = 0; r < n; r++) free(dirs[r]);
         free(dirs);
         return cli_command_usage("plot", synopses, "%s needs a value", s);
       }
-      *(!strcmp(s, "--out") ? &out : &title) = argv[++i];
+      *(!strcmp(s, "--out") ? &out : !strcmp(s, "--title") ? &title : &figure) = argv[++i];
     } else if (s[0] == '-' && s[1]) {
       for (int r = 0; r < n; r++) free(dirs[r]);
       free(dirs);
@@ -204,6 +273,12 @@ int cmd_plot(int argc, char **argv) {
         dirs[n++] = xstrdup(s);
       }
     }
+  }
+  if (figure) {
+    for (int r = 0; r < n; r++) free(dirs[r]);
+    free(dirs);
+    if (given || title) return cli_command_usage("plot", synopses, "%s", "--figure FIG.json takes no RUN_DIR and no --title");
+    return plot_figure(figure, out);
   }
   if (!given || (!out && given > 1)) {
     for (int r = 0; r < n; r++) free(dirs[r]);

@@ -110,12 +110,14 @@ static const CmdHelp commands[] = {
      "  3   out of memory; train.device = cuda without a driver or GPU, or its memory\n"
      "  70  internal error (a bug)\n", cmd_eval},
     {"diag", "diag MODEL.cell TASK.cfg [--checkpoint FILE [--allow-changed-cell]] [--out DIR] [--batches N] "
-             "[--compare DIR] [--by-token] [--set KEY=VALUE]...",
+             "[--sequences N] [--starts N|all] [--compare DIR] [--by-token] [--set KEY=VALUE]...",
      "the diagnostics of seeds.md section 5 (gates, gradients per step, Jacobian products), with plots",
      "  --checkpoint FILE       the model's params (default: its initialization from train.seed)\n"
      "  --allow-changed-cell    load the checkpoint even though the cell differs from its own (a warning)\n"
      "  --out DIR               where to write (default runs/diag-<cell>-<task>-<time>); must not hold files\n"
      "  --batches N             validation batches to average over (default 1)\n"
+     "  --sequences N           the Jacobian statistics over the first N sequences of the first batch (default 1)\n"
+     "  --starts N|all          start times of the Jacobian products per sequence (default 16; all: every step)\n"
      "  --compare DIR           a directory an earlier cellc diag wrote: its gate histograms are drawn\n"
      "                          next to this run's (before and after training)\n"
      "  --by-token              require the statistics by input token (an error for a task without tokens)\n"
@@ -129,12 +131,14 @@ static const CmdHelp commands[] = {
      "  3   a file could not be written (or --out holds files), out of memory\n"
      "  70  internal error (a bug)\n"
      "  130 interrupted (SIGINT or SIGTERM): nothing written\n", cmd_diag},
-    {"plot", "plot RUN_DIR... [--out PATH] [--title TEXT]",
+    {"plot", "plot RUN_DIR... [--out PATH] [--title TEXT] | plot --figure FIG.json [--out PATH]",
      "draw the loss, accuracy and learning rate against the step of one or several runs (SVG and PNG)",
      "  RUN_DIR                 a run directory of cellc train, or a sweep's directory (its runs)\n"
      "  --out PATH              write PATH.svg and PATH.png (default RUN_DIR/curves; required for\n"
      "                          several RUN_DIRs)\n"
      "  --title TEXT            the loss panel's title (default: loss)\n"
+     "  --figure FIG.json       panels of numbers given in FIG.json instead of runs, drawn as cellc diag's\n"
+     "                          plots (docs/cli.md \"Plots\"); PATH defaults to FIG without .json\n"
      "  -h, --help              this help\n"
      "Each run is one colour, labelled by the configuration keys that differ between the runs;\n"
      "train rows are solid lines, valid rows dashed.\n",

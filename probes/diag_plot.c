@@ -1,7 +1,8 @@
-/* diag_plot.c: the plots of `cellc diag`, drawn by PLplot (libplplot-dev) with its `svg` device
- * into files written through fsout (a temporary file, renamed once PLplot has finished it). */
+/* diag_plot.c: the plots of `cellc diag`, drawn by PLplot (libplplot-dev) with its `svg` and
+ * `pngcairo` devices into files written through fsout (a temporary file, renamed once PLplot has finished it). */
 #include "diag_stats.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <plplot/plplot.h>
 #include <stdio.h>
@@ -14,12 +15,6 @@
 static const int colours[] = {9, 1, 3, 13, 4, 11};
 
 /* PLplot's `device` into the temporary file of o: 0, or -1. */
-static int plot_begin_on(FsOut *o, const char *device, const char *path, int width, int height, char *err, size_t errlen);
-
-static int plot_begin(FsOut *o, const char *path, int width, int height, char *err, size_t errlen) {
-  return plot_begin_on(o, "svg", path, width, height, err, errlen);
-}
-
 static int plot_begin_on(FsOut *o, const char *device, const char *path, int width, int height, char *err, size_t errlen) {
   if (fsout_begin(o, path, err, errlen) < 0) return -1;
   int fd = dup(o->fd);
@@ -47,86 +42,278 @@ static int plot_end(FsOut *o, char *err, size_t errlen) {
   return fsout_commit(o, err, errlen);
 }
 
-/* The range of the finite (positive, on a log axis) values of every series along x or y. */
-static void range(const DiagPlot *p, bool along_y, double *lo, double *hi) {
-  bool logv = along_y ? p->logy : p->logx;
+/* Whether an axis over the values [lo, hi] is drawn in log10: all positive and a decade or more
+ * apart (under a decade a log axis reads as a cliff, and linear shows the values as they are). */
+static bool log_fits(double lo, double hi) { return lo > 0 && isfinite(lo) && isfinite(hi) && hi / lo >= 10; }
+
+/* PLplot labels a log axis at every power of ten and only there: over fewer than three of them the
+ * axis also gets labels at 2 and 5 times each power, over more than eight only every few powers
+ * are labelled (drawn here; true when it does, and PLplot's own labels are left off). */
+static bool log_labels(bool along_y, double p0, double p1) {
+  int powers = (int)(floor(p1) - ceil(p0)) + 1;
+  if (powers > 8) { /* PLplot would label every power: every step-th one, at most eight */
+    int step = (powers + 7) / 8;
+    for (int k = (int)ceil(p0); k <= (int)floor(p1); k++) {
+      if (k % step) continue;
+      char text[32];
+      snprintf(text, sizeof text, k == 0 ? "1" : "10#u%d#d", k);
+      double f = (k - p0) / (p1 - p0);
+      if (along_y) plmtex("lv", 0.5, f, 1.0, text);
+      else plmtex("b", 1.5, f, 0.5, text);
+    }
+    return true;
+  }
+  if (powers >= 3) return false;
+  static const double mult[3] = {1, 2, 5};
+  for (int k = (int)floor(p0); k <= (int)ceil(p1); k++)
+    for (int m = 0; m < 3; m++) {
+      double v = log10(mult[m]) + k;
+      if (v < p0 || v > p1) continue;
+      char text[32];
+      snprintf(text, sizeof text, "%g", mult[m] * pow(10, k));
+      double f = (v - p0) / (p1 - p0);
+      if (along_y) plmtex("lv", 0.5, f, 1.0, text);
+      else plmtex("b", 1.5, f, 0.5, text);
+    }
+  return true;
+}
+
+/* The range of the finite values of every series of p along x or y (non-positive ones left out
+ * when positive_only). */
+static void data_range(const DiagPlot *p, bool along_y, bool positive_only, double *lo, double *hi) {
   *lo = INFINITY, *hi = -INFINITY;
   for (int s = 0; s < p->nseries; s++)
     for (int i = 0; i < p->series[s].n; i++) {
       double v = along_y ? p->series[s].y[i] : p->series[s].x[i];
-      if (!isfinite(v) || (logv && v <= 0)) continue;
-      v = logv ? log10(v) : v;
-      if (v < *lo) *lo = v;
-      if (v > *hi) *hi = v;
+      if (!isfinite(v) || (positive_only && v <= 0)) continue;
+      *lo = fmin(*lo, v), *hi = fmax(*hi, v);
     }
-  if (!(*lo <= *hi)) *lo = 0, *hi = 1;
-  double pad = (*hi - *lo) * 0.05;
-  if (pad == 0) pad = logv ? 0.5 : (fabs(*lo) > 0 ? fabs(*lo) * 0.1 : 1);
-  *lo -= pad, *hi += pad;
 }
 
-static void draw_series(const DiagPlot *p, int s) {
-  const DiagSeries *d = &p->series[s];
+/* An axis: its scale and its range in plot units (log10 of the values on a log axis), padded. */
+typedef struct Axis {
+  bool log;
+  double lo, hi; /* the data's range, in values */
+  double p0, p1; /* the drawn range, in plot units */
+} Axis;
+
+static void axis_pad(Axis *a) {
+  double lo = a->log ? log10(a->lo) : a->lo, hi = a->log ? log10(a->hi) : a->hi;
+  if (!(lo <= hi)) lo = 0, hi = 1;
+  double pad = (hi - lo) * 0.05;
+  if (pad == 0) pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
+  a->p0 = lo - pad, a->p1 = hi + pad;
+}
+
+static void axis_of(const DiagPlot *p, bool along_y, Axis *a) {
+  bool want = along_y ? p->logy : p->logx;
+  double plo, phi;
+  data_range(p, along_y, false, &a->lo, &a->hi);
+  data_range(p, along_y, true, &plo, &phi);
+  a->log = want && a->lo > 0 && log_fits(plo, phi);
+  axis_pad(a);
+}
+
+static void draw_series(const DiagSeries *d, bool logx, bool logy, int colour) {
   PLFLT *x = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8), *y = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8);
   int m = 0;
   for (int i = 0; i < d->n; i++) {
     double a = d->x[i], b = d->y[i];
-    if (!isfinite(a) || !isfinite(b) || (p->logx && a <= 0) || (p->logy && b <= 0)) continue;
-    x[m] = p->logx ? log10(a) : a, y[m] = p->logy ? log10(b) : b, m++;
+    if (!isfinite(a) || !isfinite(b) || (logx && a <= 0) || (logy && b <= 0)) continue;
+    x[m] = logx ? log10(a) : a, y[m] = logy ? log10(b) : b, m++;
   }
-  plcol0(colours[s % 6]);
-  if (d->points) plpoin(m, x, y, 1);
+  plcol0(colours[colour % 6]);
+  if (d->points || m == 1) plpoin(m, x, y, d->points ? 4 : 17);
   else if (m > 0) plline(m, x, y);
-  if (d->label) plmtex("rv", -1.0, 0.96 - 0.06 * s, 1.0, d->label);
   free(x), free(y);
 }
 
-int diag_plot(const char *path, const DiagPlot *p, char *err, size_t errlen) {
-  FsOut o;
-  if (plot_begin(&o, path, 720, 540, err, errlen) < 0) return -1;
-  double x0, x1, y0, y1;
-  range(p, false, &x0, &x1);
-  range(p, true, &y0, &y1);
-  plcol0(15);
-  plenv(x0, x1, y0, y1, 0, (p->logx ? 10 : 0) + (p->logy ? 20 : 0));
-  pllab(p->xlabel, p->ylabel, p->title);
-  for (int s = 0; s < p->nseries; s++) draw_series(p, s);
-  return plot_end(&o, err, errlen);
+/* The figure's layout in page units: panel k's data box and its legend's box below it. */
+typedef struct Layout {
+  int width, height, rows;
+  double w, leg; /* a panel's share of the width; the legend strip's share of the height */
+} Layout;
+
+static Layout layout(const DiagPlot *panels, int n) {
+  Layout L = {0};
+  for (int k = 0; k < n; k++) {
+    int r = 0;
+    for (int s = 0; s < panels[k].nseries; s++) r += panels[k].series[s].label != NULL;
+    if (r > L.rows) L.rows = r;
+  }
+  L.width = (n == 1 ? 640 : 460 * n), L.height = 440 + 20 * L.rows + (L.rows ? 12 : 0);
+  L.w = 1.0 / n, L.leg = (20.0 * L.rows + (L.rows ? 12 : 0)) / L.height;
+  return L;
 }
 
-/* One panel: each histogram as a step line of its fractions per bin. */
-static void hist_panel(const DiagHistPanel *h) {
-  double ymax = 0;
-  for (int k = 0; k < h->nhist; k++) {
-    double tot = 0;
-    for (int i = 0; i < DIAG_BINS; i++) tot += (double)h->hist[k][i];
-    for (int i = 0; i < DIAG_BINS && tot > 0; i++) ymax = fmax(ymax, (double)h->hist[k][i] / tot);
-  }
-  plcol0(15);
-  plenv(0, 1, 0, ymax > 0 ? ymax * 1.1 : 1, 0, 0);
-  pllab("gate value", "fraction of values", h->title);
-  for (int k = 0; k < h->nhist; k++) {
-    double tot = 0;
-    for (int i = 0; i < DIAG_BINS; i++) tot += (double)h->hist[k][i];
-    PLFLT x[2 * DIAG_BINS], y[2 * DIAG_BINS];
-    for (int i = 0; i < DIAG_BINS; i++) {
-      double f = tot > 0 ? (double)h->hist[k][i] / tot : 0;
-      x[2 * i] = (double)i / DIAG_BINS, x[2 * i + 1] = (double)(i + 1) / DIAG_BINS;
-      y[2 * i] = y[2 * i + 1] = f;
+static void panel_box(const Layout *L, int k, bool categorical, double b[4]) {
+  b[0] = k * L->w + 95.0 / L->width, b[1] = (k + 1) * L->w - 25.0 / L->width;
+  b[2] = L->leg + (categorical ? 70.0 : 60.0) / L->height, b[3] = 1 - 40.0 / L->height;
+}
+
+static void legend_box(const Layout *L, int k, double b[4]) {
+  b[0] = k * L->w + 60.0 / L->width, b[1] = (k + 1) * L->w - 10.0 / L->width;
+  b[2] = 4.0 / L->height, b[3] = L->leg;
+}
+
+static void draw_fig(const DiagPlot *panels, int n, const Axis *ax, const Axis *ay, const Layout *L) {
+  pladv(0);
+  for (int k = 0; k < n; k++) {
+    const DiagPlot *p = &panels[k];
+    bool cat = p->xnames != NULL;
+    double b[4];
+    panel_box(L, k, cat, b);
+    plvpor(b[0], b[1], b[2], b[3]);
+    plwind(ax[k].p0, ax[k].p1, ay[k].p0, ay[k].p1);
+    plcol0(15);
+    bool own_x = !cat && ax[k].log && log_labels(false, ax[k].p0, ax[k].p1);
+    bool own_y = ay[k].log && log_labels(true, ay[k].p0, ay[k].p1);
+    plbox(cat ? "bc" : ax[k].log ? (own_x ? "bcstl" : "bcnstl") : "bcnst", 0, 0,
+          ay[k].log ? (own_y ? "bcstvl" : "bcnstvl") : "bcnstv", 0, 0);
+    const char *xl = p->xlabel, *yl = p->ylabel;
+    char xbuf[256], ybuf[256];
+    if (ax[k].log) snprintf(xbuf, sizeof xbuf, "%s (log scale)", xl), xl = xbuf;
+    if (ay[k].log) snprintf(ybuf, sizeof ybuf, "%s (log scale)", yl), yl = ybuf;
+    plmtex("t", 1.2, 0.5, 0.5, p->title);
+    plmtex("l", 5.0, 0.5, 0.5, yl);
+    plmtex("b", cat ? 4.2 : 3.2, 0.5, 0.5, xl);
+    if (cat) { /* the names as tick labels, every one while they fit, else evenly spaced */
+      int every = p->nxnames <= 24 ? 1 : (p->nxnames + 23) / 24;
+      for (int i = 0; i < p->nxnames; i += every) {
+        double f = (i - ax[k].p0) / (ax[k].p1 - ax[k].p0);
+        PLFLT tx[2] = {i, i}, ty[2] = {ay[k].p0, ay[k].p0 + (ay[k].p1 - ay[k].p0) * 0.015};
+        plline(2, tx, ty);
+        plmtex("b", p->nxnames > 12 && (i / every) % 2 ? 2.6 : 1.3, f, 0.5, p->xnames[i]);
+      }
     }
-    plcol0(colours[k % 6]);
-    plline(2 * DIAG_BINS, x, y);
-    if (h->labels[k]) plmtex("rv", -1.0, 0.96 - 0.07 * k, 1.0, h->labels[k]);
+    for (int s = 0; s < p->nseries; s++) draw_series(&p->series[s], ax[k].log, ay[k].log, s);
+    /* the legend, below the panel: a short line (or a marker) in each series' colour, then its label */
+    if (!L->rows) continue;
+    legend_box(L, k, b);
+    plvpor(b[0], b[1], b[2], b[3]);
+    plwind(0, 1, 0, 1);
+    int r = 0;
+    for (int s = 0; s < p->nseries; s++) {
+      if (!p->series[s].label) continue;
+      double yy = 1 - (r + 0.5) / L->rows;
+      PLFLT lx[2] = {0, 0.06}, ly[2] = {yy, yy}, mx = 0.03;
+      plcol0(colours[s % 6]);
+      if (p->series[s].points) plpoin(1, &mx, &yy, 4);
+      else plwidth(2), plline(2, lx, ly), plwidth(1);
+      plcol0(15);
+      plptex(0.08, yy, 1, 0, 0, p->series[s].label);
+      r++;
+    }
   }
 }
 
-int diag_plot_hists(const char *path, const DiagHistPanel *panels, int npanels, char *err, size_t errlen) {
-  FsOut o;
-  int cols = npanels < 1 ? 1 : npanels;
-  if (plot_begin(&o, path, 420 * cols, 420, err, errlen) < 0) return -1;
-  plssub(cols, 1);
-  for (int i = 0; i < npanels; i++) hist_panel(&panels[i]); /* plenv moves to the next panel */
-  return plot_end(&o, err, errlen);
+static void record_fig(cJSON *record, const char *path, const DiagPlot *panels, int n, const Axis *ax, const Axis *ay,
+                       const Layout *L) {
+  cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+  const char *base = strrchr(path, '/');
+  cJSON_AddStringToObject(o, "file", base ? base + 1 : path);
+  for (int k = 0; k < n; k++) {
+    const DiagPlot *p = &panels[k];
+    cJSON *q = cJSON_CreateObject(), *labels = cJSON_CreateArray();
+    double b[4];
+    cJSON_AddStringToObject(q, "title", p->title);
+    cJSON_AddStringToObject(q, "xlabel", p->xlabel);
+    cJSON_AddStringToObject(q, "ylabel", p->ylabel);
+    cJSON_AddStringToObject(q, "xscale", p->xnames ? "names" : ax[k].log ? "log" : "linear");
+    cJSON_AddStringToObject(q, "yscale", ay[k].log ? "log" : "linear");
+    /* the drawn ranges, in values */
+    double xr[2] = {ax[k].log ? pow(10, ax[k].p0) : ax[k].p0, ax[k].log ? pow(10, ax[k].p1) : ax[k].p1};
+    double yr[2] = {ay[k].log ? pow(10, ay[k].p0) : ay[k].p0, ay[k].log ? pow(10, ay[k].p1) : ay[k].p1};
+    cJSON_AddItemToObject(q, "x", cJSON_CreateDoubleArray(xr, 2));
+    cJSON_AddItemToObject(q, "y", cJSON_CreateDoubleArray(yr, 2));
+    double yd[2] = {ay[k].lo, ay[k].hi}; /* the data's own range (over every panel when shared) */
+    cJSON_AddItemToObject(q, "ydata", cJSON_CreateDoubleArray(yd, 2));
+    panel_box(L, k, p->xnames != NULL, b);
+    cJSON_AddItemToObject(q, "box", cJSON_CreateDoubleArray(b, 4));
+    legend_box(L, k, b);
+    cJSON_AddItemToObject(q, "legend_box", cJSON_CreateDoubleArray(b, 4));
+    for (int s = 0; s < p->nseries; s++)
+      if (p->series[s].label) cJSON_AddItemToArray(labels, cJSON_CreateString(p->series[s].label));
+    cJSON_AddItemToObject(q, "legend", labels);
+    if (p->xnames) {
+      cJSON *names = cJSON_CreateArray();
+      for (int i = 0; i < p->nxnames; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->xnames[i]));
+      cJSON_AddItemToObject(q, "xnames", names);
+    }
+    cJSON_AddItemToArray(arr, q);
+  }
+  cJSON_AddItemToObject(o, "panels", arr);
+  cJSON_AddItemToArray(record, o);
+}
+
+int diag_plot_fig(const char *path, const DiagPlot *panels, int n, bool share_y, cJSON *record, char *err, size_t errlen) {
+  Axis *ax = xcalloc((size_t)n + 1, sizeof(Axis)), *ay = xcalloc((size_t)n + 1, sizeof(Axis));
+  for (int k = 0; k < n; k++) {
+    axis_of(&panels[k], false, &ax[k]);
+    if (panels[k].xnames) ax[k].log = false, ax[k].p0 = -0.5, ax[k].p1 = panels[k].nxnames - 0.5;
+    axis_of(&panels[k], true, &ay[k]);
+  }
+  if (share_y && n > 1) { /* one range over all panels, log only where every panel's data allow it */
+    Axis all = {true, INFINITY, -INFINITY, 0, 0};
+    double plo = INFINITY, phi = -INFINITY;
+    for (int k = 0; k < n; k++) {
+      double a, b;
+      data_range(&panels[k], true, true, &a, &b);
+      plo = fmin(plo, a), phi = fmax(phi, b);
+      all.lo = fmin(all.lo, ay[k].lo), all.hi = fmax(all.hi, ay[k].hi);
+      all.log = all.log && panels[k].logy;
+    }
+    all.log = all.log && all.lo > 0 && log_fits(plo, phi);
+    axis_pad(&all);
+    for (int k = 0; k < n; k++) ay[k] = all;
+  }
+  Layout L = layout(panels, n);
+  static const char *const devs[2] = {"svg", "pngcairo"};
+  size_t len = strlen(path);
+  char *png = xasprintf("%.*s.png", (int)(len > 4 && !strcmp(path + len - 4, ".svg") ? len - 4 : len), path);
+  int rc = 0;
+  for (int d = 0; d < 2 && !rc; d++) {
+    FsOut o;
+    if (plot_begin_on(&o, devs[d], d ? png : path, L.width, L.height, err, errlen) < 0) {
+      rc = -1;
+      break;
+    }
+    draw_fig(panels, n, ax, ay, &L);
+    rc = plot_end(&o, err, errlen);
+  }
+  if (!rc && record) record_fig(record, path, panels, n, ax, ay, &L);
+  free(png), free(ax), free(ay);
+  return rc;
+}
+
+int diag_plot(const char *path, const DiagPlot *p, char *err, size_t errlen) {
+  return diag_plot_fig(path, p, 1, false, NULL, err, errlen);
+}
+
+/* Each histogram as a step line of its fractions per bin; every panel on one y range, so that a
+ * --compare run's panel reads against this one's. */
+int diag_plot_hists(const char *path, const DiagHistPanel *panels, int npanels, cJSON *record, char *err, size_t errlen) {
+  int n = npanels < 1 ? 1 : npanels;
+  DiagPlot *pl = xcalloc((size_t)n, sizeof(DiagPlot));
+  DiagSeries *ser = xcalloc((size_t)n * 4, sizeof(DiagSeries));
+  double *xs = xcalloc((size_t)n * 4 * 2 * DIAG_BINS, sizeof(double)), *ys = xcalloc((size_t)n * 4 * 2 * DIAG_BINS, sizeof(double));
+  for (int k = 0; k < npanels; k++) {
+    const DiagHistPanel *h = &panels[k];
+    for (int j = 0; j < h->nhist; j++) {
+      double tot = 0, *x = xs + ((size_t)k * 4 + j) * 2 * DIAG_BINS, *y = ys + ((size_t)k * 4 + j) * 2 * DIAG_BINS;
+      for (int i = 0; i < DIAG_BINS; i++) tot += (double)h->hist[j][i];
+      for (int i = 0; i < DIAG_BINS; i++) {
+        x[2 * i] = (double)i / DIAG_BINS, x[2 * i + 1] = (double)(i + 1) / DIAG_BINS;
+        y[2 * i] = y[2 * i + 1] = tot > 0 ? (double)h->hist[j][i] / tot : 0;
+      }
+      ser[k * 4 + j] = (DiagSeries){h->labels[j], x, y, 2 * DIAG_BINS, false};
+    }
+    pl[k] = (DiagPlot){h->title, "gate value (0 to 1)", "fraction of the values per bin", false, false, ser + k * 4, h->nhist,
+                       NULL, 0};
+  }
+  int rc = diag_plot_fig(path, pl, npanels, true, record, err, errlen);
+  free(pl), free(ser), free(xs), free(ys);
+  return rc;
 }
 
 /* ---- cellc plot: panels over a legend ---- */
@@ -190,7 +377,8 @@ int diag_plot_panels(const char *path, const char *device, const DiagPanel *pane
     plvpor(k * w + 95.0 / width, (k + 1) * w - 25.0 / width, leg + 60.0 / height, 1 - 45.0 / height);
     plwind(x0, x1, y0, y1);
     plcol0(15);
-    plbox("bcnst", 0, 0, logy ? "bcnstvl" : "bcnstv", 0, 0);
+    bool own = logy && log_labels(true, y0, y1);
+    plbox("bcnst", 0, 0, logy ? (own ? "bcstvl" : "bcnstvl") : "bcnstv", 0, 0);
     pllab(p->xlabel, p->ylabel, p->title);
     for (int s = 0; s < p->nlines; s++) {
       const DiagLine *d = &p->lines[s];

@@ -49,7 +49,12 @@ typedef struct LayerAcc {
   double *S_med, *eff_lr, *ai, *ce;  /* per lag 1..nlags */
   double *pairs_P, *pairs_S;         /* every (start, lag) */
   double *pairs_Q;                   /* the complement's predictor: the product of 1 - c (real states) */
+  int *pairs_lag;                    /* each pair's lag */
+  int nseq, nstart;                  /* the sequences and the start times per sequence measured */
   int npairs;
+  double *P_med, *Q_med;             /* per lag: the medians of the predictor and its complement */
+  bool has_ols, has_ols_c;           /* the least-squares fits of the same points */
+  double slope_ols, slope_ols_c;
   bool has_slope, has_slope_c;
   double slope_c, icept_c;
   double slope, icept;
@@ -67,6 +72,7 @@ struct Diag {
   bool tokens;                       /* token statistics */
   LayerAcc *acc;
   cJSON *compare;                    /* --compare DIR's diag.json */
+  cJSON *plots;                      /* plots.json: each figure's panels, axes and legend boxes */
 };
 
 /* ---- accumulating over batches ---- */
@@ -87,6 +93,7 @@ static void acc_free(LayerAcc *A) {
   for (int i = 0; A->gate0 && i < A->L.ngates; i++) free(A->gate0[i]);
   free(A->g), free(A->grad_sum), free(A->chg_sum), free(A->chg_n), free(A->J), free(A->x0), free(A->h00), free(A->gate0);
   free(A->S_med), free(A->eff_lr), free(A->ai), free(A->ce), free(A->pairs_P), free(A->pairs_S), free(A->pairs_Q);
+  free(A->pairs_lag), free(A->P_med), free(A->Q_med);
   diag_layer_close(&A->L);
 }
 
@@ -150,66 +157,98 @@ static void add_steps(LayerAcc *A, const DiagSeq *s, const int32_t *tokens) {
 /* ---- the Jacobian products ---- */
 
 /* The predictor's per-unit value at step t of sequence 0 (a complex coefficient: its modulus). */
-static double coef_unit(const LayerAcc *A, const DiagSeq *s, int t, int j) {
+static double coef_unit(const LayerAcc *A, const DiagSeq *s, int t, int b, int j) {
   const DiagLayer *L = &A->L;
   int e = diag_numel(L, L->coef[0]);
-  double re = s->gates[L->coef[0]][(size_t)t * s->B * e + (e == 1 ? 0 : j)];
+  size_t at = ((size_t)t * s->B + b) * e + (e == 1 ? 0 : j);
+  double re = s->gates[L->coef[0]][at];
   if (L->coef[1] < 0) return re;
-  double im = s->gates[L->coef[1]][(size_t)t * s->B * e + (e == 1 ? 0 : j)];
+  double im = s->gates[L->coef[1]][at];
   return sqrt(re * re + im * im);
 }
 
-/* M_{t,k} = J_t ... J_{k+1} from up to MAX_STARTS start times k, to lag MAX_LAG: S = sigma_max,
- * AI_10, CE_10 per lag (medians), and the pairs (P, S) of the slope. */
+/* The median of the pairs' v whose lag is lag + 1 (scratch: room for every pair). */
+static double lag_median(const LayerAcc *A, const double *v, int lag, double *scratch) {
+  int m = 0;
+  for (int i = 0; i < A->npairs; i++)
+    if (A->pairs_lag[i] == lag + 1 && isfinite(v[i])) scratch[m++] = v[i];
+  return diag_median(scratch, m);
+}
+
+/* M_{t,k} = J_t ... J_{k+1} from the start times k (--starts: up to 16 evenly, or every one) of
+ * each of the first --sequences sequences, to lag MAX_LAG: S = sigma_max, AI_10, CE_10 per lag
+ * (medians over starts and sequences), the predictors' medians per lag and the pairs (P, S) of the
+ * slopes. Sequence 0's step Jacobians are A->J; the others' are computed here. */
 static void products(Diag *d, LayerAcc *A, const DiagSeq *s) {
   const DiagLayer *L = &A->L;
   int T = d->T, S = L->S, nl = T < MAX_LAG ? T : MAX_LAG;
-  int nstart = T < MAX_STARTS ? T : MAX_STARTS;
+  int want = d->a.starts == -1 ? T : d->a.starts > 0 ? d->a.starts : MAX_STARTS;
+  int nstart = T < want ? T : want, nseq = d->a.sequences > 0 ? d->a.sequences : 1;
+  if (nseq > s->B) nseq = s->B;
   int units = L->coef[0] >= 0 ? L->p->sparts[L->p->spart_of[L->coef_state]].size : 0; /* of the predictor's state */
+  size_t cap = (size_t)nl * nstart * nseq + 1;
   double *M = xcalloc((size_t)S * S, sizeof(double)), *N = xcalloc((size_t)S * S, sizeof(double));
   double *sv = xcalloc((size_t)S + 1, sizeof(double)), *prod = xcalloc((size_t)units + 1, sizeof(double));
-  double *Sv = xcalloc((size_t)nl * nstart + 1, sizeof(double)), *AIv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  double *CEv = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  double *Sv = xcalloc(cap, sizeof(double)), *AIv = xcalloc(cap, sizeof(double)), *CEv = xcalloc(cap, sizeof(double));
+  double *Jb = nseq > 1 ? xcalloc((size_t)T * S * S + 1, sizeof(double)) : NULL;
   int *cnt = xcalloc((size_t)nl + 1, sizeof(int));
-  A->pairs_P = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  A->pairs_Q = xcalloc((size_t)nl * nstart + 1, sizeof(double));
+  A->pairs_P = xcalloc(cap, sizeof(double)), A->pairs_Q = xcalloc(cap, sizeof(double));
+  A->pairs_S = xcalloc(cap, sizeof(double)), A->pairs_lag = xcalloc(cap, sizeof(int));
   double *cprod = xcalloc((size_t)units + 1, sizeof(double));
-  A->pairs_S = xcalloc((size_t)nl * nstart + 1, sizeof(double));
-  for (int si = 0; si < nstart; si++) {
-    int k = (int)((long)si * T / nstart);
-    memset(M, 0, sizeof(double) * (size_t)S * S);
-    for (int i = 0; i < S; i++) M[(size_t)i * S + i] = 1;
-    for (int j = 0; j < units; j++) prod[j] = cprod[j] = 1;
-    for (int t = k; t < T && t - k < nl; t++) {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0, A->J + (size_t)t * S * S, S, M, S, 0.0, N, S);
-      double *tmp = M;
-      M = N, N = tmp;
-      int lag = t - k + 1, slot = (lag - 1) * nstart + cnt[lag - 1]++;
-      if (diag_singular_values(S, M, sv) < 0) sv[0] = NAN;
-      Sv[slot] = sv[0];
-      diag_anisotropy(sv, S, 10, &AIv[slot], &CEv[slot]);
-      double P = 0;
-      double Q = 0;
-      for (int j = 0; j < units; j++) {
-        double c = coef_unit(A, s, t, j);
-        prod[j] *= c, cprod[j] *= 1 - c, P += prod[j], Q += cprod[j];
+  DiagSeq one;
+  if (Jb) diag_seq_alloc(L, &one, 1, S);
+  for (int b = 0; b < nseq; b++) {
+    const double *J = A->J;
+    if (b > 0) {
+      for (int t = 0; t < T; t++) diag_step_jacobian(L, s, t, b, &one, Jb + (size_t)t * S * S);
+      J = Jb;
+    }
+    for (int si = 0; si < nstart; si++) {
+      int k = (int)((long)si * T / nstart);
+      memset(M, 0, sizeof(double) * (size_t)S * S);
+      for (int i = 0; i < S; i++) M[(size_t)i * S + i] = 1;
+      for (int j = 0; j < units; j++) prod[j] = cprod[j] = 1;
+      for (int t = k; t < T && t - k < nl; t++) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0, J + (size_t)t * S * S, S, M, S, 0.0, N, S);
+        double *tmp = M;
+        M = N, N = tmp;
+        int lag = t - k + 1, slot = (lag - 1) * nstart * nseq + cnt[lag - 1]++;
+        if (diag_singular_values(S, M, sv) < 0) sv[0] = NAN;
+        Sv[slot] = sv[0];
+        diag_anisotropy(sv, S, 10, &AIv[slot], &CEv[slot]);
+        double P = 0;
+        double Q = 0;
+        for (int j = 0; j < units; j++) {
+          double c = coef_unit(A, s, t, b, j);
+          prod[j] *= c, cprod[j] *= 1 - c, P += prod[j], Q += cprod[j];
+        }
+        if (units)
+          A->pairs_P[A->npairs] = P / units, A->pairs_Q[A->npairs] = Q / units, A->pairs_S[A->npairs] = sv[0],
+          A->pairs_lag[A->npairs++] = lag;
       }
-      if (units) A->pairs_P[A->npairs] = P / units, A->pairs_Q[A->npairs] = Q / units, A->pairs_S[A->npairs++] = sv[0];
     }
   }
-  A->nlags = nl;
+  if (Jb) diag_seq_free(L, &one);
+  A->nlags = nl, A->nseq = nseq, A->nstart = nstart;
   A->S_med = xcalloc((size_t)nl + 1, sizeof(double)), A->eff_lr = xcalloc((size_t)nl + 1, sizeof(double));
   A->ai = xcalloc((size_t)nl + 1, sizeof(double)), A->ce = xcalloc((size_t)nl + 1, sizeof(double));
+  A->P_med = xcalloc((size_t)nl + 1, sizeof(double)), A->Q_med = xcalloc((size_t)nl + 1, sizeof(double));
   for (int l = 0; l < nl; l++) {
-    A->S_med[l] = diag_median(Sv + (size_t)l * nstart, cnt[l]);
-    A->ai[l] = diag_median(AIv + (size_t)l * nstart, cnt[l]);
-    A->ce[l] = diag_median(CEv + (size_t)l * nstart, cnt[l]);
+    size_t at = (size_t)l * nstart * nseq;
+    A->S_med[l] = diag_median(Sv + at, cnt[l]);
+    A->ai[l] = diag_median(AIv + at, cnt[l]);
+    A->ce[l] = diag_median(CEv + at, cnt[l]);
     A->eff_lr[l] = A->S_med[l] / A->S_med[0];
+    /* scratch: Sv's first lag (reduced above), room for any one lag's pairs */
+    A->P_med[l] = units ? lag_median(A, A->pairs_P, l, Sv) : NAN;
+    A->Q_med[l] = units ? lag_median(A, A->pairs_Q, l, Sv) : NAN;
   }
   A->has_slope = units && diag_loglog_slope(A->pairs_P, A->pairs_S, A->npairs, &A->slope, &A->icept) == 0;
   A->has_slope_c = units && L->coef[1] < 0 &&
                    diag_loglog_slope(A->pairs_Q, A->pairs_S, A->npairs, &A->slope_c, &A->icept_c) == 0;
-  free(cprod);
+  A->has_ols = units && diag_loglog_ols(A->pairs_P, A->pairs_S, A->npairs, &A->slope_ols, &(double){0}) == 0;
+  A->has_ols_c = units && L->coef[1] < 0 && diag_loglog_ols(A->pairs_Q, A->pairs_S, A->npairs, &A->slope_ols_c, &(double){0}) == 0;
+  free(cprod), free(Jb);
   free(M), free(N), free(sv), free(prod), free(Sv), free(AIv), free(CEv), free(cnt);
 }
 
@@ -402,6 +441,12 @@ static cJSON *jacobian_json(const LayerAcc *A) {
   if (A->L.predictor && A->L.coef[1] < 0 && !pc) snprintf(buf, sizeof buf, "1-%s", A->L.predictor), pc = buf;
   cJSON_AddItemToObject(o, "predictor_complement", pc ? cJSON_CreateString(pc) : cJSON_CreateNull());
   cJSON_AddItemToObject(o, "slope_complement", A->has_slope_c ? num(A->slope_c) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "slope_ols", A->has_ols ? num(A->slope_ols) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "slope_complement_ols", A->has_ols_c ? num(A->slope_ols_c) : cJSON_CreateNull());
+  cJSON_AddItemToObject(o, "P_median", A->P_med ? nums(A->P_med, A->nlags) : cJSON_CreateArray());
+  cJSON_AddItemToObject(o, "P_complement_median", A->P_med && A->L.coef[1] < 0 ? nums(A->Q_med, A->nlags) : cJSON_CreateNull());
+  cJSON_AddNumberToObject(o, "sequences", A->nseq);
+  cJSON_AddNumberToObject(o, "starts", A->nstart);
   return o;
 }
 
@@ -519,7 +564,7 @@ static int plot_gates(Diag *d, cJSON *cmp, int k, const char *dir, char *err, si
     pan[np].hist[0] = A->g[i].hist, pan[np].nhist = 1, np++;
   }
   char *path = xasprintf("%s/gates_layer%d.svg", dir, k);
-  int rc = diag_plot_hists(path, pan, np, err, errlen);
+  int rc = diag_plot_hists(path, pan, np, d->plots, err, errlen);
   free(path), free(pan), free(before);
   return rc;
 }
@@ -539,21 +584,22 @@ static int plot_preact(Diag *d, int k, const char *dir, char *err, size_t errlen
   int rc = 0;
   if (np) {
     char *path = xasprintf("%s/preact_layer%d.svg", dir, k);
-    rc = diag_plot_hists(path, pan, np, err, errlen);
+    rc = diag_plot_hists(path, pan, np, d->plots, err, errlen);
     free(path);
   }
   free(pan);
   return rc;
 }
 
-static int plot_one(const char *dir, const char *file, int k, const DiagPlot *p, char *err, size_t errlen) {
+static int plot_one(Diag *d, const char *dir, const char *file, int k, const DiagPlot *p, int n, char *err, size_t errlen) {
   char *path = xasprintf("%s/%s_layer%d.svg", dir, file, k);
-  int rc = diag_plot(path, p, err, errlen);
+  int rc = diag_plot_fig(path, p, n, false, d->plots, err, errlen);
   free(path);
   return rc;
 }
 
-/* Gradient per step, S against P with the fit, effective learning rate, AI and CE by lag. */
+/* Gradient per step, S against P with the fit, effective learning rate, AI and CE by lag (one
+ * quantity per axis: AI_10 and CE_10 in panels of their own). */
 static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen) {
   LayerAcc *A = &d->acc[k];
   int T = d->T, nl = A->nlags;
@@ -562,16 +608,20 @@ static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen
   for (int i = 0; i < T; i++) t[i] = i + 1, g[i] = A->grad_sum[i] / A->grad_n;
   for (int i = 0; i < nl; i++) lag[i] = i + 1;
   char *title = arena_printf(&d->arena, "layer %d: mean ||dL/dh_t|| over the batch", k);
-  DiagSeries gs = {"||dL/dh_t||", t, g, T, false};
-  DiagPlot gp = {title, "time step t", "||dL/dh_t|| (log scale)", false, true, &gs, 1};
-  int rc = plot_one(dir, "grad_per_step", k, &gp, err, errlen);
+  DiagSeries gs = {"||dL/dh_t||, mean over the batch", t, g, T, false};
+  DiagPlot gp = {title, "time step t (steps)", "||dL/dh_t|| (loss per unit of state)", false, true, &gs, 1, NULL, 0};
+  int rc = plot_one(d, dir, "grad_per_step", k, &gp, 1, err, errlen);
   DiagSeries es = {"median S(lag) / median S(1)", lag, A->eff_lr, nl, false};
-  DiagPlot ep = {arena_printf(&d->arena, "layer %d: effective learning rate by lag", k), "lag t - k", "eff. learning rate (log)",
-                 false, true, &es, 1};
-  if (!rc) rc = plot_one(dir, "eff_lr", k, &ep, err, errlen);
-  DiagSeries as[2] = {{"AI_10 = s1/s10", lag, A->ai, nl, false}, {"CE_10 (energy in top 10)", lag, A->ce, nl, false}};
-  DiagPlot ap = {arena_printf(&d->arena, "layer %d: anisotropy of M(t,k) by lag", k), "lag t - k", "AI_10, CE_10 (log)", false, true, as, 2};
-  if (!rc) rc = plot_one(dir, "anisotropy", k, &ap, err, errlen);
+  DiagPlot ep = {arena_printf(&d->arena, "layer %d: effective learning rate by lag", k), "lag t - k (steps)",
+                 "effective learning rate (ratio, 1 at lag 1)", false, true, &es, 1, NULL, 0};
+  if (!rc) rc = plot_one(d, dir, "eff_lr", k, &ep, 1, err, errlen);
+  DiagSeries as[2] = {{"AI_10 = s_1 / s_10, median over starts", lag, A->ai, nl, false},
+                      {"CE_10 = energy in the top 10 singular values", lag, A->ce, nl, false}};
+  DiagPlot ap[2] = {{arena_printf(&d->arena, "layer %d: anisotropy index of M(t,k)", k), "lag t - k (steps)",
+                     "AI_10 (ratio of singular values)", false, true, &as[0], 1, NULL, 0},
+                    {arena_printf(&d->arena, "layer %d: captured energy of M(t,k)", k), "lag t - k (steps)",
+                     "CE_10 (fraction of the energy, 0 to 1)", false, false, &as[1], 1, NULL, 0}};
+  if (!rc) rc = plot_one(d, dir, "anisotropy", k, ap, 2, err, errlen);
   if (!rc && A->npairs) {
     double fx[2], fy[2];
     double lo = INFINITY, hi = 0;
@@ -582,32 +632,58 @@ static int plot_curves(Diag *d, int k, const char *dir, char *err, size_t errlen
     DiagSeries ss[2] = {{"(P, S) per start and lag", A->pairs_P, A->pairs_S, A->npairs, true},
                         {A->has_slope ? arena_printf(&d->arena, "fit: slope %.3f", A->slope) : "no fit", fx, fy, 2, false}};
     DiagPlot sp = {arena_printf(&d->arena, "layer %d: sensitivity S = sigma_max(M) against P", k),
-                   arena_printf(&d->arena, "P = product of %s over the lag (log)", A->L.predictor), "S (log)", true, true, ss, 2};
-    rc = plot_one(dir, "S_vs_predictor", k, &sp, err, errlen);
+                   arena_printf(&d->arena, "P = product of %s over the lag (ratio)", A->L.predictor),
+                   "S = sigma_max(M(t,k)) (ratio)", true, true, ss, 2, NULL, 0};
+    rc = plot_one(d, dir, "S_vs_predictor", k, &sp, 1, err, errlen);
   }
   free(t), free(g), free(lag);
   return rc;
 }
 
-/* The token probes: each gate's mean and the mean ||h_t - h_{t-1}|| by the step's input token. */
+/* The name of token `id` of the task, for the token plots' axis (the ids' roles of
+ * docs/training.md "Tasks": copying's blank and marker, temporal_xor's informative tokens and
+ * fillers, a text file's bytes). */
+static const char *token_name(Diag *d, int id) {
+  const char *task = cfg_word(d->run->cfg, "task.name");
+  int V = d->vocab;
+  if (!strcmp(task, "copying") || !strcmp(task, "selective_copying"))
+    return id == 0 ? "blank" : id == V - 1 ? "marker" : arena_printf(&d->arena, "%d", id);
+  if (!strcmp(task, "temporal_xor")) {
+    int informative = cfg_int(d->run->cfg, "task.classes") == 4 ? 4 : 2;
+    return id < informative ? arena_printf(&d->arena, "%d", id) : arena_printf(&d->arena, "fill %d", id);
+  }
+  if (!strcmp(task, "text")) {
+    /* PLplot reads '#' as its escape: that byte by its code */
+    if (id > 32 && id < 127 && id != '#') return arena_printf(&d->arena, "'%c'", id);
+    return id == ' ' ? "space" : id == '\n' ? "newline" : arena_printf(&d->arena, "0x%02x", id);
+  }
+  return arena_printf(&d->arena, "%d", id);
+}
+
+/* The token probes: each gate's mean (0 to 1) and, in a panel of its own, the mean ||h_t - h_{t-1}||,
+ * by the step's input token, named. */
 static int plot_tokens(Diag *d, int k, const char *dir, char *err, size_t errlen) {
   LayerAcc *A = &d->acc[k];
   int V = d->vocab, n = A->L.ngates < 5 ? A->L.ngates : 5, ns = 0;
-  double *tok = xcalloc((size_t)V + 1, sizeof(double)), *vals = xcalloc((size_t)(n + 1) * V + 1, sizeof(double));
+  double *tok = xcalloc((size_t)(n + 1) * V + 1, sizeof(double)), *vals = xcalloc((size_t)(n + 1) * V + 1, sizeof(double));
+  const char **names = arena_alloc(&d->arena, sizeof(char *) * (size_t)(V + 1));
+  for (int t = 0; t < V; t++) names[t] = token_name(d, t);
   DiagSeries ser[6];
   for (int s = 0; s <= n; s++) {
-    double *v = vals + (size_t)s * V;
+    double *v = vals + (size_t)s * V, *x = tok + (size_t)s * V;
     int m = 0;
     for (int t = 0; t < V; t++) {
       double sum = s < n ? A->g[s].tok_sum[t] : A->chg_sum[t], cnt = s < n ? A->g[s].tok_n[t] : A->chg_n[t];
-      if (cnt > 0) tok[m] = t, v[m++] = sum / cnt;
+      if (cnt > 0) x[m] = t, v[m++] = sum / cnt;
     }
     const char *label = s < n ? arena_printf(&d->arena, "mean of gate %s", A->L.cell->gates[s].name) : "mean ||h_t - h_t-1||";
-    ser[ns++] = (DiagSeries){label, tok, v, m, false};
+    ser[ns++] = (DiagSeries){label, x, v, m, true};
   }
-  DiagPlot p = {arena_printf(&d->arena, "layer %d: gate means and state change by input token", k), "input token id",
-                "mean over the steps reading the token", false, false, ser, ns};
-  int rc = plot_one(dir, "tokens", k, &p, err, errlen);
+  DiagPlot p[2] = {{arena_printf(&d->arena, "layer %d: gate means by input token", k), "input token",
+                    "gate mean (0 to 1)", false, false, ser, n, names, V},
+                   {arena_printf(&d->arena, "layer %d: state change by input token", k), "input token",
+                    "mean ||h_t - h_t-1|| (state units)", false, false, ser + n, 1, names, V}};
+  int rc = n ? plot_one(d, dir, "tokens", k, p, 2, err, errlen) : plot_one(d, dir, "tokens", k, p + 1, 1, err, errlen);
   free(tok), free(vals);
   return rc;
 }
@@ -622,11 +698,21 @@ static cJSON *read_compare(Diag *d) {
   return j;
 }
 
+/* Every plot (an SVG and a PNG each) and plots.json, what each figure's panels show: titles, axis
+ * labels, scales and ranges, the boxes of the data and of the legends on the page. */
 static int diag_write_plots(Diag *d, cJSON *cmp, const char *dir, char *err, size_t errlen) {
   int rc = 0;
+  d->plots = cJSON_CreateArray();
   for (int k = 0; k < d->nlayers && !rc; k++)
     rc = plot_gates(d, cmp, k, dir, err, errlen) < 0 || plot_preact(d, k, dir, err, errlen) < 0 ||
          plot_curves(d, k, dir, err, errlen) < 0 || (d->tokens && plot_tokens(d, k, dir, err, errlen) < 0) ? -1 : 0;
+  if (!rc) {
+    char *text = cJSON_Print(d->plots), *path = xasprintf("%s/plots.json", dir);
+    rc = fsout_write_file(path, text, strlen(text), err, errlen);
+    free(text), free(path);
+  }
+  cJSON_Delete(d->plots);
+  d->plots = NULL;
   return rc;
 }
 

@@ -97,3 +97,16 @@ int diag_loglog_slope(const double *P, const double *S, int n, double *slope, do
   free(sl), free(x), free(y);
   return rc;
 }
+
+int diag_loglog_ols(const double *P, const double *S, int n, double *slope, double *icept) {
+  double *x = xmalloc(sizeof(double) * (size_t)n + 8), *y = xmalloc(sizeof(double) * (size_t)n + 8);
+  int k = fit_points(P, S, n, x, y);
+  double mx = 0, my = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < k; i++) mx += x[i], my += y[i];
+  if (k > 0) mx /= k, my /= k;
+  for (int i = 0; i < k; i++) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  int rc = -1;
+  if (k >= 3 && sxx > 0) *slope = sxy / sxx, *icept = my - *slope * mx, rc = 0;
+  free(x), free(y);
+  return rc;
+}

@@ -88,8 +88,8 @@ int grad_probe_write(const GradProbe *g, const char *dir, char *err, size_t errl
     labels[k] = xasprintf("layer %d", k);
     ser[k] = (DiagSeries){labels[k], t, g->max[k], g->T, false};
   }
-  DiagPlot p = {"largest ||dL/dh_t|| seen during training", "time step t", "max ||dL/dh_t|| (log scale)", false, true, ser,
-                g->nlayers};
+  DiagPlot p = {"largest ||dL/dh_t|| seen during training", "time step t (steps)", "max ||dL/dh_t|| (loss per unit of state)", false, true, ser,
+                g->nlayers, NULL, 0};
   path = xasprintf("%s/grad_per_step.svg", dir);
   if (!rc) rc = diag_plot(path, &p, err, errlen);
   for (int k = 0; k < g->nlayers; k++) free(labels[k]);

@@ -17,6 +17,9 @@ typedef struct DiagOptions {
   const char *compare; /* a directory diag wrote, drawn beside this one in the plots, or NULL */
   int batches;         /* validation batches to measure */
   bool by_token;       /* the statistics per input token (token tasks) */
+  int sequences;       /* --sequences: the Jacobian statistics over the first N sequences of the
+                        * first batch (0: 1) */
+  int starts;          /* --starts: start times k of the products per sequence (0: 16; -1: every one) */
 } DiagOptions;
 
 typedef struct Diag Diag;

@@ -186,6 +186,54 @@ def svg_text(path):
         return html.unescape(re.sub(r"<[^>]+>", "", f.read()))
 
 
+def svg_texts(path):
+    """Each text element of an SVG, as shown."""
+    with open(path) as f:
+        return [html.unescape(re.sub(r"<[^>]+>", "", m)) for m in re.findall(r"<text.*?</text>", f.read(), re.S)]
+
+
+def is_number(t):
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return False
+
+
+def check_plot_layout(d, name):
+    """plots.json against the SVGs of diag directory d: a PNG beside every SVG; each panel's axis
+    names in its figure; tick labels on every numeric axis; a log axis only over a decade or more;
+    the legends below the data boxes, outside them; one quantity per y axis."""
+    svgs = sorted(f for f in os.listdir(d) if f.endswith(".svg"))
+    ok = svgs and all(open(os.path.join(d, f[:-4] + ".png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n" for f in svgs)
+    check("%s: a PNG beside every SVG" % name, ok, str(os.listdir(d)))
+    with open(os.path.join(d, "plots.json")) as f:
+        figs = json.load(f)
+    check("%s: plots.json names every SVG" % name, sorted(f["file"] for f in figs) == svgs, str([f["file"] for f in figs]))
+    bad = []
+    for fig in figs:
+        texts = svg_texts(os.path.join(d, fig["file"]))
+        numeric_axes = sum((p["xscale"] != "names") + 1 for p in fig["panels"])
+        if sum(is_number(t) for t in texts) < 2 * numeric_axes:
+            bad.append((fig["file"], "fewer than two tick labels per axis", texts))
+        for p in fig["panels"]:
+            if not any(t.startswith(p["ylabel"]) for t in texts) or not any(t.startswith(p["xlabel"]) for t in texts):
+                bad.append((fig["file"], "axis names", p["ylabel"], p["xlabel"]))
+            lo, hi = p["ydata"]
+            if p["yscale"] == "log" and not (lo > 0 and hi / lo >= 10):
+                bad.append((fig["file"], "log axis under a decade", lo, hi))
+            if p["yscale"] == "linear" and lo > 0 and hi / lo < 10 and not (p["y"][0] <= lo and hi <= p["y"][1]):
+                bad.append((fig["file"], "linear range misses the data", p["y"], lo, hi))
+            lb, b = p["legend_box"], p["box"]
+            if p["legend"] and not lb[3] <= min(q["box"][2] for q in fig["panels"]):
+                bad.append((fig["file"], "legend overlaps the data", lb, b))
+            if "AI_10" in p["ylabel"] and "CE_10" in p["ylabel"]:
+                bad.append((fig["file"], "AI_10 and CE_10 on one axis"))
+    check("%s: tick labels and names on every axis, log only over a decade, legends outside the data, "
+          "one quantity per axis" % name, not bad, str(bad)[:600])
+    return figs
+
+
 def load_json(d):
     with open(os.path.join(d, "diag.json")) as f:
         return json.load(f)
@@ -224,6 +272,16 @@ def check_json_and_plots():
     check("one SVG per diagnostic, per layer", ok, str(os.listdir(init)))
     text = svg_text(os.path.join(init, "S_vs_predictor_layer0.svg"))
     check("the S plot is titled and labelled", "sensitivity" in text and "product of z" in text)
+    figs = {f["file"]: f for f in check_plot_layout(init, "diag at initialization")}
+    an = figs["anisotropy_layer0.svg"]["panels"]
+    check("anisotropy: AI_10 and CE_10 in panels of their own, each axis named",
+          len(an) == 2 and "AI_10" in an[0]["ylabel"] and "CE_10" in an[1]["ylabel"], str(an)[:300])
+    tk = figs["tokens_layer0.svg"]["panels"]
+    names = svg_texts(os.path.join(init, "tokens_layer0.svg"))
+    check("tokens: gate means and the state change in separate panels, the tokens named (blank, marker)",
+          len(tk) == 2 and "gate mean" in tk[0]["ylabel"] and "h_t - h_t-1" in tk[1]["ylabel"] and
+          tk[0]["xnames"][0] == "blank" and tk[0]["xnames"][-1] == "marker" and "blank" in names and "marker" in names,
+          str(tk)[:300])
     run = os.path.join(tmp, "run-gru-compare")
     r = cellc("train", "stdlib/gru.cell", cfg, "--out", run)
     after = os.path.join(tmp, "d-after")
@@ -232,6 +290,11 @@ def check_json_and_plots():
     text = svg_text(os.path.join(after, "gates_layer0.svg")) if r.rc == 0 else ""
     check("--compare: the earlier run's histograms next to this one's", r.rc == 0 and "step 2" in text and "d-init" in text,
           r.why())
+    if r.rc == 0:
+        figs = {f["file"]: f for f in check_plot_layout(after, "diag --compare")}
+        g = figs["gates_layer0.svg"]["panels"]
+        check("--compare: the before and after panels on one y range",
+              len(g) == 4 and all(p["y"] == g[0]["y"] for p in g) and "d-init" in g[0]["title"], str(g)[:400])
     ad = write("adding.cfg", ADDING)
     out = os.path.join(tmp, "d-adding")
     r = cellc("diag", "stdlib/multi_gate.cell", ad, "--out", out)

@@ -22,7 +22,7 @@
 static const char *const optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedules[] = {"constant", "cosine", "inverse_sqrt", "linear", NULL};
 static const char *const modes[] = {"auto", "scan", "sequential", NULL};
-static const char *const encoders[] = {"auto", "embed", "linear", NULL};
+static const char *const encoders[] = {"auto", "embed", "linear", "none", NULL};
 static const char *const blocks[] = {"stack", "residual", NULL};
 static const char *const norms[] = {"none", "layer", "rms", "batch", NULL};
 static const char *const mixers[] = {"none", "glu", "mlp", NULL};
@@ -39,7 +39,7 @@ static const CfgKey model_keys[] = {
      "size of each layer's input x (the embedding size for layer 0)"},
     {"hidden", CFG_INT, "128", 1, MAX_SIZE, false, false, 0, NULL, NULL, "binds dim H"},
     {"encoder", CFG_CHOICE, "auto", 0, 0, false, false, 0, encoders, NULL,
-     "embed (token inputs) | linear (real-valued inputs) | auto (by task)"},
+     "embed (token inputs) | linear (real-valued inputs) | none (the inputs themselves) | auto (by task)"},
     {"block", CFG_CHOICE, "stack", 0, 0, false, false, 0, blocks, NULL,
      "stack: output feeds the next layer | residual: x + mixer(cell(norm(x)))"},
     {"norm", CFG_CHOICE, "none", 0, 0, false, false, 0, norms, NULL, "none | layer | rms | batch (residual blocks)"},
@@ -47,6 +47,7 @@ static const CfgKey model_keys[] = {
     {"dropout", CFG_REAL, "0.0", 0, 1, false, true, 0, NULL, NULL, "dropout probability"},
     {"readout", CFG_CHOICE, "auto", 0, 0, false, false, 0, readouts, NULL,
      "all (per-step outputs) | last | mean | auto (by task)"},
+    {"head_bias", CFG_BOOL, "true", 0, 1, false, false, 0, NULL, NULL, "false: the head is z = W x, its bias kept at 0"},
     {"chunk", CFG_INT, "-1", -1, MAX_COUNT, false, false, 0, NULL, NULL,
      "steps per chunk with states kept at chunk boundaries only: -1 the compiler's choice, 0 none"},
     /* a list of the cell's names, checked against the cell by the model (as init.PARAM is) */

@@ -62,6 +62,8 @@ struct Model {
   int width, nlayers;
   TaskShape task;
   bool embed;                     /* encoder */
+  bool enc_none;                  /* model.encoder = none: encoder.weight the identity, not learned */
+  bool head_bias;                 /* model.head_bias: head.bias learned (else 0, not learned) */
   int enc_w, enc_b, head_w, head_b;
   int block;                      /* 0 stack, 1 residual */
   NormKind norm;
@@ -537,6 +539,13 @@ static int configure(Model *m, const Cfg *cfg, const TaskShape *shape) {
   const char *enc = cfg_word(cfg, "model.encoder");
   if (enc && !strcmp(enc, "auto")) enc = NULL;
   m->embed = enc ? !strcmp(enc, "embed") : shape->token_input;
+  m->enc_none = enc && !strcmp(enc, "none");
+  m->head_bias = cfg_bool(cfg, "model.head_bias");
+  if (m->enc_none && !shape->token_input && m->width != shape->in_dim) {
+    cfg_error(cfg, "model.encoder", true, "encoder 'none' feeds the task's %d input channels to layer 0 as they are: "
+              "set model.width = %d (it is %d)", shape->in_dim, shape->in_dim, m->width);
+    return -1;
+  }
   if (m->embed != shape->token_input) {
     cfg_error(cfg, "model.encoder", true, "encoder '%s' needs %s inputs, but task '%s' gives %s", enc,
               m->embed ? "token" : "real-valued", cfg_word(cfg, "task.name"), shape->token_input ? "tokens" : "real values");
@@ -668,8 +677,10 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
     m->enc_w = add_tensor(m, "embed.weight", 2, s2, false, true);
   } else {
     s2[0] = m->width, s2[1] = shape->in_dim;
-    m->enc_w = add_tensor(m, "encoder.weight", 2, s2, false, true);
-    m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, true);
+    /* encoder none: the identity and a zero bias, kept as buffers, so that layer 0 reads x itself
+     * (1 x + 0 is x exactly) through the one code path of every back end */
+    m->enc_w = add_tensor(m, "encoder.weight", 2, s2, false, !m->enc_none);
+    m->enc_b = add_tensor(m, "encoder.bias", 1, s2, false, !m->enc_none);
   }
   m->layers = xcalloc((size_t)m->nlayers, sizeof(Layer));
   if (m->bidir) m->rev = xcalloc((size_t)m->nlayers, sizeof(Layer));
@@ -701,7 +712,7 @@ static int build(Model *m, const Cfg *cfg, const TaskShape *shape, const Src *sr
   }
   s2[0] = shape->out_dim, s2[1] = C;
   m->head_w = add_tensor(m, "head.weight", 2, s2, false, true);
-  m->head_b = add_tensor(m, "head.bias", 1, s2, false, true);
+  m->head_b = add_tensor(m, "head.bias", 1, s2, false, m->head_bias); /* head_bias false: 0, a buffer */
   if (!fits_device(m)) return -3;
   model_place(m);
   return C;
@@ -714,6 +725,10 @@ static int draw_initial(Model *m, const Cfg *cfg, const TaskShape *shape, int C)
     ModelTensor *t = &m->tensors[m->enc_w];
     rng_seed(&r, m->seed, rng_stream_of(t->name));
     for (int64_t i = 0; i < t->numel; i++) t->val[0][i] = (float)rng_normal(&r);
+  } else if (m->enc_none) {
+    ModelTensor *w = &m->tensors[m->enc_w];
+    for (int64_t i = 0; i < w->numel; i++) w->val[0][i] = i / shape->in_dim == i % shape->in_dim ? 1.0f : 0.0f;
+    memset(m->tensors[m->enc_b].val[0], 0, sizeof(float) * (size_t)m->tensors[m->enc_b].numel);
   } else {
     init_uniform(&m->tensors[m->enc_w], m->seed, shape->in_dim);
     init_uniform(&m->tensors[m->enc_b], m->seed, shape->in_dim);
@@ -731,7 +746,8 @@ static int draw_initial(Model *m, const Cfg *cfg, const TaskShape *shape, int C)
     if (m->block) init_block_tensors(m, L);
   }
   init_uniform(&m->tensors[m->head_w], m->seed, C);
-  init_uniform(&m->tensors[m->head_b], m->seed, C);
+  if (m->head_bias) init_uniform(&m->tensors[m->head_b], m->seed, C);
+  else memset(m->tensors[m->head_b].val[0], 0, sizeof(float) * (size_t)m->tensors[m->head_b].numel);
   return 0;
 }
 
