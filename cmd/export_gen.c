@@ -90,6 +90,7 @@ static StepGen *stepgen_make(Program *p, bool gates, char *err, size_t errlen) {
     else if (x->op != OP_INPUT) g->off[id] = g->scratch_size, g->scratch_size += e;
     /* a product of a static matrix per row: its transposed copy, made once */
     if (x->op == OP_MATVEC && g->kind[id] != 'S' && g->kind[x->a[0]] == 'S' && g->toff[x->a[0]] < 0) {
+      g->static_size = (g->static_size + 15) / 16 * 16; /* on a cache line, as the 64-byte aligned S is */
       g->toff[x->a[0]] = g->static_size;
       g->static_size += numel_of(p, x->a[0]);
     }
