@@ -49,7 +49,7 @@ static bool log_fits(double lo, double hi) { return lo > 0 && isfinite(lo) && is
 /* PLplot labels a log axis at every power of ten and only there: over fewer than three of them the
  * axis also gets labels at 2 and 5 times each power, over more than eight only every few powers
  * are labelled (drawn here; true when it does, and PLplot's own labels are left off). */
-static bool log_labels(bool along_y, double p0, double p1) {
+static bool log_labels(bool along_y, double p0, double p1, int *widest) {
   int powers = (int)(floor(p1) - ceil(p0)) + 1;
   if (powers > 8) { /* PLplot would label every power: every step-th one, at most eight */
     int step = (powers + 7) / 8;
@@ -57,6 +57,7 @@ static bool log_labels(bool along_y, double p0, double p1) {
       if (k % step) continue;
       char text[32];
       snprintf(text, sizeof text, k == 0 ? "1" : "10#u%d#d", k);
+      if (*widest < 4) *widest = 4;
       double f = (k - p0) / (p1 - p0);
       if (along_y) plmtex("lv", 0.5, f, 1.0, text);
       else plmtex("b", 1.5, f, 0.5, text);
@@ -71,6 +72,7 @@ static bool log_labels(bool along_y, double p0, double p1) {
       if (v < p0 || v > p1) continue;
       char text[32];
       snprintf(text, sizeof text, "%g", mult[m] * pow(10, k));
+      if ((int)strlen(text) > *widest) *widest = (int)strlen(text);
       double f = (v - p0) / (p1 - p0);
       if (along_y) plmtex("lv", 0.5, f, 1.0, text);
       else plmtex("b", 1.5, f, 0.5, text);
@@ -166,8 +168,9 @@ static void draw_fig(const DiagPlot *panels, int n, const Axis *ax, const Axis *
     plvpor(b[0], b[1], b[2], b[3]);
     plwind(ax[k].p0, ax[k].p1, ay[k].p0, ay[k].p1);
     plcol0(15);
-    bool own_x = !cat && ax[k].log && log_labels(false, ax[k].p0, ax[k].p1);
-    bool own_y = ay[k].log && log_labels(true, ay[k].p0, ay[k].p1);
+    int wx = 0, wy = 0; /* the longest tick label drawn here, in characters */
+    bool own_x = !cat && ax[k].log && log_labels(false, ax[k].p0, ax[k].p1, &wx);
+    bool own_y = ay[k].log && log_labels(true, ay[k].p0, ay[k].p1, &wy);
     plbox(cat ? "bc" : ax[k].log ? (own_x ? "bcstl" : "bcnstl") : "bcnst", 0, 0,
           ay[k].log ? (own_y ? "bcstvl" : "bcnstvl") : "bcnstv", 0, 0);
     const char *xl = p->xlabel, *yl = p->ylabel;
@@ -175,15 +178,22 @@ static void draw_fig(const DiagPlot *panels, int n, const Axis *ax, const Axis *
     if (ax[k].log) snprintf(xbuf, sizeof xbuf, "%s (log scale)", xl), xl = xbuf;
     if (ay[k].log) snprintf(ybuf, sizeof ybuf, "%s (log scale)", yl), yl = ybuf;
     plmtex("t", 1.2, 0.5, 0.5, p->title);
-    plmtex("l", 5.0, 0.5, 0.5, yl);
-    plmtex("b", cat ? 4.2 : 3.2, 0.5, 0.5, xl);
+    /* the axis name clear of the tick labels (a character is about 0.7 of its height wide) */
+    plmtex("l", fmax(5.0, 1.8 + 0.7 * wy), 0.5, 0.5, yl);
+    plmtex("b", cat ? 4.6 : 3.2, 0.5, 0.5, xl);
     if (cat) { /* the names as tick labels, every one while they fit, else evenly spaced */
-      int every = p->nxnames <= 24 ? 1 : (p->nxnames + 23) / 24;
+      int every = p->nxnames <= 24 ? 1 : (p->nxnames + 23) / 24, longest = 0;
+      for (int i = 0; i < p->nxnames; i++)
+        if ((int)strlen(p->xnames[i]) > longest) longest = (int)strlen(p->xnames[i]);
+      /* two rows, alternating, where the names side by side would run into each other (a
+       * character about 7 pixels wide here) */
+      double room = (b[1] - b[0]) * L->width / ((double)p->nxnames / every);
+      bool stagger = p->nxnames > 12 || (longest + 1) * 7.0 > room;
       for (int i = 0; i < p->nxnames; i += every) {
         double f = (i - ax[k].p0) / (ax[k].p1 - ax[k].p0);
         PLFLT tx[2] = {i, i}, ty[2] = {ay[k].p0, ay[k].p0 + (ay[k].p1 - ay[k].p0) * 0.015};
         plline(2, tx, ty);
-        plmtex("b", p->nxnames > 12 && (i / every) % 2 ? 2.6 : 1.3, f, 0.5, p->xnames[i]);
+        plmtex("b", stagger && (i / every) % 2 ? 2.6 : 1.3, f, 0.5, p->xnames[i]);
       }
     }
     for (int s = 0; s < p->nseries; s++) draw_series(&p->series[s], ax[k].log, ay[k].log, s);
@@ -377,9 +387,12 @@ int diag_plot_panels(const char *path, const char *device, const DiagPanel *pane
     plvpor(k * w + 95.0 / width, (k + 1) * w - 25.0 / width, leg + 60.0 / height, 1 - 45.0 / height);
     plwind(x0, x1, y0, y1);
     plcol0(15);
-    bool own = logy && log_labels(true, y0, y1);
+    int wy = 0;
+    bool own = logy && log_labels(true, y0, y1, &wy);
     plbox("bcnst", 0, 0, logy ? (own ? "bcstvl" : "bcnstvl") : "bcnstv", 0, 0);
-    pllab(p->xlabel, p->ylabel, p->title);
+    plmtex("t", 2.0, 0.5, 0.5, p->title);
+    plmtex("b", 3.2, 0.5, 0.5, p->xlabel);
+    plmtex("l", fmax(5.0, 1.8 + 0.7 * wy), 0.5, 0.5, p->ylabel); /* clear of the tick labels, as in draw_fig */
     for (int s = 0; s < p->nlines; s++) {
       const DiagLine *d = &p->lines[s];
       PLFLT *x = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8), *y = xmalloc(sizeof(PLFLT) * (size_t)d->n + 8);
