@@ -20,7 +20,8 @@ int cmd_emit(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 
-/* `cellc train` over seeds and lists of values (cmd_sweep.c; docs/cli.md "Seeds and sweeps"). */
+/* `cellc train` over seeds and lists of values (train_sweep.c, part of the train command;
+ * docs/cli.md "Seeds and sweeps"). */
 struct RunOptions;
 /* Whether the command line asks for several runs: --seeds, or a --set with a list of values. */
 bool sweep_wanted(const struct RunOptions *a, const char *seeds);

@@ -1,4 +1,4 @@
-/* cmd_sweep.c: `cellc train ... --seeds 1..5` and `--set KEY=V1,V2` (docs/cli.md, "Seeds and
+/* train_sweep.c: `cellc train ... --seeds 1..5` and `--set KEY=V1,V2` (docs/cli.md, "Seeds and
  * sweeps"): the configurations of the product of the lists, each trained by a `cellc train` of
  * its own (this executable, one after another) in DIR/<name>/, then DIR/summary.json and a table
  * of the median and interquartile range of each final metric, per configuration over its seeds.
