@@ -13,6 +13,19 @@
 static int numel_of(const Program *p, int id) { return node_numel(&p->g.nodes[id]); }
 static const Node *nd(const StepGen *g, int id) { return &g->p->g.nodes[id]; }
 
+/* A view's counts and strides as three axes, the leading ones of length 1 */
+static void view_axes(const Node *x, int vn[MAX_RANK], int st[MAX_RANK]) {
+  for (int d = 0; d < MAX_RANK; d++) vn[d] = 1, st[d] = 0;
+  for (int d = 0; d < x->rank; d++) vn[MAX_RANK - x->rank + d] = x->n[d], st[MAX_RANK - x->rank + d] = x->st[d];
+}
+
+/* A reduction over axis x->idx of its operand y as [outer, len, inner] */
+static void reduce_axes(const Node *x, const Node *y, int *outer, int *len, int *inner) {
+  *outer = 1, *inner = 1, *len = y->n[x->idx];
+  for (int d = 0; d < x->idx; d++) *outer *= y->n[d];
+  for (int d = x->idx + 1; d < y->rank; d++) *inner *= y->n[d];
+}
+
 static void mark_front(StepGen *g, int id) {
   if (nd(g, id)->op == OP_SLICE) mark_front(g, nd(g, id)->a[0]);
   else g->front[id] = true;
@@ -178,8 +191,8 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
     fprintf(f, "    for (int i = 0; i < %d; i++)\n      for (int j = 0; j < %d; j++) o[i * %d + j] = a[i] * b[j];\n", x->n[0], x->n[1], x->n[1]);
     break;
   case OP_VIEW: {
-    int vn[MAX_RANK] = {1, 1, 1}, st[MAX_RANK] = {0, 0, 0};
-    for (int d = 0; d < x->rank; d++) vn[MAX_RANK - x->rank + d] = x->n[d], st[MAX_RANK - x->rank + d] = x->st[d];
+    int vn[MAX_RANK], st[MAX_RANK];
+    view_axes(x, vn, st);
     fprintf(f, "    int j = 0;\n    for (int c0 = 0; c0 < %d; c0++)\n      for (int c1 = 0; c1 < %d; c1++)\n"
                "        for (int c2 = 0; c2 < %d; c2++) o[j++] = a[%d + c0 * %d + c1 * %d + c2 * %d];\n",
             vn[0], vn[1], vn[2], x->idx, st[0], st[1], st[2]);
@@ -187,10 +200,8 @@ static void node_c(const StepGen *g, FILE *f, int id, char part) {
   }
   case OP_RSUM:
   case OP_RMAX: {
-    const Node *y = nd(g, x->a[0]);
-    int outer = 1, inner = 1, len = y->n[x->idx];
-    for (int d = 0; d < x->idx; d++) outer *= y->n[d];
-    for (int d = x->idx + 1; d < y->rank; d++) inner *= y->n[d];
+    int outer, len, inner;
+    reduce_axes(x, nd(g, x->a[0]), &outer, &len, &inner);
     fprintf(f, "    for (int u = 0; u < %d; u++)\n      for (int i = 0; i < %d; i++) {\n        const float *q = a + u * %d + i;\n"
                "        float s = q[0];\n        for (int l = 1; l < %d; l++) { float v = q[l * %d]; s = %s; }\n"
                "        o[u * %d + i] = s;\n      }\n",
@@ -413,17 +424,15 @@ static void node_py(const StepGen *g, FILE *f, int id, char part) {
   case OP_MATVEC_T: fprintf(f, "_mvt(%s, %s, %d, %d)\n", a, b, nd(g, x->a[0])->n[0], nd(g, x->a[0])->n[1]); break;
   case OP_OUTER: fprintf(f, "(%s.unsqueeze(-1) * %s.unsqueeze(-2)).flatten(-2)\n", a, b); break;
   case OP_VIEW: {
-    int vn[MAX_RANK] = {1, 1, 1}, st[MAX_RANK] = {0, 0, 0};
-    for (int d = 0; d < x->rank; d++) vn[MAX_RANK - x->rank + d] = x->n[d], st[MAX_RANK - x->rank + d] = x->st[d];
+    int vn[MAX_RANK], st[MAX_RANK];
+    view_axes(x, vn, st);
     fprintf(f, "%s[..., _vidx(%d, %d, %d, %d, %d, %d, %d)]\n", a, x->idx, vn[0], vn[1], vn[2], st[0], st[1], st[2]);
     break;
   }
   case OP_RSUM:
   case OP_RMAX: {
-    const Node *y = nd(g, x->a[0]);
-    int outer = 1, inner = 1, len = y->n[x->idx];
-    for (int d = 0; d < x->idx; d++) outer *= y->n[d];
-    for (int d = x->idx + 1; d < y->rank; d++) inner *= y->n[d];
+    int outer, len, inner;
+    reduce_axes(x, nd(g, x->a[0]), &outer, &len, &inner);
     fprintf(f, "%s.reshape(*%s.shape[:-1], %d, %d, %d).%s(-2).flatten(-2)\n", a, a, outer, len, inner,
             x->op == OP_RSUM ? "sum" : "amax");
     break;
