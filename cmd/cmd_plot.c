@@ -178,11 +178,34 @@ static int sweep_runs(const char *dir, char ***dirs, int *n) {
 
 /* --figure FIG.json: panels of numbers a script computed, drawn as cellc diag draws its plots
  * (diag_plot_fig): {"share_y": bool, "panels": [{"title", "xlabel", "ylabel", "logx", "logy",
- * "series": [{"label", "x": [...], "y": [...], "points": bool}]}]}; null in y is left out. Writes
+ * "xnames": [...], "series": [{"label", "x": [...], "y": [...], "points": bool}]}]}; null in y is left
+ * out; xnames names x = 0, 1, ... (a categorical axis). Writes
  * PATH.svg and PATH.png (PATH: --out, else FIG.json without its extension). 0, 1 or 3. */
 static const char *str_of(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItem(o, k);
   return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* A panel's "xnames": a categorical x axis (x = 0, 1, ... named by the strings, as diag's token
+ * plots), the names pointing into the parsed JSON. Absent: 0; anything but a list of strings: 1. */
+static int figure_xnames(const char *fig, int k, const cJSON *xn, DiagPlot *pl, const char ***names) {
+  if (!xn) return 0;
+  int n = cJSON_GetArraySize(xn);
+  if (!cJSON_IsArray(xn) || n < 1) {
+    diag_plain("%s: panel %d: \"xnames\" needs a list of one or more names", fig, k);
+    return 1;
+  }
+  *names = xcalloc((size_t)n, sizeof(const char *));
+  for (int i = 0; i < n; i++) {
+    const cJSON *s = cJSON_GetArrayItem(xn, i);
+    if (!cJSON_IsString(s)) {
+      diag_plain("%s: panel %d: \"xnames\" item %d is not a string", fig, k, i);
+      return 1;
+    }
+    (*names)[i] = s->valuestring;
+  }
+  pl->xnames = *names, pl->nxnames = n;
+  return 0;
 }
 
 static int plot_figure(const char *fig, const char *out) {
@@ -198,6 +221,7 @@ static int plot_figure(const char *fig, const char *out) {
   }
   DiagPlot *pl = xcalloc((size_t)np, sizeof(DiagPlot));
   DiagSeries **ser = xcalloc((size_t)np, sizeof(DiagSeries *));
+  const char ***names = xcalloc((size_t)np, sizeof(const char **));
   double **bufs = NULL;
   int nbufs = 0, rc = 0;
   for (int k = 0; k < np && !rc; k++) {
@@ -223,6 +247,7 @@ static int plot_figure(const char *fig, const char *out) {
     }
     pl[k] = (DiagPlot){str_of(p, "title"), str_of(p, "xlabel"), str_of(p, "ylabel"), cJSON_IsTrue(cJSON_GetObjectItem(p, "logx")),
                        cJSON_IsTrue(cJSON_GetObjectItem(p, "logy")), ser[k], ns, NULL, 0};
+    if (!rc) rc = figure_xnames(fig, k, cJSON_GetObjectItem(p, "xnames"), &pl[k], &names[k]);
   }
   if (!rc) {
     const char *o = out ? out : fig;
@@ -239,8 +264,8 @@ static int plot_figure(const char *fig, const char *out) {
     free(path);
   }
   for (int i = 0; i < nbufs; i++) free(bufs[i]);
-  for (int k = 0; k < np; k++) free(ser[k]);
-  free(bufs), free(ser), free(pl);
+  for (int k = 0; k < np; k++) free(ser[k]), free(names[k]);
+  free(bufs), free(ser), free(pl), free(names);
   cJSON_Delete(root);
   return rc;
 }
