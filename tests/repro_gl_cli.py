@@ -134,12 +134,15 @@ def check_thesis():
     names = summ["mixed"]["names"]
     check("the token names are diag's (informative 0 and 1, then fill 2..9)",
           names[:3] == ["0", "1", "fill 2"] and len(names) == 10 and summ["mixed"]["informative"] == ["0", "1"], str(names))
-    figs = [os.path.join(out, f + e) for f in ("grad_per_step", "tokens") for e in (".svg", ".png")]
-    check("the figures grad_per_step and tokens, SVG and PNG", all(os.path.exists(f) for f in figs))
-    plots = os.path.join(out, "tokens.json")
-    fig = json.load(open(plots)) if os.path.exists(plots) else {"panels": []}
-    check("the token figure: a panel per gate (z, r) and the state change, each naming the tokens",
-          len(fig["panels"]) == 3 and all(p.get("xnames") == names for p in fig["panels"]), str(fig)[:300])
+    figs = [os.path.join(out, f + e) for f in ("grad_per_step", "tokens", "tokens_gates") for e in (".svg", ".png")]
+    check("the figures grad_per_step, tokens and tokens_gates, SVG and PNG", all(os.path.exists(f) for f in figs))
+    figs = [json.load(open(os.path.join(out, f + ".json"))) if os.path.exists(os.path.join(out, f + ".json"))
+            else {"panels": []} for f in ("tokens", "tokens_gates")]
+    titles = [[p["title"] for p in f["panels"]] for f in figs]
+    check("the token figures: gate z with the state change, and each gate (z, r), every panel naming the tokens",
+          titles == [["gate z by input token", "state change by input token"],
+                     ["gate z by input token", "gate r by input token"]] and
+          all(p.get("xnames") == names for f in figs for p in f["panels"]), str(titles))
 
 
 def main():

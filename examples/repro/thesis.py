@@ -7,8 +7,9 @@ generalize (0.95 or more); the largest ||dL/dh_t|| at t = 1, T/2 and T and the r
 t = T; each gate's mean and the state change on the informative tokens and on the fillers (a run's
 filler value: its mean over the filler tokens). Writes summary.json and, through `cellc plot
 --figure`, grad_per_step (per mode: the median and the quartiles of the runs' curves against t,
-one y range) and tokens (per gate and for the state change: per token, both modes' medians with
-their quartiles as markers, the tokens named as diag names them).
+one y range), tokens (the first gate's mean and the state change) and tokens_gates (every gate's
+mean): per token, both modes' medians with their quartiles as markers, the tokens named as diag
+names them.
 Usage: python3 thesis.py OUT [--cellc bin/cellc]"""
 import glob
 import json
@@ -116,10 +117,8 @@ def main():
                                        {"label": "75% quantile", "x": t, "y": [g[2] for g in st["grad"]]}]})
     plot(cellc, os.path.join(out, "grad_per_step"), {"share_y": True, "panels": grad_panels})
     first = summary[next(m for m, _ in MODES if m in summary)]
-    tok_panels = []
-    quantities = [("gate " + g, "mean of gate %s (0 to 1)" % g, ("gates", g)) for g in first["gates"]]
-    quantities.append(("state change", "mean ||h_t - h_{t-1}||", ("state_change", None)))
-    for title, ylabel, (key, g) in quantities:
+
+    def token_panel(title, ylabel, key, g):
         series = []
         for mode, name in MODES:
             if mode not in summary:
@@ -130,9 +129,13 @@ def main():
             series += [{"label": "%s: median" % name, "x": x, "y": [q["by_token"][t][0] for t in st["tokens"]]},
                        {"label": "%s: 25%% and 75%%" % name.split(" ")[0], "x": x + x, "points": True,
                         "y": [q["by_token"][t][1] for t in st["tokens"]] + [q["by_token"][t][2] for t in st["tokens"]]}]
-        tok_panels.append({"title": "%s by input token" % title, "xlabel": "input token", "ylabel": ylabel,
-                           "xnames": first["names"], "series": series})
-    plot(cellc, os.path.join(out, "tokens"), {"panels": tok_panels})
+        return {"title": "%s by input token" % title, "xlabel": "input token", "ylabel": ylabel,
+                "xnames": first["names"], "series": series}
+    gates = [token_panel("gate " + g, "mean of gate %s (0 to 1)" % g, "gates", g) for g in first["gates"]]
+    state = token_panel("state change", "mean ||h_t - h_{t-1}|| (state units)", "state_change", None)
+    # the thesis's pair, the first gate (a GRU's update gate z) and the state change; then every gate
+    plot(cellc, os.path.join(out, "tokens"), {"panels": [gates[0], state]})
+    plot(cellc, os.path.join(out, "tokens_gates"), {"panels": gates})
 
     print("== GRU on temporal XOR, per training mode (median [25%, 75%] over the runs)")
     for mode, name in MODES:
@@ -152,7 +155,7 @@ def main():
                 fmt(q["fillers"]) if q["fillers"] else "n/a"))
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print("wrote %s/summary.json and the figures grad_per_step, tokens (.svg, .png)" % out)
+    print("wrote %s/summary.json and the figures grad_per_step, tokens, tokens_gates (.svg, .png)" % out)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,16 @@
 # per step seen during training); then `cellc diag --by-token` on each run's best-valid
 # checkpoint (its valid split: hard sequences): the gate means and the state change
 # ||h_t - h_{t-1}|| by input token. thesis.py prints the table (medians and interquartile
-# ranges over the 25 runs) and draws grad_per_step (median and quartiles per step) and tokens
-# (per token, the medians with quartiles of each gate's mean and of the state change).
+# ranges over the 25 runs) and draws grad_per_step (median and quartiles per step), tokens (per
+# token, the medians with quartiles of the first gate's mean and of the state change) and
+# tokens_gates (every gate's mean).
 #
 #   examples/repro/thesis.sh [--full] [--out DIR] [--seeds LIST] [--data-seeds LIST]
 #                            [--set KEY=VALUE]... [CELL]
 #
-# Default (reduced, about 15 minutes on two shared cores): examples/small/temporal_xor.cfg (T = 50,
-# 400 steps = 100 epochs). --full: examples/temporal_xor.cfg, the thesis's T = 100 and 2000 steps
+# Default (reduced): examples/small/temporal_xor.cfg (T = 50, 400 steps = 100 epochs); 50 runs of
+# about 10 s and 50 probes of about 1.5 s on two idle cores (22 minutes on two cores shared with
+# four other jobs). --full: examples/temporal_xor.cfg, the thesis's T = 100 and 2000 steps
 # (500 epochs; about 2 minutes a run here, 50 runs). CELL defaults to stdlib/gru.cell. --seeds and
 # --data-seeds (default 1..5 each) and --set (every train; tests/repro_gl_cli.py runs it tiny).
 # Rerunning skips the runs and probes already complete (the sweeps' --resume).
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --seeds) seeds=$2; shift ;;
     --data-seeds) data_seeds=$2; shift ;;
     --set) sets="$sets --set $2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "thesis.sh: unknown flag '$1' (--full, --out DIR, --seeds LIST, --data-seeds LIST, --set KEY=VALUE)" >&2; exit 2 ;;
     *) cell=$1 ;;
   esac
