@@ -120,7 +120,9 @@ def copy_part(out, cellc, threshold, summary):
         rows, series = {}, []
         for init, name in INITS:
             runs = seed_dirs(os.path.join(out, "copy-T%d" % L, init))
-            ms = [metrics(d) for d in runs if os.path.exists(os.path.join(d, "metrics.jsonl"))]
+            # a run still going (or stopped) has no test row yet: left out
+            ms = [m for m in (metrics(d) for d in runs if os.path.exists(os.path.join(d, "metrics.jsonl")))
+                  if test_accuracy(m) is not None]
             curves = [[(r["step"], r["accuracy"]) for r in m if r.get("split") == "valid"] for m in ms]
             curves = [c for c in curves if c]
             if not curves:

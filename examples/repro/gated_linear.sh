@@ -14,14 +14,15 @@
 #   examples/repro/gated_linear.sh [--full] [--seeds N] [--out DIR] [--lengths "100 300"]
 #                                  [--steps N] [--gate-steps N] [--threshold A] [--set KEY=VALUE]...
 #
-# Default (reduced, about 20 minutes on two shared cores): examples/small/copying.cfg at width
-# and hidden 32 (2 layers, 5 tokens, AdamW lr 3e-3 with a cosine schedule, clip 1); part 1 at 20
-# blanks for 1000 steps, part 2 at 100 and 300 blanks for 3000 steps, 5 seeds, evaluated every
-# 100 steps, threshold 0.5 (chance 0.125). --full: the source's size for a GPU,
-# examples/repro/gated_linear_full.cfg (3 layers, hidden and embedding 128, 10 tokens over 500
-# blanks, AdamW lr 1e-4, batch 64, 50K steps, train.device = cuda) at 500 blanks for both parts,
-# evaluated every 500 steps, threshold 0.9. --set goes to every train and diag (tests/repro_gl_cli.py
-# runs it tiny). Rerunning skips the runs and probes already complete (the sweeps' --resume).
+# Default (reduced; about 20 minutes on two idle cores, over an hour on two cores shared with
+# four other jobs): examples/small/copying.cfg at width and hidden 32 (2 layers, 5 tokens, AdamW
+# lr 3e-3 with a cosine schedule, clip 1); part 1 at 20 blanks for 1000 steps, part 2 at 100 and
+# 300 blanks for 3000 steps, 5 seeds, evaluated every 100 steps, threshold 0.5 (chance 0.125).
+# --full: the source's size for a GPU, examples/repro/gated_linear_full.cfg (3 layers, hidden and
+# embedding 128, 10 tokens over 500 blanks, AdamW lr 1e-4, batch 64, 50K steps, train.device =
+# cuda) at 500 blanks for both parts, evaluated every 500 steps, threshold 0.9. --set goes to
+# every train and diag (tests/repro_gl_cli.py runs it tiny). Rerunning skips the runs and probes
+# already complete (the sweeps' --resume).
 set -eu
 cd "$(dirname "$0")/../.."
 CELLC=${CELLC:-bin/cellc}
