@@ -3,7 +3,7 @@
 # need (model.encoder = none, model.head_bias = false) and the time-scale study's script at a
 # tiny size (its table, figures and summary); then each block below. Ends with
 # "N passed, M failed": the sum of the files' own lines.
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PYTHONDONTWRITEBYTECODE=1
 log=$(mktemp) || exit 1
 trap 'rm -f "$log"' EXIT

@@ -11,7 +11,6 @@ one y range), tokens (the first gate's mean and the state change) and tokens_gat
 mean): per token, both modes' medians with their quartiles as markers, the tokens named as diag
 names them.
 Usage: python3 thesis.py OUT [--cellc bin/cellc]"""
-import glob
 import json
 import os
 import subprocess
