@@ -134,13 +134,14 @@ def copy_part(out, cellc, threshold, summary):
             rows[init] = {"seeds": len(curves), "steps": steps, "valid_accuracy": by_step,
                           "steps_to_threshold": mqi(reach), "reached": sum(not math.isinf(r) for r in reach),
                           "test_accuracy": mqi([test_accuracy(m) for m in ms])}
-            series += [{"label": "%s: median of %d seeds" % (name, len(curves)), "x": steps, "y": [b[0] for b in by_step]},
-                       {"label": "%s: 25%% and 75%%" % name.split(" ")[0], "x": steps + steps,
+            short = name.split(" ")[0]  # the legend's room: "UGI", "Gumbel-UGI"
+            series += [{"label": "%s: median of %d seeds" % (short, len(curves)), "x": steps, "y": [b[0] for b in by_step]},
+                       {"label": "%s: 25%% and 75%%" % short, "x": steps + steps,
                         "y": [b[1] for b in by_step] + [b[2] for b in by_step], "points": True}]
         if not rows:
             continue
         result[str(L)] = rows
-        panels.append({"title": "copying, %d blanks" % L, "xlabel": "training step", "ylabel": "valid accuracy (fraction)",
+        panels.append({"title": "mgu on copying, %d blanks" % L, "xlabel": "training step", "ylabel": "valid accuracy (fraction)",
                        "series": series})
         print("== 2. copying with %d blanks, mgu see_h = false: valid accuracy by step (median [25%%, 75%%] over the seeds)" % L)
         for init, name in INITS:
