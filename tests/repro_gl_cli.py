@@ -1,7 +1,8 @@
 """The gated-linear and thesis studies' scripts (examples/repro/gated_linear.sh, thesis.sh) at a
 tiny size (tiny copying and temporal XOR, a few steps): each prints its table, every number in it
 finite or a word the table defines, summary.json's statistics are those of the runs' own files,
-the figures are written; and `cellc plot --figure`'s categorical axis (a panel's xnames), which
+the figures are written; gated_linear.sh --full's configuration on cuda-emu at a tiny size; and
+`cellc plot --figure`'s categorical axis (a panel's xnames), which
 the thesis's token figure uses. One PASS/FAIL line per check; the last line is "N passed, M failed"."""
 import json
 import math
@@ -107,6 +108,27 @@ def check_gated_linear():
     check("gated_linear.sh --bogus: exit 2 naming the flags", r2.rc == 2 and "--full" in r2.err, r2.why())
 
 
+def check_gated_linear_full():
+    """--full: examples/repro/gated_linear_full.cfg (the source's 3 layers, AdamW lr 1e-4, threshold
+    0.9) run here on cuda-emu at a tiny size; diag on the host"""
+    out = os.path.join(tmp, "glfull")
+    r = clitest.run(["sh", "examples/repro/gated_linear.sh", "--full", "--seeds", "1", "--lengths", "6", "--steps", "2",
+                     "--gate-steps", "2", "--out", out, "--set", "train.device=cuda-emu", "--set", "model.hidden=8",
+                     "--set", "model.width=8", "--set", "task.length=6", "--set", "task.memorize=3",
+                     "--set", "train.batch=4", "--set", "eval.every=1", "--set", "eval.batches=1"], 600,
+                    env=dict(os.environ, CELLC=CELLC))
+    check("gated_linear.sh --full (tiny, cuda-emu): exit 0, the threshold 0.9 in the table",
+          r.rc == 0 and "steps to valid accuracy 0.9" in r.out, r.why())
+    cfg = os.path.join(out, "copy-T6", "gumbel", "seed-1", "config.cfg")
+    text = open(cfg).read() if os.path.exists(cfg) else ""
+    check("... the runs are the full configuration's: 3 layers, AdamW lr 1e-4, the GPU device set",
+          re.search(r"^layers\s*=\s*3\b", text, re.M) and re.search(r"^lr\s*=\s*1e-4\b", text, re.M) and
+          re.search(r"^optimizer\s*=\s*adamw\b", text, re.M) and re.search(r"^device\s*=\s*cuda-emu\b", text, re.M),
+          text[:500])
+    check("... diag ran on the host for both see_h", all(os.path.exists(os.path.join(
+        out, "gates", "see_h-%s" % see, "diag", "seed-1-trained", "diag.json")) for see in ("false", "true")))
+
+
 def check_thesis():
     out = os.path.join(tmp, "th")
     r = clitest.run(["sh", "examples/repro/thesis.sh", "--seeds", "1..2", "--data-seeds", "1..2", "--out", out,
@@ -148,6 +170,7 @@ def check_thesis():
 def main():
     check_xnames()
     check_gated_linear()
+    check_gated_linear_full()
     check_thesis()
     shutil.rmtree(tmp, ignore_errors=True)
     finish()
