@@ -211,6 +211,33 @@ static void **mapped(const ChunkForm *f, const Program *p, const void *const *fu
 }
 
 
+/* The values IN passes to OUT (lower.h, Program.chunk_shared): the tails of IN's rows (nin wide)
+ * copied into the tails of OUT's input rows (xw wide), or (back) OUT's input gradient's tails into
+ * IN's output gradient's */
+static void pass_shared(size_t rows, int n, size_t esize, const void *from, int wfrom, void *to, int wto) {
+  for (size_t r = 0; n && r < rows; r++)
+    memcpy((char *)to + (r * (size_t)wto + (size_t)(wto - n)) * esize, (const char *)from + (r * (size_t)wfrom + (size_t)(wfrom - n)) * esize,
+           (size_t)n * esize);
+}
+
+/* A state part's final value and its gradient belong to OUT's run (fin_out, df_out), but those of
+ * a part OUT keeps unchanged (lower.h) to IN's (fin_in, df_in, IN's scratch and zeros otherwise):
+ * swapped per part. */
+static void own_finals(const Program *pout, void **fin_out, void **fin_in, const void **df_out, const void **df_in) {
+  for (int q = 0; q < pout->nsparts; q++) {
+    if (pout->sparts[q].next != pout->sparts[q].prev) continue;
+    void *f = fin_out[q];
+    const void *d = df_out[q];
+    fin_out[q] = fin_in[q], fin_in[q] = f, df_out[q] = df_in[q], df_in[q] = d;
+  }
+}
+
+static void **ptrs(void *const *v, int n) {
+  void **c = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) c[i] = v[i];
+  return c;
+}
+
 /* ---- a float32 back end (cpu): float32 buffers throughout, the cpu's chunk op (its products
  * through sgemm) on views of P_in's rows ---- */
 
@@ -327,14 +354,17 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = ptrs((void *const *)fin, ns), **df_in = ptrs((void *const *)zero, ns);
+  own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
   double t0 = seconds();
   bin->forward(f->in, f->win, &si);
   double t1 = seconds();
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
+  pass_shared(rows, pin->chunk_shared, sizeof(float), yin, nin, xo, xw);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
@@ -397,7 +427,8 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
       free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
     }
   }
-  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  pass_shared(rows, pin->chunk_shared, sizeof(float), gxo, xw, dyin, nin);
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
   double t5 = seconds();
   bin->backward(f->in, f->win, &si);
@@ -413,7 +444,7 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   for (int q = 0; q < ns; q++)
     for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
   free(pn), free(sn);
-  free(h0), free(dfinal), free(final), free(gh0);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in);
   parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
 }
 
@@ -487,12 +518,15 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   double **gpi = parts(np, pn), **gpo = parts(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = ptrs((void *const *)fin, ns), **df_in = ptrs((void *const *)zero, ns);
+  own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
   f->in->be->forward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
+  pass_shared(rows, pin->chunk_shared, sizeof(double), yin, nin, xo, xw);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
@@ -546,7 +580,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
       sub_free(&u), sub_free(&gu);
     }
   }
-  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  pass_shared(rows, pin->chunk_shared, sizeof(double), gxo, xw, dyin, nin);
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
   f->in->be->backward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++)
@@ -556,6 +591,6 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   for (int q = 0; q < ns; q++)
     for (size_t j = 0; j < sn[q]; j++) ((double *)gh0[q])[j] = gho[q][j] + ghi[q][j];
   free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn);
-  free(h0), free(dfinal), free(final), free(gh0);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in);
   parts_free(fin, ns), parts_free(zero, ns), parts_free(ghi, ns), parts_free(gho, ns), parts_free(gpi, np), parts_free(gpo, np);
 }
