@@ -289,7 +289,7 @@ install: all
 	install -m 755 bin/cellc $(PREFIX)/bin/cellc
 	install -m 644 stdlib/*.cell $(PREFIX)/share/cellc/stdlib/
 	install -d $(PYTHON_SITE)/cellc
-	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
+	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_cuda.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
 	printf '# written by make install: the cellc this package runs\nCELLC_BIN = "%s"\n' "$(abspath $(PREFIX))/bin/cellc" > $(PYTHON_SITE)/cellc/_install.py
 
 clean:
