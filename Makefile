@@ -270,6 +270,12 @@ bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
 
+# What tests/gpu.sh's Python check (tests/python_cuda_gpu.py) loads, built here: the GPU machine has no
+# host compiler. The cache folder travels with the pack-for-gpu bundle.
+.PHONY: python-cuda-prebuild
+python-cuda-prebuild: all
+	CELLC_CACHE=$(BUILD)/python-cuda-cache $(PYTHON) tests/python_cuda_gpu.py --prebuild
+
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
 $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
