@@ -3,6 +3,7 @@ built by nvcc into libP.so, cached as the cpu library is: _build.cuda_source, _b
 called through ctypes with the CUDA tensors' device pointers, on torch's current stream of the
 tensors' device. See docs/python.md, "CUDA tensors".
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -69,9 +70,10 @@ class Library:
                                                                      self.strerror(status).decode()))
 
     def enter(self, device):
-        """Before a call on this thread: its cuBLAS handle is made by the first call for the device
-        current then (spec/emit.md), so a thread that changes devices releases it first. Returns
-        the stream to pass: torch's current stream of the device (NULL on the emulator)."""
+        """Before a call on this thread, with the device current (_on): its cuBLAS handle is made by
+        the first call for the device current then (spec/emit.md), so a thread that changes devices
+        releases it first. Returns the stream to pass: torch's current stream of the device (NULL
+        on the emulator)."""
         index = device.index if device.type == "cuda" else -1
         last = getattr(self._thread, "device", None)
         if last is not None and last != index:
@@ -112,6 +114,12 @@ def _f32(t):
     return t.detach().contiguous()
 
 
+def _on(device):
+    """The device current while the library runs: its runtime launches into the context current on
+    the thread, which must be the tensors' device's (x on cuda:1 while cuda:0 is current)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class Function(torch.autograd.Function):
     """forward(lib, lengths or None, x, *h0s, *params) -> (y, *finals), every tensor float32 on one
     device; gradients to x, every h0 and every param (NULL where none is needed)."""
@@ -122,19 +130,20 @@ class Function(torch.autograd.Function):
         xf, h0s, params = _f32(x), [_f32(h) for h in rest[:ns]], [_f32(p) for p in rest[ns:]]
         T, B = xf.shape[0], xf.shape[1]
         dev = xf.device
-        stream = lib.enter(dev)
-        work = torch.empty(max(lib.ws(T, B), 1), dtype=torch.uint8, device=dev)
-        y = torch.empty(T, B, lib.output, dtype=torch.float32, device=dev)
-        finals = [torch.empty_like(h) for h in h0s]
-        args = [ctypes.byref(lib.Params(*[_p(t) for t in params])), T, B, _p(xf),
-                ctypes.byref(lib.States(*[_p(h) for h in h0s])), _p(y),
-                ctypes.byref(lib.States(*[_p(f) for f in finals])), ctypes.c_void_p(work.data_ptr())]
-        if lens is None:
-            lib.check(lib.fwd(*args, stream))
-        else:
-            arr = (ctypes.c_int * B)(*lens)
-            lib.check(lib.fwd_ex(*args, ctypes.byref(_Options(ctypes.cast(arr, ctypes.POINTER(ctypes.c_int)), 0)),
-                                 stream))
+        with _on(dev):
+            stream = lib.enter(dev)
+            work = torch.empty(max(lib.ws(T, B), 1), dtype=torch.uint8, device=dev)
+            y = torch.empty(T, B, lib.output, dtype=torch.float32, device=dev)
+            finals = [torch.empty_like(h) for h in h0s]
+            args = [ctypes.byref(lib.Params(*[_p(t) for t in params])), T, B, _p(xf),
+                    ctypes.byref(lib.States(*[_p(h) for h in h0s])), _p(y),
+                    ctypes.byref(lib.States(*[_p(f) for f in finals])), ctypes.c_void_p(work.data_ptr())]
+            if lens is None:
+                lib.check(lib.fwd(*args, stream))
+            else:
+                arr = (ctypes.c_int * B)(*lens)
+                opt = _Options(ctypes.cast(arr, ctypes.POINTER(ctypes.c_int)), 0)
+                lib.check(lib.fwd_ex(*args, ctypes.byref(opt), stream))
         ctx.lib, ctx.lens, ctx.work = lib, lens, work
         ctx.save_for_backward(xf, *h0s, *params)
         return (y, *finals)
@@ -143,11 +152,13 @@ class Function(torch.autograd.Function):
     def backward(ctx, dy, *dfinals):
         lib = ctx.lib
         xf, *rest = ctx.saved_tensors
-        ns = lib.n_states
-        h0s, params = rest[:ns], rest[ns:]
-        T, B = xf.shape[0], xf.shape[1]
-        dev = xf.device
-        stream = lib.enter(dev)
+        h0s, params = rest[:lib.n_states], rest[lib.n_states:]
+        with _on(xf.device):
+            return Function._backward(ctx, lib, xf, h0s, params, dy, dfinals, lib.enter(xf.device))
+
+    @staticmethod
+    def _backward(ctx, lib, xf, h0s, params, dy, dfinals, stream):
+        T, B, ns, dev = xf.shape[0], xf.shape[1], lib.n_states, xf.device
         need = ctx.needs_input_grad
         dyf = _f32(dy) if dy is not None else torch.zeros(T, B, lib.output, dtype=torch.float32, device=dev)
         dfs = [_f32(d) if d is not None else None for d in dfinals]
