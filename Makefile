@@ -270,6 +270,12 @@ bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
 	@sh tests/gpu.sh
 
+# What tests/gpu.sh's Python check (tests/python_cuda_gpu.py) loads, built here: the GPU machine has no
+# host compiler. The cache folder travels with the pack-for-gpu bundle.
+.PHONY: python-cuda-prebuild
+python-cuda-prebuild: all
+	CELLC_CACHE=$(BUILD)/python-cuda-cache $(PYTHON) tests/python_cuda_gpu.py --prebuild
+
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
 $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
 	@mkdir -p $(dir $@)
@@ -289,7 +295,7 @@ install: all
 	install -m 755 bin/cellc $(PREFIX)/bin/cellc
 	install -m 644 stdlib/*.cell $(PREFIX)/share/cellc/stdlib/
 	install -d $(PYTHON_SITE)/cellc
-	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
+	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_cuda.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
 	printf '# written by make install: the cellc this package runs\nCELLC_BIN = "%s"\n' "$(abspath $(PREFIX))/bin/cellc" > $(PYTHON_SITE)/cellc/_install.py
 
 clean:
