@@ -129,7 +129,9 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/plan/plan_table.h \
                                                compiler/backend/cuda/cellc_exec.h \
                                                compiler/backend/cuda/cellc_emit_host.h \
-                                               compiler/backend/cuda/cellc_train.cu
+                                               compiler/backend/cuda/cellc_train.cu \
+                                               compiler/backend/cuda/cellc_chunk.h \
+                                               compiler/backend/cuda/cellc_chunk.cu
 
 # The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
 # for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin: the driver
