@@ -190,7 +190,7 @@ $(BUILD)/tests/edge.o: tests/unit/edge.c
 
 # Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
 # report of generated kernels (tests/unit/ptxas.c).
-PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
+PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train test_cuda_chunk gpu_cuda_emit,$(BUILD)/tests/$(t))
 $(PTXAS_TESTS): $(BUILD)/tests/ptxas.o
 $(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
 	@mkdir -p $(dir $@)

@@ -20,16 +20,24 @@ static void die(const char *err) {
   exit(3);
 }
 
-ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, char *err, size_t errlen) {
+/* Whether every chunked state's chunk op fits a block at chunks of L steps (why not in why) */
+static bool fits(const ChunkDev *k, const ChunkLayout *lay, int nl, int L, char *why, size_t n) {
+  for (int i = 0; i < nl; i++) {
+    int E = lay[i].nterms + lay[i].nreads - 1;
+    if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, why, n) != 0) return false;
+  }
+  return true;
+}
+
+ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, int *chosen, char *err, size_t errlen) {
   ChunkDev *k = xcalloc(1, sizeof *k);
   char why[8192];
   k->dv = device_open(be->device, why, sizeof why);
   if (k->dv) k->ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, why, sizeof why);
-  for (int i = 0; k->ck && i < nl; i++) {
-    int E = lay[i].nterms + lay[i].nreads - 1;
-    if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, why, sizeof why) != 0) {
-      cuda_chunk_close(k->ck), k->ck = NULL;
-    }
+  if (k->ck && L > 0 && !fits(k, lay, nl, L, why, sizeof why)) cuda_chunk_close(k->ck), k->ck = NULL;
+  if (k->ck && L <= 0) { /* the default chunk, halved until the blocks fit */
+    for (*chosen = CHUNK_DEFAULT; *chosen > 1 && !fits(k, lay, nl, *chosen, why, sizeof why); *chosen /= 2) {}
+    if (!fits(k, lay, nl, *chosen, why, sizeof why)) cuda_chunk_close(k->ck), k->ck = NULL;
   }
   if (!k->ck) {
     snprintf(err, errlen, "the %s back end cannot run the chunked form: %s", be->name, why);

@@ -17,9 +17,10 @@ typedef struct ChunkDevForm {
   const int *full_of;          /* per state: its first part among the SeqIO's */
 } ChunkDevForm;
 
-/* The chunk op's kernels on the back end's device, each chunked state's shared memory checked at
- * chunks of L steps: NULL with why in err. */
-ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, char *err, size_t errlen);
+/* The chunk op's kernels on the back end's device, each chunked state's block checked against the
+ * device's shared memory at chunks of L steps; L <= 0 (the default): *chosen = CHUNK_DEFAULT, halved
+ * until the blocks fit. NULL with why in err. */
+ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, int *chosen, char *err, size_t errlen);
 void chunkdev_close(ChunkDev *k);
 /* Forward and backward on a float32 SeqIO in device memory; the seconds per part into times
  * (CHUNK_TIMES, chunkform_times' order). */

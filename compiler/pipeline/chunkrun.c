@@ -65,7 +65,7 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
      the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
   f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
-  if (o->backend->device != DEVICE_CPU && !(f->dev = chunkdev_open(o->backend, f->lay, f->nl, f->L, err, errlen))) {
+  if (o->backend->device != DEVICE_CPU && !(f->dev = chunkdev_open(o->backend, f->lay, f->nl, L, &f->L, err, errlen))) {
     chunkform_free(f);
     return NULL;
   }
