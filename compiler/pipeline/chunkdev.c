@@ -13,7 +13,19 @@
 struct ChunkDev {
   Device *dv;
   CudaChunk *ck;
+  /* the per-row buffers, kept between runs (a device allocation and its free cost a synchronization) */
+  float *yin, *dyin, *xo, *gxo, *gxi, *bnd;
+  size_t nyin, nxo, ngxi, nbnd; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
 };
+
+/* *p with room for n floats (its contents not kept) */
+static float *room(Device *dv, float **p, size_t *have, size_t n) {
+  if (n > *have || !*p) {
+    if (*p) dv->free(dv, *p);
+    *p = dv->alloc(dv, sizeof(float) * (n ? n : 1)), *have = n;
+  }
+  return *p;
+}
 
 static void die(const char *err) {
   fprintf(stderr, "cellc: the chunked form on the device failed: %s\n", err);
@@ -49,6 +61,9 @@ ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L
 
 void chunkdev_close(ChunkDev *k) {
   if (!k) return;
+  float *bufs[6] = {k->yin, k->dyin, k->xo, k->gxo, k->gxi, k->bnd};
+  for (int i = 0; i < 6; i++)
+    if (bufs[i]) k->dv->free(k->dv, bufs[i]);
   cuda_chunk_close(k->ck);
   if (k->dv) device_release(k->dv);
   free(k);
@@ -112,9 +127,11 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
   size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
   for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
   for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
-  float *yin = dv->alloc(dv, sizeof(float) * rows * (size_t)nin), *dyin = dv->alloc(dv, sizeof(float) * rows * (size_t)nin);
-  float *xo = dv->alloc(dv, sizeof(float) * rows * (size_t)xw), *gxo = dv->alloc(dv, sizeof(float) * rows * (size_t)xw);
-  float *gxi = dv->alloc(dv, sizeof(float) * rows * (size_t)D);
+  /* each written whole before it is read: by the programs, the chunk ops (dyin: every input of every
+     op), the column kernel (xo's first D columns) */
+  size_t ny = rows * (size_t)nin, nx = rows * (size_t)xw, ng = rows * (size_t)D, hy = k->nyin, hx = k->nxo;
+  float *yin = room(dv, &k->yin, &hy, ny), *dyin = room(dv, &k->dyin, &k->nyin, ny);
+  float *xo = room(dv, &k->xo, &hx, nx), *gxo = room(dv, &k->gxo, &k->nxo, nx), *gxi = room(dv, &k->gxi, &k->ngxi, ng);
   size_t nbnd = 0; /* the largest state's boundary states */
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
@@ -122,7 +139,7 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
     size_t n = (size_t)B * (size_t)l->nh * (size_t)(nc + 1) * (size_t)l->K * (size_t)l->V;
     nbnd = n > nbnd ? n : nbnd;
   }
-  float *bnd = dv->alloc(dv, sizeof(float) * nbnd);
+  float *bnd = room(dv, &k->bnd, &k->nbnd, nbnd);
   void **fin = dev_parts(dv, ns, sn), **zero = dev_parts(dv, ns, sn), **ghi = dev_parts(dv, ns, sn), **gho = dev_parts(dv, ns, sn);
   void **gpi = dev_parts(dv, np, pn), **gpo = dev_parts(dv, np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
@@ -170,7 +187,6 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
   for (int i = 0; i < np; i++) cols(k, d->grad_params[i], 0, gpo[i], 0, gpi[i], 0, 1, (int)pn[i]);
   for (int q = 0; q < ns; q++) cols(k, gh0[q], 0, gho[q], 0, ghi[q], 0, 1, (int)sn[q]);
   synced(k);
-  dv->free(dv, yin), dv->free(dv, dyin), dv->free(dv, xo), dv->free(dv, gxo), dv->free(dv, gxi), dv->free(dv, bnd);
   dev_parts_free(dv, fin, ns), dev_parts_free(dv, zero, ns), dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns);
   dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
   free(h0), free(dfinal), free(final), free(gh0), free(pn), free(sn);
