@@ -269,7 +269,7 @@ bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/chunked.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit $(BUILD)/tests/test_cuda_chunk
 	@sh tests/gpu.sh
 
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
