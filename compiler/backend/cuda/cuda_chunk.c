@@ -72,7 +72,7 @@ int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char 
   size_t need = cuda_chunk_shared(K, V, L, per_key, true);
   if (need <= (size_t)k->optin) return 0;
   snprintf(err, errlen, "its chunk op (K = %d, V = %d, a chunk of %d sub-steps) needs %zu bytes of shared memory a block, the "
-           "device has %d: a shorter chunk (--chunk) fits", K, V, L, need, k->optin);
+           "device has %d: a shorter chunk (--set chunk=L) fits", K, V, L, need, k->optin);
   return -1;
 }
 
