@@ -14,8 +14,8 @@ struct ChunkDev {
   Device *dv;
   CudaChunk *ck;
   /* the per-row buffers, kept between runs (a device allocation and its free cost a synchronization) */
-  float *yin, *dyin, *xo, *gxo, *gxi, *bnd;
-  size_t nyin, nxo, ngxi, nbnd; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
+  float *yin, *dyin, *xo, *gxo, *gxi, *bnd, *loc, *dec;
+  size_t nyin, nxo, ngxi, nbnd, nloc, ndec; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
 };
 
 /* *p with room for n floats (its contents not kept) */
@@ -61,8 +61,8 @@ ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L
 
 void chunkdev_close(ChunkDev *k) {
   if (!k) return;
-  float *bufs[6] = {k->yin, k->dyin, k->xo, k->gxo, k->gxi, k->bnd};
-  for (int i = 0; i < 6; i++)
+  float *bufs[8] = {k->yin, k->dyin, k->xo, k->gxo, k->gxi, k->bnd, k->loc, k->dec};
+  for (int i = 0; i < 8; i++)
     if (bufs[i]) k->dv->free(k->dv, bufs[i]);
   cuda_chunk_close(k->ck);
   if (k->dv) device_release(k->dv);
@@ -132,14 +132,19 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
   size_t ny = rows * (size_t)nin, nx = rows * (size_t)xw, ng = rows * (size_t)D, hy = k->nyin, hx = k->nxo;
   float *yin = room(dv, &k->yin, &hy, ny), *dyin = room(dv, &k->dyin, &k->nyin, ny);
   float *xo = room(dv, &k->xo, &hx, nx), *gxo = room(dv, &k->gxo, &k->nxo, nx), *gxi = room(dv, &k->gxi, &k->ngxi, ng);
-  size_t nbnd = 0; /* the largest state's boundary states */
+  /* per chunked state: its boundary states (the forward's, kept for the backward) after the
+     states before it; the scratch of the passes, the largest state's */
+  size_t bat[CHUNK_LAYOUT_MAX + 1] = {0}, nloc = 0, ndec = 0;
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
-    int E = l->nterms + l->nreads - 1, nc = (T * E + f->L * E - 1) / (f->L * E);
-    size_t n = (size_t)B * (size_t)l->nh * (size_t)(nc + 1) * (size_t)l->K * (size_t)l->V;
-    nbnd = n > nbnd ? n : nbnd;
+    size_t E = (size_t)(l->nterms + l->nreads - 1), nc = ((size_t)T * E + (size_t)f->L * E - 1) / ((size_t)f->L * E);
+    size_t heads = (size_t)B * (size_t)l->nh, kv = (size_t)l->K * (size_t)l->V;
+    bat[i + 1] = bat[i] + heads * (nc + 1) * kv;
+    nloc = nloc > heads * nc * kv ? nloc : heads * nc * kv;
+    ndec = ndec > heads * nc * (size_t)l->K ? ndec : heads * nc * (size_t)l->K;
   }
-  float *bnd = room(dv, &k->bnd, &k->nbnd, nbnd);
+  float *bnd = room(dv, &k->bnd, &k->nbnd, bat[f->nl]), *loc = room(dv, &k->loc, &k->nloc, nloc);
+  float *dec = room(dv, &k->dec, &k->ndec, ndec);
   void **fin = dev_parts(dv, ns, sn), **zero = dev_parts(dv, ns, sn), **ghi = dev_parts(dv, ns, sn), **gho = dev_parts(dv, ns, sn);
   void **gpi = dev_parts(dv, np, pn), **gpo = dev_parts(dv, np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
@@ -157,7 +162,7 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
-    a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q];
+    a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q], a.bnd = bnd + bat[i], a.loc = loc, a.dec = dec;
     if (cuda_chunk_forward(k->ck, &a, true, err, sizeof err) != 0) die(err);
   }
   SeqIO so = *d;
@@ -174,7 +179,8 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
-    a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.dh0 = d->grad_h0[q], a.bnd = bnd;
+    a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.dh0 = d->grad_h0[q], a.bnd = bnd + bat[i];
+    a.loc = loc, a.dec = dec;
     if (cuda_chunk_backward(k->ck, &a, err, sizeof err) != 0) die(err);
   }
   si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;

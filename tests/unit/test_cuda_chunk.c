@@ -148,7 +148,7 @@ Test(cuda_chunk, ptxas_sm80_sm90) {
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(nres, 3, "%s: ptxas reports %d kernels, cellc_chunk.cu has 3", arch[a], nres);
+    cr_expect_eq(nres, 5, "%s: ptxas reports %d kernels, cellc_chunk.cu has 5", arch[a], nres);
     for (int k = 0; k < nres; k++) {
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
                 arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);
@@ -214,11 +214,13 @@ static void kernel_case(bool per_key, int T, int L) {
   for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
   float *dy = dv->alloc(dv, 4 * ny + 4), *ddy = dv->alloc(dv, 4 * ny + 4), *dxo = dv->alloc(dv, 4 * nx + 4);
   float *ddo = dv->alloc(dv, 4 * nx + 4), *dh0 = dv->alloc(dv, 4 * kv), *dfin = dv->alloc(dv, 4 * kv), *ddf = dv->alloc(dv, 4 * kv);
-  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb);
+  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb), *dloc = dv->alloc(dv, 4 * nb);
+  float *ddec = dv->alloc(dv, 4 * (size_t)w * (size_t)((T + L - 1) / L + 1));
   dv->upload(dv, dy, hy, 4 * ny), dv->upload(dv, ddo, hdo, 4 * nx), dv->upload(dv, dh0, hs0, 4 * kv), dv->upload(dv, ddf, hds, 4 * kv);
   CellcChunkArgs a = {.T = T, .B = 1, .nh = 1, .K = K, .V = V, .L = L, .M = 1, .R = 1, .E = 1, .per_key = per_key, .nin = nin,
                       .xw = V, .q_off = 0, .k_off = K, .v_off = 2 * K, .la_off = 2 * K + V, .out_off = 0, .yin = dy, .dyin = ddy,
-                      .xo = dxo, .dxo = ddo, .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd};
+                      .xo = dxo, .dxo = ddo, .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd,
+                      .loc = dloc, .dec = ddec};
   cr_assert_eq(cuda_chunk_forward(ck, &a, true, err, sizeof err), 0, "%s", err);
   cr_assert_eq(cuda_chunk_backward(ck, &a, err, sizeof err), 0, "%s", err);
   float *ho = xcalloc(nx + 1, sizeof(float)), *hf = xcalloc(kv, sizeof(float)), *hg = xcalloc(ny + 1, sizeof(float));
@@ -237,7 +239,7 @@ static void kernel_case(bool per_key, int T, int L) {
   int T1 = T < 5 ? T : 5;
   cr_expect_lt(rel_at(hg + 2 * K + V, g + 2 * K + V, T1, nin, w), 1e-4, "dla per_key=%d T=%d L=%d", per_key, T, L);
   dv->free(dv, dy), dv->free(dv, ddy), dv->free(dv, dxo), dv->free(dv, ddo), dv->free(dv, dh0), dv->free(dv, dfin);
-  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd);
+  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd), dv->free(dv, dloc), dv->free(dv, ddec);
   cuda_chunk_close(ck);
   device_release(dv);
   free(yin), free(s0), free(ds), free(dout), free(o), free(sT), free(ds0), free(g);

@@ -2,8 +2,8 @@
  * shared by the host (cuda.h includes this) and the kernels (cuda_chunk.c puts this text before
  * the kernels' source): plain C, the same layout on both sides.
  *
- * One launch runs every head of every batch row of one chunked state: a thread block each, the
- * whole sequence chunk by chunk (compiler/ir/chunkop.h). Its sequence is chunkrun.c's: a step of
+ * The launches run every head of every batch row of one chunked state, chunk by chunk in parallel
+ * (compiler/ir/chunkop.h; cellc_chunk.cu). Its sequence is chunkrun.c's: a step of
  * M terms and R reads is E = M + R - 1 sub-steps (term m at sub-step m, the decay on sub-step 0
  * only, read r at sub-step M - 1 + r), chunks of L sub-steps (L a multiple of E). The kernels read
  * the in program's rows in place and write the reads into the out program's input rows. */
@@ -24,7 +24,9 @@ typedef struct CellcChunkArgs {
   float *final;            /* forward: its final value (NULL: not written) */
   const float *dfinal;     /* backward: the gradient of the final value */
   float *dh0;              /* backward: the gradient of h0 (written) */
-  float *bnd;              /* the chunk boundary states [B nh, nchunks + 1, K V] (the backward's) */
+  float *bnd;              /* the boundary states [B nh, nchunks + 1, K V]: the forward's, for the backward */
+  float *loc;              /* scratch [B nh, nchunks, K V]: each chunk's part of the pass, then dS at its end */
+  float *dec;              /* scratch [B nh, nchunks, w]: each chunk's whole decay */
 } CellcChunkArgs;
 
 /* The block's dynamic shared memory, offsets in floats from its start: the cumulative log-decays

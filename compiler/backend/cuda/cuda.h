@@ -39,8 +39,9 @@ size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool backward);
  * else -1 with what it needs and has in err. */
 int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char *err, size_t errlen);
 /* One chunked state's chunk op over every head and batch row (asynchronous; the pointers device
- * memory): the forward writes the reads (with_reads) and a->final; the backward (the boundary
- * states into a->bnd, then the gradients) dyin's chunk op inputs and a->dh0. 0, or -1 with err. */
+ * memory, a->loc and a->dec scratch): the forward writes the boundary states into a->bnd, the reads
+ * (with_reads) and a->final; the backward, with a->bnd as the forward left it, dyin's chunk op
+ * inputs and a->dh0. 0, or -1 with err. */
 int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, char *err, size_t errlen);
 int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t errlen);
 /* dst[r, j] = a[r, j] (+ b[r, j] where b is not NULL) for r < rows, j < n, row strides ldd, lda, ldb. */

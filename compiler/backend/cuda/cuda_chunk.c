@@ -10,7 +10,7 @@
 struct CudaChunk {
   CudaDev *d;
   CUmodule mod;
-  CUfunction fwd, bwd, cols;
+  CUfunction local, pass, fwd, bwd, cols;
   int optin; /* the device's shared memory a block with the opt-in, bytes */
 };
 
@@ -40,6 +40,8 @@ CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen) {
     if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleLoadData, &k->mod, img.data);
     cuda_image_free(&img);
   }
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->local, k->mod, "cellc_chunk_local");
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->pass, k->mod, "cellc_chunk_pass");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->fwd, k->mod, "cellc_chunk_fwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->bwd, k->mod, "cellc_chunk_bwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->cols, k->mod, "cellc_chunk_cols");
@@ -76,32 +78,45 @@ int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char 
   return -1;
 }
 
-static int launch(CudaChunk *k, CUfunction f, unsigned grid, size_t shared, void **args, char *err, size_t errlen) {
+static int launch(CudaChunk *k, CUfunction f, unsigned grid, unsigned gy, size_t shared, void **args, char *err, size_t errlen) {
   const CudaApi *api = &k->d->api;
   if (CUDA_CU(api, err, errlen, cuCtxSetCurrent, k->d->ctx) != 0) return -1;
   if (shared > 48 * 1024 &&
       CUDA_CU(api, err, errlen, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared) != 0)
     return -1;
-  return CUDA_CU(api, err, errlen, cuLaunchKernel, f, grid, 1, 1, CK_BLOCK, 1, 1, (unsigned)shared, NULL, args, NULL);
+  return CUDA_CU(api, err, errlen, cuLaunchKernel, f, grid, gy, 1, CK_BLOCK, 1, 1, (unsigned)shared, NULL, args, NULL);
 }
 
+/* the pass's blocks a head: a thread per state entry */
+static unsigned entries(const CellcChunkArgs *a) { return (unsigned)((a->K * a->V + (int)CK_BLOCK - 1) / (int)CK_BLOCK); }
+
+/* the chunks of a's sequence */
+static unsigned chunks(const CellcChunkArgs *a) { return (unsigned)((a->T * a->E + a->L - 1) / a->L); }
+
 int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, char *err, size_t errlen) {
-  if (a->B * a->nh == 0) return 0;
+  unsigned bh = (unsigned)(a->B * a->nh), nc = chunks(a);
+  if (bh == 0) return 0;
   CellcChunkArgs v = *a;
-  int wr = with_reads;
-  void *args[] = {&v, &wr};
-  return launch(k, k->fwd, (unsigned)(a->B * a->nh), cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false), args, err, errlen);
+  int dir = 0;
+  void *args[] = {&v, &dir};
+  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false);
+  if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
+  if (launch(k, k->pass, bh, entries(a), 0, args, err, errlen) != 0) return -1;
+  void *one[] = {&v};
+  return with_reads && nc ? launch(k, k->fwd, bh, nc, sh, one, err, errlen) : 0;
 }
 
 int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t errlen) {
-  if (a->B * a->nh == 0) return 0;
+  unsigned bh = (unsigned)(a->B * a->nh), nc = chunks(a);
+  if (bh == 0) return 0;
   CellcChunkArgs v = *a;
-  v.final = NULL; /* the first pass writes the boundary states only */
-  void *args[] = {&v};
-  if (launch(k, k->fwd, (unsigned)(a->B * a->nh), cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false), (void *[]){&v, &(int){0}},
-             err, errlen) != 0)
-    return -1;
-  return launch(k, k->bwd, (unsigned)(a->B * a->nh), cuda_chunk_shared(a->K, a->V, a->L, a->per_key, true), args, err, errlen);
+  int dir = 1;
+  void *args[] = {&v, &dir};
+  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, true);
+  if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
+  if (launch(k, k->pass, bh, entries(a), 0, args, err, errlen) != 0) return -1;
+  void *one[] = {&v};
+  return nc ? launch(k, k->bwd, bh, nc, sh, one, err, errlen) : 0;
 }
 
 int cuda_chunk_cols(CudaChunk *k, float *dst, int ldd, const float *a, int lda, const float *b, int ldb, long long rows, int n,
@@ -110,7 +125,7 @@ int cuda_chunk_cols(CudaChunk *k, float *dst, int ldd, const float *a, int lda, 
   long long nb = (rows * n + CK_BLOCK - 1) / CK_BLOCK;
   unsigned grid = (unsigned)(nb > 4096 ? 4096 : nb);
   void *args[] = {&dst, &ldd, &a, &lda, &b, &ldb, &rows, &n};
-  return launch(k, k->cols, grid, 0, args, err, errlen);
+  return launch(k, k->cols, grid, 1, 0, args, err, errlen);
 }
 
 int cuda_chunk_sync(CudaChunk *k, char *err, size_t errlen) { return CUDA_CU(&k->d->api, err, errlen, cuCtxSynchronize); }
