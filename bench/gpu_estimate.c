@@ -141,35 +141,47 @@ static Cost phase_cost(const Plan *pl, const Phase *ph, double rows, double time
   return total;
 }
 
-/* cellc_chunk.cu's work: a block per head and batch row runs its chunks in order on one SM, each
- * product a loop of threads over its outputs with both operands from shared memory: at most 128 B a
- * clock of shared loads, 16 FMAs a clock at 1.75 GHz (56 GFLOP/s an SM, an eighth of its FP32
- * peak); every e^{b_i - b_j} of a decay per key an expf on the SFUs, 16 a clock (28 G/s an SM), not
- * overlapped. The blocks fill ceil(blocks / 132) waves. Three launches (forward; the backward's
- * boundary states, then its gradients). Counts per chunk of n sub-steps, P = n (n + 1) / 2 pairs. */
+/* cellc_chunk.cu's work, per chunked state: per chunk of n sub-steps (P = n (n + 1) / 2 pairs) a
+ * block on one SM (its shared memory leaves room for one), each product a loop of threads over its
+ * outputs with both operands from shared memory: at most 128 B a clock of shared loads, 16 FMAs a
+ * clock at 1.75 GHz (56 GFLOP/s an SM, an eighth of its FP32 peak); every e^{b_i - b_j} of a decay
+ * per key an expf on the SFUs, 16 a clock (28 G/s an SM), not overlapped; the B nh nc blocks of a
+ * kernel in waves of 132. Per direction a local kernel (the chunk's part of the pass), the pass
+ * (a thread per state entry, nc dependent multiply-adds with four chunks' loads in flight, about
+ * 0.6 us a load: 0.15 us a chunk, or its bytes at the HBM rate), then the reads or the gradients:
+ * six launches. */
 #define SM_SMEM_FLOPS 56e9
 #define SM_EXPS 28e9
+#define PASS_CHUNK_S 0.15e-6
 typedef struct OpCost {
-  double flops, exps, bytes, blocks, block_s, s;
+  double flops, exps, bytes, blocks, s;
 } OpCost;
+
+/* a kernel of `blocks` blocks of flops and exps each, moving bytes */
+static double kernel_s(double blocks, double flops, double exps, double bytes) {
+  double c = ceil(blocks / 132) * (flops / SM_SMEM_FLOPS + exps / SM_EXPS), m = bytes / HBM;
+  return (c > m ? c : m) + LAUNCH;
+}
 
 static OpCost chunk_op_cost(const ChunkLayout *l, double B, double T, int L) {
   double E = l->nterms + l->nreads - 1, n = (double)L * E, K = l->K, V = l->V, w = l->per_key ? K : 1, P = n * (n + 1) / 2;
-  double nc = ceil(T * E / n), pk = l->per_key;
-  double scores = P * (pk ? 3 * K : 2 * K), sexp = pk ? P * K : P;
-  double reads = n * V * (3 * K + (n + 1)), state = K * V * (1 + 3 * n);
-  double fwd = scores + reads + state, fexp = sexp + 2 * n * w;
-  double bwd = state + scores + 2 * P * V + n * V * ((n + 1) + 3 * K) + 2 * n * K * (2 * V + 1 + 1.5 * (n + 1)) + state + 2 * K * V;
-  double bexp = 2 * n * w + sexp + (pk ? 2 * P * K : P) + 2 * n * w;
+  double nc = ceil(T * E / n), pk = l->per_key, heads = B * l->nh, blocks = heads * nc, kv = K * V;
+  double scores = P * (pk ? 3 * K : 2 * K), sexp = pk ? P * K : P, dexp = 2 * n * w;
+  double local = 3 * n * kv;
+  double reads = scores + n * V * (3 * K + (n + 1));
+  double grads = scores + 2 * P * V + n * V * ((n + 1) + 3 * K) + 2 * n * K * (2 * V + 1 + 1.5 * (n + 1)) + 2 * kv;
+  double rexp = sexp + dexp, gexp = sexp + (pk ? 2 * P * K : P) + dexp;
+  double in = 4 * T * E * (2 * K + V + w), pass_b = 4 * 2 * nc * kv; /* a chunk's inputs; the pass's loc and bnd a head */
   OpCost c = {0};
-  c.blocks = B * l->nh;
-  c.flops = (fwd + bwd) * nc * c.blocks, c.exps = (fexp + bexp) * nc * c.blocks;
-  /* yin's inputs read three times, the reads written, their gradients read, the inputs' gradients
-     written; the boundary states written and read */
-  c.bytes = 4 * c.blocks * (T * E * ((2 * K + V + w) * 4 + 2 * V) + 2 * (nc + 1) * K * V);
-  c.block_s = ((fwd + bwd) / SM_SMEM_FLOPS + (fexp + bexp) / SM_EXPS) * nc;
-  double waves = ceil(c.blocks / 132), m = c.bytes / HBM;
-  c.s = (waves * c.block_s > m ? waves * c.block_s : m) + 3 * LAUNCH;
+  c.blocks = blocks;
+  c.flops = blocks * (2 * local + reads + grads) + heads * 4 * nc * kv;
+  c.exps = blocks * (2 * dexp + rexp + gexp);
+  c.bytes = heads * (4 * in + 4 * T * E * 2 * V + 2 * pass_b + 2 * 4 * nc * kv); /* and the reads, their gradients, loc */
+  double pass = nc * PASS_CHUNK_S > heads * pass_b / HBM ? nc * PASS_CHUNK_S : heads * pass_b / HBM;
+  c.s = kernel_s(blocks, local, dexp, heads * (in + 4 * nc * kv)) + (pass + LAUNCH) +
+        kernel_s(blocks, reads, rexp, heads * (in + 4 * (nc + 1) * kv + 4 * T * E * V)) +
+        kernel_s(blocks, local, dexp, heads * (in + 4 * T * E * V + 4 * nc * kv)) + (pass + LAUNCH) +
+        kernel_s(blocks, grads, gexp, heads * (2 * in + 4 * T * E * V + 4 * (2 * nc + 1) * kv));
   return c;
 }
 
