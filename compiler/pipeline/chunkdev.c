@@ -1,6 +1,7 @@
 /* chunkdev.c: the chunked form on a CUDA back end (cuda, cuda-emu): chunkrun.c's order of parts
- *   in (the back end's program) -> the chunk ops (cellc_chunk.cu, a thread block per head and batch
- *   row) -> out; the backward out, the chunk ops' backward, in
+ *   in (the back end's program) -> the chunk ops (cellc_chunk.cu: a thread block per chunk of each
+ *   head and batch row, the states passed between the chunks) -> out; the backward out, the chunk
+ *   ops' backward (from the forward's boundary states), in
  * with every buffer in device memory; x into out's input and the two programs' gradients summed by
  * the chunk module's column kernel. */
 #include "chunkdev.h"
