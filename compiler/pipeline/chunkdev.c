@@ -52,8 +52,9 @@ ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L
     for (*chosen = CHUNK_DEFAULT; *chosen > 1 && !fits(k, lay, nl, *chosen, why, sizeof why); *chosen /= 2) {}
     if (!fits(k, lay, nl, *chosen, why, sizeof why)) cuda_chunk_close(k->ck), k->ck = NULL;
   }
-  if (!k->ck) {
-    snprintf(err, errlen, "the %s back end cannot run the chunked form: %s", be->name, why);
+  if (!k->ck) { /* no device: its own message, which names the back end */
+    if (k->dv) snprintf(err, errlen, "the %s back end cannot run the chunked form: %s", be->name, why);
+    else snprintf(err, errlen, "%s", why);
     chunkdev_close(k);
     return NULL;
   }
