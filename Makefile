@@ -129,7 +129,9 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/plan/plan_table.h \
                                                compiler/backend/cuda/cellc_exec.h \
                                                compiler/backend/cuda/cellc_emit_host.h \
-                                               compiler/backend/cuda/cellc_train.cu
+                                               compiler/backend/cuda/cellc_train.cu \
+                                               compiler/backend/cuda/cellc_chunk.h \
+                                               compiler/backend/cuda/cellc_chunk.cu
 
 # The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
 # for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin: the driver
@@ -188,7 +190,7 @@ $(BUILD)/tests/edge.o: tests/unit/edge.c
 
 # Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
 # report of generated kernels (tests/unit/ptxas.c).
-PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
+PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train test_cuda_chunk gpu_cuda_emit,$(BUILD)/tests/$(t))
 $(PTXAS_TESTS): $(BUILD)/tests/ptxas.o
 $(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
 	@mkdir -p $(dir $@)
@@ -267,7 +269,7 @@ bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/chunked.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit $(BUILD)/tests/test_cuda_chunk
 	@sh tests/gpu.sh
 
 # What tests/gpu.sh's Python check (tests/python_cuda_gpu.py) loads, built here: the GPU machine has no

@@ -2,7 +2,8 @@
 # make test-gpu: the CUDA back end on this machine's GPU. test_cuda and test_backends' cuda suite
 # again with the real driver (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
 # against sequential, and the benchmark's sizes against the CPU back end), the emitted P.cu of every
-# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), `cellc run --backend
+# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), the chunked form
+# against the cpu's and the interpreter (test_cuda_chunk), `cellc run --backend
 # cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
 # LRU residual model's first 20 steps against the CPU, the Python package on CUDA tensors
 # (tests/python_cuda_gpu.py, from the cache `make python-cuda-prebuild` leaves in
@@ -39,6 +40,10 @@ criterion test_cuda
 # the conformance test's cuda suite (every cell against the interpreter at T = 9 and 130) on the GPU
 out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_backends --jobs $jobs --filter 'cuda/*' 2>&1); rc=$?
 criterion test_backends
+# the chunked form on the GPU (cellc_chunk.cu): gla, hgrn2, mamba2 and a cell of two terms and two
+# reads in --mode chunked against the cpu's chunked form and the interpreter's sequential form
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_cuda_chunk --jobs $jobs 2>&1); rc=$?
+criterion test_cuda_chunk
 # cellc emit --target cuda: every stdlib cell's P.cu built by nvcc (-shared, -lcublas) for this GPU's
 # arch and run through its C API against the CPU back end (test_cuda_emit.c with CELLC_EMIT_GPU)
 out=$(timeout $limit build/tests/gpu_cuda_emit --jobs $jobs 2>&1); rc=$?

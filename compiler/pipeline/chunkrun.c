@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chunkdev.h"
 #include "cpu.h"
 #include "lower.h"
 
@@ -30,6 +31,7 @@ struct ChunkForm {
   size_t rows32;               /* the float32 run's per-row buffers, kept for rows32 rows (T B): */
   float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
   int *full_size;              /* [nfull]: each one's numel per batch row */
+  ChunkDev *dev;               /* a CUDA back end's chunk op (chunkdev.c); NULL on the host */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -56,10 +58,6 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
     snprintf(err, errlen, "cannot run cell '%s' in chunked mode: %s", cell->name, why);
     return NULL;
   }
-  if (o->backend->device != DEVICE_CPU) {
-    snprintf(err, errlen, "the %s back end does not run the chunked form yet (interp and cpu do: docs/architecture.md)", o->backend->name);
-    return NULL;
-  }
   ChunkForm *f = xcalloc(1, sizeof *f);
   f->L = L > 0 ? L : CHUNK_DEFAULT;
   f->D = cell->input_size;
@@ -67,6 +65,10 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
      the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
   f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
+  if (o->backend->device != DEVICE_CPU && !(f->dev = chunkdev_open(o->backend, f->lay, f->nl, L, &f->L, err, errlen))) {
+    chunkform_free(f);
+    return NULL;
+  }
   f->full_of = xcalloc((size_t)cell->nstates + 1, sizeof(int));
   for (int i = 0, q = 0; i < cell->nstates; q += cell->states[i].cplx ? 2 : 1, i++) f->full_of[i] = q;
   for (int i = 0; i < cell->nstates; i++) f->nfull += cell->states[i].cplx ? 2 : 1;
@@ -104,6 +106,7 @@ void chunkform_free(ChunkForm *f) {
   }
   free(f->full_of), free(f->full_size);
   free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+  chunkdev_close(f->dev);
   free(f);
 }
 
@@ -334,6 +337,12 @@ static void parts32_free(float **v, int n) {
 
 void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  if (f->dev) { /* a CUDA back end: d in device memory */
+    chunkdev_run(f->dev, &(ChunkDevForm){f->in, f->out, f->win, f->wout, f->L, f->nl, f->D, f->lay, f->full_of}, d, f->times);
+    for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
+    f->runs++;
+    return;
+  }
   const Program *pin = f->in->p, *pout = f->out->p;
   const Backend *bin = f->in->be, *bout = f->out->be;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
@@ -466,6 +475,8 @@ static void f64_back(void *dst, const void *src, size_t n) {
   for (size_t i = 0; i < n; i++) ((double *)dst)[i] = ((const float *)src)[i];
 }
 
+static void run_f32(void *f, const SeqIO *d) { chunkform_run_f32(f, d); }
+
 static void run_f64_on_f32(ChunkForm *f, const SeqIO *d) {
   const Program *pout = f->out->p;
   int np = pout->npparts, ns = f->nfull, nz = pout->nnoise, ng = pout->ngates;
@@ -485,7 +496,8 @@ static void run_f64_on_f32(ChunkForm *f, const SeqIO *d) {
   s.final = f32_copies(NULL, ns, sn), s.dfinal = (const void **)f32_copies(d->dfinal, ns, sn);
   s.noise = d->noise ? (const void **)f32_copies(d->noise, nz, zn) : NULL;
   s.gates = d->gates ? f32_copies(NULL, ng, gn) : NULL;
-  chunkform_run_f32(f, &s);
+  if (f->dev) chunkdev_on_device(f->dev, &s, &(ChunkDevSizes){nx, ny, np, ns, nz, ng, pn, sn, zn, gn}, run_f32, f);
+  else chunkform_run_f32(f, &s);
   for (int i = 0; d->gates && i < ng; i++) f64_back(d->gates[i], s.gates[i], gn[i]);
   f64_back(d->y, s.y, ny), f64_back(d->grad_x, s.grad_x, nx);
   for (int i = 0; i < np; i++) f64_back(d->grad_params[i], s.grad_params[i], pn[i]);

@@ -416,16 +416,3 @@ Test(chunked, cpu_issue_lengths) {
   cr_log_info("cpu_issue_lengths: worst relative difference %g", worst);
   cr_assert_gt(worst, 0); /* the float32 form is compared, not the float64 one */
 }
-
-/* Where the chunk op does not run yet: a clear refusal. */
-Test(chunked, cuda_emu_refuses) {
-  Arena a = {0};
-  Cell *cc = h_cell(&a, "stdlib/gla.cell", NULL, "NH=2,K=3,V=4,D=5", false, "chunked");
-  PipelineOptions o = {.backend = backend_find("cuda-emu")};
-  char err[512] = "";
-  cr_assert(o.backend);
-  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
-  cr_assert(strstr(err, "does not run the chunked form yet"), "%s", err);
-  cell_free(cc);
-  arena_free(&a);
-}
