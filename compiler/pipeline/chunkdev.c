@@ -151,15 +151,19 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
   void **gpi = dev_parts(dv, np, pn), **gpo = dev_parts(dv, np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = chunk_ptrs(fin, ns), **df_in = chunk_ptrs(zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  int nsh = pin->chunk_shared;
   char err[8192];
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = fin, si.gates = NULL;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
   double t0 = synced(k);
   bin->forward(f->in, f->win, &si);
   double t1 = synced(k);
   cols(k, xo, xw, d->x, D, NULL, 0, (long long)rows, D);
+  if (nsh) cols(k, xo + (xw - nsh), xw, yin + (nin - nsh), nin, NULL, 0, (long long)rows, nsh);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state];
@@ -185,7 +189,8 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
     a.loc = loc, a.dec = dec;
     if (cuda_chunk_backward(k->ck, &a, err, sizeof err) != 0) die(err);
   }
-  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;
+  if (nsh) cols(k, dyin + (nin - nsh), nin, gxo + (xw - nsh), xw, NULL, 0, (long long)rows, nsh);
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;
   double t5 = synced(k);
   bin->backward(f->in, f->win, &si);
   double t6 = synced(k);
@@ -197,7 +202,7 @@ void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *ti
   synced(k);
   dev_parts_free(dv, fin, ns), dev_parts_free(dv, zero, ns), dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns);
   dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
-  free(h0), free(dfinal), free(final), free(gh0), free(pn), free(sn);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in), free(pn), free(sn);
 }
 
 static void *up(Device *dv, const void *src, size_t floats) {

@@ -26,6 +26,14 @@ void chunkdev_close(ChunkDev *k);
  * (CHUNK_TIMES, chunkform_times' order). */
 void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times);
 
+/* The parts of the SeqIO between the two programs (chunkrun.c, any device): a state part's final
+ * value and its gradient belong to OUT's run (fin_out, df_out), but those of a part OUT keeps
+ * unchanged (lower.h) to IN's (fin_in, df_in: IN's scratch and zeros otherwise), swapped per part;
+ * chunk_ptrs: a copy of a pointer array to swap in. The values IN passes to OUT
+ * (Program.chunk_shared) follow the chunk op's inputs in IN's rows and the reads in OUT's. */
+void chunk_own_finals(const Program *pout, void **fin_out, void **fin_in, const void **df_out, const void **df_in);
+void **chunk_ptrs(void *const *v, int n);
+
 /* A float32 SeqIO in host memory: its element counts (per part: params, the whole cell's state
  * parts, noise, out's gates) */
 typedef struct ChunkDevSizes {

@@ -223,10 +223,7 @@ static void pass_shared(size_t rows, int n, size_t esize, const void *from, int 
            (size_t)n * esize);
 }
 
-/* A state part's final value and its gradient belong to OUT's run (fin_out, df_out), but those of
- * a part OUT keeps unchanged (lower.h) to IN's (fin_in, df_in, IN's scratch and zeros otherwise):
- * swapped per part. */
-static void own_finals(const Program *pout, void **fin_out, void **fin_in, const void **df_out, const void **df_in) {
+void chunk_own_finals(const Program *pout, void **fin_out, void **fin_in, const void **df_out, const void **df_in) {
   for (int q = 0; q < pout->nsparts; q++) {
     if (pout->sparts[q].next != pout->sparts[q].prev) continue;
     void *f = fin_out[q];
@@ -235,7 +232,7 @@ static void own_finals(const Program *pout, void **fin_out, void **fin_in, const
   }
 }
 
-static void **ptrs(void *const *v, int n) {
+void **chunk_ptrs(void *const *v, int n) {
   void **c = xcalloc((size_t)n + 1, sizeof(void *));
   for (int i = 0; i < n; i++) c[i] = v[i];
   return c;
@@ -363,8 +360,8 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
-  void **fin_in = ptrs((void *const *)fin, ns), **df_in = ptrs((void *const *)zero, ns);
-  own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  void **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
@@ -530,8 +527,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   double **gpi = parts(np, pn), **gpo = parts(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
-  void **fin_in = ptrs((void *const *)fin, ns), **df_in = ptrs((void *const *)zero, ns);
-  own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  void **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
