@@ -92,7 +92,7 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench bench-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
+.PHONY: all deps test unit golden demo bench bench-chunked bench-train-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
 ifeq ($(SAN),0)
 all: bin/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 else
@@ -267,6 +267,10 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 # in PyTorch (bench/torch_chunked.py), with the machine's limits: bench/results/chunked.md
 bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/chunked.sh
+
+# One cellc train step of a gla model, the chunked form against the scan (bench/train_chunked.sh).
+bench-train-chunked: deps all
+	@sh bench/train_chunked.sh
 
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit $(BUILD)/tests/test_cuda_chunk
