@@ -619,7 +619,7 @@ static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
 }
 
 void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
-  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
   const Program *pin = f->in->p, *pout = f->out->p;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D, ns = pout->nsparts;
   size_t rows = (size_t)T * (size_t)B;
@@ -673,7 +673,7 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
 }
 
 void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
-  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
   const Program *pin = f->in->p, *pout = f->out->p;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts;

@@ -2,9 +2,9 @@
  * chunked; train/model/model.c, compiler/pipeline/chunkrun.c's chunkform_forward_f32 and
  * chunkform_backward_f32): the loss and every learned tensor's gradient of a batch equal those of
  * the same model in scan mode within float32 rounding, for gla, hgrn2 and mamba2, stacked with
- * dropout, residual with a norm and a mixer, bidirectional, and evaluation; the chunk length
- * honored (model.chunk) with results that do not depend on it beyond rounding; auto's choice;
- * the errors. Small sizes (T 12 to 20, B 3 to 4, heads of 4 to 8), float32. */
+ * dropout, residual with a norm and a mixer, bidirectional, a learned initial state and gumbel
+ * noise, and evaluation; the chunk length honored (model.chunk) with results that do not depend
+ * on it beyond rounding; auto's choice; the errors. Small sizes (T 12 to 20, B 3 to 4, heads of 4 to 8), float32. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -143,6 +143,18 @@ Test(train_chunked, gla_residual_norm_mixer_dropout) {
 Test(train_chunked, hgrn2_bidirectional) {
   against("stdlib/hgrn2.cell", SC HGRN2 "layers = 2\nbidirectional = true\nchunk = 3\n" TRAIN, "scan", 2);
   against("stdlib/gla.cell", SC GLA "layers = 1\nbidirectional = true\njoin = sum\n" TRAIN, "scan", 2);
+}
+
+/* A learned initial state (its gradient from the chunk op's dS_0) and gumbel noise in both
+ * programs (tests/cells/learned_gla.cell) */
+Test(train_chunked, learned_state_and_noise) {
+  against("tests/cells/learned_gla.cell", SC GLA "layers = 2\nchunk = 5\n" TRAIN, "scan", 3);
+  Fix f;
+  cr_assert_not_null(build(&f, "tests/cells/learned_gla.cell", SC GLA "layers = 1\n" TRAIN "mode = chunked\n"), "%s", captured());
+  bool found = false;
+  for (int i = 0; i < model_ntensors(f.m); i++) found = found || !strcmp(model_tensor(f.m, i)->name, "layer.0.S.init");
+  cr_assert(found, "no learned initial state");
+  fix_free(&f);
 }
 
 /* The chunk length changes the order of the sums only: L = 1 (every step a chunk), a length

@@ -356,6 +356,12 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
     if (L->cell[v]->chunked) { /* the program gives the SeqIO's layout; the form runs it */
+      /* the training entry points work on host buffers (chunkform_forward_f32) */
+      if (m->backend->device != DEVICE_CPU) {
+        diag_plain("cannot compile layer %d of cell '%s': the %s back end does not run the chunked form in training yet "
+                   "(train.device = cpu does)", k, ast->name, m->backend->name);
+        return -1;
+      }
       if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0];
       else if (!(L->form[v] = chunkform_compile(L->cell[v], &po, m->chunk, err, sizeof err))) {
         diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
