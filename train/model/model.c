@@ -353,8 +353,6 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
       diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
       return -1;
     }
-    /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
-     * work arrays serves both, so evaluation needs no memory beyond training's */
     if (L->cell[v]->chunked) { /* the program gives the SeqIO's layout; the form runs it */
       /* the training entry points work on host buffers (chunkform_forward_f32) */
       if (m->backend->device != DEVICE_CPU) {
@@ -362,13 +360,15 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
                    "(train.device = cpu does)", k, ast->name, m->backend->name);
         return -1;
       }
-      if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0];
+      if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0]; /* one form for both, as one work below */
       else if (!(L->form[v] = chunkform_compile(L->cell[v], &po, m->chunk, err, sizeof err))) {
         diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
         return -1;
       }
       continue;
     }
+    /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
+     * work arrays serves both, so evaluation needs no memory beyond training's */
     L->work[v] = v == 1 && L->exe[1] == L->exe[0] ? L->work[0] : m->backend->work_new(L->exe[v]);
     int chunk = chunk_length(L->cell[v], m->chunk);
     L->chunk[v] = v == 1 && L->exe[1] == L->exe[0] ? L->chunk[0] : chunk > 0 ? chunker_new(L->exe[v], chunk) : NULL;
