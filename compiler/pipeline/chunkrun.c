@@ -340,118 +340,8 @@ void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
     f->runs++;
     return;
   }
-  const Program *pin = f->in->p, *pout = f->out->p;
-  const Backend *bin = f->in->be, *bout = f->out->be;
-  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
-  int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
-  size_t rows = (size_t)T * (size_t)B;
-  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
-  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
-  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
-  if (rows > f->rows32) {
-    free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
-    f->yin = zeros32(rows * (size_t)nin), f->dyin = zeros32(rows * (size_t)nin);
-    f->xo = zeros32(rows * (size_t)xw), f->gxo = zeros32(rows * (size_t)xw), f->gxi = zeros32(rows * (size_t)D);
-    f->rows32 = rows;
-  }
-  /* each written whole by the programs or the chunk ops (dyin: every input of every op) */
-  float *yin = f->yin, *dyin = f->dyin, *xo = f->xo, *gxo = f->gxo, *gxi = f->gxi;
-  float **fin = parts32(ns, sn), **zero = parts32(ns, sn), **ghi = parts32(ns, sn), **gho = parts32(ns, sn);
-  float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
-  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
-  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
-  void **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
-  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
-
-  /* forward: in, the chunk ops, out */
-  SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
-  double t0 = seconds();
-  bin->forward(f->in, f->win, &si);
-  double t1 = seconds();
-  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
-  pass_shared(rows, pin->chunk_shared, sizeof(float), yin, nin, xo, xw);
-  for (int i = 0; i < f->nl; i++) {
-    const ChunkLayout *l = &f->lay[i];
-    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
-    size_t kv = (size_t)l->K * (size_t)l->V;
-    /* every head of every batch row on its own: in parallel, each writing its own rows */
-#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
-    for (int bh = 0; bh < B * l->nh; bh++) {
-      int b = bh / l->nh, h = bh % l->nh;
-      float *s0 = zeros32(kv), *s1 = zeros32(kv);
-      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      float *ov = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), *o = ov;
-      int ldo = B * xw;
-      if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
-      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
-      for (int t = 0; u.buf && t < T; t++)
-        for (int r = 0; r < u.R; r++)
-          memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
-                 o + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V, sizeof(float) * (size_t)l->V);
-      state_put32(l, (float *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
-      if (u.buf) free(o);
-      free(s0), free(s1), free(u.buf);
-    }
-  }
-  SeqIO so = *d;
-  so.x = xo, so.h0 = (const void **)h0, so.final = final;
-  double t2 = seconds();
-  bout->forward(f->out, f->wout, &so);
-  double t3 = seconds();
-
-  /* backward: out, the chunk ops, in */
-  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
-  bout->backward(f->out, f->wout, &so);
-  double t4 = seconds();
-  for (int i = 0; i < f->nl; i++) {
-    const ChunkLayout *l = &f->lay[i];
-    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
-    size_t kv = (size_t)l->K * (size_t)l->V;
-#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
-    for (int bh = 0; bh < B * l->nh; bh++) {
-      int b = bh / l->nh, h = bh % l->nh;
-      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla;
-      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla);
-      const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
-      int lddo = B * xw;
-      float *dbuf = NULL;
-      if (u.buf) { /* 0 but at the reads */
-        dout = dbuf = zeros32((size_t)u.c.T * (size_t)l->V), lddo = l->V;
-        for (int t = 0; t < T; t++)
-          for (int r = 0; r < u.R; r++)
-            memcpy(dbuf + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V,
-                   gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(float) * (size_t)l->V);
-      }
-      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      state_get32(l, (const float *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
-      if (g) sub32_scatter(&u, l, g, dyin, nin, T, B, b, h);
-      state_put32(l, (float *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
-      free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
-    }
-  }
-  pass_shared(rows, pin->chunk_shared, sizeof(float), gxo, xw, dyin, nin);
-  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
-  si.fold = NULL;
-  double t5 = seconds();
-  bin->backward(f->in, f->win, &si);
-  double t6 = seconds();
-  double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
-  memcpy(f->times, tt, sizeof tt);
-  for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += tt[i];
-  f->runs++;
-  for (size_t r = 0; r < rows; r++)
-    for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
-  for (int i = 0; i < np; i++)
-    for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
-  for (int q = 0; q < ns; q++)
-    for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
-  free(pn), free(sn);
-  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in);
-  parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
+  chunkform_forward_f32(f, d);
+  chunkform_backward_f32(f, d);
 }
 
 /* A float64 SeqIO on a float32 back end: float32 copies of its buffers (the cell's layout), one
@@ -604,11 +494,9 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   parts_free(fin, ns), parts_free(zero, ns), parts_free(ghi, ns), parts_free(gho, ns), parts_free(gpi, np), parts_free(gpo, np);
 }
 
-/* ---- training (cellc train's layers): the float32 forward and backward apart, as a back end's,
- * the backward after the forward of the same sequence (its P_in rows and out's input kept in the
- * form, each program's steps in its work); the same operations as chunkform_run_f32, kept in step
- * with it (the values IN passes to OUT, the finals OUT keeps: test_train_chunked compares the two
- * through training against scan mode) ---- */
+/* ---- the float32 forward and backward apart, as a back end's (cellc train's layers; one after
+ * the other: chunkform_run_f32), the backward after the forward of the same sequence (its P_in
+ * rows and out's input kept in the form, each program's steps in its work) ---- */
 
 static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
   if (rows <= f->rows32) return;
