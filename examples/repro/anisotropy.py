@@ -130,7 +130,7 @@ def main():
                 xs = [p[1] for p in pts if p[0] == label]
                 ys = [p[2] if p[2] is not None and math.isfinite(p[2]) else None for p in pts if p[0] == label]
                 series.append({"label": label, "x": xs, "y": ys, "points": True})
-            panels.append({"title": title, "xlabel": "task: 1 adding, 2 ar2, 3 delay_sum, 4 moving_average",
+            panels.append({"title": title, "xlabel": "task: 1 adding, 2 ar2, 3 delay, 4 mov. average",
                            "ylabel": ylabel, "logy": logy, "series": series})
         plot(cellc, os.path.join(out, "param_grad"), {"panels": panels})
     with open(os.path.join(out, "summary.json"), "w") as f:
