@@ -173,11 +173,11 @@ def main():
     bad = []
     for t in TASKS:
         rows = table_rows(r.out, t)
-        if len(rows) != 7 or len(rows[0]) != 11:
+        if len(rows) != 7 or len(rows[0]) != 12:
             bad.append("%s: %d rows, header %s" % (t, len(rows), rows[:1]))
             continue
         for row in rows[1:]:
-            if len(row) != 11 or row[1] not in ("0", "1"):
+            if len(row) != 12 or row[1] not in ("0", "1"):
                 bad.append(str(row))
                 continue
             for k, text in enumerate(row[2:], 2):
@@ -193,7 +193,7 @@ def main():
                     bad.append("%s below 1: %r" % (rows[0][k], text))
                 elif rows[0][k].startswith("CE_10") and not (0 < v[1] and v[2] <= 1 + 1e-9):
                     bad.append("%s outside (0, 1]: %r" % (rows[0][k], text))
-    check("the table: per task a header and 6 rows (3 models x 2 clips) of 11 columns, every value finite, "
+    check("the table: per task a header and 6 rows (3 models x 2 clips) of 12 columns, every value finite, "
           "AI_10 >= 1, 0 < CE_10 <= 1, quartiles around the median", not bad, str(bad[:4]))
 
     summ = json.load(open(os.path.join(out, "summary.json")))

@@ -2,7 +2,8 @@
 left in OUT/<task>/<cell>/clip-<c>/seed-<s>/diag/ (docs/experiments.md). Prints, per task, one
 row per model and clip: AI_10 and CE_10 of the Jacobian products M_{t,k} at the lags 10, 40 and
 100 (diag's medians over the start times and sequences of one seed's probe), AI_10 and CE_10 of
-the per-sample parameter gradients (diag's param_grad), and the final validation MSE, each as
+the per-sample parameter gradients (diag's param_grad), the training gradient's norm before clipping
+(the mean of the logged interval means) and the final validation MSE, each as
 median [25%, 75%] over the seeds. Writes summary.json and, through `cellc plot --figure`, the
 figures anisotropy_<task> (AI_10 and CE_10 of the products against the lag, the median over the
 seeds of each model and clip) and param_grad (the per-sample gradients' AI_10 and CE_10 per task).
@@ -53,6 +54,17 @@ def final_mse(seed_dir):
     return last
 
 
+def mean_grad_norm(seed_dir):
+    """The mean over training of the gradient norm before clipping (the train records' interval
+    means): how far a clip of 1 is from binding."""
+    path = os.path.join(seed_dir, "run", "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        g = [r["grad_norm"] for r in map(json.loads, f) if r.get("split") == "train" and r.get("grad_norm") is not None]
+    return sum(g) / len(g) if g else None
+
+
 def at_lag(values, lag):
     return values[lag - 1] if len(values) >= lag else None
 
@@ -78,7 +90,7 @@ def main():
                     for d in glob.glob(os.path.join(out, t, c, "clip-*"))}, key=float)
     summary, pg_ai, pg_ce = {}, [], []
     head = (["model", "clip"] + ["AI_10 lag %d" % g for g in LAGS] + ["CE_10 lag %d" % g for g in LAGS] +
-            ["AI_10 grads", "CE_10 grads", "valid MSE"])
+            ["AI_10 grads", "CE_10 grads", "grad norm", "valid MSE"])
     for task in tasks:
         rows, ai_series, ce_series = [], [], []
         for cell in CELLS:
@@ -95,6 +107,7 @@ def main():
                        "CE10": {g: mqi([at_lag(j["CE10"], g) for j in js]) for g in LAGS},
                        "grad_AI10": mqi([d.get("param_grad", {}).get("AI10") for d in ds]),
                        "grad_CE10": mqi([d.get("param_grad", {}).get("CE10") for d in ds]),
+                       "grad_norm": mqi([mean_grad_norm(d) for d in seeds]),
                        "valid_mse": mqi([final_mse(d) for d in seeds])}
                 rows.append(row)
                 n = min(len(j["AI10"]) for j in js)
@@ -119,7 +132,8 @@ def main():
         print("|" + "---|" * len(head))
         for r in rows:
             cells = ([NAMES[r["model"]], "%g" % r["clip"]] + [fmt(r["AI10"][g]) for g in LAGS] +
-                     [fmt(r["CE10"][g]) for g in LAGS] + [fmt(r["grad_AI10"]), fmt(r["grad_CE10"]), fmt(r["valid_mse"])])
+                     [fmt(r["CE10"][g]) for g in LAGS] + [fmt(r["grad_AI10"]), fmt(r["grad_CE10"]), fmt(r["grad_norm"]),
+                                                          fmt(r["valid_mse"])])
             print("| " + " | ".join(cells) + " |")
     if pg_ai:
         panels = []
