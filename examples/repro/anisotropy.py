@@ -37,8 +37,9 @@ def mqi(v):
 def fmt(t):
     if t[0] is None:
         return "n/a"
-    big = max(abs(x) for x in t) >= 1000
-    return ("%.3g [%.3g, %.3g]" if big else "%.3f [%.3f, %.3f]") % tuple(t)
+    # three significant digits for values far from 1 (AI_10 of long products, a near-zero MSE)
+    wide = max(abs(x) for x in t) >= 1000 or min(abs(x) for x in t) < 0.01
+    return ("%.3g [%.3g, %.3g]" if wide else "%.3f [%.3f, %.3f]") % tuple(t)
 
 
 def final_mse(seed_dir):
