@@ -2,7 +2,7 @@
 # The sources' protocols as examples/repro/ runs them (tests/repro_cli.py): the model keys they
 # need (model.encoder = none, model.head_bias = false) and the time-scale study's script at a
 # tiny size (its table, figures and summary). Ends with "N passed, M failed" over every block.
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 pass=0 fail=0
 # block FILE: one Python suite; its PASS/FAIL lines shown, its summary line added to the total
 block() {
