@@ -15,8 +15,9 @@
 #
 # --set goes to every train and diag (a smaller model, T or step count for a quick look:
 # tests/repro_aniso_cli.py); --samples the probe sequences of the per-sample gradients (256).
-# Default (reduced): 3 seeds, about 25 minutes on two shared cores. --full: the source's 20 seeds
-# (about 3 hours here). Rerunning skips the runs and probes already complete.
+# Default (reduced): 3 seeds, 24 runs and probes each, about 10 minutes a seed on two shared
+# cores. --full: the source's 20 seeds (about 3 hours here). Rerunning skips the runs and probes
+# already complete.
 set -eu
 cd "$(dirname "$0")/../.."
 CELLC=${CELLC:-bin/cellc}
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --clips) clips=$2; shift ;;
     --samples) samples=$2; shift ;;
     --set) sets="$sets --set $2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "anisotropy.sh: unknown argument '$1' (--full, --seeds N, --out DIR, --tasks LIST, --models LIST, --clips LIST, --samples M, --set KEY=VALUE)" >&2; exit 2 ;;
   esac
   shift
