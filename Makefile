@@ -92,7 +92,7 @@ OBJS     := $(SRCS:%.c=$(BUILD)/%.o) $(GEN_SRCS:.c=.o)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 LAYERS_OK := $(BUILD)/layers.ok
 
-.PHONY: all deps test unit golden demo bench bench-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
+.PHONY: all deps test unit golden demo bench bench-chunked bench-train-chunked fuzz clean install layers test-gpu bench-gpu task_dump stress
 ifeq ($(SAN),0)
 all: bin/cellc $(BUILD)/task_dump $(BUILD)/eval_dump
 else
@@ -129,7 +129,9 @@ $(BUILD)/compiler/backend/cuda/cuda_headers.o: compiler/backend/cuda/cellc_prelu
                                                compiler/plan/plan_table.h \
                                                compiler/backend/cuda/cellc_exec.h \
                                                compiler/backend/cuda/cellc_emit_host.h \
-                                               compiler/backend/cuda/cellc_train.cu
+                                               compiler/backend/cuda/cellc_train.cu \
+                                               compiler/backend/cuda/cellc_chunk.h \
+                                               compiler/backend/cuda/cellc_chunk.cu
 
 # The standalone executor of `cellc emit --target cpu`: LLVM bitcode (unoptimized: emit optimizes it
 # for the chosen CPU with the kernels), embedded in cellc by emit_bitcode.c with .incbin: the driver
@@ -188,7 +190,7 @@ $(BUILD)/tests/edge.o: tests/unit/edge.c
 
 # Test helpers, compiled into the tests that use them and not into cellc: ptxas -v's resource
 # report of generated kernels (tests/unit/ptxas.c).
-PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train gpu_cuda_emit,$(BUILD)/tests/$(t))
+PTXAS_TESTS := $(foreach t,test_cuda test_cuda_emu test_cuda_emit test_cuda_train test_cuda_chunk gpu_cuda_emit,$(BUILD)/tests/$(t))
 $(PTXAS_TESTS): $(BUILD)/tests/ptxas.o
 $(BUILD)/tests/ptxas.o: tests/unit/ptxas.c
 	@mkdir -p $(dir $@)
@@ -266,9 +268,19 @@ bench: deps all $(BUILD)/bench_cell $(BUILD)/peak
 bench-chunked: deps all $(BUILD)/bench_cell $(BUILD)/peak
 	@sh bench/chunked.sh
 
+# One cellc train step of a gla model, the chunked form against the scan (bench/train_chunked.sh).
+bench-train-chunked: deps all
+	@sh bench/train_chunked.sh
+
 # The CUDA back end on a GPU (tests/gpu.sh, bench/gpu.sh): each skips with one line without one.
-test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit
+test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit $(BUILD)/tests/test_cuda_chunk
 	@sh tests/gpu.sh
+
+# What tests/gpu.sh's Python check (tests/python_cuda_gpu.py) loads, built here: the GPU machine has no
+# host compiler. The cache folder travels with the pack-for-gpu bundle.
+.PHONY: python-cuda-prebuild
+python-cuda-prebuild: all
+	CELLC_CACHE=$(BUILD)/python-cuda-cache $(PYTHON) tests/python_cuda_gpu.py --prebuild
 
 # test_cuda_emit's GPU half: the emitted P.cu built by nvcc and run on the GPU (tests/gpu.sh)
 $(BUILD)/tests/gpu_cuda_emit: tests/unit/test_cuda_emit.c $(BUILD)/libcellc.a
@@ -289,7 +301,7 @@ install: all
 	install -m 755 bin/cellc $(PREFIX)/bin/cellc
 	install -m 644 stdlib/*.cell $(PREFIX)/share/cellc/stdlib/
 	install -d $(PYTHON_SITE)/cellc
-	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
+	install -m 644 python/cellc/__init__.py python/cellc/_build.py python/cellc/_cuda.py python/cellc/_safetensors.py $(PYTHON_SITE)/cellc/
 	printf '# written by make install: the cellc this package runs\nCELLC_BIN = "%s"\n' "$(abspath $(PREFIX))/bin/cellc" > $(PYTHON_SITE)/cellc/_install.py
 
 clean:

@@ -2,8 +2,9 @@
 # make bench-gpu: cellc's cuda back end against PyTorch on the same GPU (nn.GRU and nn.LSTM through
 # cuDNN; the other cells as PyTorch loops over time), B = 64, T = 512 and 2048, H = 128 and 256, and
 # each run's scans as a fraction of the device's measured copy bandwidth; then whole training steps
-# (`cellc train --set train.device=cuda` against bench/torch_train.py --device cuda). Writes
-# bench/results/gpu.jsonl, gpu_train.jsonl and gpu.md and prints the tables; skips with one line where
+# (`cellc train --set train.device=cuda` against bench/torch_train.py --device cuda); the chunked
+# form of gla, hgrn2 and mamba2 at issue 31's shapes against their scans. Writes
+# bench/results/gpu.jsonl, gpu_train.jsonl, gpu_chunked.jsonl and gpu.md and prints the tables; skips with one line where
 # there is no GPU. PYTHON picks the interpreter with CUDA PyTorch (default python3).
 # Last, the CPU back end's thread-scaling curve on this machine's cores (bench/thread_scaling.sh,
 # bench/results/gpu_scaling.md).
@@ -45,6 +46,22 @@ for cfg in $configs; do
     echo "bench-gpu: $cell T=$T H=$H done" >&2
   done
 done
+# the chunked form on the GPU (issue 31's shapes, T = 2048, B = 8, forward + backward): cellc's
+# chunked form (cellc_chunk.cu between the two programs) against its scan of the same cell on the
+# same GPU, with the chunk ops' share (docs/gpu.md, "The chunked form")
+chunked=$out/gpu_chunked.jsonl
+: > $chunked
+for case in gla:NH=1,K=64,V=64:64 gla:NH=4,K=64,V=64:256 hgrn2:NH=1,K=64,V=64:64 hgrn2:NH=4,K=64,V=64:256 \
+            mamba2:NH=1,P=64,N=64:64 mamba2:NH=4,P=64,N=64:256; do
+  [ -n "$CELLC_BENCH_QUICK" ] && case $case in *NH=4*) continue ;; esac
+  cell=${case%%:*}; rest=${case#*:}; dims=${rest%%:*}; D=${rest##*:}
+  for mode in scan chunked; do
+    m=""; [ $mode = chunked ] && m="--mode chunked"
+    ./build/bench_cell stdlib/$cell.cell 0 $D 2048 8 --reps 5 --backend cuda --dims $dims $m |
+      sed "s/^{/{\"kind\": \"$mode\", \"case\": \"$cell $dims\", /" >> $chunked
+  done
+  echo "bench-gpu: chunked $cell $dims done" >&2
+done
 # training on the GPU: cellc train (train.device = cuda) against the same model in PyTorch on the
 # same GPU (bench/torch_train.py --device cuda), bench/train_gru.cfg's task and model (copying,
 # T = 512, B = 64, embedding, one layer of width 128, readout all, AdamW, clip): tokens per second
@@ -83,6 +100,21 @@ for cell in dict.fromkeys(r["cell"] for r in rows):
     t = next((r for r in rows if r["kind"] == "torch_train" and r["cell"] == cell), None)
     tt = t["tokens_per_s"] if t else None
     print(f"| {cell} | {c:.0f} | " + (f"{tt:.0f} ({t['peer']}) | {c / tt:.2f}x |" if tt and c else "- | - |"))
+PY
+$py - $chunked >> $out/gpu.md <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("\n## The chunked form on the GPU (T = 2048, B = 8, forward + backward): ms\n")
+print("| cell, dims | scan | chunked (L) | chunk ops | in + out programs | scan / chunked |")
+print("|---|---|---|---|---|---|")
+for case in dict.fromkeys(r["case"] for r in rows):
+    s = next((r for r in rows if r["case"] == case and r["kind"] == "scan"), None)
+    c = next((r for r in rows if r["case"] == case and r["kind"] == "chunked"), None)
+    if not c:
+        print(f"| {case} | " + (f"{1e3 * s['total_s']:.2f}" if s else "-") + " | failed | - | - | - |")
+        continue
+    print(f"| {case} | " + (f"{1e3 * s['total_s']:.2f}" if s else "-") + f" | {1e3 * c['total_s']:.2f} ({c['L']}) | "
+          f"{1e3 * c['op_s']:.2f} | {1e3 * (c['in_s'] + c['out_s']):.2f} | " + (f"{s['total_s'] / c['total_s']:.1f}x |" if s else "- |"))
 PY
 cat $out/gpu.md
 # A machine with a GPU has many cores: the CPU back end's thread-scaling curve there (issue 17),

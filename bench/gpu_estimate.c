@@ -7,7 +7,12 @@
  * FLOPs at 0.5 TFLOP/s an SM (67 / 132), whichever is longer, plus 0.5 us of barriers; with
  * --launches, a launch per step and plan step instead (CELLC_CUDA_PERSISTENT=0).
  *   gpu_estimate FILE.cell B T H [--set k=v] [--mode sequential] [--steps] [--launches]
- * Elementwise FLOPs count one per op and element (a transcendental counts one, too). */
+ *                [--dims NAME=N,...] [--chunked L]
+ * Elementwise FLOPs count one per op and element (a transcendental counts one, too).
+ * --dims binds the cell's dims (instead of H and D = H). --chunked L: the chunked form at chunks of
+ * L steps (docs/gpu.md, "The chunked form"): its in and out programs' plans as above, and the chunk
+ * ops of cellc_chunk.cu (chunk_op_cost below). */
+#include <math.h>
 #include <string.h>
 
 #include "pipeline.h"
@@ -136,6 +141,89 @@ static Cost phase_cost(const Plan *pl, const Phase *ph, double rows, double time
   return total;
 }
 
+/* cellc_chunk.cu's work, per chunked state: per chunk of n sub-steps (P = n (n + 1) / 2 pairs) a
+ * block on one SM (its shared memory leaves room for one), each product a loop of threads over its
+ * outputs with both operands from shared memory: at most 128 B a clock of shared loads, 16 FMAs a
+ * clock at 1.75 GHz (56 GFLOP/s an SM, an eighth of its FP32 peak); every e^{b_i - b_j} of a decay
+ * per key an expf on the SFUs, 16 a clock (28 G/s an SM), not overlapped; the B nh nc blocks of a
+ * kernel in waves of 132. Per direction a local kernel (the chunk's part of the pass), the pass
+ * (a thread per state entry, nc dependent multiply-adds with four chunks' loads in flight, about
+ * 0.6 us a load: 0.15 us a chunk, or its bytes at the HBM rate), then the reads or the gradients:
+ * six launches. */
+#define SM_SMEM_FLOPS 56e9
+#define SM_EXPS 28e9
+#define PASS_CHUNK_S 0.15e-6
+typedef struct OpCost {
+  double flops, exps, bytes, blocks, s;
+} OpCost;
+
+/* a kernel of `blocks` blocks of flops and exps each, moving bytes */
+static double kernel_s(double blocks, double flops, double exps, double bytes) {
+  double c = ceil(blocks / 132) * (flops / SM_SMEM_FLOPS + exps / SM_EXPS), m = bytes / HBM;
+  return (c > m ? c : m) + LAUNCH;
+}
+
+static OpCost chunk_op_cost(const ChunkLayout *l, double B, double T, int L) {
+  double E = l->nterms + l->nreads - 1, n = (double)L * E, K = l->K, V = l->V, w = l->per_key ? K : 1, P = n * (n + 1) / 2;
+  double nc = ceil(T * E / n), pk = l->per_key, heads = B * l->nh, blocks = heads * nc, kv = K * V;
+  double scores = P * (pk ? 3 * K : 2 * K), sexp = pk ? P * K : P, dexp = 2 * n * w;
+  double local = 3 * n * kv;
+  double reads = scores + n * V * (3 * K + (n + 1));
+  double grads = scores + 2 * P * V + n * V * ((n + 1) + 3 * K) + 2 * n * K * (2 * V + 1 + 1.5 * (n + 1)) + 2 * kv;
+  double rexp = sexp + dexp, gexp = sexp + (pk ? 2 * P * K : P) + dexp;
+  double in = 4 * T * E * (2 * K + V + w), pass_b = 4 * 2 * nc * kv; /* a chunk's inputs; the pass's loc and bnd a head */
+  OpCost c = {0};
+  c.blocks = blocks;
+  c.flops = blocks * (2 * local + reads + grads) + heads * 4 * nc * kv;
+  c.exps = blocks * (2 * dexp + rexp + gexp);
+  c.bytes = heads * (4 * in + 4 * T * E * 2 * V + 2 * pass_b + 2 * 4 * nc * kv); /* and the reads, their gradients, loc */
+  double pass = nc * PASS_CHUNK_S > heads * pass_b / HBM ? nc * PASS_CHUNK_S : heads * pass_b / HBM;
+  c.s = kernel_s(blocks, local, dexp, heads * (in + 4 * nc * kv)) + (pass + LAUNCH) +
+        kernel_s(blocks, reads, rexp, heads * (in + 4 * (nc + 1) * kv + 4 * T * E * V)) +
+        kernel_s(blocks, local, dexp, heads * (in + 4 * T * E * V + 4 * nc * kv)) + (pass + LAUNCH) +
+        kernel_s(blocks, grads, gexp, heads * (2 * in + 4 * T * E * V + 4 * (2 * nc + 1) * kv));
+  return c;
+}
+
+/* A lowered program's plan, forward and backward over T B rows (the chunked form's in or out) */
+static Cost program_cost(Program *p, double B, double T) {
+  ad_differentiate(p);
+  Plan *pl = plan_new(p, &(PlanOptions){.scan = true});
+  double all = T * B;
+  const Phase *ph[4] = {&pl->fwd_pre, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_post};
+  Cost t = {0};
+  for (int i = 0; i < 4; i++) {
+    Cost c = phase_cost(pl, ph[i], all, 1, "", false);
+    t.bytes += c.bytes, t.flops += c.flops, t.launches += c.launches;
+  }
+  const Phase *st[2] = {&pl->fwd_step, &pl->bwd_step};
+  for (int i = 0; i < 2; i++) {
+    Cost c = persistent_cost(pl, st[i], B, T, "", false);
+    t.flops += c.flops, t.launches += c.launches, t.extra_s += c.extra_s;
+  }
+  plan_free(pl);
+  program_free(p);
+  return t;
+}
+
+/* --chunked: one table row (docs/gpu.md, "The chunked form") */
+static void chunked_row(Cell *c, const char *dims, int B, int T, int L) {
+  double all = (double)T * B;
+  Cost in = program_cost(lower_cell_part(c, false, true, LOWER_CHUNK_IN), B, T);
+  Cost out = program_cost(lower_cell_part(c, false, true, LOWER_CHUNK_OUT), B, T);
+  ChunkLayout lay[CHUNK_LAYOUT_MAX];
+  int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
+  OpCost op = {0};
+  for (int i = 0; i < nl; i++) {
+    OpCost o = chunk_op_cost(&lay[i], B, T, L);
+    op.flops += o.flops, op.exps += o.exps, op.bytes += o.bytes, op.blocks += o.blocks, op.s += o.s;
+  }
+  double prog = secs(in) + secs(out), total = prog + op.s;
+  printf("| %s | %s | %d | %d | %d | %.0f | %.0f | %.0f | %.3f | %.0f | %.0f | %.0f | %.3f | %.3f | %.3f | %.2f |\n", c->name, dims, T,
+         B, L, in.launches + out.launches, (in.bytes + out.bytes) / all, (in.flops + out.flops) / all, 1e3 * prog, op.blocks,
+         op.flops / all, op.exps / all, 1e3 * op.flops / FLOPS, 1e3 * op.s, 1e3 * total, all / total / 1e6);
+}
+
 int main(int argc, char **argv) {
   if (argc < 5) {
     fprintf(stderr, "usage: gpu_estimate FILE.cell B T H [--set k=v] [--mode sequential] [--steps]\n");
@@ -145,6 +233,8 @@ int main(int argc, char **argv) {
   Binding sets[2];
   int nsets = 0;
   bool seq = false, steps = false, launches = false;
+  const char *dimarg = NULL;
+  int chunk = 0;
   for (int i = 5; i < argc; i++) {
     if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       char *kv = argv[++i], *eq = strchr(kv, '=');
@@ -153,6 +243,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) seq = !strcmp(argv[++i], "sequential");
     else if (!strcmp(argv[i], "--steps")) steps = true;
     else if (!strcmp(argv[i], "--launches")) launches = true;
+    else if (!strcmp(argv[i], "--dims") && i + 1 < argc) dimarg = argv[++i];
+    else if (!strcmp(argv[i], "--chunked") && i + 1 < argc) chunk = atoi(argv[++i]);
   }
   Arena arena = {0};
   Module *m = check_load(&arena, argv[1], "stdlib");
@@ -161,11 +253,30 @@ int main(int argc, char **argv) {
   const CellAst *ast = check_find_cell(m, NULL, &src);
   char hs[16];
   snprintf(hs, sizeof hs, "%d", H);
-  Binding dims[2] = {{"H", hs}, {"D", hs}};
+  Binding dims[8] = {{"H", hs}, {"D", hs}};
+  int ndims = 2;
+  char dbuf[256];
+  if (dimarg) { /* NAME=N,... */
+    snprintf(dbuf, sizeof dbuf, "%s", dimarg);
+    ndims = 0;
+    for (char *save = NULL, *tok = strtok_r(dbuf, ",", &save); tok && ndims < 8; tok = strtok_r(NULL, ",", &save)) {
+      char *eq = strchr(tok, '=');
+      if (!eq) return 2;
+      *eq = 0;
+      dims[ndims++] = (Binding){tok, eq + 1};
+    }
+  }
   CheckOptions o = {0};
-  o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = 2, o.need_bound = true, o.force_sequential = seq;
+  o.sets = sets, o.nsets = nsets, o.dims = dims, o.ndims = ndims, o.need_bound = true, o.force_sequential = seq;
+  o.force_chunked = chunk > 0;
   Cell *c = check_cell(&arena, src, ast, &o);
   if (!c) return 1;
+  if (chunk > 0) {
+    chunked_row(c, dimarg ? dimarg : "", B, T, chunk);
+    cell_free(c);
+    arena_free(&arena);
+    return 0;
+  }
   bool scan = c->mode == MODE_SCAN;
   Program *p = lower_cell(c, false, scan);
   ad_differentiate(p);

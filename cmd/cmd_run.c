@@ -658,7 +658,11 @@ int cmd_run(int argc, char **argv) {
   if (!r.c) rc = 1;
   char err[512];
   PipelineOptions po = {.backend = be, .training = a.train, .gates = true, .f32 = !strcmp(a.precision, "f32")};
-  if (!rc && !(comp = pipeline_compile(r.c, &po, err, sizeof err))) {
+  /* in chunked mode the program gives the tensors' layout only: on a CUDA back end, whose kernels
+     need not take the whole cell's state per row, the interpreter's (the same layout) */
+  PipelineOptions lo = po;
+  if (!rc && r.c->chunked && be->device != DEVICE_CPU) lo.backend = backend_find("interp");
+  if (!rc && !(comp = pipeline_compile(r.c, &lo, err, sizeof err))) {
     diag_plain("%s", err);
     rc = 3;
   }

@@ -72,7 +72,7 @@ static void print_model(Run *r) {
   printf("task %s, T=%d, batch %d, %lld steps\n", cfg_word(r->cfg, "task.name"), r->shape.length, r->B, (long long)r->steps);
   for (int k = 0; k < model_nlayers(m); k++) {
     const Cell *c = model_layer_cell(m, k);
-    printf("layer %d: cell %s, mode %s", k, c->name, c->mode == MODE_SCAN ? "scan" : "sequential");
+    printf("layer %d: cell %s, mode %s", k, c->name, c->chunked ? "chunked" : c->mode == MODE_SCAN ? "scan" : "sequential");
     for (int o = 0; o < c->noptions; o++) {
       const OptionInfo *op = &c->options[o];
       if (op->type == OPT_BOOL) printf("%s%s=%s", o ? ", " : "; options ", op->name, op->value ? "true" : "false");

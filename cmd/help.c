@@ -51,7 +51,7 @@ static const CmdHelp commands[] = {
      "  --inputs FILE           take params and data from this safetensors file\n"
      "  --backend BACKENDS   (cpu; cuda needs an NVIDIA driver and GPU, cuda-emu runs\n"
      "               the same CUDA code on the CPU: slow, for tests)\n"
-     "  --mode auto|scan|sequential|chunked   (chunked: interp and cpu; --set chunk=L its chunk length)\n"
+     "  --mode auto|scan|sequential|chunked   (chunked: --set chunk=L its chunk length)\n"
      "  --precision f32|f64     (f32; f64 with --backend interp only)\n"
      "  --lengths 5,3,7         each row's length (B integers in 1..T; or a tensor 'lengths' in --inputs)\n"
      "  --train                 training mode: gumbel_sigmoid draws noise\n"

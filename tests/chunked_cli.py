@@ -51,7 +51,7 @@ for cell, dims in cases:
     base = os.path.basename(cell)
     ref, why = tensors(cell, dims, "sequential", "interp")
     check("%s sequential runs" % base, ref is not None, why)
-    for backend, bound in (("interp", 1e-10), ("cpu", 1e-4)):
+    for backend, bound in (("interp", 1e-10), ("cpu", 1e-4), ("cuda-emu", 1e-4)):
         got, why = tensors(cell, dims, "chunked", backend)
         check("%s chunked on %s runs" % (base, backend), got is not None, why)
         if ref is not None and got is not None:
@@ -63,6 +63,16 @@ r = run([CELLC, "run", "stdlib/gla.cell", "--dims", "NH=2,K=3,V=4,D=5", "--T", "
          "--mode", "chunked", "--out", os.path.join(tmp, "p.st")], 300, env=dict(os.environ, CELLC_PROFILE="1"))
 check("chunked profile", r.rc == 0 and "profile: chunked form, 1 run: in " in r.err and "chunk ops " in r.err
       and "profile: chunked form, the out program:" in r.err, r.why())
+
+# cuda-emu: keys and values of 64, whose whole cell the cuda back end's kernels do not take (the
+# chunked form's programs do); a chunk whose block does not fit the shared memory: refused, naming it
+r = run([CELLC, "run", "stdlib/gla.cell", "--dims", "NH=1,K=64,V=64,D=4", "--T", "5", "--B", "1", "--backend", "cuda-emu",
+         "--mode", "chunked", "--out", os.path.join(tmp, "k64.st")], 300)
+check("gla K = V = 64 chunked on cuda-emu", r.rc == 0, r.why())
+r = run([CELLC, "run", "stdlib/gla.cell", "--dims", "NH=1,K=64,V=64,D=4", "--T", "5", "--B", "1", "--backend", "cuda-emu",
+         "--mode", "chunked", "--set", "chunk=128", "--out", os.path.join(tmp, "k64.st")], 300)
+check("a chunk too large for cuda-emu's shared memory refused", r.rc == 3 and "bytes of shared memory a block" in r.err
+      and "--set chunk=L" in r.err, r.why())
 
 r = run([CELLC, "run", "stdlib/mamba.cell", "--dims", "E=4,N=3,R=2,D=5", "--mode", "chunked", "--out",
          os.path.join(tmp, "m.st")], 60)

@@ -2,9 +2,12 @@
 # make test-gpu: the CUDA back end on this machine's GPU. test_cuda and test_backends' cuda suite
 # again with the real driver (CELLC_TEST_CUDA_BACKEND=cuda: every stdlib cell against the interpreter at T = 9, 130, 1000, scan
 # against sequential, and the benchmark's sizes against the CPU back end), the emitted P.cu of every
-# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), `cellc run --backend
+# stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), the chunked form
+# against the cpu's and the interpreter (test_cuda_chunk), `cellc run --backend
 # cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
-# LRU residual model's first 20 steps against the CPU. Skips with one line where there is no GPU. Ends with
+# LRU residual model's first 20 steps against the CPU, the Python package on CUDA tensors
+# (tests/python_cuda_gpu.py, from the cache `make python-cuda-prebuild` leaves in
+# build/python-cuda-cache: carry it). Skips with one line where there is no GPU. Ends with
 # "N passed, M failed". CELLC_GPU_JOBS: Criterion's jobs per test binary (default 1; the GPU
 # machine's cores shorten the run), CELLC_GPU_TIMEOUT: seconds per binary (default 1800).
 cd "$(dirname "$0")/.." || exit 1
@@ -37,6 +40,10 @@ criterion test_cuda
 # the conformance test's cuda suite (every cell against the interpreter at T = 9 and 130) on the GPU
 out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_backends --jobs $jobs --filter 'cuda/*' 2>&1); rc=$?
 criterion test_backends
+# the chunked form on the GPU (cellc_chunk.cu): gla, hgrn2, mamba2 and a cell of two terms and two
+# reads in --mode chunked against the cpu's chunked form and the interpreter's sequential form
+out=$(CELLC_TEST_CUDA_BACKEND=cuda timeout $limit build/tests/test_cuda_chunk --jobs $jobs 2>&1); rc=$?
+criterion test_cuda_chunk
 # cellc emit --target cuda: every stdlib cell's P.cu built by nvcc (-shared, -lcublas) for this GPU's
 # arch and run through its C API against the CPU back end (test_cuda_emit.c with CELLC_EMIT_GPU)
 out=$(timeout $limit build/tests/gpu_cuda_emit --jobs $jobs 2>&1); rc=$?
@@ -90,5 +97,21 @@ print(f"lru residual (batch norm, glu, dropout) 20 steps, cuda against cpu: wors
 sys.exit(0 if worst < 1e-3 else 1)
 PY
 then pass=$((pass + 1)); else echo "test-gpu: lru residual: cuda does not follow cpu"; fail=$((fail + 1)); fi
+# the Python package on CUDA tensors: cellc.load's modules on the GPU (the emitted CUDA library) against
+# the same modules on the CPU (tests/python_cuda_gpu.py). This machine builds neither library: they
+# come from the cache `make python-cuda-prebuild` fills where cellc was built (build/python-cuda-cache,
+# carried with the bundle). The CUDA libraries link cuBLAS from the toolkit.
+cache=${CELLC_PY_CUDA_CACHE:-build/python-cuda-cache}
+if [ -d "$cache" ]; then
+  out=$(CELLC_CACHE=$cache LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}${CUDA_HOME:-/usr/local/cuda}/lib64" \
+        PYTHONDONTWRITEBYTECODE=1 timeout $limit python3 tests/python_cuda_gpu.py 2>&1)
+  echo "$out" | grep -v '^PASS' | tail -n 40
+  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  if [ -n "$line" ]; then
+    pass=$((pass + $(echo "$line" | cut -d' ' -f1))); fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
+  else echo "test-gpu: tests/python_cuda_gpu.py ended without its summary"; fail=$((fail + 1)); fi
+else
+  echo "test-gpu: no $cache: run make python-cuda-prebuild where cellc was built, and carry it here"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,9 +7,11 @@ log=$(mktemp -d)
 run_suite() { # name command...
   name=$1; shift
   echo "== $name"
+  t0=$(date +%s)
   "$@" >"$log/$name.out" 2>&1
   rc=$?
   cat "$log/$name.out"
+  echo "== $name took $(($(date +%s) - t0)) s" # (what to trim when make test nears its budget)
   line=$(grep -E '^[A-Za-z:]*[ ]*[0-9]+ passed, [0-9]+ failed' "$log/$name.out" | tail -n 1)
   p=$(echo "$line" | sed -E 's/^([A-Za-z:]*[ ]*)?([0-9]+) passed, ([0-9]+) failed.*/\2/')
   f=$(echo "$line" | sed -E 's/^([A-Za-z:]*[ ]*)?([0-9]+) passed, ([0-9]+) failed.*/\3/')

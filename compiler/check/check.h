@@ -211,6 +211,11 @@ typedef struct ChunkCost {
   double flops[3], bytes[3];
 } ChunkCost;
 ChunkCost chunk_cost(const Cell *c, const StateInfo *s, int L);
+/* Whether the chunked form (chunk length L) is cheaper than the cell's mode by those estimates,
+ * summed over the chunked states, each way's flops plus CHUNK_BALANCE times its bytes (`cellc
+ * train`'s train.mode = auto; docs/language.md). */
+#define CHUNK_BALANCE 8.0
+bool chunk_cheaper(const Cell *c, int L);
 
 /* Text of an expression (for messages): "Whz @ h". */
 char *expr_text(Arena *a, const Expr *e);

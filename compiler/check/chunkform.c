@@ -300,3 +300,19 @@ ChunkCost chunk_cost(const Cell *c, const StateInfo *s, int L) {
   k.bytes[2] = 4 * H * (vec + 2 * K * V / L);
   return k;
 }
+
+bool chunk_cheaper(const Cell *c, int L) {
+  /* a way's time per token as flops / F + bytes / W, with F / W the machine's float32 FMA rate
+     over its memory bandwidth in flops per byte (CHUNK_BALANCE); the other way is the mode the
+     analysis found (scan or sequential) */
+  double other = 0, chunked = 0;
+  int way = c->mode == MODE_SCAN ? 1 : 0;
+  for (int i = 0; i < c->nstates; i++) {
+    const StateInfo *s = &c->states[i];
+    if (s->hist_lag || !s->chunk.applies) continue;
+    ChunkCost k = chunk_cost(c, s, L);
+    other += k.flops[way] + CHUNK_BALANCE * k.bytes[way];
+    chunked += k.flops[2] + CHUNK_BALANCE * k.bytes[2];
+  }
+  return chunked < other;
+}

@@ -344,11 +344,104 @@ void program_mark_dyn(Program *p) {
 }
 
 static int chunk_inputs(Lowerer *L);
+static int flat(Graph *g, int v);
 static bool chunk_state(const Lowerer *L, int i) { return L->part != LOWER_WHOLE && L->c->states[i].chunk.applies; }
 
 Program *lower_cell(Cell *c, bool training, bool scan_form) { return lower_cell_part(c, training, scan_form, LOWER_WHOLE); }
 
+/* The chunked form's split (lower.h): the typed nodes LOWER_CHUNK_IN passes to LOWER_CHUNK_OUT
+ * (shared), and the states OUT still reads (live) */
+typedef struct ChunkSplit {
+  bool *shared, *live;
+} ChunkSplit;
+
+static Program *lower_impl(Cell *c, bool training, bool scan_form, LowerPart part, const ChunkSplit *split, bool **done);
+static ChunkSplit chunk_split(Cell *c, bool training, bool scan_form);
+
 Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part) {
+  if (part == LOWER_WHOLE) return lower_impl(c, training, scan_form, part, NULL, NULL);
+  ChunkSplit sp = chunk_split(c, training, scan_form);
+  Program *p = lower_impl(c, training, scan_form, part, &sp, NULL);
+  free(sp.shared), free(sp.live);
+  return p;
+}
+
+/* A node of the typed graph that varies per step, and one worth passing (not a leaf, nor a view
+ * of one: those cost OUT nothing) */
+static bool typed_dynamic(Cell *c, int id, signed char *memo) {
+  if (id < 0) return false;
+  if (memo[id]) return memo[id] > 0;
+  const Node *n = graph_node(&c->g, id);
+  bool d = n->op == OP_INPUT || n->op == OP_PREV || n->op == OP_NEWVAL || n->op == OP_LAG || n->op == OP_HISTNEW ||
+           n->op == OP_GUMBEL;
+  for (int i = 0; !d && i < op_arity(n->op); i++) d = typed_dynamic(c, n->a[i], memo);
+  memo[id] = d ? 1 : -1;
+  return d;
+}
+
+static bool worth_passing(Cell *c, int id) {
+  const Node *n = graph_node(&c->g, id);
+  switch (n->op) {
+  case OP_CONST: case OP_INPUT: case OP_PREV: case OP_PARAM: case OP_DIMVAL: case OP_EYE: case OP_LAG: return false;
+  case OP_RESHAPE: case OP_EXPAND: case OP_TRANSPOSE: case OP_AXSLICE: case OP_BCAST: return worth_passing(c, n->a[0]);
+  default: return true;
+  }
+}
+
+typedef struct SplitWalk {
+  Cell *c;
+  const bool *in;      /* the typed nodes IN lowers */
+  bool *seen, *read;
+  signed char *dyn;
+  ChunkSplit s;
+  bool pass;           /* values IN computes are passed (the output's), else recomputed (the gates':
+                          OUT computes them only when asked for) */
+} SplitWalk;
+
+static void split_walk(SplitWalk *w, int id);
+
+static void split_live(SplitWalk *w, int st) {
+  const StateInfo *si = &w->c->states[st];
+  if (w->s.live[st] || si->chunk.applies) return;
+  w->s.live[st] = true;
+  split_walk(w, si->update), split_walk(w, si->coef_a), split_walk(w, si->coef_b);
+}
+
+/* OUT's need of node id: a read is its input, a value IN computes is passed, a previous value
+ * keeps its state live */
+static void split_walk(SplitWalk *w, int id) {
+  if (id < 0 || w->seen[id]) return;
+  w->seen[id] = true;
+  const Node *n = graph_node(&w->c->g, id);
+  if (w->read[id]) return;
+  if (w->pass && w->in[id] && !n->cplx && typed_dynamic(w->c, id, w->dyn) && worth_passing(w->c, id)) {
+    w->s.shared[id] = true;
+    return;
+  }
+  if (n->op == OP_PREV || n->op == OP_NEWVAL) {
+    split_live(w, n->idx);
+    if (n->op == OP_PREV || w->c->states[n->idx].chunk.applies) return;
+  }
+  for (int i = 0; i < op_arity(n->op); i++) split_walk(w, n->a[i]);
+}
+
+static ChunkSplit chunk_split(Cell *c, bool training, bool scan_form) {
+  int nn = c->g.nnodes;
+  bool *in = NULL;
+  program_free(lower_impl(c, training, scan_form, LOWER_CHUNK_IN, NULL, &in));
+  SplitWalk w = {c, in, xcalloc((size_t)nn + 1, sizeof(bool)), xcalloc((size_t)nn + 1, sizeof(bool)),
+                 xcalloc((size_t)nn + 1, 1), {xcalloc((size_t)nn + 1, sizeof(bool)), xcalloc((size_t)c->nstates + 1, sizeof(bool))},
+                 true};
+  for (int i = 0; i < c->nstates; i++)
+    for (int r = 0; c->states[i].chunk.applies && r < c->states[i].chunk.nreads; r++) w.read[c->states[i].chunk.reads[r].node] = true;
+  split_walk(&w, c->output);
+  w.pass = false;
+  for (int i = 0; i < c->ngates; i++) split_walk(&w, c->gates[i].node);
+  free(in), free(w.seen), free(w.read), free(w.dyn);
+  return w.s;
+}
+
+static Program *lower_impl(Cell *c, bool training, bool scan_form, LowerPart part, const ChunkSplit *split, bool **done) {
   CHECK(c->bound);
   Program *p = xcalloc(1, sizeof(Program));
   p->cell = c;
@@ -362,6 +455,9 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
     int nl = lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
     p->x_size += lay[nl - 1].out_off + lay[nl - 1].nreads * lay[nl - 1].nh * lay[nl - 1].V;
   }
+  for (int id = 0; split && id < c->g.nnodes; id++)
+    if (split->shared[id]) p->chunk_shared += node_numel(graph_node(&c->g, id));
+  if (part == LOWER_CHUNK_OUT) p->x_size += p->chunk_shared; /* then the values IN passes */
   p->x = g_leaf(g, OP_INPUT, 0, 1, &p->x_size);
   p->ppart_of = xcalloc((size_t)c->nparams + 1, sizeof(int));
   for (int i = 0; i < c->nparams; i++) {
@@ -404,6 +500,14 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
         L.memo[rd] = real(g_reshape(g, g_slice(g, p->x, c->input_size + lay[i].out_off + r * len, len), rn->rank, rn->n));
         L.done[rd] = true;
       }
+    for (int id = 0, off = p->x_size - p->chunk_shared; id < c->g.nnodes; id++) {
+      if (!split->shared[id]) continue;
+      Node *sn = graph_node(&c->g, id);
+      int len = node_numel(sn);
+      L.memo[id] = real(g_reshape(g, g_slice(g, p->x, off, len), sn->rank, sn->n));
+      L.done[id] = true;
+      off += len;
+    }
   }
   if (training)
     for (int id = 0; id < c->g.nnodes; id++)
@@ -412,12 +516,22 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
   for (int i = 0; i < c->nstates; i++) {
     StateInfo *si = &c->states[i];
     if (chunk_state(&L, i)) continue;
-    Pair v = lower(&L, si->update);
     StatePart *sp = &p->sparts[p->spart_of[i]];
+    if (part == LOWER_CHUNK_OUT && !split->live[i]) { /* IN's: it keeps its value here */
+      for (int k = 0; k < (si->cplx ? 2 : 1); k++) sp[k].next = sp[k].prev;
+      continue;
+    }
+    Pair v = lower(&L, si->update);
     sp[0].next = v.re;
     if (si->cplx) sp[1].next = im_of(&L, v);
   }
   Pair out = part == LOWER_CHUNK_IN ? real(chunk_inputs(&L)) : lower(&L, c->output);
+  if (done) { /* chunk_split: what IN computes before the values it passes */
+    *done = xmalloc((size_t)c->g.nnodes + 1);
+    memcpy(*done, L.done, (size_t)c->g.nnodes);
+  }
+  for (int id = 0; part == LOWER_CHUNK_IN && split && id < c->g.nnodes; id++)
+    if (split->shared[id]) out.re = g_concat(g, out.re, flat(g, lower(&L, id).re));
   CHECK(out.im < 0);
   p->output = out.re;
   if (graph_node(g, p->output)->rank == 0) {
@@ -442,6 +556,10 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
     if (si->rec != REC_DIAG_LINEAR || chunk_state(&L, i)) continue;
     StatePart *sp = &p->sparts[p->spart_of[i]];
     int rank = si->rank, *n = si->n;
+    if (part == LOWER_CHUNK_OUT && !split->live[i]) { /* new = 1 * prev + 0 */
+      for (int k = 0; k < (si->cplx ? 2 : 1); k++) sp[k].a = g_const(g, k ? 0 : 1, rank, n), sp[k].b = g_const(g, 0, rank, n);
+      continue;
+    }
     Pair a = si->coef_a >= 0 ? lower(&L, si->coef_a) : real(g_const(g, 0, rank, n));
     Pair b = si->coef_b >= 0 ? lower(&L, si->coef_b) : real(g_const(g, 0, rank, n));
     sp[0].a = g_bcast(g, a.re, rank, n);

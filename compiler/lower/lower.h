@@ -65,6 +65,8 @@ typedef struct Program {
   int *noise_sizes;    /* NOISE leaves, by index */
   int nnoise;
   int nforward;        /* nodes [0, nforward) are the forward step */
+  int chunk_shared;    /* the chunked form's programs: the values LOWER_CHUNK_IN computes for
+                          LOWER_CHUNK_OUT, the last so many of IN's output and of OUT's input */
   /* backward (autodiff) */
   bool differentiated;
   int dy;              /* DY leaf */
@@ -84,7 +86,9 @@ Program *lower_cell(Cell *c, bool training, bool scan_form);
  * LOWER_CHUNK_IN computes the chunk op's inputs (lower_chunk_layout) as its output; LOWER_CHUNK_OUT
  * takes the input followed by the chunk op's reads and computes the cell's output. Neither has
  * parts for the chunked states (spart_of gives such a state no parts); the others' are the
- * whole cell's, in its order. */
+ * whole cell's, in its order. The values both would compute (a dynamic value of IN that OUT
+ * reads, Mamba-2's u) IN computes once and passes on (Program.chunk_shared); a state that OUT
+ * then no longer reads keeps its value there (next = prev: IN's final state is the one). */
 typedef enum { LOWER_WHOLE, LOWER_CHUNK_IN, LOWER_CHUNK_OUT } LowerPart;
 Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part);
 /* Per chunked state (StateInfo.chunk.applies), in state order: its sizes, and where its vectors lie

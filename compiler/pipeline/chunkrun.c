@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chunkdev.h"
 #include "cpu.h"
 #include "lower.h"
 
@@ -30,6 +31,7 @@ struct ChunkForm {
   size_t rows32;               /* the float32 run's per-row buffers, kept for rows32 rows (T B): */
   float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
   int *full_size;              /* [nfull]: each one's numel per batch row */
+  ChunkDev *dev;               /* a CUDA back end's chunk op (chunkdev.c); NULL on the host */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -56,10 +58,6 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
     snprintf(err, errlen, "cannot run cell '%s' in chunked mode: %s", cell->name, why);
     return NULL;
   }
-  if (o->backend->device != DEVICE_CPU) {
-    snprintf(err, errlen, "the %s back end does not run the chunked form yet (interp and cpu do: docs/architecture.md)", o->backend->name);
-    return NULL;
-  }
   ChunkForm *f = xcalloc(1, sizeof *f);
   f->L = L > 0 ? L : CHUNK_DEFAULT;
   f->D = cell->input_size;
@@ -67,6 +65,10 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
      the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
   f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
+  if (o->backend->device != DEVICE_CPU && !(f->dev = chunkdev_open(o->backend, f->lay, f->nl, L, &f->L, err, errlen))) {
+    chunkform_free(f);
+    return NULL;
+  }
   f->full_of = xcalloc((size_t)cell->nstates + 1, sizeof(int));
   for (int i = 0, q = 0; i < cell->nstates; q += cell->states[i].cplx ? 2 : 1, i++) f->full_of[i] = q;
   for (int i = 0; i < cell->nstates; i++) f->nfull += cell->states[i].cplx ? 2 : 1;
@@ -104,6 +106,7 @@ void chunkform_free(ChunkForm *f) {
   }
   free(f->full_of), free(f->full_size);
   free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+  chunkdev_close(f->dev);
   free(f);
 }
 
@@ -211,6 +214,30 @@ static void **mapped(const ChunkForm *f, const Program *p, const void *const *fu
 }
 
 
+/* The values IN passes to OUT (lower.h, Program.chunk_shared): the tails of IN's rows (nin wide)
+ * copied into the tails of OUT's input rows (xw wide), or (back) OUT's input gradient's tails into
+ * IN's output gradient's */
+static void pass_shared(size_t rows, int n, size_t esize, const void *from, int wfrom, void *to, int wto) {
+  for (size_t r = 0; n && r < rows; r++)
+    memcpy((char *)to + (r * (size_t)wto + (size_t)(wto - n)) * esize, (const char *)from + (r * (size_t)wfrom + (size_t)(wfrom - n)) * esize,
+           (size_t)n * esize);
+}
+
+void chunk_own_finals(const Program *pout, void **fin_out, void **fin_in, const void **df_out, const void **df_in) {
+  for (int q = 0; q < pout->nsparts; q++) {
+    if (pout->sparts[q].next != pout->sparts[q].prev) continue;
+    void *f = fin_out[q];
+    const void *d = df_out[q];
+    fin_out[q] = fin_in[q], fin_in[q] = f, df_out[q] = df_in[q], df_in[q] = d;
+  }
+}
+
+void **chunk_ptrs(void *const *v, int n) {
+  void **c = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) c[i] = v[i];
+  return c;
+}
+
 /* ---- a float32 back end (cpu): float32 buffers throughout, the cpu's chunk op (its products
  * through sgemm) on views of P_in's rows ---- */
 
@@ -307,114 +334,14 @@ static void parts32_free(float **v, int n) {
 
 void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
-  const Program *pin = f->in->p, *pout = f->out->p;
-  const Backend *bin = f->in->be, *bout = f->out->be;
-  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
-  int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
-  size_t rows = (size_t)T * (size_t)B;
-  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
-  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
-  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
-  if (rows > f->rows32) {
-    free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
-    f->yin = zeros32(rows * (size_t)nin), f->dyin = zeros32(rows * (size_t)nin);
-    f->xo = zeros32(rows * (size_t)xw), f->gxo = zeros32(rows * (size_t)xw), f->gxi = zeros32(rows * (size_t)D);
-    f->rows32 = rows;
+  if (f->dev) { /* a CUDA back end: d in device memory */
+    chunkdev_run(f->dev, &(ChunkDevForm){f->in, f->out, f->win, f->wout, f->L, f->nl, f->D, f->lay, f->full_of}, d, f->times);
+    for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
+    f->runs++;
+    return;
   }
-  /* each written whole by the programs or the chunk ops (dyin: every input of every op) */
-  float *yin = f->yin, *dyin = f->dyin, *xo = f->xo, *gxo = f->gxo, *gxi = f->gxi;
-  float **fin = parts32(ns, sn), **zero = parts32(ns, sn), **ghi = parts32(ns, sn), **gho = parts32(ns, sn);
-  float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
-  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
-  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
-
-  /* forward: in, the chunk ops, out */
-  SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
-  double t0 = seconds();
-  bin->forward(f->in, f->win, &si);
-  double t1 = seconds();
-  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
-  for (int i = 0; i < f->nl; i++) {
-    const ChunkLayout *l = &f->lay[i];
-    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
-    size_t kv = (size_t)l->K * (size_t)l->V;
-    /* every head of every batch row on its own: in parallel, each writing its own rows */
-#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
-    for (int bh = 0; bh < B * l->nh; bh++) {
-      int b = bh / l->nh, h = bh % l->nh;
-      float *s0 = zeros32(kv), *s1 = zeros32(kv);
-      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      float *ov = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V), *o = ov;
-      int ldo = B * xw;
-      if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
-      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
-      for (int t = 0; u.buf && t < T; t++)
-        for (int r = 0; r < u.R; r++)
-          memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
-                 o + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V, sizeof(float) * (size_t)l->V);
-      state_put32(l, (float *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
-      if (u.buf) free(o);
-      free(s0), free(s1), free(u.buf);
-    }
-  }
-  SeqIO so = *d;
-  so.x = xo, so.h0 = (const void **)h0, so.final = final;
-  double t2 = seconds();
-  bout->forward(f->out, f->wout, &so);
-  double t3 = seconds();
-
-  /* backward: out, the chunk ops, in */
-  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
-  bout->backward(f->out, f->wout, &so);
-  double t4 = seconds();
-  for (int i = 0; i < f->nl; i++) {
-    const ChunkLayout *l = &f->lay[i];
-    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
-    size_t kv = (size_t)l->K * (size_t)l->V;
-#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
-    for (int bh = 0; bh < B * l->nh; bh++) {
-      int b = bh / l->nh, h = bh % l->nh;
-      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla;
-      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla);
-      const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
-      int lddo = B * xw;
-      float *dbuf = NULL;
-      if (u.buf) { /* 0 but at the reads */
-        dout = dbuf = zeros32((size_t)u.c.T * (size_t)l->V), lddo = l->V;
-        for (int t = 0; t < T; t++)
-          for (int r = 0; r < u.R; r++)
-            memcpy(dbuf + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V,
-                   gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(float) * (size_t)l->V);
-      }
-      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      state_get32(l, (const float *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
-      if (g) sub32_scatter(&u, l, g, dyin, nin, T, B, b, h);
-      state_put32(l, (float *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
-      free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
-    }
-  }
-  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
-  si.fold = NULL;
-  double t5 = seconds();
-  bin->backward(f->in, f->win, &si);
-  double t6 = seconds();
-  double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
-  memcpy(f->times, tt, sizeof tt);
-  for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += tt[i];
-  f->runs++;
-  for (size_t r = 0; r < rows; r++)
-    for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
-  for (int i = 0; i < np; i++)
-    for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
-  for (int q = 0; q < ns; q++)
-    for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
-  free(pn), free(sn);
-  free(h0), free(dfinal), free(final), free(gh0);
-  parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
+  chunkform_forward_f32(f, d);
+  chunkform_backward_f32(f, d);
 }
 
 /* A float64 SeqIO on a float32 back end: float32 copies of its buffers (the cell's layout), one
@@ -435,6 +362,8 @@ static void f64_back(void *dst, const void *src, size_t n) {
   for (size_t i = 0; i < n; i++) ((double *)dst)[i] = ((const float *)src)[i];
 }
 
+static void run_f32(void *f, const SeqIO *d) { chunkform_run_f32(f, d); }
+
 static void run_f64_on_f32(ChunkForm *f, const SeqIO *d) {
   const Program *pout = f->out->p;
   int np = pout->npparts, ns = f->nfull, nz = pout->nnoise, ng = pout->ngates;
@@ -454,7 +383,8 @@ static void run_f64_on_f32(ChunkForm *f, const SeqIO *d) {
   s.final = f32_copies(NULL, ns, sn), s.dfinal = (const void **)f32_copies(d->dfinal, ns, sn);
   s.noise = d->noise ? (const void **)f32_copies(d->noise, nz, zn) : NULL;
   s.gates = d->gates ? f32_copies(NULL, ng, gn) : NULL;
-  chunkform_run_f32(f, &s);
+  if (f->dev) chunkdev_on_device(f->dev, &s, &(ChunkDevSizes){nx, ny, np, ns, nz, ng, pn, sn, zn, gn}, run_f32, f);
+  else chunkform_run_f32(f, &s);
   for (int i = 0; d->gates && i < ng; i++) f64_back(d->gates[i], s.gates[i], gn[i]);
   f64_back(d->y, s.y, ny), f64_back(d->grad_x, s.grad_x, nx);
   for (int i = 0; i < np; i++) f64_back(d->grad_params[i], s.grad_params[i], pn[i]);
@@ -487,12 +417,15 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   double **gpi = parts(np, pn), **gpo = parts(np, pn);
   void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
   void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
 
   /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = (void **)fin, si.gates = NULL;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
   f->in->be->forward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const double *)d->x + r * (size_t)D, sizeof(double) * (size_t)D);
+  pass_shared(rows, pin->chunk_shared, sizeof(double), yin, nin, xo, xw);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
@@ -546,7 +479,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
       sub_free(&u), sub_free(&gu);
     }
   }
-  si.dy = dyin, si.dfinal = (const void **)zero, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  pass_shared(rows, pin->chunk_shared, sizeof(double), gxo, xw, dyin, nin);
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
   si.fold = NULL;
   f->in->be->backward(f->in, f->win, &si);
   for (size_t r = 0; r < rows; r++)
@@ -556,6 +490,145 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
   for (int q = 0; q < ns; q++)
     for (size_t j = 0; j < sn[q]; j++) ((double *)gh0[q])[j] = gho[q][j] + ghi[q][j];
   free(yin), free(dyin), free(xo), free(gxo), free(gxi), free(pn), free(sn);
-  free(h0), free(dfinal), free(final), free(gh0);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in);
   parts_free(fin, ns), parts_free(zero, ns), parts_free(ghi, ns), parts_free(gho, ns), parts_free(gpi, np), parts_free(gpo, np);
+}
+
+/* ---- the float32 forward and backward apart, as a back end's (cellc train's layers; one after
+ * the other: chunkform_run_f32), the backward after the forward of the same sequence (its P_in
+ * rows and out's input kept in the form, each program's steps in its work) ---- */
+
+static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
+  if (rows <= f->rows32) return;
+  free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+  f->yin = zeros32(rows * (size_t)nin), f->dyin = zeros32(rows * (size_t)nin);
+  f->xo = zeros32(rows * (size_t)xw), f->gxo = zeros32(rows * (size_t)xw), f->gxi = zeros32(rows * (size_t)f->D);
+  f->rows32 = rows;
+}
+
+void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
+  const Program *pin = f->in->p, *pout = f->out->p;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D, ns = pout->nsparts;
+  size_t rows = (size_t)T * (size_t)B;
+  size_t *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  grow32(f, rows, nin, xw);
+  float *yin = f->yin, *xo = f->xo;
+  float **fin = parts32(ns, sn), **zero = parts32(ns, sn); /* in's final states: out's are the cell's */
+  void **h0 = mapped(f, pout, d->h0), **final = mapped(f, pout, (const void *const *)d->final);
+  void **dfinal = mapped(f, pout, d->dfinal), **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  SeqIO si = *d;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
+  double t0 = seconds();
+  f->in->be->forward(f->in, f->win, &si);
+  double t1 = seconds();
+  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
+  pass_shared(rows, pin->chunk_shared, sizeof(float), yin, nin, xo, xw);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
+    size_t kv = (size_t)l->K * (size_t)l->V;
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      float *s0 = zeros32(kv), *s1 = zeros32(kv);
+      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      float *o = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
+      int ldo = B * xw;
+      if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
+      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
+      for (int t = 0; u.buf && t < T; t++)
+        for (int r = 0; r < u.R; r++)
+          memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
+                 o + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V, sizeof(float) * (size_t)l->V);
+      state_put32(l, (float *)d->final[q] + (size_t)b * (size_t)sz, h, s1);
+      if (u.buf) free(o);
+      free(s0), free(s1), free(u.buf);
+    }
+  }
+  SeqIO so = *d;
+  so.x = xo, so.h0 = (const void **)h0, so.final = final;
+  double t2 = seconds();
+  f->out->be->forward(f->out, f->wout, &so);
+  double t3 = seconds();
+  f->times[0] = t1 - t0, f->times[1] = t2 - t1, f->times[2] = t3 - t2;
+  for (int i = 0; i < 3; i++) f->total[i] += f->times[i];
+  free(sn), free(h0), free(final), free(dfinal), free(fin_in), free(df_in);
+  parts32_free(fin, ns), parts32_free(zero, ns);
+}
+
+void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
+  const Program *pin = f->in->p, *pout = f->out->p;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
+  int np = pout->npparts, ns = pout->nsparts;
+  size_t rows = (size_t)T * (size_t)B;
+  CHECK(rows <= f->rows32); /* after chunkform_forward_f32 of d */
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  float *yin = f->yin, *dyin = f->dyin, *xo = f->xo, *gxo = f->gxo, *gxi = f->gxi;
+  float **fin = parts32(ns, sn), **zero = parts32(ns, sn), **ghi = parts32(ns, sn), **gho = parts32(ns, sn);
+  float **gpi = parts32(np, pn), **gpo = parts32(np, pn);
+  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
+  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = chunk_ptrs((void *const *)fin, ns), **df_in = chunk_ptrs((void *const *)zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  SeqIO so = *d;
+  so.x = xo, so.h0 = (const void **)h0, so.final = final;
+  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = (void **)gpo, so.grad_h0 = (void **)gho, so.fold = NULL;
+  double t3 = seconds();
+  f->out->be->backward(f->out, f->wout, &so);
+  double t4 = seconds();
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
+    size_t kv = (size_t)l->K * (size_t)l->V;
+#pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
+    for (int bh = 0; bh < B * l->nh; bh++) {
+      int b = bh / l->nh, h = bh % l->nh;
+      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla;
+      Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla);
+      const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
+      int lddo = B * xw;
+      float *dbuf = NULL;
+      if (u.buf) { /* 0 but at the reads */
+        dout = dbuf = zeros32((size_t)u.c.T * (size_t)l->V), lddo = l->V;
+        for (int t = 0; t < T; t++)
+          for (int r = 0; r < u.R; r++)
+            memcpy(dbuf + ((size_t)t * u.E + (size_t)(u.M - 1 + r)) * l->V,
+                   gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(float) * (size_t)l->V);
+      }
+      state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
+      state_get32(l, (const float *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
+      cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
+      if (g) sub32_scatter(&u, l, g, dyin, nin, T, B, b, h);
+      state_put32(l, (float *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
+      free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
+    }
+  }
+  pass_shared(rows, pin->chunk_shared, sizeof(float), gxo, xw, dyin, nin);
+  SeqIO si = *d;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
+  si.fold = NULL;
+  double t5 = seconds();
+  f->in->be->backward(f->in, f->win, &si);
+  double t6 = seconds();
+  f->times[3] = t4 - t3, f->times[4] = t5 - t4, f->times[5] = t6 - t5;
+  for (int i = 3; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
+  f->runs++;
+  for (size_t r = 0; d->grad_x && r < rows; r++)
+    for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
+  for (int i = 0; i < np; i++)
+    for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
+  for (int q = 0; q < ns; q++)
+    for (size_t j = 0; j < sn[q]; j++) ((float *)gh0[q])[j] = gho[q][j] + ghi[q][j];
+  free(pn), free(sn);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in);
+  parts32_free(fin, ns), parts32_free(zero, ns), parts32_free(ghi, ns), parts32_free(gho, ns), parts32_free(gpi, np), parts32_free(gpo, np);
 }

@@ -163,6 +163,15 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
 void chunkform_run_f64_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
 /* The same on float32 buffers, for a float32 back end (cpu): no float64 copies */
 void chunkform_run_f32(ChunkForm *f, const SeqIO *d);
+/* chunkform_run_f32's forward and backward apart, as a back end's (cellc train's layers): the
+ * forward writes y and the final states; the backward, after the forward of the same SeqIO (no
+ * other run of f between), the gradients (grad_x may be NULL; no SeqIO.fold). The same values as
+ * chunkform_run_f32. */
+void chunkform_forward_f32(ChunkForm *f, const SeqIO *d);
+void chunkform_backward_f32(ChunkForm *f, const SeqIO *d);
+/* The two of a float32 sequence that may have lengths (varlen.c), laid out as for p */
+void chunkform_forward_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
+void chunkform_backward_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
 /* The last chunkform_run_f32's seconds per part: in's forward, the chunk ops' forward, out's
  * forward, out's backward, the chunk ops' backward, in's backward */
 #define CHUNK_TIMES 6

@@ -320,3 +320,33 @@ void chunkform_run_f64_lengths(ChunkForm *f, const Program *p, const SeqIO *d) {
   varlen_free(&v);
   device_release(dv);
 }
+
+/* The float32 forward and backward apart (cellc train's layers), lengths or not */
+static void chunkform_run32(void *ctx, const SeqIO *s, bool backward) {
+  chunkform_forward_f32(ctx, s);
+  if (backward) chunkform_backward_f32(ctx, s);
+}
+
+void chunkform_forward_lengths(ChunkForm *f, const Program *p, const SeqIO *d) {
+  if (!seq_varlen(d)) {
+    chunkform_forward_f32(f, d);
+    return;
+  }
+  char err[512];
+  Device *dv = device_open(DEVICE_CPU, err, sizeof err);
+  CHECK(dv);
+  varlen_forward(p, dv, d, chunkform_run32, f);
+  device_release(dv);
+}
+
+void chunkform_backward_lengths(ChunkForm *f, const Program *p, const SeqIO *d) {
+  if (!seq_varlen(d)) {
+    chunkform_backward_f32(f, d);
+    return;
+  }
+  char err[512];
+  Device *dv = device_open(DEVICE_CPU, err, sizeof err);
+  CHECK(dv);
+  varlen_backward(p, dv, d, chunkform_run32, f);
+  device_release(dv);
+}

@@ -6,8 +6,9 @@ A cache entry is one directory, CACHE/<key>, holding what `cellc emit --target c
 output of `cellc run --T 1 --B 1 --seed S [--precision f64]`, whose param.*, buffer.* and h0.*
 are the cell's initial values). The key hashes everything the emitted code or the initial values depend on:
 the source of the cell file and of every file it imports, the cell, the dims, the options, the
-mode, the target CPU level, and cellc itself (its version and the size and modification time of
-its binary, so a rebuilt cellc never reuses an older one's code). No CELLC_* tuning variable
+mode, the target CPU level, and cellc itself (its version and a hash of its binary's bytes, so a
+rebuilt cellc never reuses an older one's code, and a byte-identical copy of it finds the same
+entries). No CELLC_* tuning variable
 changes emitted code (docs/tuning.md), so none is part of the key.
 Entries are created whole: emitted into a fresh temporary directory inside the cache, then
 renamed into place; a process that loses the race to another removes its own copy and uses the
@@ -21,8 +22,9 @@ import shutil
 import subprocess
 import tempfile
 
-# How many times this process emitted a cell and drew initial values (tests read them).
-stats = {"compiles": 0, "inits": 0}
+# How many times this process emitted a cell, drew initial values, emitted a cell's CUDA code and
+# built a CUDA library (tests read them).
+stats = {"compiles": 0, "inits": 0, "cuda_emits": 0, "cuda_builds": 0}
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _IMPORT = re.compile(r'^\s*import\s+"([^"]+)"', re.M)
@@ -132,9 +134,22 @@ def cache_root():
     return os.environ.get("CELLC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cellc")
 
 
+_identities = {}  # (real path, size, mtime) -> identity: a binary is read once per process
+
+
 def cellc_identity(binary):
-    st = os.stat(os.path.realpath(binary))
-    return [run_cellc(binary, ["--version"]).strip(), st.st_size, st.st_mtime_ns]
+    """cellc's version and a hash of its binary's bytes: a rebuilt cellc never reuses an older one's
+    code, and a copy of the same binary (a bundle for another machine) finds the entries it made."""
+    real = os.path.realpath(binary)
+    st = os.stat(real)
+    stamp = (real, st.st_size, st.st_mtime_ns)
+    if stamp not in _identities:
+        h = hashlib.sha256()
+        with open(real, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _identities[stamp] = [run_cellc(binary, ["--version"]).strip(), h.hexdigest()]
+    return _identities[stamp]
 
 
 def key(binary, path, cell, dims, options, mode, cpu):
@@ -204,3 +219,92 @@ def initial_values(binary, entry, path, cell, dims, options, mode, seed, f64=Fal
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dst
+
+
+# ---- the CUDA target ----
+#
+# The CUDA code of a cell is emitted once (`cellc emit --target cuda`) into CACHE/cuda-<hash of
+# P.cu>/, and the cpu entry of the same cell names that hash in its file `cuda.src` (so a second
+# use emits nothing). Each way of building P.cu into a library has a folder of its own there:
+# `sm_90/libP.so` (nvcc for that arch), or the test's emulated build. Keyed by the bytes of P.cu,
+# a library built on one machine serves another that emits the same P.cu (a GPU machine without a
+# host compiler runs what was built here: carry the cache, docs/python.md).
+
+
+def _nvcc():
+    for d in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if d and os.access(os.path.join(d, "bin", "nvcc"), os.X_OK):
+            return os.path.join(d, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
+def nvcc_build(src, out, arch):
+    """P.cu -> out/libP.so: `nvcc -shared` for arch with cuBLAS (the CUDA runtime linked in)."""
+    nvcc = _nvcc()
+    if not nvcc:
+        raise CellcError("cellc: no nvcc to build the CUDA library of this cell (set CUDA_HOME), and no library "
+                         "prebuilt for %s in the cache %s" % (arch, cache_root()))
+    # The CUDA runtime is linked in statically and bound inside the library (-Bsymbolic), so that
+    # the libcudart PyTorch loaded into the process, of whatever version, serves none of its calls;
+    # cuBLAS is found where the toolkit that built it lies (an RPATH: also for libcublasLt), or on
+    # the loader's path.
+    lib64 = os.path.join(os.path.dirname(os.path.dirname(nvcc)), "lib64")
+    lib64 = lib64 if lib64 == "/usr/local/cuda/lib64" else lib64 + ":/usr/local/cuda/lib64"
+    p = subprocess.run([nvcc, "-O3", "-arch=" + arch, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "-Bsymbolic",
+                        "-Xlinker", "--disable-new-dtags", "-Xlinker", "-rpath=" + lib64, os.path.join(src, "P.cu"),
+                        "-o", os.path.join(out, "libP.so"), "-lcublas"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CellcError("cellc: nvcc failed to build %s/P.cu for %s:\n%s" % (src, arch, (p.stderr or p.stdout).strip()))
+
+
+def cuda_source(binary, entry, path, cell, dims, options, mode):
+    """The directory of the cell's emitted CUDA code (P.cu, P.h, P.json, P.ptx)."""
+    root = cache_root()
+    ref = os.path.join(entry, "cuda.src")
+    if os.path.isfile(ref):
+        with open(ref) as f:
+            src = os.path.join(root, f.read().strip())
+        if os.path.isfile(os.path.join(src, "P.cu")):
+            return src
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
+    try:
+        out = os.path.join(tmp, "out")
+        run_cellc(binary, ["emit"] + _cell_args(path, cell, dims, options, mode)
+                  + ["--out", out, "--target", "cuda", "--name", "P"])
+        stats["cuda_emits"] += 1
+        with open(os.path.join(out, "P.cu"), "rb") as f:
+            name = "cuda-" + hashlib.sha256(f.read()).hexdigest()[:32]
+        src = os.path.join(root, name)
+        try:
+            os.rename(out, src)
+        except OSError:  # the same P.cu is there already (another cell, or another process)
+            if not os.path.isfile(os.path.join(src, "P.cu")):
+                raise
+        with open(os.path.join(tmp, "cuda.src"), "w") as f:
+            f.write(name + "\n")
+        os.chmod(os.path.join(tmp, "cuda.src"), 0o644)
+        os.replace(os.path.join(tmp, "cuda.src"), ref)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return src
+
+
+def cuda_library(src, kind, build):
+    """src/<kind>/libP.so, built first by build(src, out_dir) where it is missing."""
+    lib = os.path.join(src, kind, "libP.so")
+    if os.path.isfile(lib):
+        return lib
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=src)
+    try:
+        out = os.path.join(tmp, kind)
+        os.makedirs(out)
+        build(src, out)
+        stats["cuda_builds"] += 1
+        try:
+            os.rename(out, os.path.join(src, kind))
+        except OSError:
+            if not os.path.isfile(lib):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lib

@@ -329,6 +329,32 @@ Test(chunked, mamba2_as_sequential) { cell_cases("stdlib/mamba2.cell", "NH=2,P=4
 /* two terms and two reads: a step as three sub-steps of the chunk op (chunkrun.c) */
 Test(chunked, terms_and_reads_as_sequential) { cell_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5"); }
 
+/* The values both programs would compute are IN's alone: Mamba-2's u (the conv of its projection)
+ * passes to OUT, whose conv histories then keep their values (IN's are the final ones); GLA's OUT
+ * needs nothing of IN's (its gate is recomputed only when asked for). */
+static int shared_of(const char *file, const char *dims, int *kept, int *nparts) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, file, NULL, dims, false, "chunked");
+  Program *in = lower_cell_part(cc, true, true, LOWER_CHUNK_IN), *out = lower_cell_part(cc, true, true, LOWER_CHUNK_OUT);
+  cr_assert_eq(in->chunk_shared, out->chunk_shared);
+  *kept = 0, *nparts = out->nsparts;
+  for (int q = 0; q < out->nsparts; q++) *kept += out->sparts[q].next == out->sparts[q].prev;
+  int n = in->chunk_shared;
+  program_free(in), program_free(out);
+  cell_free(cc);
+  arena_free(&a);
+  return n;
+}
+
+Test(chunked, in_passes_shared_values) {
+  int kept, nparts;
+  cr_assert_eq(shared_of("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5", &kept, &nparts), 2 * 4);
+  cr_assert_eq(nparts, 3);
+  cr_assert_eq(kept, 3);
+  cr_assert_eq(shared_of("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", &kept, &nparts), 0);
+  cr_assert_eq(kept, 0);
+}
+
 /* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):
  * every output and gradient within 1e-4 relative (test_backends' bound), one compilation per chunk
  * length for every T. */
@@ -389,17 +415,4 @@ Test(chunked, cpu_issue_lengths) {
   cpu_cases_at("stdlib/mamba2.cell", "NH=2,P=16,N=16,D=8", 2, Tl, 5, &worst);
   cr_log_info("cpu_issue_lengths: worst relative difference %g", worst);
   cr_assert_gt(worst, 0); /* the float32 form is compared, not the float64 one */
-}
-
-/* Where the chunk op does not run yet: a clear refusal. */
-Test(chunked, cuda_emu_refuses) {
-  Arena a = {0};
-  Cell *cc = h_cell(&a, "stdlib/gla.cell", NULL, "NH=2,K=3,V=4,D=5", false, "chunked");
-  PipelineOptions o = {.backend = backend_find("cuda-emu")};
-  char err[512] = "";
-  cr_assert(o.backend);
-  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
-  cr_assert(strstr(err, "does not run the chunked form yet"), "%s", err);
-  cell_free(cc);
-  arena_free(&a);
 }

@@ -21,7 +21,7 @@
 
 static const char *const optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedules[] = {"constant", "cosine", "inverse_sqrt", "linear", NULL};
-static const char *const modes[] = {"auto", "scan", "sequential", NULL};
+static const char *const modes[] = {"auto", "scan", "sequential", "chunked", NULL};
 static const char *const encoders[] = {"auto", "embed", "linear", "none", NULL};
 static const char *const blocks[] = {"stack", "residual", NULL};
 static const char *const norms[] = {"none", "layer", "rms", "batch", NULL};
@@ -80,7 +80,7 @@ static const CfgKey train_keys[] = {
     {"keep", CFG_CHOICE, "last", 0, 0, false, false, 0, keeps, NULL,
      "last | best: also keep the checkpoint of the best validation metric (best.safetensors)"},
     {"device", CFG_DEVICE, "cpu", 0, 0, false, false, 0, NULL, NULL, NULL},
-    {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential"},
+    {"mode", CFG_CHOICE, "auto", 0, 0, false, false, 0, modes, NULL, "auto | scan | sequential | chunked"},
     {"bucket", CFG_BOOL, "false", 0, 1, false, false, 0, NULL, NULL,
      "batches of sequences of similar lengths (a task with lengths)"},
 };

@@ -23,6 +23,7 @@ typedef struct Layer {
   Compiled *exe[2];
   Work *work[2];
   Chunker *chunk[2];              /* per program: its chunks (model.chunk), or NULL: whole sequences */
+  ChunkForm *form[2];             /* per program: the cell's chunked form, which then runs it (train.mode, use_form) */
   SeqIO seq[2];
   int in, out;      /* its x size and output size */
   int first;        /* its first tensor in the model */
@@ -295,6 +296,16 @@ static int apply_unfreeze(const Cfg *cfg, Cell *const *cells, int ncells) {
 
 /* ---- building ---- */
 
+/* train.mode = auto: whether a cell runs in its chunked form. Where the form applies (every
+ * matrix state has it), on the cpu back end (the one that runs it), when check's estimates per
+ * token (chunk_cheaper) say it is cheaper than the mode the analysis found. */
+static bool use_form(const Model *m, const Cell *c) {
+  int st;
+  char why[320];
+  if (m->backend->device != DEVICE_CPU || m->backend->dtype != DT_F32 || chunk_mode_blocker(c, &st, why, (int)sizeof why)) return false;
+  return chunk_cheaper(c, m->chunk > 0 ? m->chunk : CHUNK_DEFAULT);
+}
+
 /* Checks layer k's cell for training and evaluation and compiles both. */
 static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src, const CellAst *ast,
                       const char *input_dim, bool has_h) {
@@ -321,8 +332,10 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     o.training = v == 0;
     o.force_scan = !strcmp(mode, "scan");
     o.force_sequential = !strcmp(mode, "sequential");
+    o.force_chunked = !strcmp(mode, "chunked");
     L->cell[v] = check_cell(&m->arena, src, ast, &o);
     if (!L->cell[v]) return -1;
+    if (!strcmp(mode, "auto")) L->cell[v]->chunked = use_form(m, L->cell[v]);
   }
   if (apply_unfreeze(cfg, L->cell, 2) < 0) return -1;
   Cell *c = L->cell[0];
@@ -339,6 +352,20 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     if (!L->exe[v]) {
       diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
       return -1;
+    }
+    if (L->cell[v]->chunked) { /* the program gives the SeqIO's layout; the form runs it */
+      /* the training entry points work on host buffers (chunkform_forward_f32) */
+      if (m->backend->device != DEVICE_CPU) {
+        diag_plain("cannot compile layer %d of cell '%s': the %s back end does not run the chunked form in training yet "
+                   "(train.device = cpu does)", k, ast->name, m->backend->name);
+        return -1;
+      }
+      if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0]; /* one form for both, as one work below */
+      else if (!(L->form[v] = chunkform_compile(L->cell[v], &po, m->chunk, err, sizeof err))) {
+        diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
+        return -1;
+      }
+      continue;
     }
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
@@ -792,6 +819,7 @@ static void alloc_activations(Model *m, const TaskShape *shape, int C) {
 static void plan_embedding_fold(Model *m) {
   if (!m->embed || m->block || m->bidir || m->nlayers < 1 || tuning()->no_embed_fold) return;
   if (2 * (int64_t)m->task.vocab > (int64_t)m->rows) return;
+  if (m->layers[0].form[0]) return; /* the chunked form writes the input gradient itself */
   m->fold = m->backend->folds && m->backend->folds(m->layers[0].exe[0]);
 }
 
@@ -844,7 +872,7 @@ Model *model_new_on(const Cfg *cfg, const char *cell_file, const char *stdlib_di
   *status = 0;
   Cell *c0 = m->layers[0].cell[0];
   m->summary = arena_printf(&m->arena, "cell %s (%s), %d %s layer%s, width %d, %lld params", ast->name,
-                            c0->mode == MODE_SCAN ? "scan" : "sequential", m->nlayers, m->block ? "residual" : "stacked",
+                            c0->chunked ? "chunked" : c0->mode == MODE_SCAN ? "scan" : "sequential", m->nlayers, m->block ? "residual" : "stacked",
                             m->nlayers == 1 ? "" : "s", m->width, (long long)model_nparams(m));
   return m;
 }
@@ -855,6 +883,7 @@ static void layer_free(Model *m, Layer *L) {
     for (int v = 0; v < 2; v++) {
       if (L->work[v] && (v == 0 || L->work[1] != L->work[0])) m->backend->work_free(L->work[v]);
       if (v == 0 || L->chunk[1] != L->chunk[0]) chunker_free(L->chunk[v]);
+      if (v == 0 || L->form[1] != L->form[0]) chunkform_free(L->form[v]);
       pipeline_release(L->exe[v]);
       free(L->seq[v].params), free(L->seq[v].grad_params), free(L->seq[v].noise);
       if (L->cell[v]) cell_free(L->cell[v]);
@@ -1068,6 +1097,17 @@ static void own_readout_bwd(Model *m, float *dcur, int C) {
   }
 }
 
+/* A layer's cell over its sequence: its chunked form, else the back end (in chunks) */
+static void cell_forward(Layer *L, int v, const SeqIO *s) {
+  if (L->form[v]) chunkform_forward_lengths(L->form[v], L->exe[v]->p, s);
+  else chunked_forward(L->exe[v], L->work[v], s, L->chunk[v]);
+}
+
+static void cell_backward(Layer *L, const SeqIO *s) {
+  if (L->form[0]) chunkform_backward_lengths(L->form[0], L->exe[0]->p, s);
+  else chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
+}
+
 /* A bidirectional layer (stacked): the forward cell over act[k], the reverse cell over act[k]
  * reversed within each length (a gather by P), its output reversed back, the two joined. */
 static void bidir_forward(Model *m, int k, bool training, int64_t step) {
@@ -1080,8 +1120,8 @@ static void bidir_forward(Model *m, int k, bool training, int64_t step) {
   o->embed_fwd(o, L->xr, m->d_perm, m->act[k], m->rows, m->rows, L->in);
   L->seq[v].x = m->act[k], L->seq[v].y = L->ycat;
   R->seq[v].x = L->xr, R->seq[v].y = L->ycat + rows * (size_t)out;
-  chunked_forward(L->exe[v], L->work[v], &L->seq[v], L->chunk[v]);
-  chunked_forward(R->exe[v], R->work[v], &R->seq[v], R->chunk[v]);
+  cell_forward(L, v, &L->seq[v]);
+  cell_forward(R, v, &R->seq[v]);
   bool drop = m->dropout > 0 && k < m->nlayers - 1;
   float *joined = drop ? L->joined : m->act[k + 1];
   if (!m->join_sum) o->embed_fwd(o, joined, m->d_cat, L->ycat, 2 * m->rows, 2 * m->rows, out);
@@ -1115,8 +1155,8 @@ static void bidir_backward(Model *m, int k, float *din, const float *dout) {
   if (k == m->nlayers - 1 && m->dtop) o->acc(o, L->dycat, m->dtop, 2 * ro);
   L->seq[0].dy = L->dycat, L->seq[0].grad_x = din, L->seq[0].fold = NULL;
   R->seq[0].dy = L->dycat + ro, R->seq[0].grad_x = L->gxr, R->seq[0].fold = NULL;
-  chunked_backward(L->exe[0], L->work[0], &L->seq[0], L->chunk[0]);
-  chunked_backward(R->exe[0], R->work[0], &R->seq[0], R->chunk[0]);
+  cell_backward(L, &L->seq[0]);
+  cell_backward(R, &R->seq[0]);
   /* the reverse cell's input gradient, reversed back (xr is free once its backward is done) */
   o->embed_fwd(o, L->xr, m->d_perm, L->gxr, m->rows, m->rows, L->in);
   o->acc(o, din, L->xr, rows * (size_t)L->in);
@@ -1143,7 +1183,7 @@ static void layer_forward(Model *m, int k, bool training, int64_t step) {
   /* a plain stack with nothing after the cell: it writes the next layer's input itself */
   bool direct = !m->block && L->mix_w < 0 && !drop;
   s->y = direct ? m->act[k + 1] : L->y;
-  chunked_forward(L->exe[v], L->work[v], s, L->chunk[v]);
+  cell_forward(L, v, s);
   if (direct) return;
   const float *branch = L->y;
   if (L->mix_w >= 0) {
@@ -1193,16 +1233,16 @@ static void layer_backward(Model *m, int k, float *din, const float *dout) {
     if (fold) m->fold_req = (SeqFold){m->d_ids, m->task.vocab, m->tensors[m->enc_w].dgrad[0]};
     s->grad_x = fold ? NULL : din;
     s->fold = fold ? &m->fold_req : NULL;
-    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
+    cell_backward(L, s);
   } else if (L->norm_w >= 0) {
     float *dn = d == m->dtmp[0] ? m->dtmp[1] : m->dtmp[0];
     s->grad_x = dn;
-    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
+    cell_backward(L, s);
     m->ops->copy(m->ops, din, dout, sizeof(float) * n);
     norm_backward(m, L, din, dn, m->act[k]);
   } else {
     s->grad_x = din;
-    chunked_backward(L->exe[0], L->work[0], s, L->chunk[0]);
+    cell_backward(L, s);
     m->ops->acc(m->ops, din, dout, n);
   }
   learned_states(m, L, true);
@@ -1386,7 +1426,7 @@ static bool states_bad(Model *m, int k, bool training, char *buf, size_t n) {
   Cell *c = L->cell[v];
   size_t B = (size_t)m->B;
   float **h = xcalloc((size_t)p->nsparts + 1, sizeof(float *));
-  bool kept = !L->chunk[v]; /* a chunked run keeps the states at chunk boundaries only */
+  bool kept = !L->chunk[v] && !L->form[v]; /* a chunked run keeps the states at chunk boundaries only; the form none */
   for (int q = 0; q < p->nsparts && kept; q++) {
     h[q] = xmalloc(sizeof(float) * ((size_t)m->T + 1) * B * (size_t)p->sparts[q].size + 1);
     kept = m->backend->read_steps(L->exe[v], L->work[v], STEPS_STATE, q, h[q]) == 0;

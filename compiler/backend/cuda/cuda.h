@@ -9,6 +9,7 @@
 #define CELLC_CUDA_BACKEND_H
 
 #include "backend.h"
+#include "cellc_chunk.h"
 
 extern const Backend cuda_backend, cuda_emu_backend;
 
@@ -24,6 +25,30 @@ const void *cuda_compiled_table(const Compiled *c, size_t *n);
 Device *cuda_device_open(bool emulated, char *err, size_t errlen);
 /* The training kernels' CUDA C source (cellc_train.cu), for the tests' NVRTC and ptxas checks. */
 const char *cuda_train_source(void);
+
+/* The chunked form's chunk op on a CUDA device (cellc_chunk.cu; docs/gpu.md, "The chunked form"):
+ * its kernels compiled and loaded for the device of a kind; NULL with why in err. */
+typedef struct CudaChunk CudaChunk;
+CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen);
+void cuda_chunk_close(CudaChunk *k);
+/* The kernels' CUDA C source (malloc'd), for the tests' NVRTC and ptxas checks. */
+char *cuda_chunk_source(void);
+/* The shared memory a block of the forward (or the backward) takes, bytes. */
+size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool backward);
+/* 0 where the device gives a block the shared memory of the chunk op (K, V, a chunk of L sub-steps);
+ * else -1 with what it needs and has in err. */
+int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char *err, size_t errlen);
+/* One chunked state's chunk op over every head and batch row (asynchronous; the pointers device
+ * memory, a->loc and a->dec scratch): the forward writes the boundary states into a->bnd, the reads
+ * (with_reads) and a->final; the backward, with a->bnd as the forward left it, dyin's chunk op
+ * inputs and a->dh0. 0, or -1 with err. */
+int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, char *err, size_t errlen);
+int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t errlen);
+/* dst[r, j] = a[r, j] (+ b[r, j] where b is not NULL) for r < rows, j < n, row strides ldd, lda, ldb. */
+int cuda_chunk_cols(CudaChunk *k, float *dst, int ldd, const float *a, int lda, const float *b, int ldb, long long rows, int n,
+                    char *err, size_t errlen);
+/* Waits for the launches (the times of chunkform_times). */
+int cuda_chunk_sync(CudaChunk *k, char *err, size_t errlen);
 
 #endif
 

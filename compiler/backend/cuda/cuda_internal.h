@@ -36,5 +36,6 @@ extern const char cellc_plan_table_h[];
 extern const char cellc_exec_h[];
 extern const char cellc_emit_host_h[];
 extern const char cellc_train_cu[]; /* the training kernels (cuda_ops.c) */
+extern const char cellc_chunk_h[], cellc_chunk_cu[]; /* the chunk op's (cuda_chunk.c) */
 
 #endif

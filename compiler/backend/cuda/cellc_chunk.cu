@@ -1,0 +1,311 @@
+/* cellc_chunk.cu: the chunked form's chunk op on a CUDA device (docs/gpu.md, "The chunked form"),
+ * after cellc_prelude.h and cellc_chunk.h (cuda_chunk.c puts them first). The products of
+ * compiler/ir/chunkop.h per chunk of n <= L sub-steps, with b the cumulative log-decays from the
+ * chunk's start (float64):
+ *   A_ij = sum_k q_i[k] k_j[k] e^{b_i[k] - b_j[k]}  (j <= i; a scalar decay: (q_i . k_j) e^{b_i - b_j})
+ *   o_i = (q_i e^{b_i})^T S_0 + sum_{j <= i} A_ij v_j
+ *   S_n = e^{b_{n-1}} S_0 + sum_j (k_j e^{b_{n-1} - b_j}) v_j^T
+ * and the backward of chunkop.c. Every exponent is b_i - b_j with j <= i, or b_i: at most 0, so
+ * every factor is at most 1 and nothing overflows however strong the decays; each e^{b_i - b_j} is
+ * computed pairwise (no sub-block factoring as chunkop_f32.c's: the exponentials run on the SFUs
+ * beside the FMAs). The chunks run in parallel, as flash-linear-attention's chunk kernels do: a
+ * thread block (CK_BLOCK threads) per chunk of a head of a batch row computes the chunk's own
+ * contribution to the state passed on (cellc_chunk_local), one block per head passes the states
+ * between the chunks in order (cellc_chunk_pass: K V multiply-adds a chunk), then a block per chunk
+ * computes its reads (cellc_chunk_fwd) or its gradients (cellc_chunk_bwd) from its boundary
+ * states. A block holds its chunk's q, k, v (and the reads' gradients) and state in shared memory;
+ * each product is a loop of the block's threads over its outputs. */
+
+#define CK_BLOCK 256
+#define CK_LOG_FLOOR (-1e4) /* chunkop.h's CHUNK_LOG_FLOOR: a decay of 0 */
+
+/* the sub-step s of head h of batch row b: its step's row of yin (or xo) and its place in the step */
+struct CkAt {
+  long long row; /* t B + b */
+  int e;         /* the sub-step within its step */
+};
+
+static __device__ __forceinline__ CkAt ck_at(const CellcChunkArgs &a, int s, int b) {
+  CkAt r;
+  int t = s / a.E;
+  r.row = (long long)t * a.B + b, r.e = s - t * a.E;
+  return r;
+}
+
+/* the chunk's tiles: q (0 but at the reads), k and v (0 but at the terms); dO (0 but at the reads) */
+static __device__ void ck_load(const CellcChunkArgs &a, const CellcChunkSmem &m, float *sh, int b, int h, int t0, int n,
+                               bool grad) {
+  int K = a.K, V = a.V;
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int i = x / K, k = x - i * K;
+    CkAt p = ck_at(a, t0 + i, b);
+    const float *row = a.yin + p.row * a.nin;
+    int r = p.e - (a.M - 1);
+    sh[m.q + i * m.ldk + k] = r >= 0 ? row[a.q_off + (r * a.nh + h) * K + k] : 0.0f;
+    sh[m.k + i * m.ldk + k] = p.e < a.M ? row[a.k_off + (p.e * a.nh + h) * K + k] : 0.0f;
+  }
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    CkAt p = ck_at(a, t0 + i, b);
+    const float *row = a.yin + p.row * a.nin;
+    sh[m.v + x] = p.e < a.M ? row[a.v_off + (p.e * a.nh + h) * V + y] : 0.0f;
+    if (grad) {
+      int r = p.e - (a.M - 1);
+      sh[m.dO + x] = r >= 0 ? a.dxo[p.row * a.xw + a.out_off + (r * a.nh + h) * V + y] : 0.0f;
+    }
+  }
+}
+
+/* b (the cumulative log-decays, floored), then G_i = e^{b_i} and F_i = e^{b_{n-1} - b_i} */
+static __device__ void ck_decays(const CellcChunkArgs &a, const CellcChunkSmem &m, float *sh, double *bb, int b, int h,
+                                 int t0, int n) {
+  int w = a.per_key ? a.K : 1;
+  for (int k = threadIdx.x; k < w; k += blockDim.x) {
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+      CkAt p = ck_at(a, t0 + i, b);
+      if (p.e == 0) {
+        double la = a.yin[p.row * a.nin + a.la_off + h * w + k];
+        acc += la < CK_LOG_FLOOR ? CK_LOG_FLOOR : la;
+      }
+      bb[i * w + k] = acc;
+    }
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < n * w; x += blockDim.x) {
+    int k = x % w;
+    sh[m.G + x] = expf((float)bb[x]);
+    sh[m.F + x] = expf((float)(bb[(n - 1) * w + k] - bb[x]));
+  }
+}
+
+/* A (zero above the diagonal) */
+static __device__ void ck_scores(const CellcChunkArgs &a, const CellcChunkSmem &m, float *sh, const double *bb, int n) {
+  int K = a.K, w = a.per_key ? K : 1;
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, j = x - i * n;
+    float acc = 0.0f;
+    if (j <= i) {
+      const float *qi = sh + m.q + i * m.ldk, *kj = sh + m.k + j * m.ldk;
+      if (a.per_key) {
+        const double *bi = bb + i * w, *bj = bb + j * w;
+        for (int k = 0; k < K; k++) acc += qi[k] * kj[k] * expf((float)(bi[k] - bj[k]));
+      } else {
+        for (int k = 0; k < K; k++) acc += qi[k] * kj[k];
+        acc *= expf((float)(bb[i] - bb[j]));
+      }
+    }
+    sh[m.A + x] = acc;
+  }
+}
+
+/* the state of head h of batch row b in a state part's row ([K, V], or [V, K] key_last) */
+static __device__ __forceinline__ long long ck_state_at(const CellcChunkArgs &a, int b, int h, int k, int y) {
+  long long base = ((long long)b * a.nh + h) * a.K * a.V;
+  return base + (a.key_last ? (long long)y * a.K + k : (long long)k * a.V + y);
+}
+
+/* The chunk's own part of the boundary pass, per chunk c (blockIdx.y) of head blockIdx.x: into
+ * a.loc[c] forward sum_j (k_j e^{b_{n-1} - b_j}) v_j^T, backward sum_i (q_i e^{b_i}) dO_i^T; into
+ * a.dec[c] the chunk's whole decay e^{b_{n-1}}. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_local(CellcChunkArgs a, int backward) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, pk = a.per_key, w = pk ? K : 1;
+  int Ts = a.T * a.E, nc = (Ts + a.L - 1) / a.L, t0 = c * a.L, n = Ts - t0 < a.L ? Ts - t0 : a.L;
+  CellcChunkSmem m = cellc_chunk_smem(K, V, a.L, pk, backward);
+  double *bb = (double *)sh;
+  ck_load(a, m, sh, b, h, t0, n, backward != 0);
+  ck_decays(a, m, sh, bb, b, h, t0, n);
+  __syncthreads();
+  float *lc = a.loc + ((long long)bh * nc + c) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+    int k = x / V, y = x - k * V, kw = pk ? k : 0;
+    float acc = 0.0f;
+    if (backward)
+      for (int i = 0; i < n; i++) acc += sh[m.q + i * m.ldk + k] * sh[m.G + i * w + kw] * sh[m.dO + i * V + y];
+    else
+      for (int j = 0; j < n; j++) acc += sh[m.k + j * m.ldk + k] * sh[m.F + j * w + kw] * sh[m.v + j * V + y];
+    lc[x] = acc;
+  }
+  for (int k = threadIdx.x; k < w; k += blockDim.x) a.dec[((long long)bh * nc + c) * w + k] = sh[m.G + (n - 1) * w + k];
+}
+
+/* The pass between the chunks, a thread per state entry (grid: heads of batch rows, entries / CK_BLOCK):
+ * forward S_{c+1} = dec_c S_c + loc_c from h0 (every S_c into a.bnd, the last into a.final);
+ * backward dS_{c-1} = dec_c dS_c + loc_c from dfinal (each chunk's dS at its end into a.loc[c], in
+ * place), the last into a.dh0. nc multiply-adds a thread, the only part in chunk order; its loads
+ * do not wait on the state, four chunks' in flight. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_pass(CellcChunkArgs a, int backward) {
+  int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, w = a.per_key ? K : 1;
+  int Ts = a.T * a.E, nc = (Ts + a.L - 1) / a.L, x = blockIdx.y * blockDim.x + threadIdx.x;
+  if (x >= K * V) return;
+  long long kv = (long long)K * V;
+  float *lc = a.loc + (long long)bh * nc * kv + x, *bnd = a.bnd + (long long)bh * (nc + 1) * kv + x;
+  int k = x / V, y = x - k * V;
+  const float *dc = a.dec + (long long)bh * nc * w + (a.per_key ? k : 0);
+  long long at = ck_state_at(a, b, h, k, y);
+  if (!backward) {
+    float S = a.h0[at];
+    CELLC_UNROLL4
+    for (int c = 0; c < nc; c++) {
+      bnd[c * kv] = S;
+      S = dc[c * w] * S + lc[c * kv];
+    }
+    bnd[nc * kv] = S;
+    if (a.final) a.final[at] = S;
+  } else {
+    float G = a.dfinal[at];
+    CELLC_UNROLL4
+    for (int c = nc - 1; c >= 0; c--) {
+      float l = lc[c * kv];
+      lc[c * kv] = G;
+      G = dc[c * w] * G + l;
+    }
+    a.dh0[at] = G;
+  }
+}
+
+/* The reads of chunk blockIdx.y of head blockIdx.x into xo, from its boundary state a.bnd[c] */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_fwd(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, w = a.per_key ? K : 1;
+  int Ts = a.T * a.E, nc = (Ts + a.L - 1) / a.L, t0 = c * a.L, n = Ts - t0 < a.L ? Ts - t0 : a.L;
+  CellcChunkSmem m = cellc_chunk_smem(K, V, a.L, a.per_key, 0);
+  double *bb = (double *)sh;
+  float *S = sh + m.S;
+  const float *s0 = a.bnd + ((long long)bh * (nc + 1) + c) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = s0[x];
+  ck_load(a, m, sh, b, h, t0, n, false);
+  ck_decays(a, m, sh, bb, b, h, t0, n);
+  __syncthreads();
+  ck_scores(a, m, sh, bb, n);
+  __syncthreads();
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    CkAt p = ck_at(a, t0 + i, b);
+    int r = p.e - (a.M - 1);
+    if (r < 0) continue; /* not a read */
+    const float *qi = sh + m.q + i * m.ldk, *gi = sh + m.G + i * w, *Ai = sh + m.A + i * n;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) acc += qi[k] * gi[a.per_key ? k : 0] * S[k * V + y];
+    for (int j = 0; j <= i; j++) acc += Ai[j] * sh[m.v + j * V + y];
+    a.xo[p.row * a.xw + a.out_off + (r * a.nh + h) * V + y] = acc;
+  }
+}
+
+/* The gradients of chunk blockIdx.y of head blockIdx.x, from its boundary states (a.bnd) and the
+ * gradient of its last state (a.loc after the backward pass): q, k, v and the log-decays' into dyin
+ * at the sub-steps that carry them. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_bwd(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, pk = a.per_key, w = pk ? K : 1;
+  int Ts = a.T * a.E, nc = (Ts + a.L - 1) / a.L, t0 = c * a.L, n = Ts - t0 < a.L ? Ts - t0 : a.L;
+  CellcChunkSmem m = cellc_chunk_smem(K, V, a.L, pk, 1);
+  double *bb = (double *)sh;
+  float *S = sh + m.S, *g = sh + m.g, *dA = sh + m.dA, *db = sh + m.db;
+  const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V, *gc = a.loc + ((long long)bh * nc + c) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], g[x] = gc[x];
+  ck_load(a, m, sh, b, h, t0, n, true);
+  ck_decays(a, m, sh, bb, b, h, t0, n);
+  __syncthreads();
+  ck_scores(a, m, sh, bb, n);
+  /* dA = dO v^T on and below the diagonal (a scalar decay's times e^{b_i - b_j}: the masked weights) */
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, j = x - i * n;
+    float acc = 0.0f;
+    if (j <= i) {
+      for (int y = 0; y < V; y++) acc += sh[m.dO + i * V + y] * sh[m.v + j * V + y];
+      if (!pk) acc *= expf((float)(bb[i] - bb[j]));
+    }
+    dA[x] = acc;
+  }
+  __syncthreads();
+  /* dv_j = sum_{i >= j} A_ij dO_i + (k_j e^{b_{n-1} - b_j}) dS_n */
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int j = x / V, y = x - j * V;
+    CkAt p = ck_at(a, t0 + j, b);
+    if (p.e >= a.M) continue;
+    float acc = 0.0f;
+    for (int i = j; i < n; i++) acc += sh[m.A + i * n + j] * sh[m.dO + i * V + y];
+    for (int k = 0; k < K; k++) acc += sh[m.k + j * m.ldk + k] * sh[m.F + j * w + (pk ? k : 0)] * g[k * V + y];
+    a.dyin[p.row * a.nin + a.v_off + (p.e * a.nh + h) * V + y] = acc;
+  }
+  /* dq_i = e^{b_i} (dO_i S_0^T) + sum_{j <= i} dA_ij k_j e^{b_i - b_j};  db = q dq */
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int i = x / K, k = x - i * K;
+    float acc = 0.0f;
+    for (int y = 0; y < V; y++) acc += sh[m.dO + i * V + y] * S[k * V + y];
+    acc *= sh[m.G + i * w + (pk ? k : 0)];
+    for (int j = 0; j <= i; j++) {
+      float e = pk ? expf((float)(bb[i * w + k] - bb[j * w + k])) : 1.0f;
+      acc += dA[i * n + j] * sh[m.k + j * m.ldk + k] * e;
+    }
+    CkAt p = ck_at(a, t0 + i, b);
+    int r = p.e - (a.M - 1);
+    if (r >= 0) a.dyin[p.row * a.nin + a.q_off + (r * a.nh + h) * K + k] = acc;
+    db[x] = sh[m.q + i * m.ldk + k] * acc;
+  }
+  /* dk_j = e^{b_{n-1} - b_j} (v_j dS_n^T) + sum_{i >= j} dA_ij q_i e^{b_i - b_j};  db -= k dk (the
+     same thread's element of db as above) */
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int j = x / K, k = x - j * K;
+    float acc = 0.0f;
+    for (int y = 0; y < V; y++) acc += sh[m.v + j * V + y] * g[k * V + y];
+    acc *= sh[m.F + j * w + (pk ? k : 0)];
+    for (int i = j; i < n; i++) {
+      float e = pk ? expf((float)(bb[i * w + k] - bb[j * w + k])) : 1.0f;
+      acc += dA[i * n + j] * sh[m.q + i * m.ldk + k] * e;
+    }
+    CkAt p = ck_at(a, t0 + j, b);
+    if (p.e < a.M) a.dyin[p.row * a.nin + a.k_off + (p.e * a.nh + h) * K + k] = acc;
+    db[x] -= sh[m.k + j * m.ldk + k] * acc;
+  }
+  __syncthreads();
+  /* the last sub-step's log-decays: + S_n . dS_n (S_n the next boundary) */
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const float *s1 = bnd + (long long)(c + 1) * K * V + (long long)k * V;
+    float acc = 0.0f;
+    for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
+    db[(n - 1) * K + k] += acc;
+  }
+  __syncthreads();
+  /* d log a_t = sum_{i >= t} db_i within the chunk (over the keys too for a scalar decay) */
+  if (pk) {
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      double acc = 0;
+      for (int i = n - 1; i >= 0; i--) {
+        acc += db[i * K + k];
+        CkAt p = ck_at(a, t0 + i, b);
+        if (p.e == 0) a.dyin[p.row * a.nin + a.la_off + h * K + k] = (float)acc;
+      }
+    }
+  } else {
+    float *rs = sh + m.rs;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; k++) acc += db[i * K + k];
+      rs[i] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double acc = 0;
+      for (int i = n - 1; i >= 0; i--) {
+        acc += rs[i];
+        CkAt p = ck_at(a, t0 + i, b);
+        if (p.e == 0) a.dyin[p.row * a.nin + a.la_off + h] = (float)acc;
+      }
+    }
+  }
+}
+
+/* dst[r, j] = a[r, j] (+ b[r, j] where b is not NULL), j < n: the columns glue of chunkrun's programs */
+extern "C" __global__ void cellc_chunk_cols(float *dst, int ldd, const float *a, int lda, const float *b, int ldb,
+                                            long long rows, int n) {
+  for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; x < rows * n; x += (long long)blockDim.x * gridDim.x) {
+    long long r = x / n;
+    int j = (int)(x - r * n);
+    float v = a[r * lda + j];
+    if (b) v += b[r * ldb + j];
+    dst[r * ldd + j] = v;
+  }
+}

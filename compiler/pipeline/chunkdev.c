@@ -1,0 +1,245 @@
+/* chunkdev.c: the chunked form on a CUDA back end (cuda, cuda-emu): chunkrun.c's order of parts
+ *   in (the back end's program) -> the chunk ops (cellc_chunk.cu: a thread block per chunk of each
+ *   head and batch row, the states passed between the chunks) -> out; the backward out, the chunk
+ *   ops' backward (from the forward's boundary states), in
+ * with every buffer in device memory; x into out's input and the two programs' gradients summed by
+ * the chunk module's column kernel. */
+#include "chunkdev.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "cuda.h"
+
+struct ChunkDev {
+  Device *dv;
+  CudaChunk *ck;
+  /* the per-row buffers, kept between runs (a device allocation and its free cost a synchronization) */
+  float *yin, *dyin, *xo, *gxo, *gxi, *bnd, *loc, *dec;
+  size_t nyin, nxo, ngxi, nbnd, nloc, ndec; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
+};
+
+/* *p with room for n floats (its contents not kept) */
+static float *room(Device *dv, float **p, size_t *have, size_t n) {
+  if (n > *have || !*p) {
+    if (*p) dv->free(dv, *p);
+    *p = dv->alloc(dv, sizeof(float) * (n ? n : 1)), *have = n;
+  }
+  return *p;
+}
+
+static void die(const char *err) {
+  fprintf(stderr, "cellc: the chunked form on the device failed: %s\n", err);
+  exit(3);
+}
+
+/* Whether every chunked state's chunk op fits a block at chunks of L steps (why not in why) */
+static bool fits(const ChunkDev *k, const ChunkLayout *lay, int nl, int L, char *why, size_t n) {
+  for (int i = 0; i < nl; i++) {
+    int E = lay[i].nterms + lay[i].nreads - 1;
+    if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, why, n) != 0) return false;
+  }
+  return true;
+}
+
+ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, int *chosen, char *err, size_t errlen) {
+  ChunkDev *k = xcalloc(1, sizeof *k);
+  char why[8192];
+  k->dv = device_open(be->device, why, sizeof why);
+  if (k->dv) k->ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, why, sizeof why);
+  if (k->ck && L > 0 && !fits(k, lay, nl, L, why, sizeof why)) cuda_chunk_close(k->ck), k->ck = NULL;
+  if (k->ck && L <= 0) { /* the default chunk, halved until the blocks fit */
+    for (*chosen = CHUNK_DEFAULT; *chosen > 1 && !fits(k, lay, nl, *chosen, why, sizeof why); *chosen /= 2) {}
+    if (!fits(k, lay, nl, *chosen, why, sizeof why)) cuda_chunk_close(k->ck), k->ck = NULL;
+  }
+  if (!k->ck) { /* no device: its own message, which names the back end */
+    if (k->dv) snprintf(err, errlen, "the %s back end cannot run the chunked form: %s", be->name, why);
+    else snprintf(err, errlen, "%s", why);
+    chunkdev_close(k);
+    return NULL;
+  }
+  return k;
+}
+
+void chunkdev_close(ChunkDev *k) {
+  if (!k) return;
+  float *bufs[8] = {k->yin, k->dyin, k->xo, k->gxo, k->gxi, k->bnd, k->loc, k->dec};
+  for (int i = 0; i < 8; i++)
+    if (bufs[i]) k->dv->free(k->dv, bufs[i]);
+  cuda_chunk_close(k->ck);
+  if (k->dv) device_release(k->dv);
+  free(k);
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the device's launches done, then the clock */
+static double synced(ChunkDev *k) {
+  char err[1024];
+  if (cuda_chunk_sync(k->ck, err, sizeof err) != 0) die(err);
+  return seconds();
+}
+
+static void cols(ChunkDev *k, float *dst, int ldd, const float *a, int lda, const float *b, int ldb, long long rows, int n) {
+  char err[8192];
+  if (cuda_chunk_cols(k->ck, dst, ldd, a, lda, b, ldb, rows, n, err, sizeof err) != 0) die(err);
+}
+
+static void **dev_parts(Device *dv, int n, const size_t *numel) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = dv->alloc(dv, sizeof(float) * numel[i]); /* zeroed */
+  return v;
+}
+
+static void dev_parts_free(Device *dv, void **v, int n) {
+  for (int i = 0; v && i < n; i++) dv->free(dv, v[i]);
+  free(v);
+}
+
+/* A program's per-part array (its parts: the cell's but the chunked states') from the SeqIO's */
+static void **mapped(const ChunkDevForm *f, const Program *p, const void *const *full) {
+  void **v = xcalloc((size_t)p->nsparts + 1, sizeof(void *));
+  for (int q = 0; q < p->nsparts; q++) v[q] = (void *)full[f->full_of[p->sparts[q].state] + p->sparts[q].part];
+  return v;
+}
+
+/* The kernels' arguments for chunked state i (the buffers the caller's) */
+static CellcChunkArgs args_of(const ChunkDevForm *f, const ChunkLayout *l, int T, int B, int nin, int xw) {
+  CellcChunkArgs a = {0};
+  a.T = T, a.B = B, a.nh = l->nh, a.K = l->K, a.V = l->V;
+  a.M = l->nterms, a.R = l->nreads, a.E = a.M + a.R - 1, a.L = f->L * a.E;
+  a.per_key = l->per_key, a.key_last = l->key_last, a.nin = nin, a.xw = xw;
+  a.q_off = chunk_q_off(l, 0), a.k_off = chunk_k_off(l, 0), a.v_off = chunk_v_off(l, 0), a.la_off = chunk_la_off(l);
+  a.out_off = f->D + l->out_off;
+  return a;
+}
+
+void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times) {
+  CHECK(d->dtype == DT_F32);
+  Device *dv = k->dv;
+  const Program *pin = f->in->p, *pout = f->out->p;
+  const Backend *bin = f->in->be, *bout = f->out->be;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
+  int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
+  size_t rows = (size_t)T * (size_t)B;
+  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  /* each written whole before it is read: by the programs, the chunk ops (dyin: every input of every
+     op), the column kernel (xo's first D columns) */
+  size_t ny = rows * (size_t)nin, nx = rows * (size_t)xw, ng = rows * (size_t)D, hy = k->nyin, hx = k->nxo;
+  float *yin = room(dv, &k->yin, &hy, ny), *dyin = room(dv, &k->dyin, &k->nyin, ny);
+  float *xo = room(dv, &k->xo, &hx, nx), *gxo = room(dv, &k->gxo, &k->nxo, nx), *gxi = room(dv, &k->gxi, &k->ngxi, ng);
+  /* per chunked state: its boundary states (the forward's, kept for the backward) after the
+     states before it; the scratch of the passes, the largest state's */
+  size_t bat[CHUNK_LAYOUT_MAX + 1] = {0}, nloc = 0, ndec = 0;
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    size_t E = (size_t)(l->nterms + l->nreads - 1), nc = ((size_t)T * E + (size_t)f->L * E - 1) / ((size_t)f->L * E);
+    size_t heads = (size_t)B * (size_t)l->nh, kv = (size_t)l->K * (size_t)l->V;
+    bat[i + 1] = bat[i] + heads * (nc + 1) * kv;
+    nloc = nloc > heads * nc * kv ? nloc : heads * nc * kv;
+    ndec = ndec > heads * nc * (size_t)l->K ? ndec : heads * nc * (size_t)l->K;
+  }
+  float *bnd = room(dv, &k->bnd, &k->nbnd, bat[f->nl]), *loc = room(dv, &k->loc, &k->nloc, nloc);
+  float *dec = room(dv, &k->dec, &k->ndec, ndec);
+  void **fin = dev_parts(dv, ns, sn), **zero = dev_parts(dv, ns, sn), **ghi = dev_parts(dv, ns, sn), **gho = dev_parts(dv, ns, sn);
+  void **gpi = dev_parts(dv, np, pn), **gpo = dev_parts(dv, np, pn);
+  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
+  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  void **fin_in = chunk_ptrs(fin, ns), **df_in = chunk_ptrs(zero, ns);
+  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  int nsh = pin->chunk_shared;
+  char err[8192];
+
+  /* forward: in, the chunk ops, out */
+  SeqIO si = *d;
+  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
+  double t0 = synced(k);
+  bin->forward(f->in, f->win, &si);
+  double t1 = synced(k);
+  cols(k, xo, xw, d->x, D, NULL, 0, (long long)rows, D);
+  if (nsh) cols(k, xo + (xw - nsh), xw, yin + (nin - nsh), nin, NULL, 0, (long long)rows, nsh);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state];
+    CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
+    a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q], a.bnd = bnd + bat[i], a.loc = loc, a.dec = dec;
+    if (cuda_chunk_forward(k->ck, &a, true, err, sizeof err) != 0) die(err);
+  }
+  SeqIO so = *d;
+  so.x = xo, so.h0 = (const void **)h0, so.final = final;
+  double t2 = synced(k);
+  bout->forward(f->out, f->wout, &so);
+  double t3 = synced(k);
+
+  /* backward: out, the chunk ops, in */
+  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = gpo, so.grad_h0 = gho, so.fold = NULL;
+  bout->backward(f->out, f->wout, &so);
+  double t4 = synced(k);
+  for (int i = 0; i < f->nl; i++) {
+    const ChunkLayout *l = &f->lay[i];
+    int q = f->full_of[l->state];
+    CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
+    a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.dh0 = d->grad_h0[q], a.bnd = bnd + bat[i];
+    a.loc = loc, a.dec = dec;
+    if (cuda_chunk_backward(k->ck, &a, err, sizeof err) != 0) die(err);
+  }
+  if (nsh) cols(k, dyin + (nin - nsh), nin, gxo + (xw - nsh), xw, NULL, 0, (long long)rows, nsh);
+  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;
+  double t5 = synced(k);
+  bin->backward(f->in, f->win, &si);
+  double t6 = synced(k);
+  double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+  memcpy(times, tt, sizeof tt);
+  cols(k, d->grad_x, D, gxo, xw, gxi, D, (long long)rows, D);
+  for (int i = 0; i < np; i++) cols(k, d->grad_params[i], 0, gpo[i], 0, gpi[i], 0, 1, (int)pn[i]);
+  for (int q = 0; q < ns; q++) cols(k, gh0[q], 0, gho[q], 0, ghi[q], 0, 1, (int)sn[q]);
+  synced(k);
+  dev_parts_free(dv, fin, ns), dev_parts_free(dv, zero, ns), dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns);
+  dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
+  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in), free(pn), free(sn);
+}
+
+static void *up(Device *dv, const void *src, size_t floats) {
+  void *p = dv->alloc(dv, sizeof(float) * floats);
+  if (src) dv->upload(dv, p, src, sizeof(float) * floats);
+  return p;
+}
+
+static void **ups(Device *dv, const void *const *src, int n, const size_t *numel) {
+  void **v = xcalloc((size_t)n + 1, sizeof(void *));
+  for (int i = 0; i < n; i++) v[i] = up(dv, src ? src[i] : NULL, numel[i]);
+  return v;
+}
+
+/* each part downloaded into host (when not NULL), then freed */
+static void downs(Device *dv, void **host, void **dev, int n, const size_t *numel) {
+  for (int i = 0; dev && i < n; i++) {
+    if (host) dv->download(dv, host[i], dev[i], sizeof(float) * numel[i]);
+    dv->free(dv, dev[i]);
+  }
+  free(dev);
+}
+
+void chunkdev_on_device(ChunkDev *k, const SeqIO *h, const ChunkDevSizes *z, void (*run)(void *f, const SeqIO *d), void *f) {
+  Device *dv = k->dv;
+  SeqIO d = *h;
+  d.x = up(dv, h->x, z->x), d.dy = up(dv, h->dy, z->y), d.y = up(dv, NULL, z->y), d.grad_x = up(dv, NULL, z->x);
+  d.params = (const void **)ups(dv, h->params, z->np, z->pn), d.grad_params = ups(dv, NULL, z->np, z->pn);
+  d.h0 = (const void **)ups(dv, h->h0, z->ns, z->sn), d.dfinal = (const void **)ups(dv, h->dfinal, z->ns, z->sn);
+  d.final = ups(dv, NULL, z->ns, z->sn), d.grad_h0 = ups(dv, NULL, z->ns, z->sn);
+  d.noise = h->noise ? (const void **)ups(dv, h->noise, z->nz, z->zn) : NULL;
+  d.gates = h->gates ? ups(dv, NULL, z->ng, z->gn) : NULL;
+  run(f, &d);
+  dv->download(dv, h->y, d.y, sizeof(float) * z->y), dv->download(dv, h->grad_x, d.grad_x, sizeof(float) * z->x);
+  dv->free(dv, (void *)d.x), dv->free(dv, (void *)d.dy), dv->free(dv, d.y), dv->free(dv, d.grad_x);
+  downs(dv, NULL, (void **)d.params, z->np, z->pn), downs(dv, h->grad_params, d.grad_params, z->np, z->pn);
+  downs(dv, NULL, (void **)d.h0, z->ns, z->sn), downs(dv, NULL, (void **)d.dfinal, z->ns, z->sn);
+  downs(dv, h->final, d.final, z->ns, z->sn), downs(dv, h->grad_h0, d.grad_h0, z->ns, z->sn);
+  downs(dv, NULL, (void **)d.noise, d.noise ? z->nz : 0, z->zn), downs(dv, h->gates, d.gates, d.gates ? z->ng : 0, z->gn);
+}

@@ -1,0 +1,158 @@
+"""`cellc train` in the chunked form (train.mode = chunked; docs/cli.md, docs/language.md "The
+chunked form"): gla, hgrn2 and mamba2 on selective copying, 30 steps of adamw logged every step,
+give each step's training loss equal to the same run in scan mode within 2e-5 (float32 sums in
+another order, compounding over the steps; 4e-7 seen) and equal final validation loss; so
+do a gla model on sequences of their own lengths (a `file` task, variable lengths, stacked and
+bidirectional); `cellc eval` of the chunked run's checkpoint gives the same loss in scan mode; auto
+runs gla at heads of 16 x 16 chunked; train.mode = chunked on a cell without the form is a located
+error (status 1), and on cuda-emu an error naming the back end.
+Ends with "N passed, M failed"."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
+import sft  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import check, finish, run, write_in  # noqa: E402
+
+CELLC = os.environ.get("CELLC", "bin/cellc")
+tmp = tempfile.mkdtemp()
+
+SC = """[task]
+name     = selective_copying
+tokens   = 10
+memorize = 5
+length   = 20
+[model]
+layers  = 2
+width   = 16
+encoder = embed
+readout = all
+dropout = 0.1
+[train]
+steps     = 30
+batch     = 8
+optimizer = adamw
+lr        = 1e-2
+clip      = 1.0
+seed      = 2
+[eval]
+every   = 30
+batches = 2
+[log]
+every = 1
+"""
+
+DIMS = {"gla": ["model.dims.NH=2", "model.dims.K=8", "model.dims.V=8"],
+        "hgrn2": ["model.dims.NH=2", "model.dims.K=8", "model.dims.V=8"],
+        "mamba2": ["model.dims.NH=2", "model.dims.P=8", "model.dims.N=8"]}
+
+
+def train(name, cell, cfg, mode, sets):
+    out = os.path.join(tmp, "%s-%s" % (name, mode))
+    args = [CELLC, "train", "stdlib/%s.cell" % cell, cfg, "--out", out, "--progress", "none", "--force",
+            "--set", "train.mode=" + mode, "--set", "model.chunk=6"]
+    for s in sets:
+        args += ["--set", s]
+    r = run(args, 600)
+    if r.rc != 0:
+        return None, out, r.why()
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if line.strip()]
+    return rows, out, r.out + r.err
+
+
+def compare(name, cell, cfg, sets):
+    a, out, why_a = train(name, cell, cfg, "chunked", sets)
+    b, _, why_b = train(name, cell, cfg, "scan", sets)
+    if a is None or b is None:
+        check(name + ": both runs end with status 0", False, why_a if a is None else why_b)
+        return out
+    check(name + ": the chunked run says so", "(chunked)" in why_a, why_a[:300])
+    ta = [r["loss"] for r in a if r["split"] == "train"]
+    tb = [r["loss"] for r in b if r["split"] == "train"]
+    rel = max(abs(x - y) / abs(y) for x, y in zip(ta, tb)) if ta and len(ta) == len(tb) else float("inf")
+    check("%s: %d training losses equal step by step" % (name, len(ta)), rel <= 2e-5 and len(ta) >= 20,
+          "largest relative difference %g" % rel)
+    va = [r["loss"] for r in a if r["split"] == "valid"]
+    vb = [r["loss"] for r in b if r["split"] == "valid"]
+    check(name + ": validation losses equal", va and len(va) == len(vb) and
+          all(abs(x - y) <= 2e-5 * abs(y) for x, y in zip(va, vb)), "%s vs %s" % (va, vb))
+    return out
+
+
+sc = write_in(tmp, "sc.cfg", SC)
+for cell in ("gla", "hgrn2", "mamba2"):
+    out = compare(cell, cell, sc, DIMS[cell])
+
+# evaluation of the last one's checkpoint (mamba2) in either mode
+ev = {}
+for mode in ("chunked", "scan"):
+    r = run([CELLC, "eval", "stdlib/mamba2.cell", sc, "--checkpoint", os.path.join(out, "checkpoint.safetensors"),
+             "--set", "train.mode=" + mode] + sum([["--set", s] for s in DIMS["mamba2"]], []), 300)
+    line = [w for w in r.out.split() if w.startswith("loss=")]
+    ev[mode] = float(line[0][5:]) if r.rc == 0 and line else None
+check("eval: the chunked and the scan model give the same test loss",
+      ev["chunked"] is not None and ev["scan"] is not None and abs(ev["chunked"] - ev["scan"]) <= 1e-4 * abs(ev["scan"]),
+      str(ev))
+
+# sequences of their own lengths: a file task, lengths 1..T (padding never read: NaN)
+rng = np.random.default_rng(5)
+T, D = 11, 3
+for split, n in (("train", 96), ("valid", 16), ("test", 16)):
+    lengths = rng.integers(1, T + 1, size=n)
+    lengths[0] = T
+    x = rng.standard_normal((n, T, D)).astype(np.float32)
+    y = (x[np.arange(n), lengths - 1, 0] > 0).astype(np.int64) + (x[:, 0, 1] > 0)
+    for i in range(n):
+        x[i, lengths[i]:] = np.nan
+    sft.write(os.path.join(tmp, "len_%s.safetensors" % split), {"x": x, "y": y, "lengths": lengths.astype(np.int64)})
+LEN = """[task]
+name  = file
+train = {d}/len_train.safetensors
+valid = {d}/len_valid.safetensors
+test  = {d}/len_test.safetensors
+[model]
+layers  = {layers}
+width   = 8
+encoder = linear
+readout = last
+bidirectional = {bi}
+[train]
+steps     = 24
+batch     = 8
+optimizer = sgd
+lr        = 0.1
+momentum  = 0.9
+seed      = 3
+[eval]
+every = 24
+[log]
+every = 1
+"""
+for layers, bi in ((1, "false"), (2, "true")):
+    cfg = write_in(tmp, "len%d.cfg" % layers, LEN.format(d=tmp, layers=layers, bi=bi))
+    compare("gla, lengths, %d layer%s%s" % (layers, "s" if layers > 1 else "", ", bidirectional" if bi == "true" else ""),
+            "gla", cfg, ["model.dims.NH=2", "model.dims.K=4", "model.dims.V=4"])
+
+# auto: gla at heads of 16 x 16 runs chunked (check's estimates, docs/language.md)
+r = run([CELLC, "train", "stdlib/gla.cell", sc, "--dry-run", "--set", "model.dims.NH=2", "--set", "model.dims.K=16",
+         "--set", "model.dims.V=16"], 120)
+check("auto: gla with heads of 16 x 16 runs chunked", r.rc == 0 and "layer 0: cell gla, mode chunked" in r.out, r.why())
+
+# the errors
+r = run([CELLC, "train", "stdlib/gru.cell", sc, "--set", "train.mode=chunked", "--set", "model.hidden=8",
+         "--out", os.path.join(tmp, "gru")], 120)
+check("a cell without the form: status 1, at the cell, saying why", r.rc == 1 and "stdlib/gru.cell:" in r.err and
+      "cannot run cell 'gru' in chunked mode" in r.err, r.why())
+r = run([CELLC, "train", "stdlib/gla.cell", sc, "--set", "train.mode=chunked", "--set", "train.device=cuda-emu",
+         "--out", os.path.join(tmp, "emu")] + sum([["--set", s] for s in DIMS["gla"]], []), 120)
+check("cuda-emu: the back end named", r.rc != 0 and "cuda-emu back end does not run the chunked form in training" in r.err, r.why())
+
+shutil.rmtree(tmp, ignore_errors=True)
+finish()

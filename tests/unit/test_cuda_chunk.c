@@ -1,0 +1,251 @@
+/* test_cuda_chunk.c: the chunked form on the CUDA back end (cellc_chunk.cu, compiler/pipeline/
+ * chunkdev.c) on cuda-emu: gla, hgrn2, mamba2 and a cell of two terms and two reads
+ * (tests/cells/chunk_terms.cell) in --mode chunked against the cpu back end's chunked form (float32)
+ * and the float64 interpreter's sequential form: outputs, final states, every param gradient, dx and
+ * dh0 within 1e-4 relative (the float32 back ends' bound) at T = 1, 63, 64, 65, 130, chunks of 64 and
+ * 16; the issue's T = 2048 (gla at keys and values of 16); the kernels alone against the float64
+ * chunk op with decays of 0 and strong ones; the default chunk halved to fit; a chunk op too
+ * large for the device's shared memory refused with what it needs; the kernels through the real
+ * NVRTC and ptxas -v for sm_80 and sm_90 with no spills. CELLC_TEST_CUDA_BACKEND=cuda (make
+ * test-gpu) runs the same on the GPU. */
+#include <math.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "cuda_api.h"
+#include "harness.h"
+#include "ir.h"
+#include "ptxas.h"
+
+TestSuite(cuda_chunk, .init = h_use_cuda_test_cache);
+
+static const Backend *under_test(void) {
+  const char *e = getenv("CELLC_TEST_CUDA_BACKEND");
+  const Backend *be = backend_find(e && *e ? e : "cuda-emu");
+  cr_assert(be && be->device != DEVICE_CPU, "CELLC_TEST_CUDA_BACKEND=%s: not a CUDA back end", e);
+  return be;
+}
+
+/* The chunked form on the back end under test, on the cpu (chunked) and the interpreter
+ * (sequential, float64) on the same inputs: the worst relative differences into *worst. */
+static void cases(const char *file, const char *set, const char *dims, const int *Ts, int nT, const int *Ls, int nL, double *worst) {
+  Arena a = {0};
+  Cell *cs = h_cell(&a, file, set, dims, false, "sequential");
+  Cell *cc = h_cell(&a, file, set, dims, false, "chunked");
+  PipelineOptions oi = {.backend = backend_find("interp"), .gates = true};
+  PipelineOptions oc = {.backend = backend_find("cpu"), .gates = true, .threads = 1};
+  PipelineOptions og = {.backend = under_test(), .gates = true};
+  char err[2048] = "";
+  Compiled *ref = pipeline_compile(cs, &oi, err, sizeof err);
+  cr_assert(ref, "%s", err);
+  for (int li = 0; li < nL; li++) {
+    ChunkForm *fc = chunkform_compile(cc, &oc, Ls[li], err, sizeof err);
+    cr_assert(fc, "%s", err);
+    ChunkForm *fg = chunkform_compile(cc, &og, Ls[li], err, sizeof err);
+    cr_assert(fg, "%s", err);
+    for (int i = 0; i < nT; i++) {
+      int T = Ts[i], B = 2;
+      uint64_t seed = (uint64_t)(T * 23 + Ls[li]);
+      HBufs *h1 = h_bufs_new(ref->p, T, B, seed, 0.5, 1), *h2 = h_bufs_new(ref->p, T, B, seed, 0.5, 1);
+      HBufs *h3 = h_bufs_new(ref->p, T, B, seed, 0.5, 1);
+      pipeline_run_f64(ref, &h1->io);
+      chunkform_run_f64(fc, &h2->io);
+      chunkform_run_f64(fg, &h3->io);
+      const char *what;
+      double e = h_compare(h1, h3, ref->p, &what);
+      cr_expect_lt(e, 1e-4, "%s on %s T=%d L=%d against the interpreter: %s off by %g", file, og.backend->name, T, Ls[li], what, e);
+      worst[0] = e > worst[0] ? e : worst[0];
+      e = h_compare(h2, h3, ref->p, &what);
+      cr_expect_lt(e, 1e-4, "%s on %s T=%d L=%d against the cpu: %s off by %g", file, og.backend->name, T, Ls[li], what, e);
+      worst[1] = e > worst[1] ? e : worst[1];
+      /* the comparison sees something: the gradients are not all zero */
+      double gsum = 0;
+      for (int p = 0; p < h3->np; p++)
+        for (size_t j = 0; j < h3->pn[p]; j++) gsum += fabs(h3->gparams[p][j]);
+      cr_expect(T == 0 || gsum > 0);
+      h_bufs_free(h1), h_bufs_free(h2), h_bufs_free(h3);
+    }
+    chunkform_free(fc), chunkform_free(fg);
+  }
+  pipeline_release(ref);
+  cell_free(cs), cell_free(cc);
+  arena_free(&a);
+}
+
+static const int Ts[] = {1, 63, 64, 65, 130}, Ls[] = {64, 16};
+
+static void small_cases(const char *file, const char *dims) {
+  double worst[2] = {0, 0};
+  cases(file, NULL, dims, Ts, 5, Ls, 2, worst);
+  cr_log_info("%s: worst relative difference %g against the interpreter, %g against the cpu", file, worst[0], worst[1]);
+  cr_expect_gt(worst[0], 0); /* float32 compared with float64 */
+}
+
+Test(cuda_chunk, gla) { small_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5"); }
+Test(cuda_chunk, hgrn2) { small_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5"); }
+Test(cuda_chunk, mamba2) { small_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"); }
+/* two terms and two reads: three sub-steps a step in the kernels' indexing */
+Test(cuda_chunk, terms_and_reads) {
+  static const int Lt[] = {16, 5};
+  double worst[2] = {0, 0};
+  cases("tests/cells/chunk_terms.cell", NULL, "NH=2,K=3,V=4,D=5", Ts, 5, Lt, 2, worst);
+  cr_expect_gt(worst[0], 0);
+}
+
+/* The default chunk where 64 steps of three sub-steps do not fit a block (A and dA of 192 x 192):
+ * the longest that does, 32; a chunk of 64 asked for is refused, naming what it needs. */
+Test(cuda_chunk, default_chunk_fits_the_device) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "tests/cells/chunk_terms.cell", NULL, "NH=2,K=3,V=4,D=5", false, "chunked");
+  PipelineOptions o = {.backend = under_test()};
+  char err[1024] = "";
+  ChunkForm *f = chunkform_compile(cc, &o, 0, err, sizeof err);
+  cr_assert(f, "%s", err);
+  cr_expect_eq(chunkform_length(f), 32);
+  chunkform_free(f);
+  cr_expect_null(chunkform_compile(cc, &o, 64, err, sizeof err));
+  cr_expect(strstr(err, "a chunk of 192 sub-steps") && strstr(err, "shorter chunk"), "%s", err);
+  cell_free(cc);
+  arena_free(&a);
+}
+
+/* The issue's longest length, 32 chunks of 64 (128 of 16), at keys and values of 16 */
+Test(cuda_chunk, issue_lengths) {
+  static const int Tl[] = {2048};
+  double worst[2] = {0, 0};
+  cases("stdlib/gla.cell", NULL, "NH=2,K=16,V=16,D=8", Tl, 1, Ls, 2, worst);
+  cr_log_info("cuda_chunk issue_lengths: worst relative difference %g against the interpreter, %g against the cpu", worst[0],
+              worst[1]);
+}
+
+/* A chunk op whose block does not fit the device's shared memory: refused when compiling, saying
+ * what it needs and that a shorter chunk fits; the shorter chunk then runs. */
+Test(cuda_chunk, too_large_for_shared_memory) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/gla.cell", NULL, "NH=1,K=128,V=128,D=4", false, "chunked");
+  PipelineOptions o = {.backend = under_test()};
+  char err[1024] = "";
+  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
+  cr_expect(strstr(err, "cannot run the chunked form") && strstr(err, "bytes of shared memory") && strstr(err, "shorter chunk"),
+            "%s", err);
+  ChunkForm *f = chunkform_compile(cc, &o, 8, err, sizeof err);
+  cr_expect(f, "%s", err);
+  chunkform_free(f);
+  cell_free(cc);
+  arena_free(&a);
+}
+
+/* The kernels through the real NVRTC and ptxas: no spills */
+Test(cuda_chunk, ptxas_sm80_sm90) {
+  CudaApi api;
+  char err[8192];
+  if (cuda_api_open_nvrtc(&api, err, sizeof err) != 0) cr_skip_test("no NVRTC: %s", err);
+  const char *arch[2] = {"sm_80", "sm_90"};
+  char *src = cuda_chunk_source();
+  for (int a = 0; a < 2; a++) {
+    CudaImage img;
+    cr_assert_eq(cuda_compile(&api, src, arch[a], CUDA_IMAGE_PTX, NULL, 0, &img, err, sizeof err), 0, "%s: %s", arch[a], err);
+    CudaKernelResources *res = NULL;
+    int nres = 0;
+    cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(nres, 5, "%s: ptxas reports %d kernels, cellc_chunk.cu has 5", arch[a], nres);
+    for (int k = 0; k < nres; k++) {
+      cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
+                arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);
+      if (getenv("CELLC_PTXAS_REPORT"))
+        printf("ptxas chunk %s %s: %d registers, %d B shared, %d B stack, spills %d/%d\n", arch[a], res[k].name, res[k].registers,
+               res[k].shared_bytes, res[k].stack_bytes, res[k].spill_store_bytes, res[k].spill_load_bytes);
+    }
+    free(res);
+    cuda_image_free(&img);
+  }
+  free(src);
+  cuda_api_close(&api);
+}
+
+/* ---- the kernels alone against the float64 chunk op (compiler/ir/chunkop.c) ---- */
+
+/* max |got - want| / max(1, max |want|) over rows of wd values at stride ld; infinite at a NaN */
+static double rel_at(const float *got, const double *want, int rows, int ld, int wd) {
+  double m = 1, e = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < wd; j++) {
+      double y = want[(size_t)r * ld + j], g = got[(size_t)r * ld + j];
+      m = fmax(m, fabs(y)), e = isnan(g) ? INFINITY : fmax(e, fabs(g - y));
+    }
+  return e / m;
+}
+
+/* One head of one batch row: yin's rows [q, k, v, la] (one term, one read), decays of exactly 0
+ * (log -inf) and strong ones (log -60) among decays near 1, then the reads, final state and every
+ * gradient of the kernels against chunkop_forward and chunkop_backward. */
+static void kernel_case(bool per_key, int T, int L) {
+  int K = 6, V = 5, w = per_key ? K : 1, nin = 2 * K + V + w;
+  size_t kv = (size_t)K * V;
+  Rng r;
+  rng_seed(&r, (uint64_t)(T + 100 * per_key), 3);
+  double *yin = xcalloc((size_t)T * nin + 1, sizeof(double)), *s0 = xcalloc(kv, sizeof(double)), *ds = xcalloc(kv, sizeof(double));
+  double *dout = xcalloc((size_t)T * V + 1, sizeof(double));
+  for (int t = 0; t < T; t++) {
+    double *row = yin + (size_t)t * nin;
+    for (int i = 0; i < 2 * K + V; i++) row[i] = 0.5 * rng_normal(&r);
+    for (int i = 0; i < w; i++) row[2 * K + V + i] = t % 23 == 5 ? -INFINITY : t % 17 == 3 ? -60 : -0.5 * rng_uniform(&r);
+  }
+  for (size_t i = 0; i < kv; i++) s0[i] = rng_normal(&r), ds[i] = rng_normal(&r);
+  for (size_t i = 0; i < (size_t)T * V; i++) dout[i] = rng_normal(&r);
+  /* the reference */
+  ChunkOp c = {T, K, V, L, per_key, yin, yin + K, yin + 2 * K, yin + 2 * K + V, nin, nin, nin, nin};
+  double *o = xcalloc((size_t)T * V + 1, sizeof(double)), *sT = xcalloc(kv, sizeof(double)), *ds0 = xcalloc(kv, sizeof(double));
+  double *g = xcalloc((size_t)T * nin + 1, sizeof(double));
+  chunkop_forward(&c, s0, o, V, sT);
+  chunkop_backward(&c, s0, dout, V, ds, g, g + K, g + 2 * K, g + 2 * K + V, ds0);
+  /* the kernels, on float32 copies in device memory */
+  char err[8192];
+  const Backend *be = under_test();
+  Device *dv = device_open(be->device, err, sizeof err);
+  cr_assert(dv, "%s", err);
+  CudaChunk *ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, err, sizeof err);
+  cr_assert(ck, "%s", err);
+  size_t ny = (size_t)T * nin, nx = (size_t)T * V, nb = kv * (size_t)((T + L - 1) / L + 1);
+  float *hy = xcalloc(ny + 1, sizeof(float)), *hs0 = xcalloc(kv, sizeof(float)), *hds = xcalloc(kv, sizeof(float));
+  float *hdo = xcalloc(nx + 1, sizeof(float));
+  for (size_t i = 0; i < ny; i++) hy[i] = (float)yin[i];
+  for (size_t i = 0; i < kv; i++) hs0[i] = (float)s0[i], hds[i] = (float)ds[i];
+  for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
+  float *dy = dv->alloc(dv, 4 * ny + 4), *ddy = dv->alloc(dv, 4 * ny + 4), *dxo = dv->alloc(dv, 4 * nx + 4);
+  float *ddo = dv->alloc(dv, 4 * nx + 4), *dh0 = dv->alloc(dv, 4 * kv), *dfin = dv->alloc(dv, 4 * kv), *ddf = dv->alloc(dv, 4 * kv);
+  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb), *dloc = dv->alloc(dv, 4 * nb);
+  float *ddec = dv->alloc(dv, 4 * (size_t)w * (size_t)((T + L - 1) / L + 1));
+  dv->upload(dv, dy, hy, 4 * ny), dv->upload(dv, ddo, hdo, 4 * nx), dv->upload(dv, dh0, hs0, 4 * kv), dv->upload(dv, ddf, hds, 4 * kv);
+  CellcChunkArgs a = {.T = T, .B = 1, .nh = 1, .K = K, .V = V, .L = L, .M = 1, .R = 1, .E = 1, .per_key = per_key, .nin = nin,
+                      .xw = V, .q_off = 0, .k_off = K, .v_off = 2 * K, .la_off = 2 * K + V, .out_off = 0, .yin = dy, .dyin = ddy,
+                      .xo = dxo, .dxo = ddo, .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd,
+                      .loc = dloc, .dec = ddec};
+  cr_assert_eq(cuda_chunk_forward(ck, &a, true, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cuda_chunk_backward(ck, &a, err, sizeof err), 0, "%s", err);
+  float *ho = xcalloc(nx + 1, sizeof(float)), *hf = xcalloc(kv, sizeof(float)), *hg = xcalloc(ny + 1, sizeof(float));
+  float *hgh = xcalloc(kv, sizeof(float));
+  dv->download(dv, ho, dxo, 4 * nx), dv->download(dv, hf, dfin, 4 * kv), dv->download(dv, hg, ddy, 4 * ny);
+  dv->download(dv, hgh, dgh, 4 * kv);
+  cr_expect_lt(rel_at(ho, o, T, V, V), 1e-4, "reads per_key=%d T=%d L=%d", per_key, T, L);
+  cr_expect_lt(rel_at(hf, sT, 1, 0, (int)kv), 1e-4, "final state per_key=%d T=%d L=%d", per_key, T, L);
+  cr_expect_lt(rel_at(hgh, ds0, 1, 0, (int)kv), 1e-4, "dS0 per_key=%d T=%d L=%d", per_key, T, L);
+  const char *names[3] = {"dq", "dk", "dv"};
+  int off[3] = {0, K, 2 * K}, wd[3] = {K, K, V};
+  for (int i = 0; i < 3; i++)
+    cr_expect_lt(rel_at(hg + off[i], g + off[i], T, nin, wd[i]), 1e-4, "%s per_key=%d T=%d L=%d: %g", names[i], per_key, T, L,
+                 rel_at(hg + off[i], g + off[i], T, nin, wd[i]));
+  /* d log a where the decays are positive (it is not defined at a = 0): before the first 0 */
+  int T1 = T < 5 ? T : 5;
+  cr_expect_lt(rel_at(hg + 2 * K + V, g + 2 * K + V, T1, nin, w), 1e-4, "dla per_key=%d T=%d L=%d", per_key, T, L);
+  dv->free(dv, dy), dv->free(dv, ddy), dv->free(dv, dxo), dv->free(dv, ddo), dv->free(dv, dh0), dv->free(dv, dfin);
+  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd), dv->free(dv, dloc), dv->free(dv, ddec);
+  cuda_chunk_close(ck);
+  device_release(dv);
+  free(yin), free(s0), free(ds), free(dout), free(o), free(sT), free(ds0), free(g);
+  free(hy), free(hs0), free(hds), free(hdo), free(ho), free(hf), free(hg), free(hgh);
+}
+
+Test(cuda_chunk, kernels_zero_and_strong_decays) {
+  for (int pk = 0; pk < 2; pk++) kernel_case(pk, 70, 32), kernel_case(pk, 70, 16), kernel_case(pk, 3, 64);
+}
