@@ -15,14 +15,15 @@
 #
 # --set goes to every train and diag (a smaller model, T or step count for a quick look:
 # tests/repro_aniso_cli.py); --samples the probe sequences of the per-sample gradients (256).
-# Default (reduced): 3 seeds, 24 runs and probes each, about 10 minutes a seed on two shared
-# cores. --full: the source's 20 seeds (about 3 hours here). Rerunning skips the runs and probes
-# already complete.
+# Default (reduced): 3 seeds, 24 runs and probes each. The runs go as JOBS at once (default:
+# the cores), each on one thread: a model this small keeps one core busy, not two.
+# --full: the source's 20 seeds. Rerunning skips the runs and probes already complete.
 set -eu
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.."
 CELLC=${CELLC:-bin/cellc}
 seeds=3 out=runs/anisotropy-protocol tasks="adding ar2 delay_sum moving_average"
-models="elman scalar_gate multi_gate" clips="0 1" samples=256 sets=""
+models="elman scalar_gate multi_gate" clips="0 1" samples=256 sets="" study_args=""
 while [ $# -gt 0 ]; do
   case $1 in
     --full) seeds=20 ;;
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
     --clips) clips=$2; shift ;;
     --samples) samples=$2; shift ;;
     --set) sets="$sets --set $2"; shift ;;
+    --study) study_args="$2 $3 $4 $5"; shift 4 ;; # one run and its probe (the script's own jobs)
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "anisotropy.sh: unknown argument '$1' (--full, --seeds N, --out DIR, --tasks LIST, --models LIST, --clips LIST, --samples M, --set KEY=VALUE)" >&2; exit 2 ;;
   esac
@@ -64,16 +66,25 @@ study() {
     > "$dir/diag.log"
 }
 
+if [ -n "$study_args" ]; then
+  echo "anisotropy: $study_args" >&2
+  # shellcheck disable=SC2086
+  study $study_args
+  exit 0
+fi
+
+# every run and probe, JOBS at once, each as this script with --study (the same --out, --samples
+# and --set); a failed one stops the study with its status
+jobs=${JOBS:-$(nproc)}
 s=1
+# shellcheck disable=SC2086
 while [ $s -le "$seeds" ]; do
   for task in $tasks; do
     for cell in $models; do
-      for clip in $clips; do
-        echo "anisotropy: seed $s $task $cell clip $clip" >&2
-        study "$task" "$cell" "$clip" $s
-      done
+      for clip in $clips; do echo "$task $cell $clip $s"; done
     done
   done
   s=$((s + 1))
-done
+done | CELLC_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+  xargs -P "$jobs" -L 1 sh "$self" --out "$out" --samples "$samples" $sets --study
 /usr/bin/python3 examples/repro/anisotropy.py "$out" --cellc "$CELLC"
