@@ -15,23 +15,12 @@ import os
 import subprocess
 import sys
 
+from repro_stats import mqi, quantile
+
 TASKS = ["adding", "ar2", "delay_sum", "moving_average"]
 CELLS = ["elman", "scalar_gate", "multi_gate"]
 NAMES = {"elman": "plain RNN (Adam)", "scalar_gate": "scalar gate (SGD)", "multi_gate": "multi gate (SGD)"}
 LAGS = [10, 40, 100]
-
-
-def quantile(v, q):
-    v = sorted(x for x in v if x is not None)
-    if not v:
-        return None
-    p = q * (len(v) - 1)
-    i = int(p)
-    return v[i] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (p - i)
-
-
-def mqi(v):
-    return [quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75)]
 
 
 def fmt(t):

@@ -16,20 +16,9 @@ import os
 import subprocess
 import sys
 
+from repro_stats import mqi
+
 MODES = [("mixed", "mixed (40% easy)"), ("hard", "hard only")]
-
-
-def quantile(v, q):
-    v = sorted(x for x in v if x is not None)
-    if not v:
-        return None
-    p = q * (len(v) - 1)
-    i = int(p)
-    return v[i] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (p - i)
-
-
-def mqi(v):
-    return [quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75)]
 
 
 def fmt(t, f="%.3f"):
