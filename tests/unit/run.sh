@@ -4,8 +4,10 @@ cd "$(dirname "$0")/../.."
 pass=0; fail=0
 for t in build/asan/tests/test_*; do
   [ -x "$t" ] || continue
+  t0=$(date +%s)
   out=$(ASAN_OPTIONS=detect_leaks=0 timeout 900 "$t" --jobs 2 2>&1); rc=$?
   echo "$out" | grep -E 'FAIL|CRASH|Synthesis|Assertion|ERROR' | head -40
+  echo "$(basename "$t") took $(($(date +%s) - t0)) s"
   syn=$(echo "$out" | grep 'Synthesis' | tail -n 1)
   tested=$(echo "$syn" | sed -E 's/.*Tested: ([0-9]+).*/\1/')
   passing=$(echo "$syn" | sed -E 's/.*Passing: ([0-9]+).*/\1/')
