@@ -54,8 +54,28 @@ mkdir -p "$out/gates"
 # diag runs on the host (the float64 interpreter) whatever train.device says
 probe="--set train.device=cpu"
 
+# The sweeps go as JOBS at once (default: the cores; 1 with --full, whose runs take the GPU), each
+# on one thread: models this small train no faster on two (docs/experiments.md). bg CMD...: start
+# one (in a subshell), at most JOBS running; settle: wait for those started, failing with the first
+# failure's status.
+[ $full = 1 ] && jobs=${JOBS:-1} || jobs=${JOBS:-$(nproc)}
+pids="" running=0
+export CELLC_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+settle() {
+  rc=0
+  for p in $pids; do wait "$p" || rc=$?; done
+  pids="" running=0
+  [ $rc -eq 0 ] || exit $rc
+}
+bg() {
+  [ "$running" -lt "$jobs" ] || settle
+  ("$@") &
+  pids="$pids $!" running=$((running + 1))
+}
+
 # 1. the gate distribution, with and without see_h
-for see in false true; do
+gates() {
+  see=$1
   dir=$out/gates/see_h-$see
   echo "gated_linear: see_h = $see, seeds 1..$seeds, $gate_steps steps" >&2
   # shellcheck disable=SC2086 # $size, $sets: --set flags, word by word
@@ -75,13 +95,15 @@ for see in false true; do
     fi
     s=$((s + 1))
   done
-done
+}
+for see in false true; do bg gates $see; done
+settle
 
 # 2. Gumbel-UGI against UGI at each length
-for len in $lengths; do
-  for init in ugi gumbel; do
+copying() {
+    len=$1 init=$2
     bz=ugi
-    [ $init = gumbel ] && bz="gumbel(0.0,0.5)"
+    [ "$init" = gumbel ] && bz="gumbel(0.0,0.5)"
     echo "gated_linear: $len blanks, $init, seeds 1..$seeds, $steps steps" >&2
     dir=$out/copy-T$len/$init
     mkdir -p "$out/copy-T$len"
@@ -89,6 +111,9 @@ for len in $lengths; do
     "$CELLC" train stdlib/mgu.cell "$cfg" $size --set task.length="$len" --set train.steps="$steps" \
       --set eval.every="$every" --set "model.layer.0.init.bz=$bz" $sets --seeds "1..$seeds" --out "$dir" --resume \
       --progress none > "$dir.log"
-  done
+}
+for len in $lengths; do
+  for init in ugi gumbel; do bg copying "$len" $init; done
 done
+settle
 /usr/bin/python3 examples/repro/gated_linear.py "$out" --cellc "$CELLC" --threshold "$threshold"
