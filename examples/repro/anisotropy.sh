@@ -16,8 +16,8 @@
 # --set goes to every train and diag (a smaller model, T or step count for a quick look:
 # tests/repro_aniso_cli.py); --samples the probe sequences of the per-sample gradients (256).
 # Default (reduced): 3 seeds, 24 runs and probes each. The runs go as JOBS at once (default:
-# the cores), each on one thread: a model this small keeps one core busy, not two.
-# --full: the source's 20 seeds. Rerunning skips the runs and probes already complete.
+# the cores), each on one thread: a model this small trains no faster on two (8.3 minutes on
+# two idle cores, docs/experiments.md). --full: the source's 20 seeds. Rerunning skips the runs and probes already complete.
 set -eu
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.."

@@ -14,9 +14,8 @@
 #   examples/repro/gated_linear.sh [--full] [--seeds N] [--out DIR] [--lengths "100 300"]
 #                                  [--steps N] [--gate-steps N] [--threshold A] [--set KEY=VALUE]...
 #
-# Default (reduced; about 20 minutes on two idle cores, over an hour on two cores shared with
-# four other jobs): examples/small/copying.cfg at width and hidden 32 (2 layers, 5 tokens, AdamW
-# lr 3e-3 with a cosine schedule, clip 1); part 1 at 20 blanks for 1000 steps, part 2 at 100 and
+# Default (reduced; 4.6 minutes on two idle cores, docs/experiments.md): examples/small/copying.cfg
+# at width and hidden 32 (2 layers, 5 tokens, AdamW lr 3e-3 with a cosine schedule, clip 1); part 1 at 20 blanks for 1000 steps, part 2 at 100 and
 # 300 blanks for 3000 steps, 5 seeds, evaluated every 100 steps, threshold 0.5 (chance 0.125).
 # --full: the source's size for a GPU, examples/repro/gated_linear_full.cfg (3 layers, hidden and
 # embedding 128, 10 tokens over 500 blanks, AdamW lr 1e-4, batch 64, 50K steps, train.device =
