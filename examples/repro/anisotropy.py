@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from repro_stats import mqi, quantile
+from repro_stats import final_mse, mqi, quantile
 
 TASKS = ["adding", "ar2", "delay_sum", "moving_average"]
 CELLS = ["elman", "scalar_gate", "multi_gate"]
@@ -29,19 +29,6 @@ def fmt(t):
     # three significant digits for values far from 1 (AI_10 of long products, a near-zero MSE)
     wide = max(abs(x) for x in t) >= 1000 or min(abs(x) for x in t) < 0.01
     return ("%.3g [%.3g, %.3g]" if wide else "%.3f [%.3f, %.3f]") % tuple(t)
-
-
-def final_mse(seed_dir):
-    path = os.path.join(seed_dir, "run", "metrics.jsonl")
-    if not os.path.exists(path):
-        return None
-    last = None
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("split") == "valid":
-                last = r["loss"]
-    return last
 
 
 def mean_grad_norm(seed_dir):

@@ -1,5 +1,8 @@
-"""The statistics every study's table reports over its seeds (examples/repro/*.py)."""
+"""What the studies' scripts share (examples/repro/*.py): the statistics their tables report over
+the seeds, and a run's last validation loss."""
+import json
 import math
+import os
 
 
 def quantile(v, q):
@@ -20,3 +23,17 @@ def quantile(v, q):
 def mqi(v):
     """[median, 25% quantile, 75% quantile]"""
     return [quantile(v, 0.5), quantile(v, 0.25), quantile(v, 0.75)]
+
+
+def final_mse(seed_dir):
+    """The last validation loss of the run in SEED_DIR/run (metrics.jsonl), None before one"""
+    path = os.path.join(seed_dir, "run", "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    last = None
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("split") == "valid":
+                last = r["loss"]
+    return last

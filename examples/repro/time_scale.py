@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-from repro_stats import mqi, quantile
+from repro_stats import final_mse, mqi, quantile
 
 CELLS = ["leaky", "scalar_gate", "multi_gate"]
 NAMES = {"leaky": "leaky (alpha 0.8)", "scalar_gate": "scalar gate", "multi_gate": "multi gate"}
@@ -39,19 +39,6 @@ def seeds_of(out, task, tag, cell):
 def steps_of(seed_dir):
     return sorted(int(m.group(1)) for d in os.listdir(seed_dir) for m in [re.match(r"diag-(\d+)$", d)]
                   if m and os.path.exists(os.path.join(seed_dir, d, "diag.json")))
-
-
-def final_mse(seed_dir):
-    path = os.path.join(seed_dir, "run", "metrics.jsonl")
-    if not os.path.exists(path):
-        return None
-    last = None
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("split") == "valid":
-                last = r["loss"]
-    return last
 
 
 def median_curve(curves):
