@@ -20,4 +20,15 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
 void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
                           float *dk, float *dv, float *dla, float *ds0);
 
+/* The chunked delta rule (compiler/ir/chunkdelta.h) in float32, its products through OpenBLAS
+ * (chunkdelta_f32.c); the same arguments in float. */
+typedef struct ChunkDeltaF32 {
+  int T, K, V, L;
+  const float *q, *k, *v, *la, *c;
+  int ldq, ldk, ldv, ldla, ldc;
+} ChunkDeltaF32;
+void cpu_chunkdelta_forward(const ChunkDeltaF32 *d, const float *s0, float *o, int ldo, float *sT);
+void cpu_chunkdelta_backward(const ChunkDeltaF32 *d, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
+                             float *dk, float *dv, float *dla, float *dc, float *ds0);
+
 #endif
