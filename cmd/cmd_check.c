@@ -78,13 +78,17 @@ static void chunk_json(const Cell *c, const StateInfo *s, int L, cJSON *j) {
   cJSON_AddBoolToObject(o, "applies", ci->applies);
   if (ci->applies) cJSON_AddNullToObject(o, "why");
   else cJSON_AddStringToObject(o, "why", ci->why);
+  if (ci->applies) cJSON_AddStringToObject(o, "update", ci->delta ? "delta" : "outer");
+  else cJSON_AddNullToObject(o, "update");
   if (ci->applies) cJSON_AddStringToObject(o, "decay", ci->decay == CHUNK_DECAY_KEY ? "key" : ci->decay == CHUNK_DECAY_SCALAR ? "scalar" : "none");
   else cJSON_AddNullToObject(o, "decay");
   cJSON_AddNumberToObject(o, "chunk", L);
   if (ci->applies && c->bound) {
     ChunkCost k = chunk_cost(c, s, L);
     cJSON *fl = cJSON_AddObjectToObject(o, "flops_per_token"), *by = cJSON_AddObjectToObject(o, "bytes_per_token");
-    for (int w = 0; w < 3; w++) cJSON_AddNumberToObject(fl, way_names[w], k.flops[w]), cJSON_AddNumberToObject(by, way_names[w], k.bytes[w]);
+    for (int w = 0; w < 3; w++)
+      if (k.flops[w] < 0) cJSON_AddNullToObject(fl, way_names[w]), cJSON_AddNullToObject(by, way_names[w]);
+      else cJSON_AddNumberToObject(fl, way_names[w], k.flops[w]), cJSON_AddNumberToObject(by, way_names[w], k.bytes[w]);
   } else cJSON_AddNullToObject(o, "flops_per_token"), cJSON_AddNullToObject(o, "bytes_per_token");
 }
 
@@ -95,11 +99,13 @@ static void chunk_human(const Cell *c, const StateInfo *s, int L, FILE *f) {
     fprintf(f, "      chunked form does not apply: %s\n", ci->why);
     return;
   }
-  fprintf(f, "      chunked form applies (decay %s, chunk %d)\n", decay_name(ci->decay), L);
+  fprintf(f, "      chunked form applies (%sdecay %s, chunk %d)\n", ci->delta ? "the delta rule, " : "", decay_name(ci->decay), L);
   if (!c->bound) return;
   ChunkCost k = chunk_cost(c, s, L);
   fprintf(f, "      per token (forward):");
-  for (int w = 0; w < 3; w++) fprintf(f, "%s %s %.0f flops %.0f bytes", w ? ";" : "", way_names[w], k.flops[w], k.bytes[w]);
+  for (int w = 0; w < 3; w++)
+    if (k.flops[w] < 0) fprintf(f, "%s %s n/a", w ? ";" : "", way_names[w]);
+    else fprintf(f, "%s %s %.0f flops %.0f bytes", w ? ";" : "", way_names[w], k.flops[w], k.bytes[w]);
   fprintf(f, "\n");
 }
 

@@ -1,6 +1,7 @@
 """`cellc train` in the chunked form (train.mode = chunked; docs/cli.md, docs/language.md "The
 chunked form"): gla, hgrn2 and mamba2 on selective copying, 30 steps of adamw logged every step,
-give each step's training loss equal to the same run in scan mode within 2e-5 (float32 sums in
+give each step's training loss equal to the same run in scan mode within 2e-5 (gated_deltanet, the
+delta rule: in sequential mode) (float32 sums in
 another order, compounding over the steps; 4e-7 seen) and equal final validation loss; so
 do a gla model on sequences of their own lengths (a `file` task, variable lengths, stacked and
 bidirectional); `cellc eval` of the chunked run's checkpoint gives the same loss in scan mode; auto
@@ -51,7 +52,8 @@ every = 1
 
 DIMS = {"gla": ["model.dims.NH=2", "model.dims.K=8", "model.dims.V=8"],
         "hgrn2": ["model.dims.NH=2", "model.dims.K=8", "model.dims.V=8"],
-        "mamba2": ["model.dims.NH=2", "model.dims.P=8", "model.dims.N=8"]}
+        "mamba2": ["model.dims.NH=2", "model.dims.P=8", "model.dims.N=8"],
+        "gated_deltanet": ["model.dims.NH=2", "model.dims.K=8", "model.dims.V=8"]}
 
 
 def train(name, cell, cfg, mode, sets):
@@ -67,9 +69,9 @@ def train(name, cell, cfg, mode, sets):
     return rows, out, r.out + r.err
 
 
-def compare(name, cell, cfg, sets):
+def compare(name, cell, cfg, sets, other="scan"):
     a, out, why_a = train(name, cell, cfg, "chunked", sets)
-    b, _, why_b = train(name, cell, cfg, "scan", sets)
+    b, _, why_b = train(name, cell, cfg, other, sets)
     if a is None or b is None:
         check(name + ": both runs end with status 0", False, why_a if a is None else why_b)
         return out
@@ -87,6 +89,7 @@ def compare(name, cell, cfg, sets):
 
 
 sc = write_in(tmp, "sc.cfg", SC)
+compare("gated_deltanet (the delta rule, against sequential)", "gated_deltanet", sc, DIMS["gated_deltanet"], "sequential")
 for cell in ("gla", "hgrn2", "mamba2"):
     out = compare(cell, cell, sc, DIMS[cell])
 

@@ -88,6 +88,12 @@ typedef struct ChunkInfo {
   ChunkTerm terms[CHUNK_MAX_TERMS];
   int nreads;
   ChunkRead reads[CHUNK_MAX_READS];
+  /* the delta rule (a matrix-linear state): S = a * S_prev + c * (S_prev k) (x) k + k (x) v, the
+     projection's term, its per-head factors (coefficient c, sign included) and its key vector (the
+     input term's key factor); decay_node: a's one factor, or -1 (a = 1) */
+  bool delta;
+  ChunkTerm proj;
+  int proj_key;
 } ChunkInfo;
 
 typedef struct StateInfo {
@@ -206,7 +212,8 @@ void cell_free(Cell *c);
 void chunk_analyze(Cell *c);
 const char *chunk_mode_blocker(const Cell *c, int *state, char *buf, int size);
 /* The estimated cost per token of a chunked-form state (bound dims) run each way, forward:
- * sequential, scan, chunked with chunk length L (docs/language.md gives the formulas). */
+ * sequential, scan, chunked with chunk length L (docs/language.md gives the formulas); -1 for a
+ * way that does not apply (the delta rule's scan). */
 typedef struct ChunkCost {
   double flops[3], bytes[3];
 } ChunkCost;

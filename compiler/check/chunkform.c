@@ -183,15 +183,139 @@ static void mark(Cell *c, int id, bool *live) {
   for (int i = 0; i < op_arity(n->op); i++) mark(c, n->a[i], live);
 }
 
+/* ---- the delta rule: a matrix-linear update as terms linear in S_prev ---- */
+
+typedef struct Lin {
+  int nid, nproj;
+  ChunkTerm id;          /* a * S_prev: a's factors */
+  int col, row;          /* the projection's vectors: (S_prev @ col) @ row, or col @ (row @ S_prev) */
+  int axis;              /* the state axis the projection contracts */
+  bool *seen;            /* the nodes of the update the expansion went through */
+} Lin;
+
+/* node id with its reshapes (unsqueeze, flatten) and broadcasts taken off: two values of the same
+ * shape with the same base hold the same elements in the same places (a reshape keeps the
+ * row-major order) */
+static int base(Cell *c, int id) {
+  while (nd(c, id)->op == OP_RESHAPE || nd(c, id)->op == OP_EXPAND) id = nd(c, id)->a[0];
+  return id;
+}
+
+static bool lin_factor(Rec *r, ChunkTerm *t, int id, bool inv) {
+  if (t->nf == CHUNK_MAX_FACTORS) return snprintf(r->why, sizeof r->why, "a term of its update has more than %d factors", CHUNK_MAX_FACTORS), false;
+  if (vary_to(r->c, id, r->s->rank, r->vmemo) & (r->key | r->val))
+    return snprintf(r->why, sizeof r->why, "matrix-linear, but a coefficient of its previous value varies along its last two axes"), false;
+  t->factor[t->nf] = id, t->role[t->nf] = 0, t->inv[t->nf] = inv, t->nf++;
+  return true;
+}
+
+/* id, times the factors fac (inv: divisors) and sign: its terms into x (S_prev, the projection) and
+ * r->s->chunk (the state-free terms) */
+static bool expand(Rec *r, Lin *x, int id, int sign, const int *fac, const bool *inv, int nf) {
+  Cell *c = r->c;
+  Node n = *nd(c, id);
+  x->seen[id] = true;
+  if (state_free(c, id, r->free)) {
+    if (!add_terms(r, id, sign)) return false;
+    ChunkTerm *t = &r->s->chunk.terms[r->s->chunk.nterms - 1];
+    for (int i = 0; i < nf; i++)
+      if (!add_factor(r, t, fac[i], inv[i])) return false;
+    return true;
+  }
+  int f2[CHUNK_MAX_FACTORS + 1];
+  bool i2[CHUNK_MAX_FACTORS + 1];
+  memcpy(f2, fac, sizeof(int) * (size_t)nf), memcpy(i2, inv, sizeof(bool) * (size_t)nf);
+  switch (n.op) {
+  case OP_ADD: return expand(r, x, n.a[0], sign, fac, inv, nf) && expand(r, x, n.a[1], sign, fac, inv, nf);
+  case OP_SUB: return expand(r, x, n.a[0], sign, fac, inv, nf) && expand(r, x, n.a[1], -sign, fac, inv, nf);
+  case OP_NEG: return expand(r, x, n.a[0], -sign, fac, inv, nf);
+  case OP_MUL: case OP_DIV: {
+    bool free0 = state_free(c, n.a[0], r->free), free1 = state_free(c, n.a[1], r->free);
+    if (nf == CHUNK_MAX_FACTORS) break;
+    if (free1) f2[nf] = n.a[1], i2[nf] = n.op == OP_DIV;
+    else if (free0 && n.op == OP_MUL) f2[nf] = n.a[0], i2[nf] = false;
+    else break;
+    return expand(r, x, free1 ? n.a[0] : n.a[1], sign, f2, i2, nf + 1);
+  }
+  case OP_PREV: {
+    if (n.idx != (int)(r->s - c->states)) break;
+    x->nid++;
+    memset(&x->id, 0, sizeof x->id);
+    x->id.sign = sign;
+    for (int i = 0; i < nf; i++)
+      if (!lin_factor(r, &x->id, fac[i], inv[i])) return false;
+    return true;
+  }
+  case OP_MATMUL: { /* (S_prev @ col) @ row, or col @ (row @ S_prev) */
+    Node a = *nd(c, n.a[0]), b = *nd(c, n.a[1]);
+    int R = r->s->rank;
+    bool right = a.op == OP_MATMUL && nd(c, a.a[0])->op == OP_PREV && nd(c, a.a[0])->idx == (int)(r->s - c->states);
+    bool left = b.op == OP_MATMUL && nd(c, b.a[1])->op == OP_PREV && nd(c, b.a[1])->idx == (int)(r->s - c->states);
+    if (!right && !left) break;
+    x->nproj++;
+    x->col = right ? a.a[1] : n.a[0], x->row = right ? n.a[1] : b.a[0];
+    x->axis = right ? R - 1 : R - 2;
+    x->seen[right ? n.a[0] : n.a[1]] = true;
+    memset(&r->s->chunk.proj, 0, sizeof r->s->chunk.proj);
+    r->s->chunk.proj.sign = sign;
+    for (int i = 0; i < nf; i++)
+      if (!lin_factor(r, &r->s->chunk.proj, fac[i], inv[i])) return false;
+    return true;
+  }
+  default: break;
+  }
+  snprintf(r->why, sizeof r->why, "matrix-linear, but not the delta rule (a decay, a projection (S @ k) @ k^T and outer products): it reads its previous value through %s",
+           op_text(n.op));
+  return false;
+}
+
+/* A matrix-linear state as the delta rule: S = a * S_prev + c * (S_prev @ k) @ k^T + outer(v, k)
+ * (or its transpose, k^T S_prev), a and c per head, the one input term's key the projection's k. */
+static bool recognize_delta(Rec *r, const bool *live, int key_axis) {
+  Cell *c = r->c;
+  StateInfo *s = r->s;
+  ChunkInfo *ci = &s->chunk;
+  int si = (int)(s - c->states);
+  Lin x = {.seen = xcalloc((size_t)c->g.nnodes + 1, sizeof(bool))};
+  bool ok = expand(r, &x, nd(c, s->update)->a[0], 1, NULL, NULL, 0);
+  for (int id = 0; ok && id < c->g.nnodes; id++) { /* S_prev read only by the update */
+    if (!live[id] || x.seen[id] || id == s->update) continue;
+    Node *u = nd(c, id);
+    for (int i = 0; i < op_arity(u->op); i++)
+      if (u->a[i] >= 0 && nd(c, u->a[i])->op == OP_PREV && nd(c, u->a[i])->idx == si) {
+        snprintf(r->why, sizeof r->why, "its previous value is read outside its update");
+        ok = false;
+      }
+  }
+  free(x.seen);
+  if (!ok) return false;
+  int K = s->dim[key_axis];
+  if (x.nid != 1 || x.id.sign < 0 || x.id.nf > 1 || (x.id.nf && x.id.inv[0]))
+    return snprintf(r->why, sizeof r->why, "matrix-linear, but its previous value is not kept as one decay a * S (a per head)"), false;
+  if (x.nproj != 1 || x.axis != key_axis)
+    return snprintf(r->why, sizeof r->why, "matrix-linear, but not one projection (S @ k) @ k^T along the axis its reads contract"), false;
+  if (!is_vector(r, x.col, K, true) || !is_vector(r, x.row, K, false) || base(c, x.col) != base(c, x.row))
+    return snprintf(r->why, sizeof r->why, "matrix-linear, but its projection is not (S @ k) @ k^T with one state-free k"), false;
+  int nkey = 0;
+  bool same = ci->nterms == 1;
+  for (int f = 0; same && f < ci->terms[0].nf; f++)
+    if (ci->terms[0].role[f] == 1) nkey++, same = !ci->terms[0].inv[f] && base(c, ci->terms[0].factor[f]) == base(c, x.col);
+  if (!same || nkey != 1)
+    return snprintf(r->why, sizeof r->why, "matrix-linear, but it adds other than one outer product with the projection's k"), false;
+  ci->delta = true;
+  ci->proj_key = base(c, x.col);
+  ci->decay = x.id.nf ? CHUNK_DECAY_SCALAR : CHUNK_DECAY_NONE;
+  ci->decay_node = x.id.nf ? x.id.factor[0] : -1;
+  return true;
+}
+
 static bool recognize(Rec *r, const bool *live) {
   Cell *c = r->c;
   StateInfo *s = r->s;
   ChunkInfo *ci = &s->chunk;
   if (s->rank < 2) return snprintf(r->why, sizeof r->why, "not a matrix state"), false;
   if (s->cplx) return snprintf(r->why, sizeof r->why, "complex"), false;
-  if (s->rec == REC_MATRIX_LINEAR)
-    return snprintf(r->why, sizeof r->why, "matrix-linear: its update is affine in it but not diagonal"), false;
-  if (s->rec != REC_DIAG_LINEAR) return snprintf(r->why, sizeof r->why, "nonlinear"), false;
+  if (s->rec != REC_DIAG_LINEAR && s->rec != REC_MATRIX_LINEAR) return snprintf(r->why, sizeof r->why, "nonlinear"), false;
   if (c->scan_blocker >= 0 && c->g.nodes[c->scan_blocker].idx == (int)(s - c->states))
     return snprintf(r->why, sizeof r->why, "its previous value is read outside its update"), false;
   /* the reads of the new value, among the values the cell computes */
@@ -217,6 +341,10 @@ static bool recognize(Rec *r, const bool *live) {
   int R = s->rank;
   ci->key_axis = key_axis, ci->value_axis = key_axis == R - 1 ? R - 2 : R - 1;
   r->key = 1 << ci->key_axis, r->val = 1 << ci->value_axis;
+  if (s->rec == REC_MATRIX_LINEAR) {
+    if (ci->nreads != 1) return snprintf(r->why, sizeof r->why, "the delta rule's new value is read more than once"), false;
+    return recognize_delta(r, live, key_axis);
+  }
   /* the decay: constant along the value axis */
   ci->decay_node = s->coef_a;
   if (s->coef_a < 0) ci->decay = CHUNK_DECAY_NONE;
@@ -298,6 +426,13 @@ ChunkCost chunk_cost(const Cell *c, const StateInfo *s, int L) {
   k.bytes[1] = 4 * H * (6 * K * V + vec);
   k.flops[2] = H * (2.0 * L * (K + V) + 4 * K * V + (ci->decay == CHUNK_DECAY_KEY ? (double)L * K : 0));
   k.bytes[2] = 4 * H * (vec + 2 * K * V / L);
+  if (ci->delta) { /* S^T k, the update and the read a step; no scan (a matrix product a step);
+                      chunked: K K^T and Q K^T (causal halves), the solve and P U, K S_0, Q S_0, S's update */
+    vec += 1;
+    k.flops[0] = H * 7 * K * V, k.bytes[0] = 4 * H * (2 * K * V + vec);
+    k.flops[1] = k.bytes[1] = -1;
+    k.flops[2] = H * (2.0 * L * (K + V) + 6 * K * V), k.bytes[2] = 4 * H * (vec + 2 * K * V / L);
+  }
   return k;
 }
 
@@ -311,6 +446,7 @@ bool chunk_cheaper(const Cell *c, int L) {
     const StateInfo *s = &c->states[i];
     if (s->hist_lag || !s->chunk.applies) continue;
     ChunkCost k = chunk_cost(c, s, L);
+    if (k.flops[way] < 0) way = 0;
     other += k.flops[way] + CHUNK_BALANCE * k.bytes[way];
     chunked += k.flops[2] + CHUNK_BALANCE * k.bytes[2];
   }

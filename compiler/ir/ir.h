@@ -3,6 +3,7 @@
 #ifndef CELLC_IR_H
 #define CELLC_IR_H
 
+#include "chunkdelta.h"
 #include "chunkop.h"
 #include "graph.h"
 

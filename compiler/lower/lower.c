@@ -588,8 +588,8 @@ int lower_chunk_layout(const Cell *c, ChunkLayout *out, int max) {
     ChunkLayout l = {.state = i, .nh = s->rank == 3 ? s->n[0] : 1, .K = s->n[s->chunk.key_axis],
                      .V = s->n[s->chunk.value_axis], .nterms = s->chunk.nterms, .nreads = s->chunk.nreads,
                      .per_key = s->chunk.decay == CHUNK_DECAY_KEY, .key_last = s->chunk.key_axis == s->rank - 1,
-                     .in_off = in_off, .out_off = out_off};
-    in_off = chunk_la_off(&l) + (l.per_key ? l.nh * l.K : l.nh); /* the qs, ks, vs, log a */
+                     .delta = s->chunk.delta, .in_off = in_off, .out_off = out_off};
+    in_off = chunk_la_off(&l) + (l.per_key ? l.nh * l.K : l.nh) + (l.delta ? l.nh : 0); /* the qs, ks, vs, log a, c */
     out_off += l.nreads * l.nh * l.V;
     out[n++] = l;
   }
@@ -679,8 +679,14 @@ static int chunk_inputs(Lowerer *L) {
     for (int m = 0; m < M; m++) parts[np++] = flat(g, vs[m]);
     int la;
     if (ci->decay == CHUNK_DECAY_NONE) la = g_const(g, 0, 1, &nh);
-    else la = log_of(g, along(L, s, lower(L, s->coef_a).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
+    else la = log_of(g, along(L, s, lower(L, ci->decay_node).re, ci->decay == CHUNK_DECAY_KEY ? ci->key_axis : -1));
     parts[np++] = flat(g, la);
+    if (ci->delta) { /* the projection's coefficient c, per head */
+      int cf = g_const(g, ci->proj.sign, 1, &nh);
+      for (int f = 0; f < ci->proj.nf; f++)
+        cf = g_binary(g, ci->proj.inv[f] ? OP_DIV : OP_MUL, cf, flat(g, along(L, s, lower(L, ci->proj.factor[f]).re, -1)));
+      parts[np++] = cf;
+    }
     for (int j = 0; j < np; j++) out = out < 0 ? parts[j] : g_concat(g, out, parts[j]);
   }
   return out;

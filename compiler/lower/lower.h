@@ -100,6 +100,7 @@ Program *lower_cell_part(Cell *c, bool training, bool scan_form, LowerPart part)
 typedef struct ChunkLayout {
   int state, nh, K, V, nterms, nreads;
   bool per_key, key_last;
+  bool delta;         /* the delta rule (compiler/ir/chunkdelta.h): after log a, c per head */
   int in_off, out_off;
 } ChunkLayout;
 /* Offsets within a chunked state's part of a LOWER_CHUNK_IN row */
@@ -109,6 +110,7 @@ static inline int chunk_v_off(const ChunkLayout *l, int m) {
   return l->in_off + (l->nreads + l->nterms) * l->nh * l->K + m * l->nh * l->V;
 }
 static inline int chunk_la_off(const ChunkLayout *l) { return chunk_v_off(l, l->nterms); }
+static inline int chunk_c_off(const ChunkLayout *l) { return chunk_la_off(l) + l->nh; }
 int lower_chunk_layout(const Cell *c, ChunkLayout *out, int max);
 void program_free(Program *p);
 /* Recomputes p->dyn and p->needs_acc for every node. */

@@ -36,6 +36,10 @@ static void die(const char *err) {
 /* Whether every chunked state's chunk op fits a block at chunks of L steps (why not in why) */
 static bool fits(const ChunkDev *k, const ChunkLayout *lay, int nl, int L, char *why, size_t n) {
   for (int i = 0; i < nl; i++) {
+    if (lay[i].delta) { /* the CUDA chunk op is the gated outer product's only */
+      snprintf(why, n, "the delta rule's chunk op runs on the cpu only: run it with --backend cpu, or with --mode sequential");
+      return false;
+    }
     int E = lay[i].nterms + lay[i].nreads - 1;
     if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, why, n) != 0) return false;
   }

@@ -154,8 +154,9 @@ static void state_put(const ChunkLayout *l, double *row, int h, const double *kv
  * one term and one read a sub-step give the cell's step, in chunks of L E sub-steps. */
 typedef struct Sub {
   ChunkOp c;
+  ChunkDelta d;                /* the delta rule's (ChunkLayout.delta; E = 1): c's and the c below */
   int E, M, R, w;
-  double *q, *k, *v, *la;      /* [T E, K], [T E, K], [T E, V], [T E, w] */
+  double *q, *k, *v, *la, *dc; /* [T E, K], [T E, K], [T E, V], [T E, w], the delta rule's c [T] */
 } Sub;
 
 static Sub sub_new(const ChunkForm *f, const ChunkLayout *l, int T) {
@@ -165,10 +166,15 @@ static Sub sub_new(const ChunkForm *f, const ChunkLayout *l, int T) {
   s.q = xcalloc(n * (size_t)l->K + 1, sizeof(double)), s.k = xcalloc(n * (size_t)l->K + 1, sizeof(double));
   s.v = xcalloc(n * (size_t)l->V + 1, sizeof(double)), s.la = xcalloc(n * (size_t)s.w + 1, sizeof(double));
   s.c = (ChunkOp){T * s.E, l->K, l->V, f->L * s.E, l->per_key, s.q, s.k, s.v, s.la, l->K, l->K, l->V, s.w};
+  if (l->delta) {
+    CHECK(s.E == 1 && !l->per_key);
+    s.dc = xcalloc((size_t)T + 1, sizeof(double));
+    s.d = (ChunkDelta){T, l->K, l->V, f->L, s.q, s.k, s.v, s.la, s.dc, l->K, l->K, l->V, 1, 1};
+  }
   return s;
 }
 
-static void sub_free(Sub *s) { free(s->q), free(s->k), free(s->v), free(s->la); }
+static void sub_free(Sub *s) { free(s->q), free(s->k), free(s->v), free(s->la), free(s->dc); }
 
 /* Row t of P_in's output for batch row b: its chunked state's vectors of head h */
 static const double *in_row(const double *yin, int nin, int B, int t, int b) { return yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin; }
@@ -190,6 +196,7 @@ static void sub_move(const ChunkLayout *l, Sub *s, const double *yin, double *dy
     }
     double *x = row + chunk_la_off(l) + h * w, *y = s->la + (size_t)t * E * w; /* sub-step 0's */
     for (int i = 0; i < w; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
+    if (l->delta) yin ? (void)(s->dc[t] = row[chunk_c_off(l) + h]) : (void)(row[chunk_c_off(l) + h] = s->dc[t]);
   }
 }
 
@@ -256,6 +263,7 @@ static void state_put32(const ChunkLayout *l, float *row, int h, const float *kv
  * nin) and writes the reads into out's input (stride B xw); else the rows are gathered. */
 typedef struct Sub32 {
   ChunkOpF32 c;
+  ChunkDeltaF32 d;             /* the delta rule's (ChunkLayout.delta; always views) */
   int E, M, R, w;
   float *buf;                  /* the gathered q, k, v, la; NULL for views */
 } Sub32;
@@ -269,8 +277,10 @@ static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yi
     int ld = B * nin;
     s.c = (ChunkOpF32){T, K, V, f->L, l->per_key, r + chunk_q_off(l, 0) + h * K, r + chunk_k_off(l, 0) + h * K,
                        r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld};
+    if (l->delta) s.d = (ChunkDeltaF32){T, K, V, f->L, s.c.q, s.c.k, s.c.v, s.c.la, r + chunk_c_off(l) + h, ld, ld, ld, ld, ld};
     return s;
   }
+  CHECK(!l->delta);
   size_t n = (size_t)T * (size_t)E;
   s.buf = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
   float *q = s.buf, *k = q + n * K, *v = k + n * K, *la = v + n * V;
@@ -290,16 +300,17 @@ static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yi
 /* The gradient buffers of s's inputs: in place in dyin for views, else gathered (scattered back by
  * sub32_scatter) */
 static float *sub32_grads(const Sub32 *s, const ChunkLayout *l, float *dyin, int nin, int b, int h, float **dq, float **dk,
-                          float **dv, float **dla) {
+                          float **dv, float **dla, float **dc) {
   int K = l->K, V = l->V, w = s->w;
   if (!s->buf) {
     float *r = dyin + (size_t)b * (size_t)nin;
     *dq = r + chunk_q_off(l, 0) + h * K, *dk = r + chunk_k_off(l, 0) + h * K, *dv = r + chunk_v_off(l, 0) + h * V;
-    *dla = r + chunk_la_off(l) + h * w;
+    *dla = r + chunk_la_off(l) + h * w, *dc = l->delta ? r + chunk_c_off(l) + h : NULL;
     return NULL;
   }
   size_t n = (size_t)s->c.T;
   float *g = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
+  *dc = NULL;
   *dq = g, *dk = g + n * K, *dv = *dk + n * K, *dla = *dv + n * V;
   return g;
 }
@@ -438,7 +449,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
       sub_move(l, &u, yin, NULL, nin, T, B, b, h);
       double *o = xcalloc((size_t)u.c.T * (size_t)l->V + 1, sizeof(double));
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      chunkop_forward(&u.c, s0, o, l->V, s1);
+      if (l->delta) chunkdelta_forward(&u.d, s0, o, l->V, s1);
+      else chunkop_forward(&u.c, s0, o, l->V, s1);
       for (int t = 0; t < T; t++)
         for (int r = 0; r < u.R; r++)
           memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
@@ -472,7 +484,8 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
                  gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(double) * (size_t)l->V);
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
       state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      chunkop_backward(&u.c, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, ds0);
+      if (l->delta) chunkdelta_backward(&u.d, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, gu.dc, ds0);
+      else chunkop_backward(&u.c, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, ds0);
       sub_move(l, &gu, NULL, dyin, nin, T, B, b, h);
       state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
       free(s0), free(ds), free(ds0), free(dout);
@@ -539,7 +552,8 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
       int ldo = B * xw;
       if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
       state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
-      cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
+      if (l->delta) cpu_chunkdelta_forward(&u.d, s0, o, ldo, s1);
+      else cpu_chunkop_forward(&u.c, s0, o, ldo, s1);
       for (int t = 0; u.buf && t < T; t++)
         for (int r = 0; r < u.R; r++)
           memcpy(xo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V),
@@ -590,9 +604,9 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
 #pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
     for (int bh = 0; bh < B * l->nh; bh++) {
       int b = bh / l->nh, h = bh % l->nh;
-      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla;
+      float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla, *dc;
       Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla);
+      float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla, &dc);
       const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
       int lddo = B * xw;
       float *dbuf = NULL;
@@ -605,7 +619,8 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
       }
       state_get32(l, (const float *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
       state_get32(l, (const float *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
+      if (l->delta) cpu_chunkdelta_backward(&u.d, s0, dout, lddo, ds, dq, dk, dv, dla, dc, ds0);
+      else cpu_chunkop_backward(&u.c, s0, dout, lddo, ds, dq, dk, dv, dla, ds0);
       if (g) sub32_scatter(&u, l, g, dyin, nin, T, B, b, h);
       state_put32(l, (float *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);
       free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);

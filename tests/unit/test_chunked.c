@@ -5,9 +5,10 @@
  * of 16, for a decay per key (GLA, HGRN2) and a scalar one (Mamba-2); the step-by-step backward
  * itself against finite differences. Then whole cells in --mode chunked (compiler/pipeline/
  * chunkrun.c) against --mode sequential on the float64 interpreter: outputs, final states, every
- * param gradient, dx and dh0 of gla, hgrn2, mamba2 and a cell of two terms and two reads
- * (tests/cells/chunk_terms.cell) within 1e-10 at the same T and chunks; on the cpu (float32, its
- * sgemm chunk op) within 1e-4. */
+ * param gradient, dx and dh0 of gla, hgrn2, mamba2, a cell of two terms and two reads
+ * (tests/cells/chunk_terms.cell) and the delta rule (gated_deltanet, tests/cells/delta_kv.cell:
+ * compiler/ir/chunkdelta.h) within 1e-10 at the same T and chunks; on the cpu (float32, its sgemm
+ * chunk ops) within 1e-4. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -328,6 +329,10 @@ Test(chunked, hgrn2_as_sequential) { cell_cases("stdlib/hgrn2.cell", "NH=2,K=3,V
 Test(chunked, mamba2_as_sequential) { cell_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"); }
 /* two terms and two reads: a step as three sub-steps of the chunk op (chunkrun.c) */
 Test(chunked, terms_and_reads_as_sequential) { cell_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5"); }
+/* the delta rule (chunkdelta.h): Gated DeltaNet ([V, K] heads, a decay), and DeltaNet keys first
+ * with its projection on the left and no decay */
+Test(chunked, gated_deltanet_as_sequential) { cell_cases("stdlib/gated_deltanet.cell", "NH=2,K=3,V=4,D=5"); }
+Test(chunked, delta_kv_as_sequential) { cell_cases("tests/cells/delta_kv.cell", "NH=2,K=3,V=4,D=5"); }
 
 /* The values both programs would compute are IN's alone: Mamba-2's u (the conv of its projection)
  * passes to OUT, whose conv histories then keep their values (IN's are the final ones); GLA's OUT
@@ -399,6 +404,8 @@ Test(chunked, cpu_gla) { cpu_cases("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", 3); }
 Test(chunked, cpu_hgrn2) { cpu_cases("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5", 1); }
 Test(chunked, cpu_mamba2) { cpu_cases("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5", 1); }
 Test(chunked, cpu_terms_and_reads) { cpu_cases("tests/cells/chunk_terms.cell", "NH=2,K=3,V=4,D=5", 2); }
+Test(chunked, cpu_gated_deltanet) { cpu_cases("stdlib/gated_deltanet.cell", "NH=2,K=3,V=4,D=5", 2); }
+Test(chunked, cpu_delta_kv) { cpu_cases("tests/cells/delta_kv.cell", "NH=2,K=3,V=4,D=5", 1); }
 
 /* The issue's lengths, T = 1, 63, 64, 65 and 2048 (32 chunks of 64, 128 of 16), at keys and values
  * of 16 (the chunk op's 16-row sub-blocks whole): the float32 form against the float64 sequential
@@ -413,6 +420,7 @@ Test(chunked, cpu_issue_lengths) {
   cpu_cases_at("stdlib/gla.cell", "NH=2,K=16,V=16,D=8", 2, Tl, 5, &worst);
   cpu_cases_at("stdlib/hgrn2.cell", "NH=2,K=16,V=16,D=8", 2, Tl, 5, &worst);
   cpu_cases_at("stdlib/mamba2.cell", "NH=2,P=16,N=16,D=8", 2, Tl, 5, &worst);
+  cpu_cases_at("stdlib/gated_deltanet.cell", "NH=2,K=16,V=16,D=8", 2, Tl, 5, &worst);
   cr_log_info("cpu_issue_lengths: worst relative difference %g", worst);
   cr_assert_gt(worst, 0); /* the float32 form is compared, not the float64 one */
 }
