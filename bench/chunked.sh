@@ -41,7 +41,8 @@ threads=1
 [ "$ncpu" -gt 1 ] && threads="1 $ncpu"
 # case: name cell dims (D last: bench_cell takes it apart)
 # gdn1 and gdn4 (gated_deltanet) only when asked for: cellc's sequential form of the cell takes
-# about 1 minute a call at gdn4 (2 repetitions), the two cases 7 minutes at the default 2 rounds
+# about a minute a call at gdn4 (2 repetitions); one round of gdn4 took 4.4 minutes on 2 shared
+# cores, so the two cases would add about 10 minutes at the default 2 rounds
 cases=${CHUNKED_BENCH_CASES:-${quick_cases:-"gla1 gla4 hgrn2_1 hgrn2_4 mamba2_1 mamba2_4"}}
 dims_of() {
   case $1 in

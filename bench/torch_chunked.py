@@ -128,8 +128,8 @@ def delta_chunked(q, k, v, beta, g, S0, L=CHUNK):
     the chunk alone: all chunks at once), and
       o_t = e^{b_t} S_0^T q_t + sum_{s <= t} e^{b_t - b_s} (q_t . k_s) w_s
       S_L = e^{b_L} S_0 + sum_s e^{b_L - b_s} k_s w_s^T
-    Every exponent is <= 0. Only w = U - W S_0 and the boundary states pass between chunks, in a
-    loop over them. Returns o [B, H, T, V] and S_T."""
+    Every exponent is <= 0. What needs the chunk's S_0 (w = U - W S_0 and the next boundary state)
+    runs in a loop over the chunks. Returns o [B, H, T, V] and S_T."""
     Bs, H, T, K = q.shape
     V = v.shape[-1]
     N = (T + L - 1) // L
