@@ -14,8 +14,9 @@ backward, the backward taken as twice the forward's products):
         mamba2 D (3 NH P + 2 N + NH)             (Wz, Wx, Wo, WB, WC, Wdt; mamba2's core has K = N, V = P)
         gated_deltanet D (2 NH K + 3 NH V + 2 NH) (Wq, Wk, Wv, Wg, Wo, Wb, Wa)
   bytes a floor for the activations: every per-token vector (x, y, and per head q, k, log decay,
-        v, o; gla also r; gated_deltanet v, o, the output gate, beta and the log decay) written once and read once forward, its gradient written and read once
-        backward: 16 bytes per float32 element.
+        v, o; gla also r; gated_deltanet q, k, v, o, the output gate, beta and the log decay)
+        written once and read once forward, its gradient written and read once backward: 16
+        bytes per float32 element.
 Elementwise work (gates, norms, the decay factors) is left out: the floors are lower bounds.
 cellc's chunked form (bench_cell --mode chunked) adds its parts' times and its programs' products.
 gated_deltanet's state is matrix-linear: it has no scan, its "cellc scan" column is cellc's
