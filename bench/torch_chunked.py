@@ -19,8 +19,12 @@ of sub-chunk i, exp(b_t - b_s) = exp(b_t - r_i) exp(r_i - b_s), both factors <= 
 GEMMs; the diagonal sub-blocks in the (t, s, k) log-space form over the pairs s <= t. With a scalar decay per head
 the whole L x L mask is one (t, s) matrix (SSD). The states at chunk boundaries pass sequentially.
 
+Gated DeltaNet's delta rule (Yang, Kautz and Hatamizadeh 2025, section 3.3), a scalar decay per
+head, has its own core, delta_chunked: the UT / WY form of the chunk's product of Householder-like
+factors, one unit lower triangular solve per chunk (its docstring gives the equations).
+
   python3 bench/torch_chunked.py CELL DIMS T B THREADS REPS [core|cell]
-CELL: gla | hgrn2 | mamba2; DIMS: NH=4,K=64,V=64,D=256 (mamba2: NH=..,P=..,N=..,D=..).
+CELL: gla | hgrn2 | mamba2 | gated_deltanet; DIMS: NH=4,K=64,V=64,D=256 (mamba2: NH=..,P=..,N=..,D=..).
 Prints one JSON line: forward + backward seconds per batch (the best of REPS after a warm-up).
 """
 import json
@@ -108,6 +112,69 @@ def chunked(q, k, v, g, S0, L=CHUNK, c=SUB):
     return o.reshape(Bs, H, Tp, V)[:, :, :T], final
 
 
+def delta_chunked(q, k, v, beta, g, S0, L=CHUNK):
+    """The gated delta rule in chunks (Gated DeltaNet, Yang, Kautz and Hatamizadeh 2025, section
+    3.3: the UT / WY representation of the product of the Householder-like factors, with the
+    gate's cumulative log decays inside each chunk), per head, the state S [K, V] (the stdlib
+    cell's [V, K] transposed):
+      S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T;  o_t = S_t^T q_t
+    q, k [B, H, T, K]; v [B, H, T, V]; beta [B, H, T]; g = log a [B, H, T] (<= 0); S0 [B, H, K, V].
+    Written S_t = a_t S_{t-1} + k_t w_t^T, the step's write w_t = beta_t (v_t - a_t S_{t-1}^T k_t);
+    inside a chunk from S_0, with b_t the cumulative log decay from its start (inclusive),
+    S_{t-1}^T k_t expands over the chunk's earlier writes and the w solve one unit lower
+    triangular system:
+      (I + A) w = beta v - beta e^b K S_0,   A_ts = beta_t e^{b_t - b_s} (k_t . k_s)  (s < t)
+    so w = U - W S_0 with U = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta e^b) K (both from
+    the chunk alone: all chunks at once), and
+      o_t = e^{b_t} S_0^T q_t + sum_{s <= t} e^{b_t - b_s} (q_t . k_s) w_s
+      S_L = e^{b_L} S_0 + sum_s e^{b_L - b_s} k_s w_s^T
+    Every exponent is <= 0. What needs the chunk's S_0 (w = U - W S_0 and the next boundary state)
+    runs in a loop over the chunks. Returns o [B, H, T, V] and S_T."""
+    Bs, H, T, K = q.shape
+    V = v.shape[-1]
+    N = (T + L - 1) // L
+    Tp = N * L
+    # padding: beta = 0 writes and erases nothing, g = 0 (decay 1) keeps the state
+    q, k, v = (_pad(t, Tp).reshape(Bs, H, N, L, t.shape[-1]) for t in (q, k, v))
+    beta, g = (_pad(t.unsqueeze(-1), Tp).reshape(Bs, H, N, L) for t in (beta, g))
+    b = torch.cumsum(g, dim=3)                                            # [.., N, L]
+    blast = b[..., -1:]                                                   # [.., N, 1]
+    seg = b.unsqueeze(-1) - b.unsqueeze(-2)                               # [.., N, t, s]: b_t - b_s
+    strict = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)
+    causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    A = beta.unsqueeze(-1) * (k @ k.transpose(-1, -2)) * torch.exp(seg.masked_fill(~strict, -math.inf))
+    eye = torch.eye(L, dtype=q.dtype, device=q.device)
+    rhs = torch.cat([v * beta.unsqueeze(-1), k * (beta * torch.exp(b)).unsqueeze(-1)], dim=-1)
+    UW = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
+    U, W = UW[..., :V], UW[..., V:]                                       # [.., N, L, V], [.., N, L, K]
+    Aqk = (q @ k.transpose(-1, -2)) * torch.exp(seg.masked_fill(~causal, -math.inf))
+    qe = q * torch.exp(b).unsqueeze(-1)
+    ke = k * torch.exp(blast - b).unsqueeze(-1)
+    dl = torch.exp(blast).unsqueeze(-1)                                   # [.., N, 1, 1]
+    S = S0
+    starts, ws = [], []
+    for n in range(N):
+        starts.append(S)
+        w = U[:, :, n] - W[:, :, n] @ S
+        ws.append(w)
+        S = dl[:, :, n] * S + ke[:, :, n].transpose(-1, -2) @ w
+    o = qe @ torch.stack(starts, dim=2) + Aqk @ torch.stack(ws, dim=2)   # [.., N, L, V]
+    return o.reshape(Bs, H, Tp, V)[:, :, :T], S
+
+
+def delta_recurrent(q, k, v, beta, g, S0):
+    """The gated delta rule step by step, the reference: same arguments and results as delta_chunked."""
+    a = torch.exp(g)
+    S = S0
+    outs = []
+    for t in range(q.shape[2]):
+        kt, bt = k[:, :, t].unsqueeze(-1), beta[:, :, t].view(S.shape[0], S.shape[1], 1, 1)
+        S = a[:, :, t].view(S.shape[0], S.shape[1], 1, 1) * (S - bt * kt * (kt.transpose(-1, -2) @ S)) \
+            + bt * kt * v[:, :, t].unsqueeze(-2)
+        outs.append((S * q[:, :, t].unsqueeze(-1)).sum(-2))
+    return torch.stack(outs, dim=2), S
+
+
 def recurrent(q, k, v, g, S0):
     """The plain step-by-step recurrence, the reference: same arguments and results as chunked."""
     a = torch.exp(g)
@@ -140,9 +207,17 @@ def _vec(n, dtype, scale=0.1):
     return (torch.randn(n, dtype=dtype) * scale).requires_grad_()
 
 
+def _conv(u, Kw):
+    """causal depthwise, width 4, column 0 the current step: sum_j Kw[:, j] u[t - j] (zeros before
+    the sequence): u [B, T, C], Kw [C, 4]"""
+    up = F.pad(u, (0, 0, 3, 0))
+    T = u.shape[1]
+    return sum(Kw[:, j] * up[:, 3 - j:3 - j + T] for j in range(4))
+
+
 def make_cell(cell, d, dtype=torch.float32):
     """params and f(params, x, S0) -> (y, S_T) of a stdlib cell with the chunked core. S0 is in the
-    cell's layout: gla, hgrn2 [B, NH, K, V]; mamba2 [B, NH, P, N]."""
+    cell's layout: gla, hgrn2 [B, NH, K, V]; mamba2 [B, NH, P, N]; gated_deltanet [B, NH, V, K]."""
     D, NH = d["D"], d["NH"]
     if cell == "gla":
         K, V, R = d["K"], d["V"], d.get("R", 16)
@@ -185,17 +260,11 @@ def make_cell(cell, d, dtype=torch.float32):
                  A_log=(torch.rand(NH, dtype=dtype) * 2.7).requires_grad_(), Dskip=_vec(NH, dtype, 1.0),
                  norm_w=_vec(C, dtype, 1.0), Wo=_lin(D, C, dtype))
 
-        def conv(u, Kw):
-            """causal depthwise, width 4, column 0 the current step: sum_j Kw[:, j] u[t - j]"""
-            up = F.pad(u, (0, 0, 3, 0))
-            T = u.shape[1]
-            return sum(Kw[:, j] * up[:, 3 - j:3 - j + T] for j in range(4))
-
         def f(p, x, S0, core=chunked):
             Bs, T = x.shape[0], x.shape[1]
-            u = F.silu(conv(x @ p["Wx"].T, p["Kx"]) + p["bx"])                   # [B, T, C]
-            bb = F.silu(conv(x @ p["WB"].T, p["KB"]) + p["bB"])                   # [B, T, N]
-            cc = F.silu(conv(x @ p["WC"].T, p["KC"]) + p["bC"])
+            u = F.silu(_conv(x @ p["Wx"].T, p["Kx"]) + p["bx"])                   # [B, T, C]
+            bb = F.silu(_conv(x @ p["WB"].T, p["KB"]) + p["bB"])                   # [B, T, N]
+            cc = F.silu(_conv(x @ p["WC"].T, p["KC"]) + p["bC"])
             dt = F.softplus(x @ p["Wdt"].T + p["dt_bias"])                        # [B, T, NH]
             g = (-dt * torch.exp(p["A_log"])).transpose(1, 2)                     # [B, NH, T]
             uh = _heads(u, NH)                                                     # [B, NH, T, P]
@@ -207,6 +276,30 @@ def make_cell(cell, d, dtype=torch.float32):
             z = x @ p["Wz"].T
             return (_rms(y * F.silu(z)) * p["norm_w"]) @ p["Wo"].T, S.transpose(-1, -2)
         return p, f, (NH, P, N)
+    if cell == "gated_deltanet":
+        K, V = d["K"], d["V"]
+        nk, nv = NH * K, NH * V
+        p = dict(Wq=_lin(nk, D, dtype), Wk=_lin(nk, D, dtype), Wv=_lin(nv, D, dtype),
+                 Kc=_lin(2 * nk + nv, 4, dtype), Wb=_lin(NH, D, dtype), Wa=_lin(NH, D, dtype),
+                 A_log=(torch.rand(NH, dtype=dtype) * 2.7).requires_grad_(), dt_bias=_vec(NH, dtype, 1.0),
+                 Wg=_lin(nv, D, dtype), Wo=_lin(D, nv, dtype))
+
+        def l2n(u):
+            return u / torch.sqrt((u * u).sum(dim=-1, keepdim=True) + 1e-6)
+
+        def f(p, x, S0, core=delta_chunked):
+            Bs, T = x.shape[0], x.shape[1]
+            u = torch.cat([x @ p["Wq"].T, x @ p["Wk"].T, x @ p["Wv"].T], dim=-1)
+            c = F.silu(_conv(u, p["Kc"]))                                        # [B, T, 2 nk + nv]
+            q = l2n(_heads(c[..., :nk], NH)) / math.sqrt(K)                      # [B, NH, T, K]
+            k = l2n(_heads(c[..., nk:2 * nk], NH))
+            v = _heads(c[..., 2 * nk:], NH)                                      # [B, NH, T, V]
+            beta = torch.sigmoid(x @ p["Wb"].T).transpose(1, 2)                  # [B, NH, T]
+            g = (-torch.exp(p["A_log"]) * F.softplus(x @ p["Wa"].T + p["dt_bias"])).transpose(1, 2)
+            o, S = core(q, k, v, beta, g, S0.transpose(-1, -2))                  # the core's S: [K, V]
+            o = _rms(o).transpose(1, 2).reshape(Bs, T, nv)
+            return (o * F.silu(x @ p["Wg"].T)) @ p["Wo"].T, S.transpose(-1, -2)
+        return p, f, (NH, V, K)
     raise SystemExit(f"torch_chunked: no cell '{cell}'")
 
 
@@ -224,7 +317,20 @@ def main():
     d = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in dims.split(",")}
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    if what == "core":
+    if what == "core" and cell == "gated_deltanet":
+        H, K, V = d["NH"], d["K"], d["V"]
+        q = torch.randn(B, H, T, K).requires_grad_()
+        k = F.normalize(torch.randn(B, H, T, K), dim=-1).requires_grad_()   # the cell's l2norm'd keys
+        v = torch.randn(B, H, T, V).requires_grad_()
+        beta = torch.sigmoid(torch.randn(B, H, T)).requires_grad_()
+        g = (F.logsigmoid(torch.randn(B, H, T)) / 16).requires_grad_()
+        S0 = (0.1 * torch.randn(B, H, K, V)).requires_grad_()
+        do, dS = torch.randn(B, H, T, V), 0.1 * torch.randn(B, H, K, V)
+
+        def once():
+            o, S = delta_chunked(q, k, v, beta, g, S0)
+            torch.autograd.backward([o, S], [do, dS])
+    elif what == "core":
         H, K, V, scalar = core_shapes(cell, d)
         q = torch.randn(B, H, T, K).requires_grad_()
         k = torch.randn(B, H, T, K).requires_grad_()

@@ -7,8 +7,12 @@
 #  - float32, T = 300 mild decays and T = 130 strong ones (log decay -8 per step: exp(+-512) over
 #    a chunk, which the textbook q * exp(b), k * exp(-b) form overflows): everything finite and
 #    within 2e-5 of the float64 recurrence (the log decays' gradient under strong decays 2e-3);
-#  - the whole cells (gla, hgrn2, mamba2 as the bench runs them: the stdlib cell's projections
-#    around the chunked core) against tests/torch/cells.py's step-by-step reference of the stdlib
+#  - Gated DeltaNet's delta rule S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T in
+#    chunks (delta_chunked, the UT / WY form) against its step-by-step recurrence, the same
+#    lengths, tolerances and strong decays, with the gradient of beta besides (k of unit norm,
+#    beta in (0, 1), as the cell makes them);
+#  - the whole cells (gla, hgrn2, mamba2, gated_deltanet as the bench runs them: the stdlib
+#    cell's projections around the chunked core) against tests/torch/cells.py's step-by-step reference of the stdlib
 #    cell (the one parity.py checks cellc against), float64, T = 65 and 130: outputs, final state
 #    and the gradients of every param, x and S_0.
 # Ends with "N passed, M failed"; exit status 1 if any failed.
@@ -87,6 +91,43 @@ def test_core():
                 check(f"core {kind} float32 {'strong' if strong else 'mild'} decays T={T} {n}", a.double(), b, tol)
 
 
+DELTA_NAMES = ["o", "S_T", "dq", "dk", "dv", "dbeta", "dg", "dS0"]
+
+
+def delta_inputs(B, H, T, K, V, dtype, strong=False, seed=0):
+    """the gated delta rule's inputs as the cell makes them: k of unit norm, beta in (0, 1), so that
+    each step's factor I - beta k k^T is a contraction (other k, beta make the recurrence itself
+    grow without bound)"""
+    gen = torch.Generator().manual_seed(seed)
+
+    def r(*s):
+        return torch.randn(*s, generator=gen, dtype=dtype)
+    g = torch.full((B, H, T), -8.0, dtype=dtype) if strong else F.logsigmoid(3 * r(B, H, T))
+    k = F.normalize(r(B, H, T, K), dim=-1)
+    return [r(B, H, T, K), k, r(B, H, T, V), torch.sigmoid(2 * r(B, H, T)), g, 0.5 * r(B, H, K, V)], \
+        [r(B, H, T, V), r(B, H, K, V)]
+
+
+def test_delta_core():
+    """tc.delta_chunked (the UT / WY form) against the step-by-step delta rule"""
+    B, H, K, V = 2, 2, 8, 6
+    for T in (1, 63, 64, 65, 300):
+        ins, cot = delta_inputs(B, H, T, K, V, torch.float64, seed=T)
+        got = grads(tc.delta_chunked, ins, cot)
+        want = grads(tc.delta_recurrent, ins, cot)
+        for n, a, b in zip(DELTA_NAMES, got, want):
+            check(f"delta core T={T} {n}", a, b, 1e-9)
+    # float32: mild decays, and log decays of -8 a step (e^{-512} over a chunk): finite and right;
+    # the log decays' gradient under strong decays as test_core's (2.4e-4 here, SSD's 2.2e-4)
+    for strong, T in ((False, 300), (True, 130)):
+        ins, cot = delta_inputs(B, H, T, K, V, torch.float64, strong=strong, seed=7)
+        want = grads(tc.delta_recurrent, ins, cot)
+        got = grads(tc.delta_chunked, [t.float() for t in ins], [t.float() for t in cot])
+        for n, a, b in zip(DELTA_NAMES, got, want):
+            tol = 2e-3 if strong and n == "dg" else 2e-5
+            check(f"delta core float32 {'strong' if strong else 'mild'} decays T={T} {n}", a.double(), b, tol)
+
+
 def cell_case(name, T, B=3, D=5, H=4):
     """the chunked whole cell against cells.py's step-by-step reference of the stdlib cell"""
     torch.manual_seed(T)
@@ -107,6 +148,8 @@ def cell_case(name, T, B=3, D=5, H=4):
     if name == "mamba2":
         for hn, n in (("hist.ux", NH * P), ("hist.uB", N), ("hist.uC", N)):
             h0[hn] = torch.zeros(B, 3, n, dtype=torch.float64)
+    if name == "gated_deltanet":
+        h0["hist.u"] = torch.zeros(B, 3, d["NH"] * (2 * d["K"] + d["V"]), dtype=torch.float64)
     yr, fin, _ = cells.run(name, p, x.transpose(0, 1), h0)
     yr = yr.transpose(0, 1)
     want = [yr.detach(), fin["S"].detach()] + list(torch.autograd.grad([yr, fin["S"]], leaves, [dy, dS]))
@@ -116,7 +159,8 @@ def cell_case(name, T, B=3, D=5, H=4):
 
 def main():
     test_core()
-    for name in ("gla", "hgrn2", "mamba2"):
+    test_delta_core()
+    for name in ("gla", "hgrn2", "mamba2", "gated_deltanet"):
         for T in (65, 130):
             cell_case(name, T)
     print(f"{passed} passed, {failed} failed")
