@@ -122,13 +122,12 @@ void chunkdelta_forward(const ChunkDelta *d, const double *s0, double *o, int ld
   chunk_free(&ch);
 }
 
-/* The backward of one chunk (docs/architecture.md, "The chunked delta rule"), its state before s0
- * and after s1, given do and ds1: dq, dk, dv, dc, dla of its steps and ds0. In reverse order of
+/* The backward of one chunk (docs/architecture.md, "The chunked delta rule"), its state before s0,
+ * given do and ds1 (the gradient of the state after it): dq, dk, dv, dc, dla of its steps and ds0. In reverse order of
  * the forward: the final state's and the reads' parts give dU (and their own dq, dk, dS_0, db);
  * the solve gives dR = (I - A)^{-T} dU and dA = dR U^T (s < i); R's part and A's part give the
  * rest; dla is the reverse cumulative sum of db, where p_i = b_{i-1} passes its part to b_{i-1}. */
-static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s0, const double *s1, const double *dout,
-                           int lddo, const double *ds1, double *dq, double *dk, double *dv, double *dla, double *dc,
+static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s0, const double *dout, int lddo, const double *ds1, double *dq, double *dk, double *dv, double *dla, double *dc,
                            double *ds0) {
   int K = d->K, V = d->V, n = ch->n, t0 = ch->t0;
   const double *b = ch->b, *p = ch->p, *U = ch->U;
@@ -144,19 +143,22 @@ static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s
     DC(t0 + i) = 0;
   }
   /* the final state: dS_0 = e^{b_n} dS_n, dU_s = e^{b_n - b_s} dS_n^T k_s, dk_s = e^{b_n - b_s} dS_n u_s,
-   * db_n += S_n . dS_n (every term has e^{b_n}), db_s -= k_s . dS_n u_s e^{b_n - b_s} */
-  for (size_t e = 0; e < (size_t)K * V; e++) ds0[e] = exp(bn) * ds1[e], db[n - 1] += s1[e] * ds1[e];
+   * db_n += e^{b_n} S_0 . dS_n + sum_{s < n} t_s and db_s -= t_s (s < n) with
+   * t_s = e^{b_n - b_s} k_s . dS_n u_s (the last step's own t_n, e^{b_n - b_n}, would cancel) */
+  for (size_t e = 0; e < (size_t)K * V; e++) ds0[e] = exp(bn) * ds1[e], db[n - 1] += exp(bn) * s0[e] * ds1[e];
   for (int s = 0; s < n; s++) {
     double f = exp(bn - b[s]);
     for (int k = 0; k < K; k++) {
       double a = 0;
       for (int x = 0; x < V; x++) a += ds1[(size_t)k * V + x] * U[(size_t)s * V + x];
-      DK(t0 + s, k) += f * a, db[s] -= f * a * KK(t0 + s, k);
+      DK(t0 + s, k) += f * a;
+      if (s < n - 1) db[s] -= f * a * KK(t0 + s, k), db[n - 1] += f * a * KK(t0 + s, k);
       for (int x = 0; x < V; x++) dU[(size_t)s * V + x] += f * KK(t0 + s, k) * ds1[(size_t)k * V + x];
     }
   }
   /* the reads: P_is = e^{b_i - b_s} (q_i . k_s) (s <= i); dP_is = do_i . u_s, dU_s += P_is do_i,
-   * dq_i += e^{b_i - b_s} dP_is k_s, dk_s += e^{b_i - b_s} dP_is q_i, db_i += dP_is P_is, db_s -= the same;
+   * dq_i += e^{b_i - b_s} dP_is k_s, dk_s += e^{b_i - b_s} dP_is q_i, db_i += dP_is P_is, db_s -= the same
+   * (s < i: at s = i they cancel);
    * and e^{b_i} S_0^T q_i: dq_i += e^{b_i} S_0 do_i, dS_0 += e^{b_i} q_i do_i^T, db_i += q_i . its dq_i */
   for (int i = 0; i < n; i++) {
     for (int k = 0; k < K; k++) {
@@ -171,7 +173,7 @@ static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s
       for (int k = 0; k < K; k++) qk += Q(t0 + i, k) * KK(t0 + s, k);
       for (int x = 0; x < V; x++) dp += DO(t0 + i, x) * U[(size_t)s * V + x], dU[(size_t)s * V + x] += e * qk * DO(t0 + i, x);
       for (int k = 0; k < K; k++) DQ(t0 + i, k) += e * dp * KK(t0 + s, k), DK(t0 + s, k) += e * dp * Q(t0 + i, k);
-      db[i] += dp * e * qk, db[s] -= dp * e * qk;
+      if (s < i) db[i] += dp * e * qk, db[s] -= dp * e * qk;
     }
   }
   /* the solve: (I - A)^T dR = dU by back substitution; dv = dR */
@@ -195,7 +197,8 @@ static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s
     }
   }
   /* A_is = c_i e^{p_i - b_s} (k_i . k_s), s < i, dA_is = dR_i . u_s: dc_i += dA_is A_is / c_i,
-   * dk_i += c_i e^{p_i - b_s} dA_is k_s and dk_s += the same with k_i, dp_i += dA_is A_is, db_s -= it */
+   * dk_i += c_i e^{p_i - b_s} dA_is k_s and dk_s += the same with k_i, dp_i += dA_is A_is, db_s -= it
+   * (s < i - 1: at s = i - 1, p_i = b_{i-1}, they cancel) */
   for (int i = 1; i < n; i++)
     for (int s = 0; s < i; s++) {
       double da = 0, e = exp(p[i] - b[s]), kk = 0;
@@ -205,7 +208,7 @@ static void chunk_backward(const ChunkDelta *d, const Chunk *ch, const double *s
       double w = CC(t0 + i) * e * da;
       for (int k = 0; k < K; k++) DK(t0 + i, k) += w * KK(t0 + s, k), DK(t0 + s, k) += w * KK(t0 + i, k);
       double z = da * ch->A[(size_t)i * n + s];
-      db[i - 1] += z, db[s] -= z;
+      if (s < i - 1) db[i - 1] += z, db[s] -= z;
     }
   /* b_i = sum_{t <= i} la_t: d la_t = sum_{i >= t} db_i */
   double acc = 0;
@@ -223,16 +226,16 @@ void chunkdelta_backward(const ChunkDelta *d, const double *s0, const double *do
   CHECK(d->L >= 1 && d->T >= 0);
   size_t kv = (size_t)d->K * (size_t)d->V;
   int nc = (d->T + d->L - 1) / d->L;
-  /* the states at the chunk boundaries: bnd[j] before chunk j, bnd[nc] the final one */
-  double *bnd = xmalloc(sizeof(double) * kv * (size_t)(nc + 1) + 1);
+  /* the states at the chunk boundaries: bnd[j] before chunk j (the backward needs no final one) */
+  double *bnd = xmalloc(sizeof(double) * kv * (size_t)(nc > 0 ? nc : 1) + 1);
   double *g = xmalloc(sizeof(double) * kv + 1), *g0 = xmalloc(sizeof(double) * kv + 1);
   Chunk ch = chunk_new(d);
   memcpy(bnd, s0, sizeof(double) * kv);
-  for (int j = 0; j < nc; j++) chunk_solve(d, j, bnd + kv * (size_t)j, &ch), chunk_state(d, &ch, bnd + kv * (size_t)j, bnd + kv * (size_t)(j + 1));
+  for (int j = 0; j + 1 < nc; j++) chunk_solve(d, j, bnd + kv * (size_t)j, &ch), chunk_state(d, &ch, bnd + kv * (size_t)j, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(double) * kv);
   for (int j = nc - 1; j >= 0; j--) {
     chunk_solve(d, j, bnd + kv * (size_t)j, &ch);
-    chunk_backward(d, &ch, bnd + kv * (size_t)j, bnd + kv * (size_t)(j + 1), dout, lddo, g, dq, dk, dv, dla, dc, g0);
+    chunk_backward(d, &ch, bnd + kv * (size_t)j, dout, lddo, g, dq, dk, dv, dla, dc, g0);
     memcpy(g, g0, sizeof(double) * kv);
   }
   memcpy(ds0, g, sizeof(double) * kv);

@@ -233,3 +233,67 @@ Test(chunkdelta, backward_against_finite_differences) {
   for (int i = 0; i < 6; i++) free(g[i]);
   seq_free(&s);
 }
+
+/* ---- the float32 op of the cpu back end (sgemm, strsm) against the float64 one ---- */
+
+/* x rounded to float in place (both ops then see the same inputs), and its float copy */
+static float *to_f32(double *x, size_t n) {
+  float *f = xmalloc(sizeof(float) * n + 4);
+  for (size_t i = 0; i < n; i++) f[i] = (float)x[i], x[i] = f[i];
+  return f;
+}
+
+/* max |x - y| over n rows of w at stride ld, over max(1e-30, max |y|) */
+static double relerr_f32(const float *x, const double *y, int ld, int n, int w) {
+  double m = 1e-30, e = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < w; j++) {
+      double a = x[(size_t)i * ld + j], b = y[(size_t)i * ld + j];
+      if (isnan(a)) return INFINITY;
+      m = fmax(m, fabs(b)), e = fmax(e, fabs(a - b));
+    }
+  return e / m;
+}
+
+/* The float32 op within float32 bounds (2e-4 of each quantity's largest magnitude) of the float64
+ * one, forward and backward, with every per-step array strided wider than its row. */
+static void compare_f32(int T, int decay) {
+  int K = 64, V = 64, L = 64;
+  Seq s = seq_new(T, K, V, decay, 3, (uint64_t)(T * 17 + decay));
+  size_t kv = (size_t)K * V, n[8] = {(size_t)T * s.ldq, (size_t)T * s.ldk, (size_t)T * s.ldv, (size_t)T * s.ldla,
+                                      (size_t)T * s.ldc, kv, (size_t)T * s.ldo, kv};
+  double *x[8] = {s.q, s.k, s.v, s.la, s.c, s.s0, s.dout, s.dsT};
+  float *f[8];
+  for (int i = 0; i < 8; i++) f[i] = to_f32(x[i], n[i]);
+  ChunkDelta d = op_of(&s, L);
+  ChunkDeltaF32 df = {T, K, V, L, f[0], f[1], f[2], f[3], f[4], s.ldq, s.ldk, s.ldv, s.ldla, s.ldc};
+  double *o = xcalloc(n[6] + 1, sizeof(double)), *sT = xmalloc(sizeof(double) * kv);
+  float *of = xcalloc(n[6] + 1, sizeof(float)), *sTf = xmalloc(sizeof(float) * kv);
+  chunkdelta_forward(&d, s.s0, o, s.ldo, sT);
+  cpu_chunkdelta_forward(&df, f[5], of, s.ldo, sTf);
+  double eo = relerr_f32(of, o, s.ldo, T, V), es = relerr_f32(sTf, sT, V, K, V);
+  cr_assert_lt(eo, 2e-4, "f32 reads T=%d decay=%d: %g", T, decay, eo);
+  cr_assert_lt(es, 2e-4, "f32 final state T=%d decay=%d: %g", T, decay, es);
+  double *g[6];
+  float *gf[6];
+  for (int i = 0; i < 6; i++) g[i] = xcalloc(n[i] + 1, sizeof(double)), gf[i] = xcalloc(n[i] + 1, sizeof(float));
+  chunkdelta_backward(&d, s.s0, s.dout, s.ldo, s.dsT, g[0], g[1], g[2], g[3], g[4], g[5]);
+  cpu_chunkdelta_backward(&df, f[5], f[6], s.ldo, f[7], gf[0], gf[1], gf[2], gf[3], gf[4], gf[5]);
+  int ld[6] = {s.ldq, s.ldk, s.ldv, s.ldla, s.ldc, V}, w[6] = {K, K, V, 1, 1, V};
+  for (int i = 0; i < 6; i++) {
+    double e = relerr_f32(gf[i], g[i], ld[i], i < 5 ? T : K, w[i]);
+    cr_assert_lt(e, 2e-4, "f32 %s T=%d decay=%d: %g", names[i], T, decay, e);
+  }
+  for (int i = 0; i < 6; i++) free(g[i]), free(gf[i]);
+  for (int i = 0; i < 8; i++) free(f[i]);
+  free(o), free(sT), free(of), free(sTf);
+  seq_free(&s);
+}
+
+Test(chunkdelta, f32_matches_f64) {
+  static const int T32[] = {1, 63, 64, 65, 2048};
+  for (size_t i = 0; i < sizeof T32 / sizeof T32[0]; i++) compare_f32(T32[i], DECAY_RANDOM);
+}
+
+/* strong decays (exponents down to -512: below float's range, taken as 0) and none */
+Test(chunkdelta, f32_strong_and_no_decays) { compare_f32(130, DECAY_STRONG), compare_f32(130, DECAY_NONE); }
