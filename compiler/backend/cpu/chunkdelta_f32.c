@@ -52,6 +52,9 @@ typedef struct Ctx {
   float *N;          /* [L, L]: -A, strictly lower (the solve's unit lower triangular matrix) */
   float *P, *W, *Z;  /* [L, L] scratch ([L, L + 3]: Z and P hold 3 L exponents first) */
   float *x1;         /* [L, max(K, V)] scratch */
+  float *kT;         /* [K, L]: the chunk's k transposed */
+  float *s0T, *gT;   /* [V, K]: S_0 and dS_n transposed */
+  float *uT;         /* [V, L]: U transposed */
   float *t, *t2;     /* [L] scratch */
   double *db;        /* [L] */
 } Ctx;
@@ -63,16 +66,28 @@ static Ctx ctx_new(const ChunkDeltaF32 *d) {
   x.b = xmalloc(sizeof(double) * (size_t)(L + 1)), x.db = xmalloc(sizeof(double) * (size_t)L);
   x.eb = xmalloc(sizeof(float) * (size_t)L), x.ep = xmalloc(sizeof(float) * (size_t)L), x.f = xmalloc(sizeof(float) * (size_t)L);
   x.E = xmalloc(ll), x.D = xmalloc(ll), x.N = xmalloc(ll), x.P = xmalloc(ll), x.W = xmalloc(ll), x.Z = xmalloc(ll);
+  x.kT = xmalloc(sizeof(float) * (size_t)L * (size_t)d->K + 1), x.uT = xmalloc(sizeof(float) * (size_t)L * (size_t)d->V + 1);
+  x.s0T = xmalloc(sizeof(float) * (size_t)d->K * (size_t)d->V + 1), x.gT = xmalloc(sizeof(float) * (size_t)d->K * (size_t)d->V + 1);
   x.x1 = xmalloc(lm), x.t = xmalloc(sizeof(float) * (size_t)L), x.t2 = xmalloc(sizeof(float) * (size_t)L);
   return x;
 }
 
 static void ctx_free(Ctx *x) {
   free(x->b), free(x->db), free(x->eb), free(x->ep), free(x->f), free(x->E), free(x->D), free(x->N), free(x->P);
-  free(x->W), free(x->Z), free(x->x1), free(x->t), free(x->t2);
+  free(x->kT), free(x->uT), free(x->s0T), free(x->gT), free(x->W), free(x->Z), free(x->x1), free(x->t), free(x->t2);
 }
 
-/* Chunk j: its steps, b and the tables of exponentials. */
+/* dst [w, n] = src^T of n rows of w. A product with a transposed second factor runs as an
+ * untransposed one on such a copy: OpenBLAS's small-matrix kernels (about twice as fast at
+ * 64 x 64 x 64) take none (row-major A B^T is its column-major "tn"). */
+CLONED static void transposed(float *dst, const float *src, int lds, int n, int w) {
+  for (int i = 0; i < n; i++) {
+    const float *restrict a = src + (size_t)i * (size_t)lds;
+    for (int k = 0; k < w; k++) dst[(size_t)k * n + i] = a[k];
+  }
+}
+
+/* Chunk j: its steps, b, the tables of exponentials and k^T. */
 CLONED static void at_chunk(Ctx *x, int j) {
   const ChunkDeltaF32 *d = x->d;
   x->t0 = j * d->L;
@@ -96,6 +111,7 @@ CLONED static void at_chunk(Ctx *x, int j) {
     }
   }
   vexp(x->E, x->P, n * n), vexp(x->D, z, n * n);
+  transposed(x->kT, ROW(d->k, d->ldk, x->t0), d->ldk, n, d->K);
 }
 
 /* dst_i = src_i * t_i for n rows of w (dst may be src) */
@@ -113,7 +129,7 @@ CLONED static void chunk_solve(Ctx *x, const float *s0, float *M, float *KS, flo
   const ChunkDeltaF32 *d = x->d;
   int n = x->n, K = d->K, V = d->V;
   const float *k = ROW(d->k, d->ldk, x->t0), *v = ROW(d->v, d->ldv, x->t0), *c = d->c + (size_t)x->t0 * (size_t)d->ldc;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, K, 1, k, d->ldk, k, d->ldk, 0, M, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, K, 1, k, d->ldk, x->kT, n, 0, M, n);
   for (int i = 0; i < n; i++) {
     float ci = -c[(size_t)i * (size_t)d->ldc], *restrict m = M + (size_t)i * n, *restrict nn = x->N + (size_t)i * n;
     const float *restrict e = x->E + (size_t)i * n;
@@ -142,8 +158,7 @@ static void chunk_state(Ctx *x, const float *s0, const float *U, float *s1) {
 CLONED static void intra_scores(Ctx *x) {
   const ChunkDeltaF32 *d = x->d;
   int n = x->n;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d->K, 1, ROW(d->q, d->ldq, x->t0), d->ldq, ROW(d->k, d->ldk, x->t0),
-              d->ldk, 0, x->P, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, d->K, 1, ROW(d->q, d->ldq, x->t0), d->ldq, x->kT, n, 0, x->P, n);
   for (size_t e = 0; e < (size_t)n * n; e++) x->P[e] *= x->D[e];
 }
 
@@ -227,7 +242,8 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
   sn *= x->eb[n - 1];
   for (int i = 0; i < n - 1; i++) db[i] -= t[i], sn += t[i];
   db[n - 1] += sn;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, U, V, g, V, 0, dK, d->ldk);
+  transposed(x->gT, g, V, K, V), transposed(x->s0T, S0, V, K, V), transposed(x->uT, U, V, n, V);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, U, V, x->gT, K, 0, dK, d->ldk);
   scaled(dK, d->ldk, dK, d->ldk, x->f, n, K);
   float en = x->eb[n - 1];
   for (size_t e = 0; e < (size_t)K * V; e++) g[e] *= en;
@@ -236,11 +252,11 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
    * db_i += q_i . (its first dq) + sum_s (dP o P)_is, db_s -= sum_i (dP o P)_is */
   intra_scores(x);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x->P, n, dO, lddo, 1, dV, d->ldv);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, dO, lddo, S0, V, 0, dQ, d->ldq);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dO, lddo, x->s0T, K, 0, dQ, d->ldq);
   scaled(dQ, d->ldq, dQ, d->ldq, x->eb, n, K);
   row_dots(q, d->ldq, dQ, d->ldq, n, K, t);
   for (int i = 0; i < n; i++) db[i] += t[i];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, V, 1, dO, lddo, U, V, 0, x->W, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, V, 1, dO, lddo, x->uT, n, 0, x->W, n);
   for (size_t e = 0; e < (size_t)n * n; e++) x->Z[e] = x->W[e] * x->P[e], x->W[e] *= x->D[e];
   for (int i = 0; i < n; i++) x->Z[(size_t)i * n + i] = 0; /* e^{b_i - b_i}: its two terms cancel */
   row_col_sums(x->Z, n, db, db);
@@ -264,7 +280,7 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
     if (i) db[i - 1] += (double)(ci * x->ep[i] * t[i]);
     t2[i] = ci * x->ep[i];
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, dV, d->ldv, S0, V, 0, x->x1, K);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dV, d->ldv, x->s0T, K, 0, x->x1, K);
   for (int i = 0; i < n; i++) {
     float *restrict o = dK + (size_t)i * (size_t)d->ldk;
     const float *restrict y = x->x1 + (size_t)i * K;
@@ -275,7 +291,7 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
   /* A = diag(c) M, dA = dR U^T (s < i): dc_i += sum_s dA_is M_is, db_{i-1} += c_i times that,
    * db_s -= sum_i (dA o A)_is (the terms of s = i - 1, e^{b_{i-1} - b_{i-1}}, cancel: left out of
    * both), dk += (W + W^T) K with W = dA o diag(c) E */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, V, 1, dV, d->ldv, U, V, 0, x->W, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, V, 1, dV, d->ldv, x->uT, n, 0, x->W, n);
   for (int i = 0; i < n; i++) {
     float ci = c[(size_t)i * (size_t)d->ldc], s = 0, all = 0, *restrict w = x->W + (size_t)i * n;
     float *restrict z = x->Z + (size_t)i * n;
