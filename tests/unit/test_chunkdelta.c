@@ -1,11 +1,12 @@
 /* test_chunkdelta.c: the chunked delta rule (compiler/ir/chunkdelta.c) against the recurrence run
  * step by step (chunkdelta.h: S_t = a_t S_{t-1} + k_t u_t^T, u_t = v_t + c_t S_{t-1}^T k_t,
  * o_t = S_t^T q_t): the reads and final state within 1e-10, every gradient against backpropagation
- * through the steps within 1e-9, at T = 1, 63, 64, 65, 300 with chunks of 64 and 16, K != V, for
- * Gated DeltaNet's inputs (unit keys, c = -a beta), strong decays (log a = -8 a step) and none
- * (DeltaNet); the op's backward against central differences of its own forward; then the float32
- * op of the cpu (compiler/backend/cpu/chunkdelta_f32.c) against the float64 one with strided
- * inputs, up to T = 2048, K = V = 64. */
+ * through the steps within 1e-9, at T = 1, 63, 64, 65, 300 with chunks of 64 and 16 (and T = 9 in
+ * chunks of 1 and 100, T = 0), K != V, for Gated DeltaNet's inputs (unit keys, c = -a beta), strong
+ * decays (log a = -8 a step) and none (DeltaNet); the op's backward against central differences of
+ * its own forward; then the float32 op of the cpu (compiler/backend/cpu/chunkdelta_f32.c) against
+ * the float64 one within 2e-4 of each quantity's largest magnitude, with strided inputs, at T = 0,
+ * 1, 63, 64, 65, 2048, K = V = 64. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -189,7 +190,9 @@ Test(chunkdelta, no_decay_matches_steps) {
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare(Ts[i], 64, DECAY_NONE), compare(Ts[i], 16, DECAY_NONE);
 }
 
-Test(chunkdelta, chunk_of_one_and_longer_than_the_sequence) { compare(9, 1, DECAY_RANDOM), compare(9, 100, DECAY_RANDOM); }
+Test(chunkdelta, chunk_of_one_longer_than_the_sequence_and_empty) {
+  compare(9, 1, DECAY_RANDOM), compare(9, 100, DECAY_RANDOM), compare(0, 16, DECAY_RANDOM);
+}
 
 /* the functional sum(o . dout) + sum(sT . dsT) of the op's own forward */
 static double functional(const Seq *s, int L) {
@@ -291,7 +294,7 @@ static void compare_f32(int T, int decay) {
 }
 
 Test(chunkdelta, f32_matches_f64) {
-  static const int T32[] = {1, 63, 64, 65, 2048};
+  static const int T32[] = {0, 1, 63, 64, 65, 2048};
   for (size_t i = 0; i < sizeof T32 / sizeof T32[0]; i++) compare_f32(T32[i], DECAY_RANDOM);
 }
 
