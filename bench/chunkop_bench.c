@@ -4,6 +4,8 @@
  * For a decay per key and a scalar decay per head: the op's forward and backward, and the
  * recurrence as a plain float32 loop (decay, outer product, read: the sequential form's arithmetic).
  * Log decays uniform in [-0.05, 0], q, k, v, dO uniform in [-0.5, 0.5]. One JSON object a line.
+ * Then the chunked delta rule (chunkdelta_f32.c, decay "delta") the same way, its keys of unit
+ * length, c = -a beta with beta uniform in [0, 1], its loop the delta rule's step.
  * The loop vectorized (O3), as the op's own row loops are. */
 #pragma GCC optimize("O3")
 #include <cblas.h>
@@ -40,6 +42,58 @@ static void steps(int T, int K, int V, bool per_key, const float *q, const float
   }
 }
 
+/* the delta rule step by step: u = v + c S^T k, S = a S + k u^T, o = S^T q */
+static void delta_steps(int T, int K, int V, const float *q, const float *k, const float *v, const float *la, const float *c,
+                        float *S, float *u, float *o) {
+  for (int t = 0; t < T; t++) {
+    const float *kt = k + (size_t)t * K, *qt = q + (size_t)t * K;
+    for (int j = 0; j < V; j++) u[j] = 0;
+    for (int i = 0; i < K; i++)
+      for (int j = 0; j < V; j++) u[j] += S[(size_t)i * V + j] * kt[i];
+    for (int j = 0; j < V; j++) u[j] = v[(size_t)t * V + j] + c[t] * u[j];
+    float a = expf(la[t]);
+    for (int i = 0; i < K; i++)
+      for (int j = 0; j < V; j++) S[(size_t)i * V + j] = a * S[(size_t)i * V + j] + kt[i] * u[j];
+    for (int j = 0; j < V; j++) o[(size_t)t * V + j] = 0;
+    for (int i = 0; i < K; i++)
+      for (int j = 0; j < V; j++) o[(size_t)t * V + j] += S[(size_t)i * V + j] * qt[i];
+  }
+}
+
+static void bench_delta(int T, int K, int V, int L, int reps) {
+  size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V;
+  float *q = uniform(tk, -.5f, .5f), *k = uniform(tk, -.5f, .5f), *v = uniform(tv, -.5f, .5f);
+  float *la = uniform((size_t)T, -.05f, 0), *c = uniform((size_t)T, 0, 1), *dO = uniform(tv, -.5f, .5f);
+  float *s0 = uniform(kv, -.5f, .5f), *dsT = uniform(kv, -.5f, .5f), *o = xmalloc(sizeof(float) * tv), *s1 = xmalloc(sizeof(float) * kv);
+  float *dq = xmalloc(sizeof(float) * tk), *dk = xmalloc(sizeof(float) * tk), *dv = xmalloc(sizeof(float) * tv);
+  float *dla = xmalloc(sizeof(float) * (size_t)T), *dc = xmalloc(sizeof(float) * (size_t)T), *ds0 = xmalloc(sizeof(float) * kv);
+  float *S = xmalloc(sizeof(float) * kv), *u = xmalloc(sizeof(float) * (size_t)V);
+  for (int t = 0; t < T; t++) { /* unit keys (a longer key makes the step expand), c = -a beta */
+    float n = 0;
+    for (int i = 0; i < K; i++) n += k[(size_t)t * K + i] * k[(size_t)t * K + i];
+    for (int i = 0; i < K; i++) k[(size_t)t * K + i] /= sqrtf(n);
+    c[t] = -expf(la[t]) * c[t];
+  }
+  ChunkDeltaF32 d = {T, K, V, L, q, k, v, la, c, K, K, V, 1, 1};
+  double bf = 1e30, bb = 1e30, bs = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double a = now();
+    cpu_chunkdelta_forward(&d, s0, o, V, s1);
+    double b = now();
+    cpu_chunkdelta_backward(&d, s0, dO, V, dsT, dq, dk, dv, dla, dc, ds0);
+    double e = now();
+    memcpy(S, s0, sizeof(float) * kv);
+    delta_steps(T, K, V, q, k, v, la, c, S, u, o);
+    double f = now();
+    bf = fmin(bf, b - a), bb = fmin(bb, e - b), bs = fmin(bs, f - e);
+  }
+  printf("{\"decay\": \"delta\", \"T\": %d, \"K\": %d, \"V\": %d, \"L\": %d, \"forward_ms\": %.3f, \"backward_ms\": %.3f, "
+         "\"loop_forward_ms\": %.3f}\n",
+         T, K, V, L, bf * 1e3, bb * 1e3, bs * 1e3);
+  free(q), free(k), free(v), free(la), free(c), free(dO), free(s0), free(dsT), free(o), free(s1), free(dq), free(dk);
+  free(dv), free(dla), free(dc), free(ds0), free(S), free(u);
+}
+
 int main(int argc, char **argv) {
   int T = argc > 1 ? atoi(argv[1]) : 2048, K = argc > 2 ? atoi(argv[2]) : 64, V = argc > 3 ? atoi(argv[3]) : 64;
   int L = argc > 4 ? atoi(argv[4]) : 64, reps = argc > 5 ? atoi(argv[5]) : 7;
@@ -72,5 +126,6 @@ int main(int argc, char **argv) {
     free(q), free(k), free(v), free(la), free(dO), free(s0), free(dsT), free(o), free(s1), free(dq), free(dk), free(dv);
     free(dla), free(ds0), free(S);
   }
+  bench_delta(T, K, V, L, reps);
   return 0;
 }

@@ -1,5 +1,5 @@
 /* ir.h: the IR's public header: the op table and the step graph every pass after the checker
- * shares (graph.h), and the float64 chunkwise-parallel form (chunkop.h). */
+ * shares (graph.h), and the float64 chunkwise-parallel forms (chunkop.h, chunkdelta.h). */
 #ifndef CELLC_IR_H
 #define CELLC_IR_H
 
