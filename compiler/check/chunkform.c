@@ -224,7 +224,7 @@ static bool expand(Rec *r, Lin *x, int id, int sign, const int *fac, const bool 
   }
   int f2[CHUNK_MAX_FACTORS + 1];
   bool i2[CHUNK_MAX_FACTORS + 1];
-  memcpy(f2, fac, sizeof(int) * (size_t)nf), memcpy(i2, inv, sizeof(bool) * (size_t)nf);
+  for (int i = 0; i < nf; i++) f2[i] = fac[i], i2[i] = inv[i];
   switch (n.op) {
   case OP_ADD: return expand(r, x, n.a[0], sign, fac, inv, nf) && expand(r, x, n.a[1], sign, fac, inv, nf);
   case OP_SUB: return expand(r, x, n.a[0], sign, fac, inv, nf) && expand(r, x, n.a[1], -sign, fac, inv, nf);
