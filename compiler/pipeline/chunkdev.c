@@ -17,6 +17,7 @@ struct ChunkDev {
   /* the per-row buffers, kept between runs (a device allocation and its free cost a synchronization) */
   float *yin, *dyin, *xo, *gxo, *gxi, *bnd, *loc, *dec;
   size_t nyin, nxo, ngxi, nbnd, nloc, ndec; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
+  int T, B;                    /* the last forward's sequence, whose buffers the backward reads */
 };
 
 /* *p with room for n floats (its contents not kept) */
@@ -122,91 +123,145 @@ static CellcChunkArgs args_of(const ChunkDevForm *f, const ChunkLayout *l, int T
   return a;
 }
 
-void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times) {
-  CHECK(d->dtype == DT_F32);
-  Device *dv = k->dv;
+/* The sizes of a run of T steps of B rows: the per-part counts (pn[np], sn[ns]); per chunked state
+ * its boundary states (the forward's, kept for the backward) after the states before it (bat), the
+ * scratch of the passes, the largest state's (nloc, ndec) */
+typedef struct Sizes {
+  size_t *pn, *sn, rows, ny, nx, ng;
+  size_t bat[CHUNK_LAYOUT_MAX + 1], nloc, ndec;
+} Sizes;
+
+static Sizes sizes_of(const ChunkDevForm *f, int T, int B) {
   const Program *pin = f->in->p, *pout = f->out->p;
-  const Backend *bin = f->in->be, *bout = f->out->be;
-  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts; /* in's parts are out's */
-  size_t rows = (size_t)T * (size_t)B;
-  size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
-  for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
-  for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
-  /* each written whole before it is read: by the programs, the chunk ops (dyin: every input of every
-     op), the column kernel (xo's first D columns) */
-  size_t ny = rows * (size_t)nin, nx = rows * (size_t)xw, ng = rows * (size_t)D, hy = k->nyin, hx = k->nxo;
-  float *yin = room(dv, &k->yin, &hy, ny), *dyin = room(dv, &k->dyin, &k->nyin, ny);
-  float *xo = room(dv, &k->xo, &hx, nx), *gxo = room(dv, &k->gxo, &k->nxo, nx), *gxi = room(dv, &k->gxi, &k->ngxi, ng);
-  /* per chunked state: its boundary states (the forward's, kept for the backward) after the
-     states before it; the scratch of the passes, the largest state's */
-  size_t bat[CHUNK_LAYOUT_MAX + 1] = {0}, nloc = 0, ndec = 0;
+  Sizes z = {0};
+  z.rows = (size_t)T * (size_t)B;
+  z.pn = xcalloc((size_t)np + 1, sizeof(size_t)), z.sn = xcalloc((size_t)ns + 1, sizeof(size_t));
+  for (int i = 0; i < np; i++) z.pn[i] = (size_t)pout->pparts[i].numel;
+  for (int i = 0; i < ns; i++) z.sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
+  z.ny = z.rows * (size_t)pin->output_size, z.nx = z.rows * (size_t)pout->x_size, z.ng = z.rows * (size_t)f->D;
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     size_t E = (size_t)(l->nterms + l->nreads - 1), nc = ((size_t)T * E + (size_t)f->L * E - 1) / ((size_t)f->L * E);
     size_t heads = (size_t)B * (size_t)l->nh, kv = (size_t)l->K * (size_t)l->V;
-    bat[i + 1] = bat[i] + heads * (nc + 1) * kv;
-    nloc = nloc > heads * nc * kv ? nloc : heads * nc * kv;
-    ndec = ndec > heads * nc * (size_t)l->K ? ndec : heads * nc * (size_t)l->K;
+    z.bat[i + 1] = z.bat[i] + heads * (nc + 1) * kv;
+    z.nloc = z.nloc > heads * nc * kv ? z.nloc : heads * nc * kv;
+    z.ndec = z.ndec > heads * nc * (size_t)l->K ? z.ndec : heads * nc * (size_t)l->K;
   }
-  float *bnd = room(dv, &k->bnd, &k->nbnd, bat[f->nl]), *loc = room(dv, &k->loc, &k->nloc, nloc);
-  float *dec = room(dv, &k->dec, &k->ndec, ndec);
-  void **fin = dev_parts(dv, ns, sn), **zero = dev_parts(dv, ns, sn), **ghi = dev_parts(dv, ns, sn), **gho = dev_parts(dv, ns, sn);
-  void **gpi = dev_parts(dv, np, pn), **gpo = dev_parts(dv, np, pn);
-  void **h0 = mapped(f, pout, d->h0), **dfinal = mapped(f, pout, d->dfinal), **final = mapped(f, pout, (const void *const *)d->final);
-  void **gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
-  void **fin_in = chunk_ptrs(fin, ns), **df_in = chunk_ptrs(zero, ns);
-  chunk_own_finals(pout, final, fin_in, (const void **)dfinal, (const void **)df_in);
+  return z;
+}
+
+static void sizes_free(Sizes *z) { free(z->pn), free(z->sn); }
+
+/* A run's per-part pointer arrays: each program's view of the SeqIO's state parts, and in's final
+ * states and dfinal (out owns the cell's: chunk_own_finals) in device buffers of their own */
+typedef struct Parts {
+  void **h0, **dfinal, **final, **gh0, **fin, **zero, **fin_in, **df_in;
+} Parts;
+
+static Parts parts_of(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, const Sizes *z) {
+  const Program *pout = f->out->p;
+  int ns = pout->nsparts;
+  Parts r;
+  r.fin = dev_parts(k->dv, ns, z->sn), r.zero = dev_parts(k->dv, ns, z->sn);
+  r.h0 = mapped(f, pout, d->h0), r.dfinal = mapped(f, pout, d->dfinal), r.final = mapped(f, pout, (const void *const *)d->final);
+  r.gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
+  r.fin_in = chunk_ptrs(r.fin, ns), r.df_in = chunk_ptrs(r.zero, ns);
+  chunk_own_finals(pout, r.final, r.fin_in, (const void **)r.dfinal, (const void **)r.df_in);
+  return r;
+}
+
+static void parts_free(ChunkDev *k, Parts *r, int ns) {
+  dev_parts_free(k->dv, r->fin, ns), dev_parts_free(k->dv, r->zero, ns);
+  free(r->h0), free(r->dfinal), free(r->final), free(r->gh0), free(r->fin_in), free(r->df_in);
+}
+
+void chunkdev_forward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times) {
+  CHECK(d->dtype == DT_F32);
+  Device *dv = k->dv;
+  const Program *pin = f->in->p, *pout = f->out->p;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D, ns = pout->nsparts;
+  Sizes z = sizes_of(f, T, B);
+  /* each written whole before it is read: by the programs, the chunk ops (dyin: every input of every
+     op), the column kernel (xo's first D columns) */
+  size_t hy = k->nyin, hx = k->nxo;
+  float *yin = room(dv, &k->yin, &hy, z.ny);
+  room(dv, &k->dyin, &k->nyin, z.ny);
+  float *xo = room(dv, &k->xo, &hx, z.nx);
+  room(dv, &k->gxo, &k->nxo, z.nx), room(dv, &k->gxi, &k->ngxi, z.ng);
+  float *bnd = room(dv, &k->bnd, &k->nbnd, z.bat[f->nl]), *loc = room(dv, &k->loc, &k->nloc, z.nloc);
+  float *dec = room(dv, &k->dec, &k->ndec, z.ndec);
+  k->T = T, k->B = B;
+  Parts r = parts_of(k, f, d, &z);
   int nsh = pin->chunk_shared;
   char err[8192];
 
-  /* forward: in, the chunk ops, out */
   SeqIO si = *d;
-  si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
+  si.h0 = (const void **)r.h0, si.y = yin, si.final = r.fin_in, si.gates = NULL;
   double t0 = synced(k);
-  bin->forward(f->in, f->win, &si);
+  f->in->be->forward(f->in, f->win, &si);
   double t1 = synced(k);
-  cols(k, xo, xw, d->x, D, NULL, 0, (long long)rows, D);
-  if (nsh) cols(k, xo + (xw - nsh), xw, yin + (nin - nsh), nin, NULL, 0, (long long)rows, nsh);
+  cols(k, xo, xw, d->x, D, NULL, 0, (long long)z.rows, D);
+  if (nsh) cols(k, xo + (xw - nsh), xw, yin + (nin - nsh), nin, NULL, 0, (long long)z.rows, nsh);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
-    a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q], a.bnd = bnd + bat[i], a.loc = loc, a.dec = dec;
+    a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q], a.bnd = bnd + z.bat[i], a.loc = loc, a.dec = dec;
     if (cuda_chunk_forward(k->ck, &a, true, err, sizeof err) != 0) die(err);
   }
   SeqIO so = *d;
-  so.x = xo, so.h0 = (const void **)h0, so.final = final;
+  so.x = xo, so.h0 = (const void **)r.h0, so.final = r.final;
   double t2 = synced(k);
-  bout->forward(f->out, f->wout, &so);
+  f->out->be->forward(f->out, f->wout, &so);
   double t3 = synced(k);
+  times[0] = t1 - t0, times[1] = t2 - t1, times[2] = t3 - t2;
+  parts_free(k, &r, ns);
+  sizes_free(&z);
+}
 
-  /* backward: out, the chunk ops, in */
-  so.dfinal = (const void **)dfinal, so.grad_x = gxo, so.grad_params = gpo, so.grad_h0 = gho, so.fold = NULL;
-  bout->backward(f->out, f->wout, &so);
+void chunkdev_backward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times) {
+  CHECK(d->dtype == DT_F32 && d->T == k->T && d->B == k->B); /* after chunkdev_forward of d */
+  Device *dv = k->dv;
+  const Program *pin = f->in->p, *pout = f->out->p;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
+  int np = pout->npparts, ns = pout->nsparts;
+  Sizes z = sizes_of(f, T, B);
+  float *yin = k->yin, *dyin = k->dyin, *xo = k->xo, *gxo = k->gxo, *gxi = k->gxi;
+  Parts r = parts_of(k, f, d, &z);
+  void **ghi = dev_parts(dv, ns, z.sn), **gho = dev_parts(dv, ns, z.sn), **gpi = dev_parts(dv, np, z.pn), **gpo = dev_parts(dv, np, z.pn);
+  int nsh = pin->chunk_shared;
+  char err[8192];
+
+  SeqIO so = *d;
+  so.x = xo, so.h0 = (const void **)r.h0, so.final = r.final;
+  so.dfinal = (const void **)r.dfinal, so.grad_x = gxo, so.grad_params = gpo, so.grad_h0 = gho, so.fold = NULL;
+  double t3 = synced(k);
+  f->out->be->backward(f->out, f->wout, &so);
   double t4 = synced(k);
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
-    a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.dh0 = d->grad_h0[q], a.bnd = bnd + bat[i];
-    a.loc = loc, a.dec = dec;
+    a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.bnd = k->bnd + z.bat[i];
+    a.dh0 = d->grad_h0[q], a.loc = k->loc, a.dec = k->dec;
     if (cuda_chunk_backward(k->ck, &a, err, sizeof err) != 0) die(err);
   }
-  if (nsh) cols(k, dyin + (nin - nsh), nin, gxo + (xw - nsh), xw, NULL, 0, (long long)rows, nsh);
-  si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;
+  if (nsh) cols(k, dyin + (nin - nsh), nin, gxo + (xw - nsh), xw, NULL, 0, (long long)z.rows, nsh);
+  SeqIO si = *d;
+  si.h0 = (const void **)r.h0, si.y = yin, si.final = r.fin_in, si.gates = NULL;
+  si.dy = dyin, si.dfinal = (const void **)r.df_in, si.grad_x = gxi, si.grad_params = gpi, si.grad_h0 = ghi, si.fold = NULL;
   double t5 = synced(k);
-  bin->backward(f->in, f->win, &si);
+  f->in->be->backward(f->in, f->win, &si);
   double t6 = synced(k);
-  double tt[CHUNK_TIMES] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
-  memcpy(times, tt, sizeof tt);
-  cols(k, d->grad_x, D, gxo, xw, gxi, D, (long long)rows, D);
-  for (int i = 0; i < np; i++) cols(k, d->grad_params[i], 0, gpo[i], 0, gpi[i], 0, 1, (int)pn[i]);
-  for (int q = 0; q < ns; q++) cols(k, gh0[q], 0, gho[q], 0, ghi[q], 0, 1, (int)sn[q]);
+  times[3] = t4 - t3, times[4] = t5 - t4, times[5] = t6 - t5;
+  if (d->grad_x) cols(k, d->grad_x, D, gxo, xw, gxi, D, (long long)z.rows, D);
+  for (int i = 0; i < np; i++) cols(k, d->grad_params[i], 0, gpo[i], 0, gpi[i], 0, 1, (int)z.pn[i]);
+  for (int q = 0; q < ns; q++) cols(k, r.gh0[q], 0, gho[q], 0, ghi[q], 0, 1, (int)z.sn[q]);
   synced(k);
-  dev_parts_free(dv, fin, ns), dev_parts_free(dv, zero, ns), dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns);
-  dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
-  free(h0), free(dfinal), free(final), free(gh0), free(fin_in), free(df_in), free(pn), free(sn);
+  dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns), dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
+  parts_free(k, &r, ns);
+  sizes_free(&z);
 }
 
 static void *up(Device *dv, const void *src, size_t floats) {

@@ -22,9 +22,13 @@ typedef struct ChunkDevForm {
  * until the blocks fit. NULL with why in err. */
 ChunkDev *chunkdev_open(const Backend *be, const ChunkLayout *lay, int nl, int L, int *chosen, char *err, size_t errlen);
 void chunkdev_close(ChunkDev *k);
-/* Forward and backward on a float32 SeqIO in device memory; the seconds per part into times
- * (CHUNK_TIMES, chunkform_times' order). */
-void chunkdev_run(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times);
+/* The forward and the backward on a float32 SeqIO in device memory (chunkrun.c's
+ * chunkform_forward_f32 and chunkform_backward_f32), the backward after the forward of the same
+ * sequence: P_in's rows, out's input and the chunk ops' boundary states stay in k between them. The
+ * seconds per part into times (CHUNK_TIMES, chunkform_times' order: the forward the first three,
+ * the backward the last three). */
+void chunkdev_forward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times);
+void chunkdev_backward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double *times);
 
 /* The parts of the SeqIO between the two programs (chunkrun.c, any device): a state part's final
  * value and its gradient belong to OUT's run (fin_out, df_out), but those of a part OUT keeps

@@ -112,6 +112,16 @@ void chunkform_free(ChunkForm *f) {
 
 int chunkform_length(const ChunkForm *f) { return f->L; }
 
+DeviceKind chunkform_device(const ChunkForm *f) { return f->in->be->device; }
+
+bool chunkform_runs_on(const Cell *c, DeviceKind dev) {
+  ChunkLayout lay[CHUNK_LAYOUT_MAX];
+  int nl = dev == DEVICE_CPU ? 0 : lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
+  for (int i = 0; i < nl; i++)
+    if (lay[i].delta) return false;
+  return true;
+}
+
 void chunkform_times(const ChunkForm *f, double *t) { memcpy(t, f->times, sizeof f->times); }
 
 Profile chunkform_profile(ChunkForm *f, bool on) {
@@ -345,12 +355,6 @@ static void parts32_free(float **v, int n) {
 
 void chunkform_run_f32(ChunkForm *f, const SeqIO *d) {
   CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
-  if (f->dev) { /* a CUDA back end: d in device memory */
-    chunkdev_run(f->dev, &(ChunkDevForm){f->in, f->out, f->win, f->wout, f->L, f->nl, f->D, f->lay, f->full_of}, d, f->times);
-    for (int i = 0; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
-    f->runs++;
-    return;
-  }
   chunkform_forward_f32(f, d);
   chunkform_backward_f32(f, d);
 }
@@ -519,8 +523,19 @@ static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
   f->rows32 = rows;
 }
 
+/* What a CUDA back end's chunk op (chunkdev.c) needs of f */
+static ChunkDevForm dev_form(const ChunkForm *f) {
+  return (ChunkDevForm){f->in, f->out, f->win, f->wout, f->L, f->nl, f->D, f->lay, f->full_of};
+}
+
 void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
-  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  if (f->dev) { /* a CUDA back end: d in device memory */
+    ChunkDevForm df = dev_form(f);
+    chunkdev_forward(f->dev, &df, d, f->times);
+    for (int i = 0; i < 3; i++) f->total[i] += f->times[i];
+    return;
+  }
   const Program *pin = f->in->p, *pout = f->out->p;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D, ns = pout->nsparts;
   size_t rows = (size_t)T * (size_t)B;
@@ -575,7 +590,14 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
 }
 
 void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
-  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32 && f->in->be->device == DEVICE_CPU);
+  CHECK(d->dtype == DT_F32 && f->in->be->dtype == DT_F32);
+  if (f->dev) {
+    ChunkDevForm df = dev_form(f);
+    chunkdev_backward(f->dev, &df, d, f->times);
+    for (int i = 3; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
+    f->runs++;
+    return;
+  }
   const Program *pin = f->in->p, *pout = f->out->p;
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts;

@@ -150,18 +150,24 @@ void varlen_backend_backward(Compiled *c, Work *w, const SeqIO *s, Chunker *k);
  * --mode chunked (Cell.chunked: every matrix state recognized) run as two programs of the back end
  * around the chunk op of each chunked state, in chunks of L steps (L <= 0: CHUNK_DEFAULT). The
  * SeqIO is laid out as for the cell's program from pipeline_compile (its params, state parts,
- * gates and noise). The back ends on the host only (interp, cpu); NULL with a message in err
- * elsewhere. */
+ * gates and noise). On interp, cpu, and cuda and cuda-emu (chunkdev.c: the SeqIO's float32
+ * buffers in device memory); NULL with a message in err where the back end cannot run it. */
 typedef struct ChunkForm ChunkForm;
 ChunkForm *chunkform_compile(Cell *c, const PipelineOptions *o, int L, char *err, size_t errlen);
 void chunkform_free(ChunkForm *f);
 int chunkform_length(const ChunkForm *f);
+/* Whether a back end on device dev runs cell c's chunked form (c accepted by --mode chunked): on
+ * cuda and cuda-emu not the delta rule's chunk op (chunkdev.c) */
+bool chunkform_runs_on(const Cell *c, DeviceKind dev);
+/* Where its float32 SeqIO's buffers lie (the back end's device) */
+DeviceKind chunkform_device(const ChunkForm *f);
 /* Forward then backward of a whole sequence, float64 buffers (as pipeline_run_f64). */
 void chunkform_run_f64(ChunkForm *f, const SeqIO *d);
 /* chunkform_run_f64 of a sequence that may have lengths (varlen.c), its SeqIO laid out as for p
  * (the cell's program from pipeline_compile). */
 void chunkform_run_f64_lengths(ChunkForm *f, const Program *p, const SeqIO *d);
-/* The same on float32 buffers, for a float32 back end (cpu): no float64 copies */
+/* The same on float32 buffers, for a float32 back end (cpu; cuda, cuda-emu: device memory): no
+ * float64 copies */
 void chunkform_run_f32(ChunkForm *f, const SeqIO *d);
 /* chunkform_run_f32's forward and backward apart, as a back end's (cellc train's layers): the
  * forward writes y and the final states; the backward, after the forward of the same SeqIO (no

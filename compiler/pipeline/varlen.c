@@ -333,7 +333,7 @@ void chunkform_forward_lengths(ChunkForm *f, const Program *p, const SeqIO *d) {
     return;
   }
   char err[512];
-  Device *dv = device_open(DEVICE_CPU, err, sizeof err);
+  Device *dv = device_open(chunkform_device(f), err, sizeof err);
   CHECK(dv);
   varlen_forward(p, dv, d, chunkform_run32, f);
   device_release(dv);
@@ -345,7 +345,7 @@ void chunkform_backward_lengths(ChunkForm *f, const Program *p, const SeqIO *d) 
     return;
   }
   char err[512];
-  Device *dv = device_open(DEVICE_CPU, err, sizeof err);
+  Device *dv = device_open(chunkform_device(f), err, sizeof err);
   CHECK(dv);
   varlen_backward(p, dv, d, chunkform_run32, f);
   device_release(dv);

@@ -297,12 +297,15 @@ static int apply_unfreeze(const Cfg *cfg, Cell *const *cells, int ncells) {
 /* ---- building ---- */
 
 /* train.mode = auto: whether a cell runs in its chunked form. Where the form applies (every
- * matrix state has it), on the cpu back end (the one that runs it), when check's estimates per
- * token (chunk_cheaper) say it is cheaper than the mode the analysis found. */
+ * matrix state has it) and the back end runs it (a float32 one; on cuda and cuda-emu not the delta
+ * rule's), when check's estimates per token (chunk_cheaper) say it is cheaper than the mode the
+ * analysis found: the estimates count flops and bytes, which a GPU's balance weighs much as a
+ * core's (docs/language.md). */
 static bool use_form(const Model *m, const Cell *c) {
   int st;
   char why[320];
-  if (m->backend->device != DEVICE_CPU || m->backend->dtype != DT_F32 || chunk_mode_blocker(c, &st, why, (int)sizeof why)) return false;
+  if (m->backend->dtype != DT_F32 || chunk_mode_blocker(c, &st, why, (int)sizeof why)) return false;
+  if (!chunkform_runs_on(c, m->backend->device)) return false;
   return chunk_cheaper(c, m->chunk > 0 ? m->chunk : CHUNK_DEFAULT);
 }
 
@@ -354,18 +357,18 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
       return -1;
     }
     if (L->cell[v]->chunked) { /* the program gives the SeqIO's layout; the form runs it */
-      /* the training entry points work on host buffers (chunkform_forward_f32) */
-      if (m->backend->device != DEVICE_CPU) {
-        diag_plain("cannot compile layer %d of cell '%s': the %s back end does not run the chunked form in training yet "
-                   "(train.device = cpu does)", k, ast->name, m->backend->name);
-        return -1;
-      }
       if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0]; /* one form for both, as one work below */
       else if (!(L->form[v] = chunkform_compile(L->cell[v], &po, m->chunk, err, sizeof err))) {
-        diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
-        return -1;
+        if (strcmp(mode, "auto")) {
+          diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
+          return -1;
+        }
+        /* auto: a device whose blocks do not fit the form (model.chunk too long for its shared
+           memory) keeps the cell's own mode */
+        L->cell[v]->chunked = false;
+        if (v == 0) L->cell[1]->chunked = false;
       }
-      continue;
+      if (L->form[v]) continue;
     }
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
