@@ -351,12 +351,15 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
     PipelineOptions po = {0};
     po.backend = m->backend, po.training = v == 0;
     char err[512];
-    L->exe[v] = pipeline_compile(L->cell[v], &po, err, sizeof err);
-    if (!L->exe[v]) {
-      diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
-      return -1;
-    }
     if (L->cell[v]->chunked) { /* the program gives the SeqIO's layout; the form runs it */
+      /* on cuda and cuda-emu, whose kernels need not take the whole cell's state per row (a scan of
+         heads of 64 x 64 does not fit a block), the interpreter's program: the same layout */
+      PipelineOptions lo = po;
+      if (m->backend->device != DEVICE_CPU) lo.backend = backend_find("interp");
+      if (!(L->exe[v] = pipeline_compile(L->cell[v], &lo, err, sizeof err))) {
+        diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
+        return -1;
+      }
       if (v == 1 && L->exe[1] == L->exe[0]) L->form[1] = L->form[0]; /* one form for both, as one work below */
       else if (!(L->form[v] = chunkform_compile(L->cell[v], &po, m->chunk, err, sizeof err))) {
         if (strcmp(mode, "auto")) {
@@ -367,8 +370,14 @@ static int build_cell(Model *m, Layer *L, int k, const Cfg *cfg, const Src *src,
            memory) keeps the cell's own mode */
         L->cell[v]->chunked = false;
         if (v == 0) L->cell[1]->chunked = false;
+        pipeline_release(L->exe[v]), L->exe[v] = NULL;
       }
       if (L->form[v]) continue;
+    }
+    L->exe[v] = pipeline_compile(L->cell[v], &po, err, sizeof err);
+    if (!L->exe[v]) {
+      diag_plain("cannot compile layer %d of cell '%s': %s", k, ast->name, err);
+      return -1;
     }
     /* without gumbel noise the two programs are one (the pipeline's cache shares it): one set of
      * work arrays serves both, so evaluation needs no memory beyond training's */
