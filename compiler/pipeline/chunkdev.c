@@ -38,7 +38,8 @@ static void die(const char *err) {
 static bool fits(const ChunkDev *k, const ChunkLayout *lay, int nl, int L, char *why, size_t n) {
   for (int i = 0; i < nl; i++) {
     if (lay[i].delta) { /* the CUDA chunk op is the gated outer product's only */
-      snprintf(why, n, "the delta rule's chunk op runs on the cpu only: run it with --backend cpu, or with --mode sequential");
+      snprintf(why, n, "the delta rule's chunk op runs on the cpu only: run it there (--backend cpu; "
+                  "train.device = cpu), or sequential (--mode, train.mode)");
       return false;
     }
     int E = lay[i].nterms + lay[i].nreads - 1;
