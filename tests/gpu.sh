@@ -5,7 +5,8 @@
 # stdlib cell built by nvcc and run against the CPU back end (gpu_cuda_emit), the chunked form
 # against the cpu's and the interpreter (test_cuda_chunk), `cellc run --backend
 # cuda` against `--backend cpu` on one cell, training on the GPU: mgu on small copying to 99%, the
-# LRU residual model's first 20 steps against the CPU, the Python package on CUDA tensors
+# LRU residual model's first 20 steps against the CPU, gla in the chunked form against its scan and
+# against the CPU's chunked form, the Python package on CUDA tensors
 # (tests/python_cuda_gpu.py, from the cache `make python-cuda-prebuild` leaves in
 # build/python-cuda-cache: carry it). Skips with one line where there is no GPU. Ends with
 # "N passed, M failed". CELLC_GPU_JOBS: Criterion's jobs per test binary (default 1; the GPU
@@ -97,6 +98,45 @@ print(f"lru residual (batch norm, glu, dropout) 20 steps, cuda against cpu: wors
 sys.exit(0 if worst < 1e-3 else 1)
 PY
 then pass=$((pass + 1)); else echo "test-gpu: lru residual: cuda does not follow cpu"; fail=$((fail + 1)); fi
+# chunked training on the GPU (chunkdev.c's forward and backward apart): gla with train.mode =
+# chunked, 20 steps of small selective copying (examples/small), against its scan on cuda at heads of 16 x 16 and
+# against the cpu's chunked form at heads of 64 x 64 (the layer's layout from the interpreter): the losses
+# within 1e-3, the checkpoints' tensors within 1e-2 of each one's largest
+sed '/^hidden/d' examples/small/selective_copying.cfg > "$tmp/sc.cfg" # gla has no H
+for case in "16:scan:cuda" "64:chunked:cpu"; do
+  kv=${case%%:*}; other=${case#*:}; mode=${other%%:*}; odev=${other#*:}
+  for run in "chunked:cuda" "$mode:$odev"; do
+    bin/cellc train stdlib/gla.cell "$tmp/sc.cfg" --set train.mode=${run%%:*} \
+      --set train.device=${run#*:} --set model.dims.NH=4 --set model.dims.K=$kv --set model.dims.V=$kv \
+      --set train.steps=20 --set log.every=1 --set eval.every=20 --set eval.batches=2 --progress none --force \
+      --out "$tmp/gla-$kv-${run%%:*}-${run#*:}" > /dev/null 2>&1 || echo "test-gpu: gla ${run%%:*} on ${run#*:} failed"
+  done
+  if python3 - "$tmp/gla-$kv-chunked-cuda" "$tmp/gla-$kv-$mode-$odev" "$kv" "$mode" "$odev" <<'PY'
+import json, os, struct, sys
+def load(path):  # a checkpoint's float32 tensors
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head, data = json.loads(b[8:8 + n]), b[8 + n:]
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__" and v["dtype"] == "F32"}
+try:
+    a, b = ([json.loads(l) for l in open(os.path.join(p, "metrics.jsonl"))] for p in sys.argv[1:3])
+    ca, cb = (load(os.path.join(p, "checkpoint.safetensors")) for p in sys.argv[1:3])
+except OSError:
+    a = b = ca = cb = {}
+tr = lambda m: [x["loss"] for x in m if x["split"] == "train"]
+la, lb = tr(a), tr(b)
+worst = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(la, lb)) if la and len(la) == len(lb) == 20 else 1.0
+# the first steps' losses barely see the cell: the weights and adamw's moments after them do
+wt = max((max(abs(x - y) for x, y in zip(ca[k], cb[k])) / max(max(abs(y) for y in cb[k]), 1e-30) for k in cb if cb[k]),
+         default=1.0) if ca and set(ca) == set(cb) else 1.0
+print(f"gla heads of {sys.argv[3]} 20 steps, chunked on cuda against {sys.argv[4]} on {sys.argv[5]}: worst relative loss "
+      f"difference {worst:.2e}, checkpoint tensors {wt:.2e} of their largest")
+sys.exit(0 if worst < 1e-3 and wt < 1e-2 else 1)
+PY
+  then pass=$((pass + 1)); else echo "test-gpu: gla chunked on cuda does not follow $mode on $odev"; fail=$((fail + 1)); fi
+done
 # the Python package on CUDA tensors: cellc.load's modules on the GPU (the emitted CUDA library) against
 # the same modules on the CPU (tests/python_cuda_gpu.py). This machine builds neither library: they
 # come from the cache `make python-cuda-prebuild` fills where cellc was built (build/python-cuda-cache,
