@@ -11,6 +11,13 @@
 
 #include "cuda.h"
 
+/* One buffer per part, each with room for have[i] floats */
+typedef struct Kept {
+  void **v;
+  size_t *have;
+  int n;
+} Kept;
+
 struct ChunkDev {
   Device *dv;
   CudaChunk *ck;
@@ -18,6 +25,9 @@ struct ChunkDev {
   float *yin, *dyin, *xo, *gxo, *gxi, *bnd, *loc, *dec;
   size_t nyin, nxo, ngxi, nbnd, nloc, ndec; /* their floats (yin and dyin, xo and gxo grow together: one count a pair) */
   int T, B;                    /* the last forward's sequence, whose buffers the backward reads */
+  /* the per-part buffers of a run (in's final states, the zero dfinal, each program's gradients of
+     the states and params), kept between runs as the rows' */
+  Kept fin, zero, ghi, gho, gpi, gpo;
 };
 
 /* *p with room for n floats (its contents not kept) */
@@ -27,6 +37,28 @@ static float *room(Device *dv, float **p, size_t *have, size_t n) {
     *p = dv->alloc(dv, sizeof(float) * (n ? n : 1)), *have = n;
   }
   return *p;
+}
+
+/* s's n buffers with room for numel[i] floats each, zeros (a device allocation and its free cost a
+ * synchronization: grown only, else zeroed) */
+static void **kept(Device *dv, Kept *s, int n, const size_t *numel) {
+  if (!s->v) s->v = xcalloc((size_t)n + 1, sizeof(void *)), s->have = xcalloc((size_t)n + 1, sizeof(size_t)), s->n = n;
+  CHECK(s->n == n); /* one form's parts */
+  for (int i = 0; i < n; i++) {
+    if (s->v[i] && numel[i] <= s->have[i]) {
+      dv->zero(dv, s->v[i], sizeof(float) * numel[i]);
+      continue;
+    }
+    if (s->v[i]) dv->free(dv, s->v[i]);
+    s->v[i] = dv->alloc(dv, sizeof(float) * (numel[i] ? numel[i] : 1)), s->have[i] = numel[i]; /* zeroed */
+  }
+  return s->v;
+}
+
+static void kept_free(Device *dv, Kept *s) {
+  for (int i = 0; s->v && i < s->n; i++)
+    if (s->v[i]) dv->free(dv, s->v[i]);
+  free(s->v), free(s->have);
 }
 
 static void die(const char *err) {
@@ -72,6 +104,8 @@ void chunkdev_close(ChunkDev *k) {
   float *bufs[8] = {k->yin, k->dyin, k->xo, k->gxo, k->gxi, k->bnd, k->loc, k->dec};
   for (int i = 0; i < 8; i++)
     if (bufs[i]) k->dv->free(k->dv, bufs[i]);
+  Kept *ks[6] = {&k->fin, &k->zero, &k->ghi, &k->gho, &k->gpi, &k->gpo};
+  for (int i = 0; k->dv && i < 6; i++) kept_free(k->dv, ks[i]);
   cuda_chunk_close(k->ck);
   if (k->dv) device_release(k->dv);
   free(k);
@@ -93,17 +127,6 @@ static double synced(ChunkDev *k) {
 static void cols(ChunkDev *k, float *dst, int ldd, const float *a, int lda, const float *b, int ldb, long long rows, int n) {
   char err[8192];
   if (cuda_chunk_cols(k->ck, dst, ldd, a, lda, b, ldb, rows, n, err, sizeof err) != 0) die(err);
-}
-
-static void **dev_parts(Device *dv, int n, const size_t *numel) {
-  void **v = xcalloc((size_t)n + 1, sizeof(void *));
-  for (int i = 0; i < n; i++) v[i] = dv->alloc(dv, sizeof(float) * numel[i]); /* zeroed */
-  return v;
-}
-
-static void dev_parts_free(Device *dv, void **v, int n) {
-  for (int i = 0; v && i < n; i++) dv->free(dv, v[i]);
-  free(v);
 }
 
 /* A program's per-part array (its parts: the cell's but the chunked states') from the SeqIO's */
@@ -157,14 +180,14 @@ static void sizes_free(Sizes *z) { free(z->pn), free(z->sn); }
 /* A run's per-part pointer arrays: each program's view of the SeqIO's state parts, and in's final
  * states and dfinal (out owns the cell's: chunk_own_finals) in device buffers of their own */
 typedef struct Parts {
-  void **h0, **dfinal, **final, **gh0, **fin, **zero, **fin_in, **df_in;
+  void **h0, **dfinal, **final, **gh0, **fin, **zero, **fin_in, **df_in; /* fin, zero: k's */
 } Parts;
 
 static Parts parts_of(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, const Sizes *z) {
   const Program *pout = f->out->p;
   int ns = pout->nsparts;
   Parts r;
-  r.fin = dev_parts(k->dv, ns, z->sn), r.zero = dev_parts(k->dv, ns, z->sn);
+  r.fin = kept(k->dv, &k->fin, ns, z->sn), r.zero = kept(k->dv, &k->zero, ns, z->sn);
   r.h0 = mapped(f, pout, d->h0), r.dfinal = mapped(f, pout, d->dfinal), r.final = mapped(f, pout, (const void *const *)d->final);
   r.gh0 = mapped(f, pout, (const void *const *)d->grad_h0);
   r.fin_in = chunk_ptrs(r.fin, ns), r.df_in = chunk_ptrs(r.zero, ns);
@@ -172,8 +195,7 @@ static Parts parts_of(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, const 
   return r;
 }
 
-static void parts_free(ChunkDev *k, Parts *r, int ns) {
-  dev_parts_free(k->dv, r->fin, ns), dev_parts_free(k->dv, r->zero, ns);
+static void parts_free(Parts *r) {
   free(r->h0), free(r->dfinal), free(r->final), free(r->gh0), free(r->fin_in), free(r->df_in);
 }
 
@@ -181,7 +203,7 @@ void chunkdev_forward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double
   CHECK(d->dtype == DT_F32);
   Device *dv = k->dv;
   const Program *pin = f->in->p, *pout = f->out->p;
-  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D, ns = pout->nsparts;
+  int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   Sizes z = sizes_of(f, T, B);
   /* each written whole before it is read: by the programs, the chunk ops (dyin: every input of every
      op), the column kernel (xo's first D columns) */
@@ -217,7 +239,7 @@ void chunkdev_forward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double
   f->out->be->forward(f->out, f->wout, &so);
   double t3 = synced(k);
   times[0] = t1 - t0, times[1] = t2 - t1, times[2] = t3 - t2;
-  parts_free(k, &r, ns);
+  parts_free(&r);
   sizes_free(&z);
 }
 
@@ -230,7 +252,8 @@ void chunkdev_backward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, doubl
   Sizes z = sizes_of(f, T, B);
   float *yin = k->yin, *dyin = k->dyin, *xo = k->xo, *gxo = k->gxo, *gxi = k->gxi;
   Parts r = parts_of(k, f, d, &z);
-  void **ghi = dev_parts(dv, ns, z.sn), **gho = dev_parts(dv, ns, z.sn), **gpi = dev_parts(dv, np, z.pn), **gpo = dev_parts(dv, np, z.pn);
+  void **ghi = kept(dv, &k->ghi, ns, z.sn), **gho = kept(dv, &k->gho, ns, z.sn), **gpi = kept(dv, &k->gpi, np, z.pn);
+  void **gpo = kept(dv, &k->gpo, np, z.pn);
   int nsh = pin->chunk_shared;
   char err[8192];
 
@@ -260,8 +283,7 @@ void chunkdev_backward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, doubl
   for (int i = 0; i < np; i++) cols(k, d->grad_params[i], 0, gpo[i], 0, gpi[i], 0, 1, (int)z.pn[i]);
   for (int q = 0; q < ns; q++) cols(k, r.gh0[q], 0, gho[q], 0, ghi[q], 0, 1, (int)z.sn[q]);
   synced(k);
-  dev_parts_free(dv, ghi, ns), dev_parts_free(dv, gho, ns), dev_parts_free(dv, gpi, np), dev_parts_free(dv, gpo, np);
-  parts_free(k, &r, ns);
+  parts_free(&r);
   sizes_free(&z);
 }
 
