@@ -75,6 +75,34 @@ CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const 
   }
 }
 
+/* dst [K, rows] (row stride ldd) = (src_i * t_i)^T for rows rows of K (t's rows [K]) */
+CLONED static void scaled_t(float *restrict dst, int ldd, const float *restrict src, int lds, const float *restrict t, int rows, int K) {
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < K; k++) dst[(size_t)k * ldd + i] = src[(size_t)i * lds + k] * t[(size_t)i * K + k];
+}
+
+/* rows of K: dst_j = src_j * f_j (* g where g is not NULL: one row for all), dst's row stride K, f's K */
+CLONED static void scaled_rows(float *restrict dst, const float *restrict src, int lds, const float *restrict f, const float *restrict g,
+                               int rows, int K) {
+  for (int j = 0; j < rows; j++) {
+    float *restrict d = dst + (size_t)j * K;
+    const float *restrict a = src + (size_t)j * lds, *restrict t = f + (size_t)j * K;
+    if (g)
+      for (int k = 0; k < K; k++) d[k] = a[k] * t[k] * g[k];
+    else
+      for (int k = 0; k < K; k++) d[k] = a[k] * t[k];
+  }
+}
+
+/* rows of K: r_i += y_i * f_i (y's and f's row stride K) */
+CLONED static void addmul_rows(float *restrict r, int ldr, const float *restrict y, const float *restrict f, int rows, int K) {
+  for (int i = 0; i < rows; i++) {
+    float *restrict d = r + (size_t)i * ldr;
+    const float *restrict a = y + (size_t)i * K, *restrict t = f + (size_t)i * K;
+    for (int k = 0; k < K; k++) d[k] += a[k] * t[k];
+  }
+}
+
 /* y = e^x for n values: a polynomial after range reduction (Cephes' expf, within 1e-7 relative),
  * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
  * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
@@ -166,7 +194,10 @@ CLONED static void tables_final(Ctx *x) {
 /* e^{b_i - b_j} of key k, j <= i in one sub-block, pairwise (a sub-block that is not tight) */
 static float pair(const Ctx *x, int i, int j, int k) { return expf((float)(x->b[(size_t)i * x->w + k] - x->b[(size_t)j * x->w + k])); }
 
-/* x->A = the intra scores of the chunk (zero above the diagonal) */
+/* x->A = the intra scores of the chunk: a scalar decay's A (zero above the diagonal), a decay per
+ * key's A^T (zero below it): its sub-block I of rows is a product X2 X1^T with X1^T = (q_I Qf_I)^T
+ * [K, rows] made transposed as it is scaled, a plain product whose narrow right side OpenBLAS
+ * runs through its small-matrix kernel (q k^T as A B^T packs both operands). */
 static void scores(Ctx *x) {
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K;
@@ -176,30 +207,52 @@ static void scores(Ctx *x) {
     for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] *= x->M[e];
     return;
   }
-  for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] = 0;
+  float *AT = x->A;
   for (int ib = 0; ib < x->nb; ib++) {
-    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
-    for (int i = i0; i < i1; i++)
-      for (int kk = 0; kk < K; kk++) x->x1[(size_t)(i - i0) * K + kk] = ROW(q, c->ldq, i)[kk] * TAB(x->Qf, i)[kk];
-    for (int j = 0; j < cols; j++) {
-      int jb = j / SUB;
-      const float *kj = ROW(k, c->ldk, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)j * K;
-      if (jb < ib)
-        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk];
-    }
-    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, cols, K, 1, x->x1, K, x->x2, K, 0, x->A + (size_t)i0 * n, n);
-    for (int i = i0; i < i1; i++)
-      for (int j = i0; j < i1; j++) {
-        if (j > i) x->A[(size_t)i * n + j] = 0;
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0, rows = i1 - i0;
+    scaled_t(x->x1, rows, ROW(q, c->ldq, i0), c->ldq, TAB(x->Qf, i0), rows, K);
+    for (int j0 = 0; j0 < cols; j0 += SUB)
+      scaled_rows(x->x2 + (size_t)j0 * K, ROW(k, c->ldk, j0), c->ldk, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
+                  j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
+    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cols, rows, K, 1, x->x2, K, x->x1, rows, 0, AT + i0, n);
+    for (int j = i0; j < n; j++)
+      for (int i = i0; i < i1; i++) {
+        if (j > i) AT[(size_t)j * n + i] = 0;
         else if (!x->tight[ib]) {
           float a = 0;
           for (int kk = 0; kk < K; kk++) a += ROW(q, c->ldq, i)[kk] * ROW(k, c->ldk, j)[kk] * pair(x, i, j, kk);
-          x->A[(size_t)i * n + j] = a;
+          AT[(size_t)j * n + i] = a;
         }
       }
+  }
+}
+
+/* o += A v (rows of V), x->A as scores leaves it; a decay per key's by sub-blocks of rows, each
+ * against the steps up to it only */
+static void intra_read(Ctx *x, const float *v, int ldv, float *o, int ldo) {
+  int n = x->n, V = x->c->V;
+  if (!x->c->per_key) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, ldv, 1, o, ldo);
+    return;
+  }
+  for (int i0 = 0; i0 < n; i0 += SUB) {
+    int i1 = i0 + SUB < n ? i0 + SUB : n;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, V, i1, 1, x->A + i0, n, v, ldv, 1, ROW(o, ldo, i0), ldo);
+  }
+}
+
+/* r = A^T y (rows of V, overwritten): a decay per key's by sub-blocks of rows, each against the
+ * steps from it on only */
+static void intra_grad(Ctx *x, const float *y, int ldy, float *r, int ldr) {
+  int n = x->n, V = x->c->V;
+  if (!x->c->per_key) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x->A, n, y, ldy, 0, r, ldr);
+    return;
+  }
+  for (int j0 = 0; j0 < n; j0 += SUB) {
+    int j1 = j0 + SUB < n ? j0 + SUB : n;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j1 - j0, V, n - j0, 1, x->A + (size_t)j0 * n + j0, n, ROW(y, ldy, j0), ldy, 0,
+                ROW(r, ldr, j0), ldr);
   }
 }
 
@@ -219,19 +272,12 @@ static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, flo
   }
   for (int ib = 0; ib < x->nb; ib++) {
     int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
-    for (int j = 0; j < cols; j++) {
-      int jb = j / SUB;
-      const float *yj = ROW(y, ldy, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)j * K;
-      if (jb < ib)
-        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk];
-    }
+    for (int j0 = 0; j0 < cols; j0 += SUB)
+      scaled_rows(x->x2 + (size_t)j0 * K, ROW(y, ldy, j0), ldy, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
+                  j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
     if (cols) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, K, cols, 1, W + (size_t)i0 * n, n, x->x2, K, 0, x->x1, K);
-      for (int i = i0; i < i1; i++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += x->x1[(size_t)(i - i0) * K + kk] * TAB(x->Qf, i)[kk];
+      addmul_rows(ROW(r, ldr, i0), ldr, x->x1, TAB(x->Qf, i0), i1 - i0, K);
     }
     if (!x->tight[ib])
       for (int i = i0; i < i1; i++)
@@ -251,19 +297,12 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   }
   for (int jb = 0; jb < x->nb; jb++) {
     int j0 = jb * SUB, j1 = j0 + SUB < n ? j0 + SUB : n, from = x->tight[jb] ? j0 : j1;
-    for (int i = from; i < n; i++) {
-      int ib = i / SUB;
-      const float *yi = ROW(y, ldy, i), *f = ib > jb ? TAB(x->Qf, i) : TAB(x->Ki, i), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)(i - from) * K;
-      if (ib > jb)
-        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk];
-    }
+    for (int i0 = from; i0 < n; i0 += SUB)
+      scaled_rows(x->x2 + (size_t)(i0 - from) * K, ROW(y, ldy, i0), ldy, i0 > j0 ? TAB(x->Qf, i0) : TAB(x->Ki, i0),
+                  i0 > j0 ? GAP(i0 / SUB, jb) : NULL, (i0 + SUB < n ? i0 + SUB : n) - i0, K);
     if (from < n) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, K, n - from, 1, W + (size_t)from * n + j0, n, x->x2, K, 0, x->x1, K);
-      for (int j = j0; j < j1; j++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += x->x1[(size_t)(j - j0) * K + kk] * TAB(x->Kf, j)[kk];
+      addmul_rows(ROW(r, ldr, j0), ldr, x->x1, TAB(x->Kf, j0), j1 - j0, K);
     }
     if (!x->tight[jb])
       for (int j = j0; j < j1; j++)
@@ -282,7 +321,7 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
     scaled(x->x1, K, q, c->ldq, x->G, x->w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, oc, ldo);
     scores(x);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, c->ldv, 1, oc, ldo);
+    intra_read(x, v, c->ldv, oc, ldo);
   }
   for (int kk = 0; kk < K; kk++) {
     float e = TAB(x->G, n - 1)[c->per_key ? kk : 0];
@@ -418,7 +457,7 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
     for (int i = 0; i < n; i++)
       for (int j = i + 1; j < n; j++) dA[(size_t)i * n + j] = 0;
     /* dv = A^T dO + (k e^{b_n - b}) dS_n */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x.A, n, dO, lddo, 0, dV, c->ldv);
+    intra_grad(&x, dO, lddo, dV, c->ldv);
     scaled(x.x1, K, k, c->ldk, x.F, w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x.x1, K, g, V, 1, dV, c->ldv);
     /* dq = e^{b} (dO S_0^T) + intra;  dk = e^{b_n - b} (v dS_n^T) + intra */
