@@ -46,6 +46,7 @@ typedef struct Ctx {
   float *ex;                   /* [(SUB + 2) w] scratch of tables */
   bool *tight;                 /* [nb] */
   float *x1, *x2;              /* [L, max(K, V)] scratch */
+  float *x3;                   /* [SUB, K] scratch */
   float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
 } Ctx;
 
@@ -74,12 +75,6 @@ CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const 
     else
       for (int k = 0; k < K; k++) d[k] = a[k] * f[k];
   }
-}
-
-/* dst [K, rows] (row stride ldd) = (src_i * t_i)^T for rows rows of K (t's rows [K]) */
-CLONED static void scaled_t(float *restrict dst, int ldd, const float *restrict src, int lds, const float *restrict t, int rows, int K) {
-  for (int i = 0; i < rows; i++)
-    for (int k = 0; k < K; k++) dst[(size_t)k * ldd + i] = src[(size_t)i * lds + k] * t[(size_t)i * K + k];
 }
 
 /* rows of K: dst_j = src_j * f_j (* g where g is not NULL: one row for all), dst's row stride K, f's K */
@@ -195,6 +190,47 @@ CLONED static void tables_final(Ctx *x) {
 /* e^{b_i - b_j} of key k, j <= i in one sub-block, pairwise (a sub-block that is not tight) */
 static float pair(const Ctx *x, int i, int j, int k) { return expf((float)(x->b[(size_t)i * x->w + k] - x->b[(size_t)j * x->w + k])); }
 
+/* dst [cols, rows] (row stride ldd) = the transpose of src [rows, cols] (row stride lds): tiles of
+ * 8 x 8 through AVX registers (a scalar copy moves one value a cycle: a 64 x 64 transpose was as
+ * long as a third of a 64 x 64 x 64 product), the edges and CPUs without AVX2 value by value */
+static void transpose_edges(float *dst, int ldd, const float *src, int lds, int rows, int cols, int r8, int c8) {
+  for (int i = 0; i < rows; i++)
+    for (int j = i < r8 ? c8 : 0; j < cols; j++) dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
+}
+
+__attribute__((target("avx2"))) static void transpose_avx2(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+  int r8 = rows & ~7, c8 = cols & ~7;
+  for (int i = 0; i < r8; i += 8)
+    for (int j = 0; j < c8; j += 8) {
+      const float *s = src + (size_t)i * lds + j;
+      __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * (size_t)lds);
+      __m256 r3 = _mm256_loadu_ps(s + 3 * (size_t)lds), r4 = _mm256_loadu_ps(s + 4 * (size_t)lds);
+      __m256 r5 = _mm256_loadu_ps(s + 5 * (size_t)lds), r6 = _mm256_loadu_ps(s + 6 * (size_t)lds);
+      __m256 r7 = _mm256_loadu_ps(s + 7 * (size_t)lds);
+      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3);
+      __m256 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44);
+      __m256 u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float *d = dst + (size_t)j * ldd + i;
+      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * (size_t)ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * (size_t)ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  transpose_edges(dst, ldd, src, lds, rows, cols, r8, c8);
+}
+
+static void transpose(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+  if (__builtin_cpu_supports("avx2")) transpose_avx2(dst, ldd, src, lds, rows, cols);
+  else transpose_edges(dst, ldd, src, lds, rows, cols, 0, 0);
+}
+
 /* x->A = the intra scores of the chunk: a scalar decay's A (zero above the diagonal), a decay per
  * key's A^T (zero below it): its sub-block I of rows is a product X2 X1^T with X1^T = (q_I Qf_I)^T
  * [K, rows] made transposed as it is scaled, a plain product whose narrow right side OpenBLAS
@@ -211,7 +247,8 @@ static void scores(Ctx *x) {
   float *AT = x->A;
   for (int ib = 0; ib < x->nb; ib++) {
     int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0, rows = i1 - i0;
-    scaled_t(x->x1, rows, ROW(q, c->ldq, i0), c->ldq, TAB(x->Qf, i0), rows, K);
+    scaled_rows(x->x3, ROW(q, c->ldq, i0), c->ldq, TAB(x->Qf, i0), NULL, rows, K);
+    transpose(x->x1, rows, x->x3, K, rows, K);
     for (int j0 = 0; j0 < cols; j0 += SUB)
       scaled_rows(x->x2 + (size_t)j0 * K, ROW(k, c->ldk, j0), c->ldk, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
                   j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
@@ -341,6 +378,7 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
   x.Qf = xmalloc(lw), x.Kf = xmalloc(lw), x.Qi = xmalloc(lw), x.Ki = xmalloc(lw), x.G = xmalloc(lw), x.F = xmalloc(lw);
   x.gap = xmalloc(sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
   x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
+  x.x3 = xmalloc(sizeof(float) * SUB * (size_t)c->K + 1);
   x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
   x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 2) * (size_t)w + 1);
   return x;
@@ -348,7 +386,7 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
 
 static void ctx_free(Ctx *x) {
   free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
-  free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+  free(x->x1), free(x->x2), free(x->x3), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
 }
 
 static void at_chunk(Ctx *x, int j, bool full) {
@@ -373,47 +411,6 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   memcpy(sT, cur, sizeof(float) * kv);
   free(cur), free(next);
   ctx_free(&x);
-}
-
-/* dst [cols, rows] (row stride ldd) = the transpose of src [rows, cols] (row stride lds): tiles of
- * 8 x 8 through AVX registers (a scalar copy moves one value a cycle: a 64 x 64 transpose was as
- * long as a third of a 64 x 64 x 64 product), the edges and CPUs without AVX2 value by value */
-static void transpose_edges(float *dst, int ldd, const float *src, int lds, int rows, int cols, int r8, int c8) {
-  for (int i = 0; i < rows; i++)
-    for (int j = i < r8 ? c8 : 0; j < cols; j++) dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
-}
-
-__attribute__((target("avx2"))) static void transpose_avx2(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
-  int r8 = rows & ~7, c8 = cols & ~7;
-  for (int i = 0; i < r8; i += 8)
-    for (int j = 0; j < c8; j += 8) {
-      const float *s = src + (size_t)i * lds + j;
-      __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * (size_t)lds);
-      __m256 r3 = _mm256_loadu_ps(s + 3 * (size_t)lds), r4 = _mm256_loadu_ps(s + 4 * (size_t)lds);
-      __m256 r5 = _mm256_loadu_ps(s + 5 * (size_t)lds), r6 = _mm256_loadu_ps(s + 6 * (size_t)lds);
-      __m256 r7 = _mm256_loadu_ps(s + 7 * (size_t)lds);
-      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3);
-      __m256 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44);
-      __m256 u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float *d = dst + (size_t)j * ldd + i;
-      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 2 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 3 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 4 * (size_t)ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 5 * (size_t)ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 6 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 7 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
-    }
-  transpose_edges(dst, ldd, src, lds, rows, cols, r8, c8);
-}
-
-static void transpose(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
-  if (__builtin_cpu_supports("avx2")) transpose_avx2(dst, ldd, src, lds, rows, cols);
-  else transpose_edges(dst, ldd, src, lds, rows, cols, 0, 0);
 }
 
 /* The log-decays' gradients of a chunk: db_i = q_i dq_i - k_i dk_i, + S_n . dS_n at its last step,
