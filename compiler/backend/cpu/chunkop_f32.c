@@ -43,7 +43,7 @@ typedef struct Ctx {
   float *Qf, *Kf, *Qi, *Ki, *G, *F; /* [L, w] */
   float *gap;                  /* [nb, nb, w] */
   double *zero;                /* [w] zeros: b_{-1} */
-  float *ex;                   /* [(SUB + 2) w] scratch of tables */
+  float *ex;                   /* [(SUB + 3 + nb) w] scratch of tables */
   bool *tight;                 /* [nb] */
   float *x1, *x2;              /* [L, max(K, V)] scratch */
   float *x3;                   /* [SUB, K] scratch */
@@ -124,6 +124,34 @@ static void exp_diff(float *y, const double *a, const double *b, int n, float *z
   vexp(y, z, n);
 }
 
+/* qi = 1 / qf, kf = qe qi, ki = qf rq (rq = 1 / qe) for rows of w: restrict, so that it vectorizes */
+CLONED static void inverses(float *restrict qi, float *restrict kf, float *restrict ki, const float *restrict qf, const float *restrict qe,
+                            const float *restrict rq, int rows, int w) {
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < w; k++) {
+      size_t e = (size_t)i * w + (size_t)k;
+      qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] * rq[k];
+    }
+}
+
+/* z_i = (float)(b_i - r) (sign 1) or (r - b_i) (sign -1) for rows of w (b's row stride ldb) */
+CLONED static void rowdiff(float *restrict z, const double *restrict b, int ldb, const double *restrict r, int rows, int w, int sign) {
+  for (int i = 0; i < rows; i++) {
+    const double *restrict bi = b + (size_t)i * ldb;
+    float *restrict zi = z + (size_t)i * w;
+    if (sign > 0)
+      for (int k = 0; k < w; k++) zi[k] = (float)(bi[k] - r[k]);
+    else
+      for (int k = 0; k < w; k++) zi[k] = (float)(r[k] - bi[k]);
+  }
+}
+
+/* d_i = s * t_i for rows of w */
+CLONED static void scale_by_row(float *restrict d, const float *restrict s, const float *restrict t, int rows, int w) {
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < w; k++) d[(size_t)i * w + k] = s[k] * t[(size_t)i * w + k];
+}
+
 CLONED static void tables(Ctx *x) {
   int n = x->n, w = x->w;
   x->nb = (n + SUB - 1) / SUB;
@@ -135,29 +163,26 @@ CLONED static void tables(Ctx *x) {
     double span = 0;
     for (int k = 0; k < w; k++) span = br[k] - be[k] > span ? br[k] - be[k] : span;
     x->tight[ib] = span <= TIGHT;
-    exp_diff(gr, br, x->zero, w, z), exp_diff(ge, bn, be, w, z);
     float *qf = TAB(x->Qf, i0), *kf = TAB(x->Kf, i0), *g = TAB(x->G, i0), *f = TAB(x->F, i0);
     float *qi = TAB(x->Qi, i0), *ki = TAB(x->Ki, i0), *qe = TAB(x->Qf, i1 - 1);
-    for (int i = 0; i < rows; i++)
-      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(bi[(size_t)i * w + k] - br[k]);
+    /* the exponents a few calls a sub-block (a call is a dispatch and a loop's prologue: w is small) */
+    rowdiff(z, br, 0, x->zero, 1, w, 1), rowdiff(z + w, bn, 0, be, 1, w, 1);
+    vexp(gr, z, 2 * w); /* gr, ge */
+    rowdiff(z, bi, w, br, rows, w, 1);
     vexp(qf, z, rows * w);
-    if (x->tight[ib]) /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT */
-      for (int i = 0; i < rows; i++)
-        for (int k = 0; k < w; k++) {
-          size_t e = (size_t)i * w + (size_t)k;
-          qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] / qe[k];
-        }
-    else {
-      for (int i = 0; i < rows; i++)
-        for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
+    if (x->tight[ib]) { /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT; one division an entry */
+      float *rq = z + (size_t)SUB * w;
+      for (int k = 0; k < w; k++) rq[k] = 1 / qe[k];
+      inverses(qi, kf, ki, qf, qe, rq, rows, w);
+    } else {
+      rowdiff(z, bi, w, be, rows, w, -1);
       vexp(kf, z, rows * w);
     }
-    for (int i = 0; i < rows; i++)
-      for (int k = 0; k < w; k++) {
-        size_t e = (size_t)i * w + (size_t)k;
-        g[e] = gr[k] * qf[e], f[e] = ge[k] * kf[e];
-      }
-    for (int jb = 0; jb < ib; jb++) exp_diff(GAP(ib, jb), br, x->b + (size_t)(jb * SUB + SUB - 1) * w, w, z);
+    scale_by_row(g, gr, qf, rows, w), scale_by_row(f, ge, kf, rows, w);
+    if (ib) { /* gap[I][J] = e^{b_rI - b_eJ}, J < I: rows of w, contiguous in J */
+      rowdiff(z, x->b + (size_t)(SUB - 1) * w, SUB * w, br, ib, w, -1);
+      vexp(GAP(ib, 0), z, ib * w);
+    }
   }
   if (x->c->per_key) return;
   for (int i = 0; i < n; i++) { /* a scalar decay's mask, by sub-blocks of columns */
@@ -380,7 +405,7 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
   x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
   x.x3 = xmalloc(sizeof(float) * SUB * (size_t)c->K + 1);
   x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
-  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 2) * (size_t)w + 1);
+  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
   return x;
 }
 
