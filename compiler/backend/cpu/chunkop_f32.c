@@ -394,18 +394,20 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, v, c->ldv, 1, s1, V);
 }
 
+/* Scratch on 64 bytes: rows of 16 floats then fill whole cache lines (a vector that crosses two
+ * lines costs about two) */
 static Ctx ctx_new(const ChunkOpF32 *c) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
   int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
   size_t lw = sizeof(float) * (size_t)L * (size_t)w + 1, ll = sizeof(float) * (size_t)L * (size_t)L + 1;
   Ctx x = {.c = c, .w = w};
-  x.b = xmalloc(sizeof(double) * (size_t)L * (size_t)w + 1);
-  x.Qf = xmalloc(lw), x.Kf = xmalloc(lw), x.Qi = xmalloc(lw), x.Ki = xmalloc(lw), x.G = xmalloc(lw), x.F = xmalloc(lw);
-  x.gap = xmalloc(sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
-  x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
-  x.x3 = xmalloc(sizeof(float) * SUB * (size_t)c->K + 1);
-  x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
-  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
+  x.b = xaligned(64, sizeof(double) * (size_t)L * (size_t)w + 1);
+  x.Qf = xaligned(64, lw), x.Kf = xaligned(64, lw), x.Qi = xaligned(64, lw), x.Ki = xaligned(64, lw), x.G = xaligned(64, lw), x.F = xaligned(64, lw);
+  x.gap = xaligned(64, sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
+  x.x1 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1);
+  x.x3 = xaligned(64, sizeof(float) * SUB * (size_t)c->K + 1);
+  x.A = xaligned(64, ll), x.W = xaligned(64, ll), x.M = xaligned(64, ll);
+  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xaligned(64, sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
   return x;
 }
 
@@ -425,7 +427,7 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   CHECK(c->L >= 1 && c->T >= 0);
   size_t kv = (size_t)c->K * (size_t)c->V;
   Ctx x = ctx_new(c);
-  float *cur = xmalloc(sizeof(float) * kv + 1), *next = xmalloc(sizeof(float) * kv + 1);
+  float *cur = xaligned(64, sizeof(float) * kv + 1), *next = xaligned(64, sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
     at_chunk(&x, j, true);
@@ -485,10 +487,10 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
   Ctx x = ctx_new(c);
-  float *bnd = xmalloc(sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xmalloc(sizeof(float) * kv + 1);
-  float *dA = xmalloc(sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xmalloc(sizeof(float) * (size_t)c->L * (size_t)K + 1);
-  double *acc = xmalloc(sizeof(double) * (size_t)w);
-  float *tr = xmalloc(sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
+  float *bnd = xaligned(64, sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xaligned(64, sizeof(float) * kv + 1);
+  float *dA = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)K + 1);
+  double *acc = xaligned(64, sizeof(double) * (size_t)w);
+  float *tr = xaligned(64, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
   memcpy(bnd, s0, sizeof(float) * kv);
   for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
