@@ -37,8 +37,12 @@
  * Kf_j Ki_i with Qi = 1 / Qf, Ki = 1 / Kf, at most e^{TIGHT}: the diagonal sub-blocks are
  * products too where the sub-block is tight (its span b_r - b_e at most TIGHT), else pairwise. */
 typedef struct Ctx {
-  const ChunkOpF32 *c;
-  int t0, n, w, nb;
+  const ChunkOpF32 *c;         /* the chunk's rows: the caller's, or lc */
+  const ChunkOpF32 *src;       /* the caller's */
+  ChunkOpF32 lc;               /* the chunk's rows gathered (gather): q, k, v, la [L, K / V / w] */
+  bool gather;
+  int t0, n, w, nb;            /* t0: the chunk's first row in c */
+  int tg;                      /* its first step in the sequence */
   double *b;                   /* [n, w], float64: b_i - b_j of large b's loses nothing */
   float *Qf, *Kf, *Qi, *Ki, *G, *F; /* [L, w] */
   float *gap;                  /* [nb, nb, w] */
@@ -47,6 +51,7 @@ typedef struct Ctx {
   bool *tight;                 /* [nb] */
   float *x1, *x2;              /* [L, max(K, V)] scratch */
   float *x3;                   /* [SUB, K] scratch */
+  float *x3o;                  /* [L, V]: the reads, dense */
   float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
 } Ctx;
 
@@ -374,17 +379,24 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   }
 }
 
+/* rows [t0, t0 + n) of src (stride lds) to dst (stride ldd), cols values each */
+static void copy_rows(float *dst, int ldd, const float *src, int lds, int t0, int n, int cols) {
+  for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)(t0 + i) * lds, sizeof(float) * (size_t)cols);
+}
+
 /* The chunk's reads into o (when not NULL) and its final state s1 from s0. */
 static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1) {
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K, V = c->V;
   const float *q = ROW(c->q, c->ldq, x->t0), *k = ROW(c->k, c->ldk, x->t0), *v = ROW(c->v, c->ldv, x->t0);
   if (o) {
-    float *oc = ROW(o, ldo, x->t0);
+    float *oc = ROW(o, ldo, x->tg), *od = ldo == V ? oc : x->x3o; /* written twice: dense */
+    int ldd = ldo == V ? ldo : V;
     scaled(x->x1, K, q, c->ldq, x->G, x->w, n, K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, oc, ldo);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, od, ldd);
     scores(x);
-    intra_read(x, v, c->ldv, oc, ldo);
+    intra_read(x, v, c->ldv, od, ldd);
+    if (od != oc) copy_rows(oc, ldo, od, V, 0, n, V);
   }
   for (int kk = 0; kk < K; kk++) {
     float e = TAB(x->G, n - 1)[c->per_key ? kk : 0];
@@ -400,12 +412,22 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
   int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
   size_t lw = sizeof(float) * (size_t)L * (size_t)w + 1, ll = sizeof(float) * (size_t)L * (size_t)L + 1;
-  Ctx x = {.c = c, .w = w};
+  Ctx x = {.c = c, .src = c, .w = w};
+  /* Rows far apart (the caller's views of wide rows: a stride of B times the row) cost a TLB miss
+   * and a cache line apart each time a product or a row loop passes over them, about as much as
+   * the chunk's work: such a chunk's rows are gathered once, dense. */
+  x.gather = c->ldq != c->K || c->ldk != c->K || c->ldv != c->V || c->ldla != w;
+  if (x.gather) {
+    x.lc = *c;
+    x.lc.q = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1), x.lc.k = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1);
+    x.lc.v = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1), x.lc.la = xaligned(64, sizeof(float) * (size_t)L * (size_t)w + 1);
+    x.lc.ldq = c->K, x.lc.ldk = c->K, x.lc.ldv = c->V, x.lc.ldla = w;
+  }
   x.b = xaligned(64, sizeof(double) * (size_t)L * (size_t)w + 1);
   x.Qf = xaligned(64, lw), x.Kf = xaligned(64, lw), x.Qi = xaligned(64, lw), x.Ki = xaligned(64, lw), x.G = xaligned(64, lw), x.F = xaligned(64, lw);
   x.gap = xaligned(64, sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
   x.x1 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1);
-  x.x3 = xaligned(64, sizeof(float) * SUB * (size_t)c->K + 1);
+  x.x3 = xaligned(64, sizeof(float) * SUB * (size_t)c->K + 1), x.x3o = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1);
   x.A = xaligned(64, ll), x.W = xaligned(64, ll), x.M = xaligned(64, ll);
   x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xaligned(64, sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
   return x;
@@ -413,12 +435,21 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
 
 static void ctx_free(Ctx *x) {
   free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
-  free(x->x1), free(x->x2), free(x->x3), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+  free(x->x1), free(x->x2), free(x->x3), free(x->x3o), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+  if (x->gather) free((void *)x->lc.q), free((void *)x->lc.k), free((void *)x->lc.v), free((void *)x->lc.la);
 }
 
 static void at_chunk(Ctx *x, int j, bool full) {
-  x->t0 = j * x->c->L;
-  x->n = x->c->T - x->t0 < x->c->L ? x->c->T - x->t0 : x->c->L;
+  const ChunkOpF32 *c = x->src;
+  x->tg = j * c->L;
+  x->n = c->T - x->tg < c->L ? c->T - x->tg : c->L;
+  x->c = x->gather ? &x->lc : c, x->t0 = x->gather ? 0 : x->tg;
+  if (x->gather) {
+    ChunkOpF32 *l = &x->lc;
+    if (full) copy_rows((float *)l->q, l->ldq, c->q, c->ldq, x->tg, x->n, c->K);
+    copy_rows((float *)l->k, l->ldk, c->k, c->ldk, x->tg, x->n, c->K), copy_rows((float *)l->v, l->ldv, c->v, c->ldv, x->tg, x->n, c->V);
+    copy_rows((float *)l->la, l->ldla, c->la, c->ldla, x->tg, x->n, x->w);
+  }
   cumulate(x);
   full ? tables(x) : tables_final(x);
 }
@@ -444,9 +475,9 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
  * then d log a_t = sum_{i >= t} db_i (over the keys too for a scalar decay) into dla; and
  * dS_n *= e^{b_n} (g: dS_n, gn: G_{n-1}). Row loops over restrict locals so that they vectorize;
  * the dot products in 16 partial sums (a single sum does not vectorize without reassociation). */
-CLONED static void log_decay_grads(const ChunkOpF32 *c, int t0, int n, const float *q, const float *dQ, const float *k,
+CLONED static void log_decay_grads(const ChunkOpF32 *c, int n, const float *q, const float *dQ, const float *k,
                                    const float *dK, const float *S1, float *g, const float *gn, float *db, double *acc,
-                                   float *dla) {
+                                   float *dla, int ldla) {
   int K = c->K, V = c->V, w = c->per_key ? K : 1;
   for (int i = 0; i < n; i++) {
     const float *restrict qi = ROW(q, c->ldq, i), *restrict dqi = ROW(dQ, c->ldq, i), *restrict ki = ROW(k, c->ldk, i);
@@ -471,7 +502,7 @@ CLONED static void log_decay_grads(const ChunkOpF32 *c, int t0, int n, const flo
   for (int kk = 0; kk < w; kk++) ac[kk] = 0;
   for (int i = n - 1; i >= 0; i--) {
     const float *restrict d = db + (size_t)i * K;
-    float *restrict o = dla + (size_t)(t0 + i) * (size_t)c->ldla;
+    float *restrict o = dla + (size_t)i * (size_t)ldla;
     if (c->per_key)
       for (int kk = 0; kk < K; kk++) ac[kk] += d[kk], o[kk] = (float)ac[kk];
     else {
@@ -481,7 +512,7 @@ CLONED static void log_decay_grads(const ChunkOpF32 *c, int t0, int n, const flo
   }
 }
 
-void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
+void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo0, const float *dsT, float *dq,
                           float *dk, float *dv, float *dla, float *ds0) {
   CHECK(c->L >= 1 && c->T >= 0);
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
@@ -491,15 +522,20 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   float *dA = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)K + 1);
   double *acc = xaligned(64, sizeof(double) * (size_t)w);
   float *tr = xaligned(64, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
+  float *gdo = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)V + 1); /* dO's rows, dense */
+  float *gd = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V) + 1); /* dq, dk, dv's, dense */
   memcpy(bnd, s0, sizeof(float) * kv);
   for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
     at_chunk(&x, jc, true);
-    int n = x.n, t0 = x.t0;
+    const ChunkOpF32 *c = x.c; /* the chunk's rows; dq, dk, dv dense (gd) where those are gathered */
+    int n = x.n, t0 = x.t0, tg = x.tg, lddo = lddo0;
     const float *S0 = bnd + kv * (size_t)jc, *S1 = bnd + kv * (size_t)(jc + 1);
-    const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, t0);
-    float *dQ = ROW(dq, c->ldq, t0), *dK = ROW(dk, c->ldk, t0), *dV = ROW(dv, c->ldv, t0);
+    const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, tg);
+    float *dQ = x.gather ? gd : ROW(dq, c->ldq, t0), *dK = x.gather ? gd + (size_t)n * K : ROW(dk, c->ldk, t0);
+    float *dV = x.gather ? gd + 2 * (size_t)n * K : ROW(dv, c->ldv, t0);
+    if (lddo != V) copy_rows(gdo, V, dO, lddo, 0, n, V), dO = gdo, lddo = V;
     scores(&x);
     /* dA = dO v^T on and below the diagonal, by sub-blocks of rows; the products with a transposed
      * right side are made plain ones (OpenBLAS's row-major A B^T at these sizes packs its operands:
@@ -526,10 +562,15 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
     weighted_after(&x, dA, q, c->ldq, dK, c->ldk);
     /* dS_0 = (q e^b)^T dO + e^{b_n} dS_n */
     scaled(x.x1, K, q, c->ldq, x.G, w, n, K);
-    log_decay_grads(c, t0, n, q, dQ, k, dK, S1, g, x.G + (size_t)(n - 1) * w, db, acc, dla);
+    log_decay_grads(c, n, q, dQ, k, dK, S1, g, x.G + (size_t)(n - 1) * w, db, acc, ROW(dla, x.src->ldla, tg), x.src->ldla);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x.x1, K, dO, lddo, 1, g, V);
+    if (x.gather) {
+      const ChunkOpF32 *o = x.src;
+      copy_rows(ROW(dq, o->ldq, tg), o->ldq, dQ, K, 0, n, K), copy_rows(ROW(dk, o->ldk, tg), o->ldk, dK, K, 0, n, K);
+      copy_rows(ROW(dv, o->ldv, tg), o->ldv, dV, V, 0, n, V);
+    }
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  free(bnd), free(g), free(dA), free(db), free(acc), free(tr);
+  free(bnd), free(g), free(dA), free(db), free(acc), free(tr), free(gdo), free(gd);
   ctx_free(&x);
 }
