@@ -379,6 +379,16 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   }
 }
 
+/* Asks for the cache lines of rows [t0, t0 + n) of src (stride lds, cols values each): a chunk's
+ * rows far apart, asked for a chunk ahead, arrive while the chunk before them runs (the hardware
+ * prefetcher does not follow rows a page or more apart) */
+static void prefetch_rows(const float *src, int lds, int t0, int n, int cols) {
+  for (int i = 0; i < n; i++) {
+    const char *r = (const char *)(src + (size_t)(t0 + i) * lds);
+    for (size_t b = 0; b < sizeof(float) * (size_t)cols; b += 64) __builtin_prefetch(r + b);
+  }
+}
+
 /* rows [t0, t0 + n) of src (stride lds) to dst (stride ldd), cols values each */
 static void copy_rows(float *dst, int ldd, const float *src, int lds, int t0, int n, int cols) {
   for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)(t0 + i) * lds, sizeof(float) * (size_t)cols);
@@ -439,8 +449,15 @@ static void ctx_free(Ctx *x) {
   if (x->gather) free((void *)x->lc.q), free((void *)x->lc.k), free((void *)x->lc.v), free((void *)x->lc.la);
 }
 
-static void at_chunk(Ctx *x, int j, bool full) {
+/* Makes chunk j the current one (its rows, cumulative log-decays and tables; only what the final
+ * state needs where not full); the rows of chunk next (if in the sequence) asked for. */
+static void at_chunk(Ctx *x, int j, bool full, int next) {
   const ChunkOpF32 *c = x->src;
+  int nt = next * c->L, nn = c->T - nt < c->L ? c->T - nt : c->L;
+  if (x->gather && next >= 0 && nt < c->T) {
+    if (full) prefetch_rows(c->q, c->ldq, nt, nn, c->K);
+    prefetch_rows(c->k, c->ldk, nt, nn, c->K), prefetch_rows(c->v, c->ldv, nt, nn, c->V), prefetch_rows(c->la, c->ldla, nt, nn, x->w);
+  }
   x->tg = j * c->L;
   x->n = c->T - x->tg < c->L ? c->T - x->tg : c->L;
   x->c = x->gather ? &x->lc : c, x->t0 = x->gather ? 0 : x->tg;
@@ -461,7 +478,7 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   float *cur = xaligned(64, sizeof(float) * kv + 1), *next = xaligned(64, sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
-    at_chunk(&x, j, true);
+    at_chunk(&x, j, true, j + 1);
     chunk_forward(&x, cur, o, ldo, next);
     float *sw = cur;
     cur = next, next = sw;
@@ -525,10 +542,11 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   float *gdo = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)V + 1); /* dO's rows, dense */
   float *gd = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V) + 1); /* dq, dk, dv's, dense */
   memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  for (int j = 0; j < nc; j++) at_chunk(&x, j, false, j + 1), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
-    at_chunk(&x, jc, true);
+    at_chunk(&x, jc, true, jc - 1);
+    if (lddo0 != V && jc) prefetch_rows(dout, lddo0, (jc - 1) * x.src->L, x.src->L, V);
     const ChunkOpF32 *c = x.c; /* the chunk's rows; dq, dk, dv dense (gd) where those are gathered */
     int n = x.n, t0 = x.t0, tg = x.tg, lddo = lddo0;
     const float *S0 = bnd + kv * (size_t)jc, *S1 = bnd + kv * (size_t)(jc + 1);
