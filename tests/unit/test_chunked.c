@@ -249,6 +249,64 @@ Test(chunked, f32_scalar_as_f64) {
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) compare_f32(Ts[i], 64, false), compare_f32(Ts[i], 16, false);
 }
 
+/* The op on rows far apart (a caller's views of wide rows: it gathers each chunk's rows dense) gives
+ * the same bits as on dense rows, and writes only its own values of the wide rows (the rest keeps
+ * a sentinel); decays strong enough for sub-blocks that are not tight (pairwise) included. */
+static void strided_as_dense(int T, int L, bool per_key, double strong) {
+  int K = 20, V = 12, w = per_key ? K : 1, R = 2 * K + V + w + 3, ld = 3 * R, ldo = 2 * V + 5;
+  Seq s = seq_new(T, K, V, per_key, (uint64_t)(T * 5 + L + per_key));
+  for (size_t i = 0; i < (size_t)T * w; i++) s.la[i] *= strong;
+  size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V, tw = (size_t)T * w, big = (size_t)T * ld;
+  float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
+  float *dout = f32v(s.dout, tv), *dsT = f32v(s.dsT, kv);
+  float *wide = xmalloc(sizeof(float) * big), *wdo = xmalloc(sizeof(float) * (size_t)T * ldo), *wo = xmalloc(sizeof(float) * (size_t)T * ldo);
+  for (size_t i = 0; i < big; i++) wide[i] = 7;
+  for (size_t i = 0; i < (size_t)T * ldo; i++) wdo[i] = 7, wo[i] = -7;
+  float *r = wide + R; /* the op's values start one row in: the second of three */
+  for (int t = 0; t < T; t++) {
+    memcpy(r + (size_t)t * ld, q + (size_t)t * K, sizeof(float) * K), memcpy(r + (size_t)t * ld + K, k + (size_t)t * K, sizeof(float) * K);
+    memcpy(r + (size_t)t * ld + 2 * K, v + (size_t)t * V, sizeof(float) * V);
+    memcpy(r + (size_t)t * ld + 2 * K + V, la + (size_t)t * w, sizeof(float) * w);
+    memcpy(wdo + (size_t)t * ldo + 1, dout + (size_t)t * V, sizeof(float) * V);
+  }
+  ChunkOpF32 cd = {T, K, V, L, per_key, q, k, v, la, K, K, V, w};
+  ChunkOpF32 cw = {T, K, V, L, per_key, r, r + K, r + 2 * K, r + 2 * K + V, ld, ld, ld, ld};
+  float *o = xcalloc(tv + 1, sizeof(float)), *sT = xcalloc(kv, sizeof(float)), *sTw = xcalloc(kv, sizeof(float));
+  cpu_chunkop_forward(&cd, s0, o, V, sT);
+  cpu_chunkop_forward(&cw, s0, wo + 1, ldo, sTw);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < ldo; j++) {
+      float want = j >= 1 && j <= V ? o[(size_t)t * V + j - 1] : -7;
+      cr_assert(wo[(size_t)t * ldo + j] == want, "reads T=%d L=%d per_key=%d t=%d j=%d", T, L, per_key, t, j);
+    }
+  cr_assert(!memcmp(sT, sTw, sizeof(float) * kv), "final state T=%d L=%d per_key=%d", T, L, per_key);
+  float *g = xcalloc(2 * tk + tv + tw + 2 * kv + 1, sizeof(float)), *gw = xmalloc(sizeof(float) * big), *ds0w = xcalloc(kv, sizeof(float));
+  float *dq = g, *dk = dq + tk, *dv = dk + tk, *dla = dv + tv, *ds0 = dla + tw;
+  for (size_t i = 0; i < big; i++) gw[i] = 7;
+  float *rg = gw + R;
+  cpu_chunkop_backward(&cd, s0, dout, V, dsT, dq, dk, dv, dla, ds0);
+  cpu_chunkop_backward(&cw, s0, wdo + 1, ldo, dsT, rg, rg + K, rg + 2 * K, rg + 2 * K + V, ds0w);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < ld; j++) {
+      int c = j - R;
+      float want = c < 0 || c >= 2 * K + V + w ? 7
+                 : c < K ? dq[(size_t)t * K + c]
+                 : c < 2 * K ? dk[(size_t)t * K + c - K]
+                 : c < 2 * K + V ? dv[(size_t)t * V + c - 2 * K] : dla[(size_t)t * w + c - 2 * K - V];
+      cr_assert(gw[(size_t)t * ld + j] == want, "gradients T=%d L=%d per_key=%d t=%d j=%d", T, L, per_key, t, j);
+    }
+  cr_assert(!memcmp(ds0, ds0w, sizeof(float) * kv), "ds0 T=%d L=%d per_key=%d", T, L, per_key);
+  free(q), free(k), free(v), free(la), free(s0), free(dout), free(dsT), free(wide), free(wdo), free(wo), free(o), free(sT), free(sTw);
+  free(g), free(gw), free(ds0w);
+  seq_free(&s);
+}
+
+Test(chunked, f32_strided_as_dense) {
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+    for (int pk = 0; pk < 2; pk++) strided_as_dense(Ts[i], 64, pk, 1), strided_as_dense(Ts[i], 16, pk, 1);
+  strided_as_dense(130, 64, true, 40), strided_as_dense(40, 7, true, 1);
+}
+
 /* Decays of exactly 0 (log -inf) and strong ones (log -60) before decays near 1: the chunk op
  * stays finite and equal to the steps (the reads, the final state, dq, dk, dv, dS0; d log a is
  * not defined at a = 0), float32 too. */

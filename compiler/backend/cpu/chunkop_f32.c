@@ -15,6 +15,7 @@
 #include "cpu.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -36,15 +37,21 @@
  * Kf_j Ki_i with Qi = 1 / Qf, Ki = 1 / Kf, at most e^{TIGHT}: the diagonal sub-blocks are
  * products too where the sub-block is tight (its span b_r - b_e at most TIGHT), else pairwise. */
 typedef struct Ctx {
-  const ChunkOpF32 *c;
-  int t0, n, w, nb;
+  const ChunkOpF32 *c;         /* the chunk's rows: the caller's, or lc */
+  const ChunkOpF32 *src;       /* the caller's */
+  ChunkOpF32 lc;               /* the chunk's rows gathered (gather): q, k, v, la [L, K / V / w] */
+  bool gather;
+  int t0, n, w, nb;            /* t0: the chunk's first row in c */
+  int tg;                      /* its first step in the sequence */
   double *b;                   /* [n, w], float64: b_i - b_j of large b's loses nothing */
   float *Qf, *Kf, *Qi, *Ki, *G, *F; /* [L, w] */
   float *gap;                  /* [nb, nb, w] */
   double *zero;                /* [w] zeros: b_{-1} */
-  float *ex;                   /* [(SUB + 2) w] scratch of tables */
+  float *ex;                   /* [(SUB + 3 + nb) w] scratch of tables */
   bool *tight;                 /* [nb] */
   float *x1, *x2;              /* [L, max(K, V)] scratch */
+  float *x3;                   /* [SUB, K] scratch */
+  float *x3o;                  /* [L, V]: the reads, dense */
   float *A, *W, *M;            /* [L, L]; M: a scalar decay's e^{b_i - b_j}, j <= i */
 } Ctx;
 
@@ -75,6 +82,28 @@ CLONED static void scaled(float *dst, int ldd, const float *src, int lds, const 
   }
 }
 
+/* rows of K: dst_j = src_j * f_j (* g where g is not NULL: one row for all), dst's row stride K, f's K */
+CLONED static void scaled_rows(float *restrict dst, const float *restrict src, int lds, const float *restrict f, const float *restrict g,
+                               int rows, int K) {
+  for (int j = 0; j < rows; j++) {
+    float *restrict d = dst + (size_t)j * K;
+    const float *restrict a = src + (size_t)j * lds, *restrict t = f + (size_t)j * K;
+    if (g)
+      for (int k = 0; k < K; k++) d[k] = a[k] * t[k] * g[k];
+    else
+      for (int k = 0; k < K; k++) d[k] = a[k] * t[k];
+  }
+}
+
+/* rows of K: r_i += y_i * f_i (y's and f's row stride K) */
+CLONED static void addmul_rows(float *restrict r, int ldr, const float *restrict y, const float *restrict f, int rows, int K) {
+  for (int i = 0; i < rows; i++) {
+    float *restrict d = r + (size_t)i * ldr;
+    const float *restrict a = y + (size_t)i * K, *restrict t = f + (size_t)i * K;
+    for (int k = 0; k < K; k++) d[k] += a[k] * t[k];
+  }
+}
+
 /* y = e^x for n values: a polynomial after range reduction (Cephes' expf, within 1e-7 relative),
  * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
  * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
@@ -100,6 +129,34 @@ static void exp_diff(float *y, const double *a, const double *b, int n, float *z
   vexp(y, z, n);
 }
 
+/* qi = 1 / qf, kf = qe qi, ki = qf rq (rq = 1 / qe) for rows of w: restrict, so that it vectorizes */
+CLONED static void inverses(float *restrict qi, float *restrict kf, float *restrict ki, const float *restrict qf, const float *restrict qe,
+                            const float *restrict rq, int rows, int w) {
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < w; k++) {
+      size_t e = (size_t)i * w + (size_t)k;
+      qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] * rq[k];
+    }
+}
+
+/* z_i = (float)(b_i - r) (sign 1) or (r - b_i) (sign -1) for rows of w (b's row stride ldb) */
+CLONED static void rowdiff(float *restrict z, const double *restrict b, int ldb, const double *restrict r, int rows, int w, int sign) {
+  for (int i = 0; i < rows; i++) {
+    const double *restrict bi = b + (size_t)i * ldb;
+    float *restrict zi = z + (size_t)i * w;
+    if (sign > 0)
+      for (int k = 0; k < w; k++) zi[k] = (float)(bi[k] - r[k]);
+    else
+      for (int k = 0; k < w; k++) zi[k] = (float)(r[k] - bi[k]);
+  }
+}
+
+/* d_i = s * t_i for rows of w */
+CLONED static void scale_by_row(float *restrict d, const float *restrict s, const float *restrict t, int rows, int w) {
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < w; k++) d[(size_t)i * w + k] = s[k] * t[(size_t)i * w + k];
+}
+
 CLONED static void tables(Ctx *x) {
   int n = x->n, w = x->w;
   x->nb = (n + SUB - 1) / SUB;
@@ -111,29 +168,26 @@ CLONED static void tables(Ctx *x) {
     double span = 0;
     for (int k = 0; k < w; k++) span = br[k] - be[k] > span ? br[k] - be[k] : span;
     x->tight[ib] = span <= TIGHT;
-    exp_diff(gr, br, x->zero, w, z), exp_diff(ge, bn, be, w, z);
     float *qf = TAB(x->Qf, i0), *kf = TAB(x->Kf, i0), *g = TAB(x->G, i0), *f = TAB(x->F, i0);
     float *qi = TAB(x->Qi, i0), *ki = TAB(x->Ki, i0), *qe = TAB(x->Qf, i1 - 1);
-    for (int i = 0; i < rows; i++)
-      for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(bi[(size_t)i * w + k] - br[k]);
+    /* the exponents a few calls a sub-block (a call is a dispatch and a loop's prologue: w is small) */
+    rowdiff(z, br, 0, x->zero, 1, w, 1), rowdiff(z + w, bn, 0, be, 1, w, 1);
+    vexp(gr, z, 2 * w); /* gr, ge */
+    rowdiff(z, bi, w, br, rows, w, 1);
     vexp(qf, z, rows * w);
-    if (x->tight[ib]) /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT */
-      for (int i = 0; i < rows; i++)
-        for (int k = 0; k < w; k++) {
-          size_t e = (size_t)i * w + (size_t)k;
-          qi[e] = 1 / qf[e], kf[e] = qe[k] * qi[e], ki[e] = qf[e] / qe[k];
-        }
-    else {
-      for (int i = 0; i < rows; i++)
-        for (int k = 0; k < w; k++) z[(size_t)i * w + k] = (float)(be[k] - bi[(size_t)i * w + k]);
+    if (x->tight[ib]) { /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT; one division an entry */
+      float *rq = z + (size_t)SUB * w;
+      for (int k = 0; k < w; k++) rq[k] = 1 / qe[k];
+      inverses(qi, kf, ki, qf, qe, rq, rows, w);
+    } else {
+      rowdiff(z, bi, w, be, rows, w, -1);
       vexp(kf, z, rows * w);
     }
-    for (int i = 0; i < rows; i++)
-      for (int k = 0; k < w; k++) {
-        size_t e = (size_t)i * w + (size_t)k;
-        g[e] = gr[k] * qf[e], f[e] = ge[k] * kf[e];
-      }
-    for (int jb = 0; jb < ib; jb++) exp_diff(GAP(ib, jb), br, x->b + (size_t)(jb * SUB + SUB - 1) * w, w, z);
+    scale_by_row(g, gr, qf, rows, w), scale_by_row(f, ge, kf, rows, w);
+    if (ib) { /* gap[I][J] = e^{b_rI - b_eJ}, J < I: rows of w, contiguous in J */
+      rowdiff(z, x->b + (size_t)(SUB - 1) * w, SUB * w, br, ib, w, -1);
+      vexp(GAP(ib, 0), z, ib * w);
+    }
   }
   if (x->c->per_key) return;
   for (int i = 0; i < n; i++) { /* a scalar decay's mask, by sub-blocks of columns */
@@ -166,7 +220,51 @@ CLONED static void tables_final(Ctx *x) {
 /* e^{b_i - b_j} of key k, j <= i in one sub-block, pairwise (a sub-block that is not tight) */
 static float pair(const Ctx *x, int i, int j, int k) { return expf((float)(x->b[(size_t)i * x->w + k] - x->b[(size_t)j * x->w + k])); }
 
-/* x->A = the intra scores of the chunk (zero above the diagonal) */
+/* dst [cols, rows] (row stride ldd) = the transpose of src [rows, cols] (row stride lds): tiles of
+ * 8 x 8 through AVX registers (a scalar copy moves one value a cycle: a 64 x 64 transpose was as
+ * long as a third of a 64 x 64 x 64 product), the edges and CPUs without AVX2 value by value */
+static void transpose_edges(float *dst, int ldd, const float *src, int lds, int rows, int cols, int r8, int c8) {
+  for (int i = 0; i < rows; i++)
+    for (int j = i < r8 ? c8 : 0; j < cols; j++) dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
+}
+
+__attribute__((target("avx2"))) static void transpose_avx2(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+  int r8 = rows & ~7, c8 = cols & ~7;
+  for (int i = 0; i < r8; i += 8)
+    for (int j = 0; j < c8; j += 8) {
+      const float *s = src + (size_t)i * lds + j;
+      __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * (size_t)lds);
+      __m256 r3 = _mm256_loadu_ps(s + 3 * (size_t)lds), r4 = _mm256_loadu_ps(s + 4 * (size_t)lds);
+      __m256 r5 = _mm256_loadu_ps(s + 5 * (size_t)lds), r6 = _mm256_loadu_ps(s + 6 * (size_t)lds);
+      __m256 r7 = _mm256_loadu_ps(s + 7 * (size_t)lds);
+      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3);
+      __m256 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44);
+      __m256 u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float *d = dst + (size_t)j * ldd + i;
+      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * (size_t)ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * (size_t)ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  transpose_edges(dst, ldd, src, lds, rows, cols, r8, c8);
+}
+
+static void transpose(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+  if (__builtin_cpu_supports("avx2")) transpose_avx2(dst, ldd, src, lds, rows, cols);
+  else transpose_edges(dst, ldd, src, lds, rows, cols, 0, 0);
+}
+
+/* x->A = the intra scores of the chunk: a scalar decay's A (zero above the diagonal), a decay per
+ * key's A^T (zero below it): its sub-block I of rows is a product X2 X1^T with X1^T = (q_I Qf_I)^T
+ * [K, rows] made transposed as it is scaled, a plain product whose narrow right side OpenBLAS
+ * runs through its small-matrix kernel (q k^T as A B^T packs both operands). */
 static void scores(Ctx *x) {
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K;
@@ -176,30 +274,53 @@ static void scores(Ctx *x) {
     for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] *= x->M[e];
     return;
   }
-  for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] = 0;
+  float *AT = x->A;
   for (int ib = 0; ib < x->nb; ib++) {
-    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
-    for (int i = i0; i < i1; i++)
-      for (int kk = 0; kk < K; kk++) x->x1[(size_t)(i - i0) * K + kk] = ROW(q, c->ldq, i)[kk] * TAB(x->Qf, i)[kk];
-    for (int j = 0; j < cols; j++) {
-      int jb = j / SUB;
-      const float *kj = ROW(k, c->ldk, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)j * K;
-      if (jb < ib)
-        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = kj[kk] * f[kk];
-    }
-    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, cols, K, 1, x->x1, K, x->x2, K, 0, x->A + (size_t)i0 * n, n);
-    for (int i = i0; i < i1; i++)
-      for (int j = i0; j < i1; j++) {
-        if (j > i) x->A[(size_t)i * n + j] = 0;
+    int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0, rows = i1 - i0;
+    scaled_rows(x->x3, ROW(q, c->ldq, i0), c->ldq, TAB(x->Qf, i0), NULL, rows, K);
+    transpose(x->x1, rows, x->x3, K, rows, K);
+    for (int j0 = 0; j0 < cols; j0 += SUB)
+      scaled_rows(x->x2 + (size_t)j0 * K, ROW(k, c->ldk, j0), c->ldk, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
+                  j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
+    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cols, rows, K, 1, x->x2, K, x->x1, rows, 0, AT + i0, n);
+    for (int j = i0; j < n; j++)
+      for (int i = i0; i < i1; i++) {
+        if (j > i) AT[(size_t)j * n + i] = 0;
         else if (!x->tight[ib]) {
           float a = 0;
           for (int kk = 0; kk < K; kk++) a += ROW(q, c->ldq, i)[kk] * ROW(k, c->ldk, j)[kk] * pair(x, i, j, kk);
-          x->A[(size_t)i * n + j] = a;
+          AT[(size_t)j * n + i] = a;
         }
       }
+  }
+}
+
+/* o += A v (rows of V), x->A as scores leaves it; a decay per key's by sub-blocks of rows, each
+ * against the steps up to it only */
+static void intra_read(Ctx *x, const float *v, int ldv, float *o, int ldo) {
+  int n = x->n, V = x->c->V;
+  if (!x->c->per_key) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, ldv, 1, o, ldo);
+    return;
+  }
+  for (int i0 = 0; i0 < n; i0 += SUB) {
+    int i1 = i0 + SUB < n ? i0 + SUB : n;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, V, i1, 1, x->A + i0, n, v, ldv, 1, ROW(o, ldo, i0), ldo);
+  }
+}
+
+/* r = A^T y (rows of V, overwritten): a decay per key's by sub-blocks of rows, each against the
+ * steps from it on only */
+static void intra_grad(Ctx *x, const float *y, int ldy, float *r, int ldr) {
+  int n = x->n, V = x->c->V;
+  if (!x->c->per_key) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x->A, n, y, ldy, 0, r, ldr);
+    return;
+  }
+  for (int j0 = 0; j0 < n; j0 += SUB) {
+    int j1 = j0 + SUB < n ? j0 + SUB : n;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j1 - j0, V, n - j0, 1, x->A + (size_t)j0 * n + j0, n, ROW(y, ldy, j0), ldy, 0,
+                ROW(r, ldr, j0), ldr);
   }
 }
 
@@ -219,19 +340,12 @@ static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, flo
   }
   for (int ib = 0; ib < x->nb; ib++) {
     int i0 = ib * SUB, i1 = i0 + SUB < n ? i0 + SUB : n, cols = x->tight[ib] ? i1 : i0;
-    for (int j = 0; j < cols; j++) {
-      int jb = j / SUB;
-      const float *yj = ROW(y, ldy, j), *f = jb < ib ? TAB(x->Kf, j) : TAB(x->Qi, j), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)j * K;
-      if (jb < ib)
-        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = yj[kk] * f[kk];
-    }
+    for (int j0 = 0; j0 < cols; j0 += SUB)
+      scaled_rows(x->x2 + (size_t)j0 * K, ROW(y, ldy, j0), ldy, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
+                  j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
     if (cols) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, K, cols, 1, W + (size_t)i0 * n, n, x->x2, K, 0, x->x1, K);
-      for (int i = i0; i < i1; i++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, i)[kk] += x->x1[(size_t)(i - i0) * K + kk] * TAB(x->Qf, i)[kk];
+      addmul_rows(ROW(r, ldr, i0), ldr, x->x1, TAB(x->Qf, i0), i1 - i0, K);
     }
     if (!x->tight[ib])
       for (int i = i0; i < i1; i++)
@@ -251,19 +365,12 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   }
   for (int jb = 0; jb < x->nb; jb++) {
     int j0 = jb * SUB, j1 = j0 + SUB < n ? j0 + SUB : n, from = x->tight[jb] ? j0 : j1;
-    for (int i = from; i < n; i++) {
-      int ib = i / SUB;
-      const float *yi = ROW(y, ldy, i), *f = ib > jb ? TAB(x->Qf, i) : TAB(x->Ki, i), *gp = GAP(ib, jb);
-      float *o = x->x2 + (size_t)(i - from) * K;
-      if (ib > jb)
-        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk] * gp[kk];
-      else
-        for (int kk = 0; kk < K; kk++) o[kk] = yi[kk] * f[kk];
-    }
+    for (int i0 = from; i0 < n; i0 += SUB)
+      scaled_rows(x->x2 + (size_t)(i0 - from) * K, ROW(y, ldy, i0), ldy, i0 > j0 ? TAB(x->Qf, i0) : TAB(x->Ki, i0),
+                  i0 > j0 ? GAP(i0 / SUB, jb) : NULL, (i0 + SUB < n ? i0 + SUB : n) - i0, K);
     if (from < n) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, K, n - from, 1, W + (size_t)from * n + j0, n, x->x2, K, 0, x->x1, K);
-      for (int j = j0; j < j1; j++)
-        for (int kk = 0; kk < K; kk++) ROW(r, ldr, j)[kk] += x->x1[(size_t)(j - j0) * K + kk] * TAB(x->Kf, j)[kk];
+      addmul_rows(ROW(r, ldr, j0), ldr, x->x1, TAB(x->Kf, j0), j1 - j0, K);
     }
     if (!x->tight[jb])
       for (int j = j0; j < j1; j++)
@@ -272,17 +379,34 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   }
 }
 
+/* Asks for the cache lines of rows [t0, t0 + n) of src (stride lds, cols values each): a chunk's
+ * rows far apart, asked for a chunk ahead, arrive while the chunk before them runs (the hardware
+ * prefetcher does not follow rows a page or more apart) */
+static void prefetch_rows(const float *src, int lds, int t0, int n, int cols) {
+  for (int i = 0; i < n; i++) {
+    const char *r = (const char *)(src + (size_t)(t0 + i) * lds);
+    for (size_t b = 0; b < sizeof(float) * (size_t)cols; b += 64) __builtin_prefetch(r + b);
+  }
+}
+
+/* rows [t0, t0 + n) of src (stride lds) to dst (stride ldd), cols values each */
+static void copy_rows(float *dst, int ldd, const float *src, int lds, int t0, int n, int cols) {
+  for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)(t0 + i) * lds, sizeof(float) * (size_t)cols);
+}
+
 /* The chunk's reads into o (when not NULL) and its final state s1 from s0. */
 static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1) {
   const ChunkOpF32 *c = x->c;
   int n = x->n, K = c->K, V = c->V;
   const float *q = ROW(c->q, c->ldq, x->t0), *k = ROW(c->k, c->ldk, x->t0), *v = ROW(c->v, c->ldv, x->t0);
   if (o) {
-    float *oc = ROW(o, ldo, x->t0);
+    float *oc = ROW(o, ldo, x->tg), *od = ldo == V ? oc : x->x3o; /* written twice: dense */
+    int ldd = ldo == V ? ldo : V;
     scaled(x->x1, K, q, c->ldq, x->G, x->w, n, K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, oc, ldo);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, od, ldd);
     scores(x);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, c->ldv, 1, oc, ldo);
+    intra_read(x, v, c->ldv, od, ldd);
+    if (od != oc) copy_rows(oc, ldo, od, V, 0, n, V);
   }
   for (int kk = 0; kk < K; kk++) {
     float e = TAB(x->G, n - 1)[c->per_key ? kk : 0];
@@ -292,28 +416,57 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, v, c->ldv, 1, s1, V);
 }
 
+/* Scratch on 64 bytes: rows of 16 floats then fill whole cache lines (a vector that crosses two
+ * lines costs about two) */
 static Ctx ctx_new(const ChunkOpF32 *c) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
   int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
   size_t lw = sizeof(float) * (size_t)L * (size_t)w + 1, ll = sizeof(float) * (size_t)L * (size_t)L + 1;
-  Ctx x = {.c = c, .w = w};
-  x.b = xmalloc(sizeof(double) * (size_t)L * (size_t)w + 1);
-  x.Qf = xmalloc(lw), x.Kf = xmalloc(lw), x.Qi = xmalloc(lw), x.Ki = xmalloc(lw), x.G = xmalloc(lw), x.F = xmalloc(lw);
-  x.gap = xmalloc(sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
-  x.x1 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xmalloc(sizeof(float) * (size_t)L * (size_t)m + 1);
-  x.A = xmalloc(ll), x.W = xmalloc(ll), x.M = xmalloc(ll);
-  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xmalloc(sizeof(float) * (size_t)(SUB + 2) * (size_t)w + 1);
+  Ctx x = {.c = c, .src = c, .w = w};
+  /* Rows far apart (the caller's views of wide rows: a stride of B times the row) cost a TLB miss
+   * and a cache line apart each time a product or a row loop passes over them, about as much as
+   * the chunk's work: such a chunk's rows are gathered once, dense. */
+  x.gather = c->ldq != c->K || c->ldk != c->K || c->ldv != c->V || c->ldla != w;
+  if (x.gather) {
+    x.lc = *c;
+    x.lc.q = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1), x.lc.k = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1);
+    x.lc.v = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1), x.lc.la = xaligned(64, sizeof(float) * (size_t)L * (size_t)w + 1);
+    x.lc.ldq = c->K, x.lc.ldk = c->K, x.lc.ldv = c->V, x.lc.ldla = w;
+  }
+  x.b = xaligned(64, sizeof(double) * (size_t)L * (size_t)w + 1);
+  x.Qf = xaligned(64, lw), x.Kf = xaligned(64, lw), x.Qi = xaligned(64, lw), x.Ki = xaligned(64, lw), x.G = xaligned(64, lw), x.F = xaligned(64, lw);
+  x.gap = xaligned(64, sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
+  x.x1 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1);
+  x.x3 = xaligned(64, sizeof(float) * SUB * (size_t)c->K + 1), x.x3o = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1);
+  x.A = xaligned(64, ll), x.W = xaligned(64, ll), x.M = xaligned(64, ll);
+  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xaligned(64, sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
   return x;
 }
 
 static void ctx_free(Ctx *x) {
   free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
-  free(x->x1), free(x->x2), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+  free(x->x1), free(x->x2), free(x->x3), free(x->x3o), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
+  if (x->gather) free((void *)x->lc.q), free((void *)x->lc.k), free((void *)x->lc.v), free((void *)x->lc.la);
 }
 
-static void at_chunk(Ctx *x, int j, bool full) {
-  x->t0 = j * x->c->L;
-  x->n = x->c->T - x->t0 < x->c->L ? x->c->T - x->t0 : x->c->L;
+/* Makes chunk j the current one (its rows, cumulative log-decays and tables; only what the final
+ * state needs where not full); the rows of chunk next (if in the sequence) asked for. */
+static void at_chunk(Ctx *x, int j, bool full, int next) {
+  const ChunkOpF32 *c = x->src;
+  int nt = next * c->L, nn = c->T - nt < c->L ? c->T - nt : c->L;
+  if (x->gather && next >= 0 && nt < c->T) {
+    if (full) prefetch_rows(c->q, c->ldq, nt, nn, c->K);
+    prefetch_rows(c->k, c->ldk, nt, nn, c->K), prefetch_rows(c->v, c->ldv, nt, nn, c->V), prefetch_rows(c->la, c->ldla, nt, nn, x->w);
+  }
+  x->tg = j * c->L;
+  x->n = c->T - x->tg < c->L ? c->T - x->tg : c->L;
+  x->c = x->gather ? &x->lc : c, x->t0 = x->gather ? 0 : x->tg;
+  if (x->gather) {
+    ChunkOpF32 *l = &x->lc;
+    if (full) copy_rows((float *)l->q, l->ldq, c->q, c->ldq, x->tg, x->n, c->K);
+    copy_rows((float *)l->k, l->ldk, c->k, c->ldk, x->tg, x->n, c->K), copy_rows((float *)l->v, l->ldv, c->v, c->ldv, x->tg, x->n, c->V);
+    copy_rows((float *)l->la, l->ldla, c->la, c->ldla, x->tg, x->n, x->w);
+  }
   cumulate(x);
   full ? tables(x) : tables_final(x);
 }
@@ -322,10 +475,10 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   CHECK(c->L >= 1 && c->T >= 0);
   size_t kv = (size_t)c->K * (size_t)c->V;
   Ctx x = ctx_new(c);
-  float *cur = xmalloc(sizeof(float) * kv + 1), *next = xmalloc(sizeof(float) * kv + 1);
+  float *cur = xaligned(64, sizeof(float) * kv + 1), *next = xaligned(64, sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
-    at_chunk(&x, j, true);
+    at_chunk(&x, j, true, j + 1);
     chunk_forward(&x, cur, o, ldo, next);
     float *sw = cur;
     cur = next, next = sw;
@@ -335,71 +488,107 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   ctx_free(&x);
 }
 
-void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
+/* The log-decays' gradients of a chunk: db_i = q_i dq_i - k_i dk_i, + S_n . dS_n at its last step,
+ * then d log a_t = sum_{i >= t} db_i (over the keys too for a scalar decay) into dla; and
+ * dS_n *= e^{b_n} (g: dS_n, gn: G_{n-1}). Row loops over restrict locals so that they vectorize;
+ * the dot products in 16 partial sums (a single sum does not vectorize without reassociation). */
+CLONED static void log_decay_grads(const ChunkOpF32 *c, int n, const float *q, const float *dQ, const float *k,
+                                   const float *dK, const float *S1, float *g, const float *gn, float *db, double *acc,
+                                   float *dla, int ldla) {
+  int K = c->K, V = c->V, w = c->per_key ? K : 1;
+  for (int i = 0; i < n; i++) {
+    const float *restrict qi = ROW(q, c->ldq, i), *restrict dqi = ROW(dQ, c->ldq, i), *restrict ki = ROW(k, c->ldk, i);
+    const float *restrict dki = ROW(dK, c->ldk, i);
+    float *restrict d = db + (size_t)i * K;
+    for (int kk = 0; kk < K; kk++) d[kk] = qi[kk] * dqi[kk] - ki[kk] * dki[kk];
+  }
+  float *restrict dn = db + (size_t)(n - 1) * K;
+  for (int kk = 0; kk < K; kk++) {
+    const float *restrict a = S1 + (size_t)kk * V;
+    float *restrict b = g + (size_t)kk * V, e = gn[c->per_key ? kk : 0], part[16] = {0};
+    int y = 0;
+    for (; y + 16 <= V; y += 16)
+      for (int l = 0; l < 16; l++) part[l] += a[y + l] * b[y + l];
+    double s = 0;
+    for (; y < V; y++) s += (double)a[y] * b[y];
+    for (int l = 0; l < 16; l++) s += part[l];
+    dn[kk] += (float)s;
+    for (y = 0; y < V; y++) b[y] *= e;
+  }
+  double *restrict ac = acc;
+  for (int kk = 0; kk < w; kk++) ac[kk] = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    const float *restrict d = db + (size_t)i * K;
+    float *restrict o = dla + (size_t)i * (size_t)ldla;
+    if (c->per_key)
+      for (int kk = 0; kk < K; kk++) ac[kk] += d[kk], o[kk] = (float)ac[kk];
+    else {
+      for (int kk = 0; kk < K; kk++) ac[0] += d[kk];
+      o[0] = (float)ac[0];
+    }
+  }
+}
+
+void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo0, const float *dsT, float *dq,
                           float *dk, float *dv, float *dla, float *ds0) {
   CHECK(c->L >= 1 && c->T >= 0);
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
   Ctx x = ctx_new(c);
-  float *bnd = xmalloc(sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xmalloc(sizeof(float) * kv + 1);
-  float *dA = xmalloc(sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xmalloc(sizeof(float) * (size_t)c->L * (size_t)K + 1);
-  double *acc = xmalloc(sizeof(double) * (size_t)w);
+  float *bnd = xaligned(64, sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xaligned(64, sizeof(float) * kv + 1);
+  float *dA = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)K + 1);
+  double *acc = xaligned(64, sizeof(double) * (size_t)w);
+  float *tr = xaligned(64, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
+  float *gdo = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)V + 1); /* dO's rows, dense */
+  float *gd = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V) + 1); /* dq, dk, dv's, dense */
   memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) at_chunk(&x, j, false), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  for (int j = 0; j < nc; j++) at_chunk(&x, j, false, j + 1), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
-    at_chunk(&x, jc, true);
-    int n = x.n, t0 = x.t0;
+    at_chunk(&x, jc, true, jc - 1);
+    if (lddo0 != V && jc) prefetch_rows(dout, lddo0, (jc - 1) * x.src->L, x.src->L, V);
+    const ChunkOpF32 *c = x.c; /* the chunk's rows; dq, dk, dv dense (gd) where those are gathered */
+    int n = x.n, t0 = x.t0, tg = x.tg, lddo = lddo0;
     const float *S0 = bnd + kv * (size_t)jc, *S1 = bnd + kv * (size_t)(jc + 1);
-    const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, t0);
-    float *dQ = ROW(dq, c->ldq, t0), *dK = ROW(dk, c->ldk, t0), *dV = ROW(dv, c->ldv, t0);
+    const float *q = ROW(c->q, c->ldq, t0), *k = ROW(c->k, c->ldk, t0), *v = ROW(c->v, c->ldv, t0), *dO = ROW(dout, lddo, tg);
+    float *dQ = x.gather ? gd : ROW(dq, c->ldq, t0), *dK = x.gather ? gd + (size_t)n * K : ROW(dk, c->ldk, t0);
+    float *dV = x.gather ? gd + 2 * (size_t)n * K : ROW(dv, c->ldv, t0);
+    if (lddo != V) copy_rows(gdo, V, dO, lddo, 0, n, V), dO = gdo, lddo = V;
     scores(&x);
-    /* dA = dO v^T on and below the diagonal */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, V, 1, dO, lddo, v, c->ldv, 0, dA, n);
+    /* dA = dO v^T on and below the diagonal, by sub-blocks of rows; the products with a transposed
+     * right side are made plain ones (OpenBLAS's row-major A B^T at these sizes packs its operands:
+     * about twice the time of A B) */
+    transpose(tr, n, v, c->ldv, n, V);
+    for (int i0 = 0; i0 < n; i0 += SUB) {
+      int i1 = i0 + SUB < n ? i0 + SUB : n;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, i1, V, 1, ROW(dO, lddo, i0), lddo, tr, n, 0, dA + (size_t)i0 * n, n);
+    }
     for (int i = 0; i < n; i++)
       for (int j = i + 1; j < n; j++) dA[(size_t)i * n + j] = 0;
     /* dv = A^T dO + (k e^{b_n - b}) dS_n */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x.A, n, dO, lddo, 0, dV, c->ldv);
+    intra_grad(&x, dO, lddo, dV, c->ldv);
     scaled(x.x1, K, k, c->ldk, x.F, w, n, K);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x.x1, K, g, V, 1, dV, c->ldv);
     /* dq = e^{b} (dO S_0^T) + intra;  dk = e^{b_n - b} (v dS_n^T) + intra */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, dO, lddo, S0, V, 0, dQ, c->ldq);
+    transpose(tr, K, S0, V, K, V);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dO, lddo, tr, K, 0, dQ, c->ldq);
     scaled(dQ, c->ldq, dQ, c->ldq, x.G, w, n, K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, K, V, 1, v, c->ldv, g, V, 0, dK, c->ldk);
+    transpose(tr, K, g, V, K, V);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, v, c->ldv, tr, K, 0, dK, c->ldk);
     scaled(dK, c->ldk, dK, c->ldk, x.F, w, n, K);
     weighted_before(&x, dA, k, c->ldk, dQ, c->ldq);
     weighted_after(&x, dA, q, c->ldq, dK, c->ldk);
     /* dS_0 = (q e^b)^T dO + e^{b_n} dS_n */
     scaled(x.x1, K, q, c->ldq, x.G, w, n, K);
-    for (int i = 0; i < n; i++) { /* the log-decays: db = q dq - k dk, + S_n . dS_n at the last step */
-      const float *restrict qi = ROW(q, c->ldq, i), *restrict dqi = ROW(dQ, c->ldq, i), *restrict ki = ROW(k, c->ldk, i);
-      const float *restrict dki = ROW(dK, c->ldk, i);
-      float *restrict d = db + (size_t)i * K;
-      for (int kk = 0; kk < K; kk++) d[kk] = qi[kk] * dqi[kk] - ki[kk] * dki[kk];
-    }
-    for (int kk = 0; kk < K; kk++) {
-      double s = 0;
-      for (int y = 0; y < V; y++) s += (double)S1[(size_t)kk * V + y] * g[(size_t)kk * V + y];
-      db[(size_t)(n - 1) * K + kk] += (float)s;
-    }
-    for (int kk = 0; kk < K; kk++) {
-      float e = x.G[(size_t)(n - 1) * w + (c->per_key ? kk : 0)];
-      for (int y = 0; y < V; y++) g[(size_t)kk * V + y] *= e;
-    }
+    log_decay_grads(c, n, q, dQ, k, dK, S1, g, x.G + (size_t)(n - 1) * w, db, acc, ROW(dla, x.src->ldla, tg), x.src->ldla);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x.x1, K, dO, lddo, 1, g, V);
-    for (int kk = 0; kk < w; kk++) acc[kk] = 0; /* d log a_t = sum_{i >= t} db_i (summed over the keys: a scalar) */
-    for (int i = n - 1; i >= 0; i--) {
-      const float *restrict d = db + (size_t)i * K;
-      float *restrict o = dla + (size_t)(t0 + i) * (size_t)c->ldla;
-      if (c->per_key)
-        for (int kk = 0; kk < K; kk++) acc[kk] += d[kk], o[kk] = (float)acc[kk];
-      else {
-        for (int kk = 0; kk < K; kk++) acc[0] += d[kk];
-        o[0] = (float)acc[0];
-      }
+    if (x.gather) {
+      const ChunkOpF32 *o = x.src;
+      copy_rows(ROW(dq, o->ldq, tg), o->ldq, dQ, K, 0, n, K), copy_rows(ROW(dk, o->ldk, tg), o->ldk, dK, K, 0, n, K);
+      copy_rows(ROW(dv, o->ldv, tg), o->ldv, dV, V, 0, n, V);
     }
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  free(bnd), free(g), free(dA), free(db), free(acc);
+  free(bnd), free(g), free(dA), free(db), free(acc), free(tr), free(gdo), free(gd);
   ctx_free(&x);
 }
