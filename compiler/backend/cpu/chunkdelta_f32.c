@@ -18,29 +18,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "chunk_f32.h"
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
 #define CLONED __attribute__((target_clones("avx512f", "avx2", "default")))
 #define ROW(p, ld, t) ((p) + (size_t)(t) * (size_t)(ld))
 #define MASKED (-100.0f) /* an exponent whose exponential is 0 (vexp) */
-
-/* y = e^x for n values, 0 under -87 (chunkop_f32.c's vexp: Cephes' expf after range reduction,
- * within 1e-7 relative, vectorized on every x86-64) */
-typedef union { float f; int32_t i; } Bits;
-CLONED static void vexp(float *restrict y, const float *restrict x, int n) {
-  for (int i = 0; i < n; i++) {
-    float v = x[i], c = v < -87.0f ? -87.0f : v;
-    c = c > 88.0f ? 88.0f : c;
-    float m = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(c / ln 2) */
-    float r = c - m * 0.693359375f + m * 2.12194440e-4f, p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f, p = p * r + 8.3334519073e-3f, p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f, p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1;
-    Bits s;
-    s.i = ((int32_t)m + 127) << 23; /* 2^m */
-    y[i] = v < -87.0f ? 0.0f : p * s.f;
-  }
-}
 
 /* Per call: the current chunk and the scratch of the longest one, allocated once. */
 typedef struct Ctx {
@@ -101,7 +84,7 @@ CLONED static void at_chunk(Ctx *x, int j) {
   }
   float *z = x->Z;
   for (int i = 0; i < n; i++) z[i] = (float)b[i + 1], z[n + i] = (float)b[i], z[2 * n + i] = (float)(b[n] - b[i + 1]);
-  vexp(x->P, z, 3 * n);
+  cpu_vexp(x->P, z, 3 * n);
   for (int i = 0; i < n; i++) x->eb[i] = x->P[i], x->ep[i] = x->P[n + i], x->f[i] = x->P[2 * n + i];
   for (int i = 0; i < n; i++) {
     float *restrict ze = x->P + (size_t)i * n, *restrict zd = z + (size_t)i * n;
@@ -110,7 +93,7 @@ CLONED static void at_chunk(Ctx *x, int j) {
       zd[s] = s <= i ? (float)(b[i + 1] - b[s + 1]) : MASKED;
     }
   }
-  vexp(x->E, x->P, n * n), vexp(x->D, z, n * n);
+  cpu_vexp(x->E, x->P, n * n), cpu_vexp(x->D, z, n * n);
   transposed(x->kT, ROW(d->k, d->ldk, x->t0), d->ldk, n, d->K);
 }
 

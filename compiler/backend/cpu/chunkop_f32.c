@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "chunk_f32.h"
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
 /* the loops of the tables and the scalings, cloned as vexp is */
@@ -106,9 +107,10 @@ CLONED static void addmul_rows(float *restrict r, int ldr, const float *restrict
 
 /* y = e^x for n values: a polynomial after range reduction (Cephes' expf, within 1e-7 relative),
  * 0 under -87 (e^x below float's normal range; a decay of 0 gives -1e4), vectorized on every
- * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables) */
+ * x86-64 (libm's expf is one value a call: most of the op's time when it made the tables);
+ * chunk_f32.h */
 typedef union { float f; int32_t i; } Bits;
-CLONED static void vexp(float *restrict y, const float *restrict x, int n) {
+CLONED void cpu_vexp(float *restrict y, const float *restrict x, int n) {
   for (int i = 0; i < n; i++) {
     float v = x[i], c = v < -87.0f ? -87.0f : v;
     c = c > 88.0f ? 88.0f : c;
@@ -126,7 +128,7 @@ CLONED static void vexp(float *restrict y, const float *restrict x, int n) {
 /* y = e^{a - b} for n values (a, b float64: the difference of large b's loses nothing); z: scratch */
 static void exp_diff(float *y, const double *a, const double *b, int n, float *z) {
   for (int i = 0; i < n; i++) z[i] = (float)(a[i] - b[i]);
-  vexp(y, z, n);
+  cpu_vexp(y, z, n);
 }
 
 /* qi = 1 / qf, kf = qe qi, ki = qf rq (rq = 1 / qe) for rows of w: restrict, so that it vectorizes */
@@ -172,21 +174,21 @@ CLONED static void tables(Ctx *x) {
     float *qi = TAB(x->Qi, i0), *ki = TAB(x->Ki, i0), *qe = TAB(x->Qf, i1 - 1);
     /* the exponents a few calls a sub-block (a call is a dispatch and a loop's prologue: w is small) */
     rowdiff(z, br, 0, x->zero, 1, w, 1), rowdiff(z + w, bn, 0, be, 1, w, 1);
-    vexp(gr, z, 2 * w); /* gr, ge */
+    cpu_vexp(gr, z, 2 * w); /* gr, ge */
     rowdiff(z, bi, w, br, rows, w, 1);
-    vexp(qf, z, rows * w);
+    cpu_vexp(qf, z, rows * w);
     if (x->tight[ib]) { /* Kf_i = e^{b_e - b_r} / e^{b_i - b_r}, the quotient at most e^TIGHT; one division an entry */
       float *rq = z + (size_t)SUB * w;
       for (int k = 0; k < w; k++) rq[k] = 1 / qe[k];
       inverses(qi, kf, ki, qf, qe, rq, rows, w);
     } else {
       rowdiff(z, bi, w, be, rows, w, -1);
-      vexp(kf, z, rows * w);
+      cpu_vexp(kf, z, rows * w);
     }
     scale_by_row(g, gr, qf, rows, w), scale_by_row(f, ge, kf, rows, w);
     if (ib) { /* gap[I][J] = e^{b_rI - b_eJ}, J < I: rows of w, contiguous in J */
       rowdiff(z, x->b + (size_t)(SUB - 1) * w, SUB * w, br, ib, w, -1);
-      vexp(GAP(ib, 0), z, ib * w);
+      cpu_vexp(GAP(ib, 0), z, ib * w);
     }
   }
   if (x->c->per_key) return;
@@ -213,7 +215,7 @@ CLONED static void tables_final(Ctx *x) {
   const double *bn = x->b + (size_t)(n - 1) * w;
   for (int i = 0; i < n; i++)
     for (int k = 0; k < w; k++) x->Qf[(size_t)i * w + k] = (float)(bn[k] - x->b[(size_t)i * w + k]); /* scratch */
-  vexp(x->F, x->Qf, n * w);
+  cpu_vexp(x->F, x->Qf, n * w);
   exp_diff(TAB(x->G, n - 1), bn, x->zero, w, z);
 }
 

@@ -1,0 +1,9 @@
+/* chunk_f32.h: what the cpu's float32 chunk ops (chunkop_f32.c, chunkdelta_f32.c) share. */
+#ifndef CELLC_CHUNK_F32_H
+#define CELLC_CHUNK_F32_H
+
+/* y = e^x for n values, 0 under -87: Cephes' expf after range reduction, within 1e-7 relative,
+ * vectorized on every x86-64 (chunkop_f32.c) */
+void cpu_vexp(float *restrict y, const float *restrict x, int n);
+
+#endif
