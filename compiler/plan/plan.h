@@ -103,11 +103,16 @@ typedef struct Plan {
   int *nstack;
   int nstacks;
   int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
+  bool *still;           /* per state part: a still history (PlanOptions.still), which no step runs */
 } Plan;
 
 typedef struct PlanOptions {
   bool scan;             /* run in scan mode (the Program must be in scan form) */
   bool gates;            /* record every gate per step */
+  bool still;            /* scan mode: a history whose new value is its previous one (the chunked
+                            form's OUT keeps so the histories only IN reads) runs no steps; the
+                            executor gives h0 as its final state and dL/dfinal as its dL/dh0
+                            (EtStatePart.still; the CPU's executor does) */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

@@ -144,7 +144,8 @@ static void add_parts(Builder *b, Blob *t, EtHeader *h) {
   EtStatePart *sp = xcalloc((size_t)p->nsparts + 1, sizeof *sp);
   for (int q = 0; q < p->nsparts; q++) {
     const StatePart *s = &p->sparts[q];
-    sp[q] = (EtStatePart){s->state, s->part, s->cplx, s->size, pl->state_array[q], pl->dstate_array[q], find_array(pl, ARR_GH0, q)};
+    sp[q] = (EtStatePart){s->state, s->part, s->cplx, s->size, pl->state_array[q], pl->dstate_array[q], find_array(pl, ARR_GH0, q),
+                            pl->still[q]};
   }
   h->nsparts = p->nsparts, h->sparts = blob_add(t, sp, sizeof *sp * (size_t)p->nsparts);
   free(sp);

@@ -81,6 +81,8 @@ typedef struct EtParamPart {
 typedef struct EtStatePart {
   int32_t state, part, cplx, size;
   int32_t arr, darr, gh0;      /* state array, dstate / dtotal array, ET_GH0 array (or -1) */
+  int32_t still;               /* a still history (PlanOptions.still): no step writes its arrays; its
+                                  final state is h0 (arr's row 0), its dL/dh0 dL/dfinal (darr's row T) */
 } EtStatePart;
 
 typedef struct EtStackCopy {

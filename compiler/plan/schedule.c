@@ -47,6 +47,12 @@ static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
  * the backward, as in a sequential plan; everything else runs over all rows, the scans included. */
 static bool seq_part(Sched *s, int q) { return s->pl->scan && s->p->sparts[q].a < 0; }
 
+/* A history that never changes (PlanOptions.still): the chunked form's OUT holds a history that
+ * only IN reads as new = prev. Shifting it step by step would copy B rows forward and its adjoint
+ * back, every step, for nothing: its final state is h0 and its dL/dh0 is dL/dfinal, which the
+ * executor hands over itself. */
+static bool still_part(Sched *s, int q) { return s->pl->still[q]; }
+
 static bool is_gemm(Sched *s, int id) {
   Node *n = N(s, id);
   return (n->op == OP_MATVEC || n->op == OP_MATVEC_T) && s->dyn[id];
@@ -246,6 +252,7 @@ static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
   pl->home = int_array(nn, -1), pl->kernel_of = int_array(nn, -1);
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
+  pl->still = xcalloc((size_t)p->nsparts + 1, sizeof(bool));
   for (int r = 0; r < R_COUNT; r++) phase_of(pl, r)->region = regions[r];
 }
 
@@ -546,6 +553,7 @@ static void place_states(Sched *s) {
   Plan *pl = s->pl;
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
+    if (still_part(s, q)) continue;
     int id = p->sparts[q].next, dst = add_slot(pl, pl->state_array[q], 1, 0);
     Phase *ph = !pl->scan || seq_part(s, q) ? &pl->fwd_step : s->hybrid ? &pl->fwd_post : &pl->fwd_pre;
     if (s->scan_next[id] < 0) deliver_row(s, id, dst, ph);
@@ -553,6 +561,7 @@ static void place_states(Sched *s) {
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
+    if (still_part(s, q)) continue;
     if (seq_part(s, q)) { /* as sequential, then its rows 0 to dL/dh0 */
       deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
       deliver(s, sp->dprev, add_array_slot(pl, ARR_GH0, sp->size, 0, q), &pl->bwd_first, false);
@@ -800,6 +809,9 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(!o->scan || p->scan_form);
   Sched s;
   sched_init(&s, p, o->scan, o->gates);
+  for (int q = 0; o->scan && o->still && q < p->nsparts; q++) /* (and nothing else reads it: dprev is dnew) */
+    s.pl->still[q] = seq_part(&s, q) && p->sparts[q].next == p->sparts[q].prev &&
+                     (p->sparts[q].dprev < 0 || graph_node(&p->g, p->sparts[q].dprev)->op == OP_DNEW);
   if (o->scan) mark_scanned(&s);
   visit_roots(&s);
   assign_regions(&s);
@@ -921,7 +933,7 @@ void plan_free(Plan *pl) {
   for (int i = 0; i < 7; i++) free(phases[i]->steps);
   for (int i = 0; i < pl->nkernels; i++) free(pl->kernels[i].nodes);
   free(pl->kernels), free(pl->arrays), free(pl->slots), free(pl->home), free(pl->kernel_of);
-  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array);
+  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array), free(pl->still);
   for (int i = 0; i < pl->nstacks; i++) free(pl->stacks[i]);
   free(pl->stacks), free(pl->nstack);
   free(pl);

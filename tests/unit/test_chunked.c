@@ -15,6 +15,7 @@
 #include "cpu.h"
 #include "harness.h"
 #include "ir.h"
+#include "plan.h"
 #include "support.h"
 
 typedef struct Seq {
@@ -353,6 +354,56 @@ Test(chunked, in_passes_shared_values) {
   cr_assert_eq(kept, 3);
   cr_assert_eq(shared_of("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", &kept, &nparts), 0);
   cr_assert_eq(kept, 0);
+}
+
+/* OUT's histories that only IN reads keep their values (new = prev): the cpu back end's plan runs no
+ * step for them (PlanOptions.still; without it, a copy per step each way), and its executor still
+ * gives their final state h0 and their dL/dh0 dL/dfinal; the rest of OUT as the interpreter's. */
+static Compiled *out_program(Cell *c, const char *backend) {
+  Program *p = lower_cell_part(c, true, true, LOWER_CHUNK_OUT);
+  ad_differentiate(p);
+  BackendOptions bo = {.scan = true, .f32 = true, .threads = 1};
+  char err[512] = "";
+  Compiled *cc = backend_find(backend)->compile(p, &bo, err, sizeof err);
+  cr_assert(cc, "%s", err);
+  return cc;
+}
+
+static void out_program_free(Compiled *c) {
+  Program *p = c->p;
+  c->be->free(c);
+  program_free(p);
+}
+
+Test(chunked, out_still_histories) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", false, "chunked");
+  Compiled *ref = out_program(cc, "interp"), *cpu = out_program(cc, "cpu");
+  Program *p = cpu->p;
+  for (int still = 0; still < 2; still++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .still = still});
+    cr_assert_eq(pl->fwd_step.n, still ? 0 : 3, "still=%d", still);
+    cr_assert_eq(pl->bwd_step.n, still ? 0 : 3, "still=%d", still);
+    for (int q = 0; q < p->nsparts; q++) cr_assert_eq(pl->still[q], still);
+    plan_free(pl);
+  }
+  for (int T = 1; T <= 9; T += 8) {
+    HBufs *h1 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1), *h2 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1);
+    pipeline_run_f64(ref, &h1->io);
+    pipeline_run_f64(cpu, &h2->io);
+    const char *what;
+    double e = h_compare(h1, h2, p, &what);
+    cr_expect_lt(e, 1e-4, "T=%d: %s off by %g", T, what, e);
+    for (int q = 0; q < p->nsparts; q++)
+      for (size_t j = 0; j < h2->sn[q]; j++) {
+        cr_assert_eq(h2->final[q][j], (double)(float)h2->h0[q][j], "T=%d part %d", T, q);
+        cr_assert_eq(h2->gh0[q][j], (double)(float)h2->dfinal[q][j], "T=%d part %d", T, q);
+      }
+    h_bufs_free(h1), h_bufs_free(h2);
+  }
+  out_program_free(ref), out_program_free(cpu);
+  cell_free(cc);
+  arena_free(&a);
 }
 
 /* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):

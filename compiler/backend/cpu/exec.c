@@ -522,6 +522,10 @@ static void states_out(Exec *e, const ExecIO *io, bool back) {
     float *dst = (float *)state_buf(e, (const float *const *)io->out, &sp[q], &step, &part);
     int64_t n = (int64_t)e->B * sp[q].size;
     if (!dst) continue;
+    if (sp[q].still) { /* h0 and dL/dfinal, as states_in put them */
+      scatter(dst, e->abase[back ? sp[q].darr : sp[q].arr] + (back ? (int64_t)e->T * n : 0), 0.0f, n, step, part);
+      continue;
+    }
     if (!back) {
       scatter(dst, e->abase[sp[q].arr] + (int64_t)e->T * n, 0.0f, n, step, part);
       continue;
