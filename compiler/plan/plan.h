@@ -113,6 +113,8 @@ typedef struct PlanOptions {
                             form's OUT keeps so the histories only IN reads) runs no steps; the
                             executor gives h0 as its final state and dL/dfinal as its dL/dh0
                             (EtStatePart.still; the CPU's executor does) */
+  bool slice_views;      /* a slice of x, dy, a previous state or a dnew is read in place (a slot at
+                            its offset in the leaf's array), not copied by a kernel */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

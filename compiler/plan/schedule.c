@@ -37,6 +37,7 @@ typedef struct Sched {
   int *stacked_in;  /* per GEMM node: its stack, or -1 */
   StackInfo *stack; /* per stack */
   bool hybrid;      /* scan mode with sequential parts: histories (seq_part) */
+  bool *view;       /* per node: a slice read in place from its leaf's array (PlanOptions.slice_views) */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
@@ -230,7 +231,7 @@ static bool is_gemm_sum(Sched *s, int id) {
 /* computed by a fused elementwise kernel */
 static bool is_elem(Sched *s, int id) {
   Node *n = N(s, id);
-  return s->vis[id] && s->dyn[id] && !op_is_leaf(n->op) && !is_gemm(s, id) && s->scan_next[id] < 0 &&
+  return s->vis[id] && s->dyn[id] && !op_is_leaf(n->op) && !s->view[id] && !is_gemm(s, id) && s->scan_next[id] < 0 &&
          s->scan_dtot[id] < 0 && n->op != OP_OUTER && !is_gemm_sum(s, id);
 }
 
@@ -249,6 +250,7 @@ static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
   s->region = int_array(nn, R_NONE), s->level = int_array(nn, -1);
   s->scan_next = int_array(nn, -1), s->scan_dtot = int_array(nn, -1);
   s->sum_root = int_array(nn, -1), s->nusers = int_array(nn, 0), s->stacked_in = int_array(nn, -1);
+  s->view = xcalloc((size_t)nn, sizeof(bool));
   pl->home = int_array(nn, -1), pl->kernel_of = int_array(nn, -1);
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
@@ -314,6 +316,20 @@ static void visit_roots(Sched *s) {
   }
   for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
   s->first_pass = false;
+}
+
+/* PlanOptions.slice_views: the slices of the leaves that live in arrays of their own rows (x, dy,
+ * the state arrays' previous values and dnews) are read where the leaf lies (place_leaves gives
+ * each a slot at its offset): a kernel copying them would write, per row, what is there already.
+ * Mamba-2's conv reads each step of its width-4 history, three slices of 64 per conv, which the
+ * backward reads again: 9 x 64 floats a row that no kernel writes now. */
+static void mark_views(Sched *s) {
+  for (int id = 0; id < s->nn; id++) {
+    Node *n = N(s, id);
+    if (!s->vis[id] || !s->dyn[id] || n->op != OP_SLICE) continue;
+    Op a = N(s, n->a[0])->op;
+    s->view[id] = a == OP_INPUT || a == OP_DY || a == OP_PREV || a == OP_DNEW;
+  }
 }
 
 /* Per node: whether it reads a PREV (depP) or a DNEW (depD) leaf, directly or not. */
@@ -541,6 +557,12 @@ static void place_leaves(Sched *s) {
     case OP_DNEW: pl->home[id] = add_slot(pl, pl->dstate_array[n->idx], 1, 0); break;
     default: break;
     }
+  }
+  for (int id = 0; id < s->nn; id++) {
+    if (!s->view[id]) continue;
+    Node *n = N(s, id);
+    Slot at = pl->slots[pl->home[n->a[0]]];
+    pl->home[id] = add_slot(pl, at.array, at.row_off, at.col + n->idx);
   }
 }
 
@@ -801,7 +823,7 @@ static void place_accs(Sched *s) {
 
 static void sched_free(Sched *s) {
   free(s->vis), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
-  free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack);
+  free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack), free(s->view);
 }
 
 Plan *plan_new(Program *p, const PlanOptions *o) {
@@ -814,6 +836,7 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
                      (p->sparts[q].dprev < 0 || graph_node(&p->g, p->sparts[q].dprev)->op == OP_DNEW);
   if (o->scan) mark_scanned(&s);
   visit_roots(&s);
+  if (o->slice_views) mark_views(&s);
   assign_regions(&s);
   sink_into_steps(&s);
   count_users(&s);

@@ -77,16 +77,18 @@ static void check_plans(const char *file, const char *set, const char *dims) {
     if (sequential || scan) {
       Program *p = lower_cell(c, true, scan);
       ad_differentiate(p);
-      char what[256];
-      snprintf(what, sizeof what, "%s (%s mode)", file, scan ? "scan" : "sequential");
-      PlanOptions po = {.scan = scan, .gates = true};
-      Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
-      char *ta = plan_text(a), *tb = plan_text(b);
-      cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
-      expect_all_used(a, what);
-      expect_first_rows_only(a, what);
-      free(ta), free(tb);
-      plan_free(a), plan_free(b);
+      for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
+        char what[256];
+        snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu};
+        Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
+        char *ta = plan_text(a), *tb = plan_text(b);
+        cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
+        expect_all_used(a, what);
+        expect_first_rows_only(a, what);
+        free(ta), free(tb);
+        plan_free(a), plan_free(b);
+      }
       program_free(p);
     }
     cell_free(c);
@@ -236,4 +238,42 @@ Test(plan, rows_off_4k) {
     expect_all_used(pl, dims[d]);
     plan_free(pl), program_free(p), cell_free(c), arena_free(&arena);
   }
+}
+
+/* PlanOptions.slice_views: Mamba-2's conv reads the steps of its histories (slices of 64 of each
+ * 192-float previous value), and its shift the last two, where the state array holds them, in no
+ * kernel; without it, kernels
+ * copy them into arrays of their own. Either way the slices of x, dy, the previous states and
+ * the dnews are the only nodes so placed. */
+Test(plan, slice_views) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  for (int views = 0; views < 2; views++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .slice_views = views});
+    int nprev = 0;
+    for (int id = 0; id < p->g.nnodes; id++) {
+      Node *n = graph_node(&p->g, id);
+      if (n->op != OP_SLICE || pl->home[id] < 0) continue;
+      Node *a = graph_node(&p->g, n->a[0]);
+      const Slot *at = &pl->slots[pl->home[id]];
+      bool leaf = a->op == OP_INPUT || a->op == OP_DY || a->op == OP_PREV || a->op == OP_DNEW;
+      if (!views || !leaf) {
+        cr_expect(!leaf || pl->kernel_of[id] >= 0 || pl->home[a->a[0]] < 0, "slice %%%d of a leaf copied by no kernel", id);
+        cr_expect(!leaf || at->array != pl->slots[pl->home[n->a[0]]].array, "slice %%%d in its leaf's array", id);
+        continue;
+      }
+      const Slot *src = &pl->slots[pl->home[n->a[0]]];
+      cr_expect_eq(pl->kernel_of[id], -1, "slice %%%d of a leaf in a kernel", id);
+      cr_expect(at->array == src->array && at->row_off == src->row_off && at->col == src->col + n->idx, "slice %%%d's slot", id);
+      if (a->op == OP_PREV) nprev++;
+    }
+    /* the 3 convs' 3 past steps, and the 2 steps each shift keeps */
+    if (views) cr_expect_eq(nprev, 12, "slices of previous states read in place: %d", nprev);
+    plan_free(pl);
+  }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
 }
