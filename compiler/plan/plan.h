@@ -115,6 +115,8 @@ typedef struct PlanOptions {
                             (EtStatePart.still; the CPU's executor does) */
   bool slice_views;      /* a slice of x, dy, a previous state or a dnew is read in place (a slot at
                             its offset in the leaf's array), not copied by a kernel */
+  bool sink_hybrid;      /* scan mode with histories: what only their loop reads runs in it
+                            (sink_into_steps) */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

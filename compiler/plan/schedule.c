@@ -417,6 +417,51 @@ static void sink_into_steps(Sched *s) {
   free(move);
 }
 
+/* A hybrid plan (PlanOptions.sink_hybrid): an elementwise node before its histories' loop that only
+ * the loop reads (and nodes moved so) moves into the loop's step, as sink_into_steps, where it
+ * reads what is stored anyway (the adjoints' terms). Not moved: what a step over all rows reads
+ * without an argument's edge (a scan's coefficients, the terms summed after the loop, the
+ * outputs). Mamba-2's backward summed each conv's adjoints into a 192-float row per history,
+ * which the loop read back; the loop now computes them from the conv's 64-float adjoint. */
+static void sink_into_hybrid_steps(Sched *s) {
+  if (!s->hybrid) return;
+  Program *p = s->p;
+  int nn = s->nn;
+  bool *move = xcalloc((size_t)nn, sizeof(bool));
+  for (int id = 0; id < nn; id++)
+    move[id] = s->vis[id] && (s->region[id] == R_FWD_PRE || s->region[id] == R_BWD_PRE) && is_elem(s, id) && !s->must_store[id];
+  for (int q = 0; q < p->nsparts; q++) {
+    StatePart *sp = &p->sparts[q];
+    int roles[] = {sp->next, sp->dprev, sp->a, sp->b, sp->g, sp->dtotal};
+    for (int i = 0; i < 6; i++)
+      if (roles[i] >= 0) move[roles[i]] = false;
+  }
+  move[p->output] = false;
+  if (p->dx >= 0) move[p->dx] = false;
+  for (int i = 0; i < p->ngates; i++) move[p->gates[i].node] = false;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = 0; id < nn; id++) {
+      if (!s->vis[id] || !s->dyn[id]) continue;
+      Node *n = N(s, id);
+      for (int i = 0; i < op_arity(n->op); i++) {
+        int a = n->a[i];
+        if (a < 0 || !move[a] || move[id]) continue;
+        int step = s->region[a] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+        if (s->region[id] != step) move[a] = false, changed = true; /* read elsewhere */
+      }
+      for (int i = 0; move[id] && i < op_arity(n->op); i++) {
+        int a = n->a[i];
+        if (a >= 0 && s->region[a] == s->region[id] && is_elem(s, a) && !move[a] && !s->must_store[a])
+          move[id] = false, changed = true; /* reads a value that stays, stored only for it */
+      }
+    }
+  }
+  for (int id = 0; id < nn; id++)
+    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+  free(move);
+}
+
 /* Readers of each value; the interface roles (outputs, state parts, stored values) count as readers. */
 static void count_users(Sched *s) {
   Program *p = s->p;
@@ -839,6 +884,7 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   if (o->slice_views) mark_views(&s);
   assign_regions(&s);
   sink_into_steps(&s);
+  if (o->sink_hybrid) sink_into_hybrid_steps(&s);
   count_users(&s);
   find_gemm_sums(&s);
   assign_levels(&s);

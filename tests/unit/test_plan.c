@@ -80,7 +80,7 @@ static void check_plans(const char *file, const char *set, const char *dims) {
       for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
         char what[256];
         snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
-        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu};
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu};
         Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
         char *ta = plan_text(a), *tb = plan_text(b);
         cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
@@ -273,6 +273,37 @@ Test(plan, slice_views) {
     if (views) cr_expect_eq(nprev, 12, "slices of previous states read in place: %d", nprev);
     plan_free(pl);
   }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* PlanOptions.sink_hybrid: Mamba-2's backward (a scan plan with its convs' histories) summed each
+ * conv's adjoints of the past steps into a row as wide as the history (3 x P x NH = 24 of x's,
+ * 3 x N = 15 of B's and C's), stored for the loop that carries the histories' adjoints back; with
+ * it the loop computes them itself, and no array of our own rows is that wide. */
+Test(plan, sink_hybrid) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  int wide[2] = {0}, step_nodes[2] = {0};
+  for (int sink = 0; sink < 2; sink++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .sink_hybrid = sink});
+    for (int a = 0; a < pl->narrays; a++) wide[sink] += pl->arrays[a].kind == ARR_ROWS && (pl->arrays[a].width == 24 || pl->arrays[a].width == 15);
+    for (int j = 0; j < pl->bwd_step.n; j++)
+      if (pl->bwd_step.steps[j].kind == PS_ELEM) step_nodes[sink] += pl->kernels[pl->bwd_step.steps[j].kernel].n;
+    char *t = plan_text(pl);
+    plan_free(pl);
+    Plan *again = plan_new(p, &(PlanOptions){.scan = true, .sink_hybrid = sink});
+    char *t2 = plan_text(again);
+    cr_expect(!strcmp(t, t2), "two plans differ");
+    free(t), free(t2);
+    plan_free(again);
+  }
+  cr_expect_gt(wide[0], 0, "without it, the histories' adjoints of the reads are stored");
+  cr_expect_eq(wide[1], 0, "%d arrays as wide as a history", wide[1]);
+  cr_expect_gt(step_nodes[1], step_nodes[0]);
   program_free(p);
   cell_free(c);
   arena_free(&arena);
