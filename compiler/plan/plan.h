@@ -68,6 +68,8 @@ typedef struct PStep {
   int state;     /* PS_SCAN / PS_RSCAN: the state (its parts) */
   int bound;
   int dst;       /* PS_COPY / PS_ZERO: a slot */
+  bool dot;      /* PS_COLSUM: the sum of the product of its node's two factors, which no kernel
+                    computes (PlanOptions.dot_sums) */
 } PStep;
 
 typedef struct Phase {
@@ -117,6 +119,8 @@ typedef struct PlanOptions {
                             its offset in the leaf's array), not copied by a kernel */
   bool sink_hybrid;      /* scan mode with histories: what only their loop reads runs in it
                             (sink_into_steps) */
+  bool dot_sums;         /* an adjoint's term a * b of two per-row values (a weight's elementwise
+                            gradient) summed over the rows from a and b (PStep.dot), not stored */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

@@ -38,6 +38,7 @@ typedef struct Sched {
   StackInfo *stack; /* per stack */
   bool hybrid;      /* scan mode with sequential parts: histories (seq_part) */
   bool *view;       /* per node: a slice read in place from its leaf's array (PlanOptions.slice_views) */
+  bool dot_sums;    /* PlanOptions.dot_sums */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
@@ -280,12 +281,25 @@ static void mark_scanned(Sched *s) {
   }
 }
 
-/* A boundary's per-row adjoint: every term computed and stored (an outer product: both factors). */
+/* PlanOptions.dot_sums: an adjoint's term that is the product of two per-row values of its size,
+ * summed over the rows from its factors (PStep.dot; where nothing else computes the product): a
+ * kernel storing a * b for the sum to read back writes a row of floats per term for nothing.
+ * Mamba-2's conv weights: 12 of 64 floats a row (their taps times the convs' adjoints). */
+static bool dot_term(Sched *s, int id) {
+  Node *n = N(s, id);
+  if (!s->dot_sums || n->op != OP_MUL || !s->dyn[n->a[0]] || !s->dyn[n->a[1]]) return false;
+  return node_numel(N(s, n->a[0])) == node_numel(n) && node_numel(N(s, n->a[1])) == node_numel(n);
+}
+
+/* A boundary's per-row adjoint: every term computed and stored (an outer product: both factors;
+ * a dot_term: both factors). */
 static void visit_adjoint(Sched *s, int b) {
   int nterms, *terms = adjoint_terms(s, s->p->bounds[b].adj, &nterms);
   for (int i = 0; i < nterms; i++) {
     Node *n = N(s, terms[i]);
-    if (n->op == OP_OUTER) {
+    if (dot_term(s, terms[i])) /* (stored at the end of visit_roots) */
+      visit(s, n->a[0]), visit(s, n->a[1]);
+    else if (n->op == OP_OUTER) {
       visit(s, n->a[0]), visit(s, n->a[1]);
       s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
     } else { /* summed over rows as a flat row of its elements, whatever its shape */
@@ -316,6 +330,16 @@ static void visit_roots(Sched *s) {
   }
   for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
   s->first_pass = false;
+  for (int b = 0; s->dot_sums && b < p->nbounds; b++) { /* a product something else computes: stored, summed as it is */
+    int nterms, *terms = adjoint_terms(s, p->bounds[b].adj, &nterms);
+    for (int i = 0; i < nterms; i++) {
+      Node *n = N(s, terms[i]);
+      if (!dot_term(s, terms[i])) continue;
+      if (s->vis[terms[i]]) s->must_store[terms[i]] = true;
+      else s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
+    }
+    free(terms);
+  }
 }
 
 /* PlanOptions.slice_views: the slices of the leaves that live in arrays of their own rows (x, dy,
@@ -849,6 +873,7 @@ static void emit_adjoint_sums(Sched *s) {
     for (int i = 0; i < nterms; i++) {
       PStep st = new_step(N(s, terms[i])->op == OP_OUTER ? PS_OUTER_ACC : PS_COLSUM, terms[i]);
       st.bound = b;
+      st.dot = dot_term(s, terms[i]) && !s->vis[terms[i]];
       push_step(&s->pl->bwd_post, st);
     }
     free(terms);
@@ -876,6 +901,7 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(!o->scan || p->scan_form);
   Sched s;
   sched_init(&s, p, o->scan, o->gates);
+  s.dot_sums = o->dot_sums;
   for (int q = 0; o->scan && o->still && q < p->nsparts; q++) /* (and nothing else reads it: dprev is dnew) */
     s.pl->still[q] = seq_part(&s, q) && p->sparts[q].next == p->sparts[q].prev &&
                      (p->sparts[q].dprev < 0 || graph_node(&p->g, p->sparts[q].dprev)->op == OP_DNEW);
@@ -951,7 +977,9 @@ static void touch_step(const Plan *pl, unsigned *seen, const PStep *st, int phas
     break;
   default: break; /* PS_COLSUM, PS_COPY, PS_ZERO below */
   }
-  if (st->kind == PS_COLSUM || st->kind == PS_COPY) touch(pl, seen, pl->home[st->node], phase);
+  if (st->kind == PS_COLSUM && st->dot)
+    for (int i = 0; i < 2; i++) touch(pl, seen, pl->home[graph_node(g, st->node)->a[i]], phase);
+  else if (st->kind == PS_COLSUM || st->kind == PS_COPY) touch(pl, seen, pl->home[st->node], phase);
   if (st->kind == PS_COPY || st->kind == PS_ZERO) touch(pl, seen, st->dst, phase);
 }
 

@@ -80,7 +80,7 @@ static void check_plans(const char *file, const char *set, const char *dims) {
       for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
         char what[256];
         snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
-        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu};
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu, .dot_sums = cpu};
         Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
         char *ta = plan_text(a), *tb = plan_text(b);
         cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
@@ -304,6 +304,37 @@ Test(plan, sink_hybrid) {
   cr_expect_gt(wide[0], 0, "without it, the histories' adjoints of the reads are stored");
   cr_expect_eq(wide[1], 0, "%d arrays as wide as a history", wide[1]);
   cr_expect_gt(step_nodes[1], step_nodes[0]);
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* PlanOptions.dot_sums: the gradients of Mamba-2's conv weights sum each tap's values times the
+ * conv's adjoint over the rows (4 taps of 3 convs; and other elementwise weights' gradients), from
+ * the two factors; no kernel computes the
+ * products. Without it each product is stored for its column sum. */
+Test(plan, dot_sums) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  for (int dot = 0; dot < 2; dot++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .dot_sums = dot});
+    int ndot = 0;
+    for (int j = 0; j < pl->bwd_post.n; j++) {
+      const PStep *st = &pl->bwd_post.steps[j];
+      if (st->kind != PS_COLSUM || !st->dot) continue;
+      Node *n = graph_node(&p->g, st->node);
+      ndot++;
+      cr_expect_eq(n->op, OP_MUL);
+      cr_expect(pl->home[st->node] < 0 && pl->kernel_of[st->node] < 0, "a dot sum's product %%%d computed", st->node);
+      cr_expect(pl->home[n->a[0]] >= 0 && pl->home[n->a[1]] >= 0, "a dot sum's factors stored");
+    }
+    if (dot) cr_expect_geq(ndot, 12, "%d dot sums", ndot); /* and the gate's weights' (norm_w ...) */
+    else cr_expect_eq(ndot, 0);
+    expect_all_used(pl, "mamba2 dot_sums");
+    plan_free(pl);
+  }
   program_free(p);
   cell_free(c);
   arena_free(&arena);

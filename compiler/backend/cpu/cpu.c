@@ -411,7 +411,7 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
   c->nthreads = threads_of(o);
-  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true, .sink_hybrid = true});
+  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true, .sink_hybrid = true, .dot_sums = true});
   c->table = plan_table_build(c->pl, p);
   EtHeader *h = (EtHeader *)c->table.data;
   h->kstatic_fwd = c->pl->nkernels, h->kstatic_bwd = c->pl->nkernels + 1; /* host_kernel: run_static */

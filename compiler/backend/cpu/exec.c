@@ -186,8 +186,32 @@ static void colsum_rows(const float *v, int ld, int64_t rows, float *acc, int64_
   }
 }
 
-/* acc += the sum over all rows of the source (or rows times its constant), on this thread's share
- * of the columns. */
+/* colsum_rows of the rows' products a * b (strides lda, ldb), each product rounded to a float as a
+ * kernel storing it would, then summed in the same order: the same sums as colsum_rows of a * b. */
+static void colsum_dot_rows(const float *a, int lda, const float *b, int ldb, int64_t rows, float *acc, int64_t j0, int64_t j1) {
+  enum { CW = 64 };
+  for (int64_t c0 = j0; c0 < j1; c0 += CW) {
+    int n = j1 - c0 < CW ? (int)(j1 - c0) : CW;
+    float sum[CW] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+      const float *x = a + r * lda + c0, *y = b + r * ldb + c0;
+      if (n == CW)
+        for (int j = 0; j < CW; j++) {
+          float p = x[j] * y[j]; /* (two statements: never one fused multiply-add) */
+          sum[j] += p;
+        }
+      else
+        for (int j = 0; j < n; j++) {
+          float p = x[j] * y[j];
+          sum[j] += p;
+        }
+    }
+    for (int j = 0; j < n; j++) acc[c0 + j] += sum[j];
+  }
+}
+
+/* acc += the sum over all rows of the source (or rows times its constant, or its products with a
+ * second source's), on this thread's share of the columns. */
 static void run_colsum(const Exec *e, const EtStep *st, int64_t rows, const Share *sh) {
   float *acc = e->bases[st->dst];
   int64_t j0, j1;
@@ -196,7 +220,8 @@ static void run_colsum(const Exec *e, const EtStep *st, int64_t rows, const Shar
     for (int64_t j = j0; j < j1; j++) acc[j] += st->k * (float)rows;
     return;
   }
-  colsum_rows(e->bases[st->src], width_of(e, st->src), rows, acc, j0, j1);
+  if (st->src2 >= 0) colsum_dot_rows(e->bases[st->src], width_of(e, st->src), e->bases[st->src2], width_of(e, st->src2), rows, acc, j0, j1);
+  else colsum_rows(e->bases[st->src], width_of(e, st->src), rows, acc, j0, j1);
 }
 
 /* ---- the other steps ---- */
