@@ -358,7 +358,8 @@ Test(chunked, in_passes_shared_values) {
 
 /* OUT's histories that only IN reads keep their values (new = prev): the cpu back end's plan runs no
  * step for them (PlanOptions.still; without it, a copy per step each way), and its executor still
- * gives their final state h0 and their dL/dh0 dL/dfinal; the rest of OUT as the interpreter's. */
+ * gives their final state h0 and their dL/dh0 dL/dfinal, read_steps h0 at every step; the rest of
+ * OUT as the interpreter's. */
 static Compiled *out_program(Cell *c, const char *backend) {
   Program *p = lower_cell_part(c, true, true, LOWER_CHUNK_OUT);
   ad_differentiate(p);
@@ -401,6 +402,36 @@ Test(chunked, out_still_histories) {
       }
     h_bufs_free(h1), h_bufs_free(h2);
   }
+  /* every step's value, as read_steps gives it (cellc's probes): h0 */
+  int T = 5, B = 2;
+  HBufs *h = h_bufs_new(p, T, B, 11, 0.5, 1);
+  size_t rows = (size_t)T * B;
+  float *xf = xcalloc(rows * (size_t)p->x_size + 1, sizeof(float)), *yf = xcalloc(rows * (size_t)p->output_size + 1, sizeof(float));
+  float **pf = xcalloc((size_t)h->np + 1, sizeof(float *)), **hf = xcalloc((size_t)h->ns + 1, sizeof(float *));
+  float **ff = xcalloc((size_t)h->ns + 1, sizeof(float *));
+  for (size_t i = 0; i < rows * (size_t)p->x_size; i++) xf[i] = (float)h->x[i];
+  for (int i = 0; i < h->np; i++) {
+    pf[i] = xcalloc(h->pn[i] + 1, sizeof(float));
+    for (size_t j = 0; j < h->pn[i]; j++) pf[i][j] = (float)h->params[i][j];
+  }
+  for (int q = 0; q < h->ns; q++) {
+    hf[q] = xcalloc(h->sn[q] + 1, sizeof(float)), ff[q] = xcalloc(h->sn[q] + 1, sizeof(float));
+    for (size_t j = 0; j < h->sn[q]; j++) hf[q][j] = (float)h->h0[q][j];
+  }
+  SeqIO s = {.T = T, .B = B, .dtype = DT_F32, .x = xf, .params = (const void **)pf, .y = yf, .h0 = (const void **)hf,
+             .final = (void **)ff};
+  Work *w = cpu->be->work_new(cpu);
+  cpu->be->forward(cpu, w, &s);
+  for (int q = 0; q < h->ns; q++) {
+    float *st = xcalloc(((size_t)T + 1) * h->sn[q] + 1, sizeof(float));
+    cr_assert_eq(cpu->be->read_steps(cpu, w, STEPS_STATE, q, st), 0);
+    for (size_t j = 0; j < ((size_t)T + 1) * h->sn[q]; j++) cr_assert_eq(st[j], hf[q][j % h->sn[q]], "part %d value %zu", q, j);
+    free(st), free(hf[q]), free(ff[q]);
+  }
+  cpu->be->work_free(w);
+  for (int i = 0; i < h->np; i++) free(pf[i]);
+  free(pf), free(hf), free(ff), free(xf), free(yf);
+  h_bufs_free(h);
   out_program_free(ref), out_program_free(cpu);
   cell_free(cc);
   arena_free(&a);

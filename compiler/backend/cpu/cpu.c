@@ -353,7 +353,8 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   w->warm = true;
 }
 
-/* h_0 .. h_T of a state part: its state array, [(T + 1) B, size] (column offset 0). */
+/* h_0 .. h_T of a state part: its state array, [(T + 1) B, size] (column offset 0); h0 throughout
+ * for a still history. */
 static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void *out) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
@@ -363,7 +364,9 @@ static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void
   const PlanArray *a = &c->pl->arrays[c->pl->state_array[part]];
   size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->T + 1) * (size_t)w->B;
   const float *src = w->arr[c->pl->state_array[part]];
-  for (size_t r = 0; r < rows; r++) memcpy((float *)out + r * size, src + r * (size_t)a->width, sizeof(float) * size);
+  bool still = c->pl->still[part]; /* no step writes it: every step's value is h0 (PlanOptions.still) */
+  for (size_t r = 0; r < rows; r++)
+    memcpy((float *)out + r * size, src + (still ? r % (size_t)w->B : r) * (size_t)a->width, sizeof(float) * size);
   return 0;
 }
 
