@@ -68,6 +68,8 @@ typedef struct PStep {
   int state;     /* PS_SCAN / PS_RSCAN: the state (its parts) */
   int bound;
   int dst;       /* PS_COPY / PS_ZERO: a slot */
+  bool dot;      /* PS_COLSUM: the sum of the product of its node's two factors, which no kernel
+                    computes (PlanOptions.dot_sums) */
 } PStep;
 
 typedef struct Phase {
@@ -103,11 +105,22 @@ typedef struct Plan {
   int *nstack;
   int nstacks;
   int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
+  bool *still;           /* per state part: a still history (PlanOptions.still), which no step runs */
 } Plan;
 
 typedef struct PlanOptions {
   bool scan;             /* run in scan mode (the Program must be in scan form) */
   bool gates;            /* record every gate per step */
+  bool still;            /* scan mode: a history whose new value is its previous one (the chunked
+                            form's OUT keeps so the histories only IN reads) runs no steps; the
+                            executor gives h0 as its final state and dL/dfinal as its dL/dh0
+                            (EtStatePart.still; the CPU's executor does) */
+  bool slice_views;      /* a slice of x, dy, a previous state or a dnew is read in place (a slot at
+                            its offset in the leaf's array), not copied by a kernel */
+  bool sink_hybrid;      /* scan mode with histories: what only their loop reads runs in it
+                            (sink_into_steps) */
+  bool dot_sums;         /* an adjoint's term a * b of two per-row values (a weight's elementwise
+                            gradient) summed over the rows from a and b (PStep.dot), not stored */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

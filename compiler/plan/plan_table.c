@@ -71,7 +71,7 @@ static EtStep step_of(Builder *b, const PStep *st) {
   const Plan *pl = b->pl;
   Program *p = b->p;
   EtStep e = {.kind = ET_ELEM + (int)st->kind - PS_ELEM, .kernel = st->kernel, .accumulate = st->accumulate, .arr1 = -1,
-              .group = -1, .pack = -1};
+              .group = -1, .pack = -1, .src2 = -1};
   switch (st->kind) {
   case PS_ELEM: break;
   case PS_GEMM: case PS_GEMM_T: {
@@ -90,6 +90,10 @@ static EtStep step_of(Builder *b, const PStep *st) {
   case PS_COLSUM: case PS_COPY: {
     Node *n = graph_node(&p->g, st->node);
     e.src = pl->home[st->node], e.numel = node_numel(n), e.k = (float)n->k;
+    if (st->dot) {
+      e.src = pl->home[n->a[0]], e.src2 = pl->home[n->a[1]];
+      CHECK(e.src2 >= 0);
+    }
     e.dst = st->kind == PS_COPY ? st->dst : pl->home[p->bounds[st->bound].acc];
     CHECK(e.src >= 0 || n->op == OP_CONST);
     break;
@@ -144,7 +148,8 @@ static void add_parts(Builder *b, Blob *t, EtHeader *h) {
   EtStatePart *sp = xcalloc((size_t)p->nsparts + 1, sizeof *sp);
   for (int q = 0; q < p->nsparts; q++) {
     const StatePart *s = &p->sparts[q];
-    sp[q] = (EtStatePart){s->state, s->part, s->cplx, s->size, pl->state_array[q], pl->dstate_array[q], find_array(pl, ARR_GH0, q)};
+    sp[q] = (EtStatePart){s->state, s->part, s->cplx, s->size, pl->state_array[q], pl->dstate_array[q], find_array(pl, ARR_GH0, q),
+                            pl->still[q]};
   }
   h->nsparts = p->nsparts, h->sparts = blob_add(t, sp, sizeof *sp * (size_t)p->nsparts);
   free(sp);
@@ -295,7 +300,7 @@ static void outer_groups_of_run(Groups *c, const PStep *run, int n) {
   c->n = last;
   for (int i = first; i < c->n; i++) c->g[i].sums = xcalloc((size_t)c->g[i].na, sizeof(PStep *));
   for (int i = 0; i < n; i++) { /* each PS_COLSUM to the first G block it sums */
-    bool done = run[i].kind != PS_COLSUM;
+    bool done = run[i].kind != PS_COLSUM || run[i].dot;
     for (int j = first; j < c->n && !done; j++)
       for (int k = 0; k < c->g[j].na && !done; k++) {
         OuterGroup *h = &c->g[j];

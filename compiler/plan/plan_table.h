@@ -64,6 +64,8 @@ typedef struct EtStep {
   int32_t group;               /* ET_OUTER_ACC: its weight-gradient group; ET_COLSUM: the group that sums
                                   it while it packs G, or -1 */
   int32_t pack;                /* ET_GEMM(_T): its packed matrix (0 .. npacks), else -1 */
+  int32_t src2;                /* ET_COLSUM: a second slot: the sum of src's rows times src2's
+                                  (PStep.dot), or -1 */
 } EtStep;
 
 typedef struct EtPhase {
@@ -81,6 +83,8 @@ typedef struct EtParamPart {
 typedef struct EtStatePart {
   int32_t state, part, cplx, size;
   int32_t arr, darr, gh0;      /* state array, dstate / dtotal array, ET_GH0 array (or -1) */
+  int32_t still;               /* a still history (PlanOptions.still): no step writes its arrays; its
+                                  final state is h0 (arr's row 0), its dL/dh0 dL/dfinal (darr's row T) */
 } EtStatePart;
 
 typedef struct EtStackCopy {

@@ -37,6 +37,8 @@ typedef struct Sched {
   int *stacked_in;  /* per GEMM node: its stack, or -1 */
   StackInfo *stack; /* per stack */
   bool hybrid;      /* scan mode with sequential parts: histories (seq_part) */
+  bool *view;       /* per node: a slice read in place from its leaf's array (PlanOptions.slice_views) */
+  bool dot_sums;    /* PlanOptions.dot_sums */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
@@ -46,6 +48,12 @@ static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
  * rows: the values it reads are computed before, its reads (prev, conv) after it, and so on in
  * the backward, as in a sequential plan; everything else runs over all rows, the scans included. */
 static bool seq_part(Sched *s, int q) { return s->pl->scan && s->p->sparts[q].a < 0; }
+
+/* A history that never changes (PlanOptions.still): the chunked form's OUT holds a history that
+ * only IN reads as new = prev. Shifting it step by step would copy B rows forward and its adjoint
+ * back, every step, for nothing: its final state is h0 and its dL/dh0 is dL/dfinal, which the
+ * executor hands over itself. */
+static bool still_part(Sched *s, int q) { return s->pl->still[q]; }
 
 static bool is_gemm(Sched *s, int id) {
   Node *n = N(s, id);
@@ -224,7 +232,7 @@ static bool is_gemm_sum(Sched *s, int id) {
 /* computed by a fused elementwise kernel */
 static bool is_elem(Sched *s, int id) {
   Node *n = N(s, id);
-  return s->vis[id] && s->dyn[id] && !op_is_leaf(n->op) && !is_gemm(s, id) && s->scan_next[id] < 0 &&
+  return s->vis[id] && s->dyn[id] && !op_is_leaf(n->op) && !s->view[id] && !is_gemm(s, id) && s->scan_next[id] < 0 &&
          s->scan_dtot[id] < 0 && n->op != OP_OUTER && !is_gemm_sum(s, id);
 }
 
@@ -243,9 +251,11 @@ static void sched_init(Sched *s, Program *p, bool scan, bool gates) {
   s->region = int_array(nn, R_NONE), s->level = int_array(nn, -1);
   s->scan_next = int_array(nn, -1), s->scan_dtot = int_array(nn, -1);
   s->sum_root = int_array(nn, -1), s->nusers = int_array(nn, 0), s->stacked_in = int_array(nn, -1);
+  s->view = xcalloc((size_t)nn, sizeof(bool));
   pl->home = int_array(nn, -1), pl->kernel_of = int_array(nn, -1);
   pl->static_fwd = xcalloc((size_t)nn, sizeof(bool));
   pl->static_bwd = xcalloc((size_t)nn, sizeof(bool));
+  pl->still = xcalloc((size_t)p->nsparts + 1, sizeof(bool));
   for (int r = 0; r < R_COUNT; r++) phase_of(pl, r)->region = regions[r];
 }
 
@@ -271,12 +281,25 @@ static void mark_scanned(Sched *s) {
   }
 }
 
-/* A boundary's per-row adjoint: every term computed and stored (an outer product: both factors). */
+/* PlanOptions.dot_sums: an adjoint's term that is the product of two per-row values of its size,
+ * summed over the rows from its factors (PStep.dot; where nothing else computes the product): a
+ * kernel storing a * b for the sum to read back writes a row of floats per term for nothing.
+ * Mamba-2's conv weights: 12 of 64 floats a row (their taps times the convs' adjoints). */
+static bool dot_term(Sched *s, int id) {
+  Node *n = N(s, id);
+  if (!s->dot_sums || n->op != OP_MUL || !s->dyn[n->a[0]] || !s->dyn[n->a[1]]) return false;
+  return node_numel(N(s, n->a[0])) == node_numel(n) && node_numel(N(s, n->a[1])) == node_numel(n);
+}
+
+/* A boundary's per-row adjoint: every term computed and stored (an outer product: both factors;
+ * a dot_term: both factors). */
 static void visit_adjoint(Sched *s, int b) {
   int nterms, *terms = adjoint_terms(s, s->p->bounds[b].adj, &nterms);
   for (int i = 0; i < nterms; i++) {
     Node *n = N(s, terms[i]);
-    if (n->op == OP_OUTER) {
+    if (dot_term(s, terms[i])) /* (stored at the end of visit_roots) */
+      visit(s, n->a[0]), visit(s, n->a[1]);
+    else if (n->op == OP_OUTER) {
       visit(s, n->a[0]), visit(s, n->a[1]);
       s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
     } else { /* summed over rows as a flat row of its elements, whatever its shape */
@@ -307,6 +330,30 @@ static void visit_roots(Sched *s) {
   }
   for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
   s->first_pass = false;
+  for (int b = 0; s->dot_sums && b < p->nbounds; b++) { /* a product something else computes: stored, summed as it is */
+    int nterms, *terms = adjoint_terms(s, p->bounds[b].adj, &nterms);
+    for (int i = 0; i < nterms; i++) {
+      Node *n = N(s, terms[i]);
+      if (!dot_term(s, terms[i])) continue;
+      if (s->vis[terms[i]]) s->must_store[terms[i]] = true;
+      else s->must_store[n->a[0]] = s->must_store[n->a[1]] = true;
+    }
+    free(terms);
+  }
+}
+
+/* PlanOptions.slice_views: the slices of the leaves that live in arrays of their own rows (x, dy,
+ * the state arrays' previous values and dnews) are read where the leaf lies (place_leaves gives
+ * each a slot at its offset): a kernel copying them would write, per row, what is there already.
+ * Mamba-2's conv reads each step of its width-4 history, three slices of 64 per conv, which the
+ * backward reads again: 9 x 64 floats a row that no kernel writes now. */
+static void mark_views(Sched *s) {
+  for (int id = 0; id < s->nn; id++) {
+    Node *n = N(s, id);
+    if (!s->vis[id] || !s->dyn[id] || n->op != OP_SLICE) continue;
+    Op a = N(s, n->a[0])->op;
+    s->view[id] = a == OP_INPUT || a == OP_DY || a == OP_PREV || a == OP_DNEW;
+  }
 }
 
 /* Per node: whether it reads a PREV (depP) or a DNEW (depD) leaf, directly or not. */
@@ -386,6 +433,51 @@ static void sink_into_steps(Sched *s) {
         if (a < 0 || s->region[a] != s->region[id]) continue;
         if (move[a] && !move[id]) move[a] = false, changed = true;                 /* read before the loop */
         else if (move[id] && is_elem(s, a) && !move[a]) move[id] = false, changed = true; /* reads a value that stays */
+      }
+    }
+  }
+  for (int id = 0; id < nn; id++)
+    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+  free(move);
+}
+
+/* A hybrid plan (PlanOptions.sink_hybrid): an elementwise node before its histories' loop that only
+ * the loop reads (and nodes moved so) moves into the loop's step, as sink_into_steps, where it
+ * reads what is stored anyway (the adjoints' terms). Not moved: what a step over all rows reads
+ * without an argument's edge (a scan's coefficients, the terms summed after the loop, the
+ * outputs). Mamba-2's backward summed each conv's adjoints into a 192-float row per history,
+ * which the loop read back; the loop now computes them from the conv's 64-float adjoint. */
+static void sink_into_hybrid_steps(Sched *s) {
+  if (!s->hybrid) return;
+  Program *p = s->p;
+  int nn = s->nn;
+  bool *move = xcalloc((size_t)nn, sizeof(bool));
+  for (int id = 0; id < nn; id++)
+    move[id] = s->vis[id] && (s->region[id] == R_FWD_PRE || s->region[id] == R_BWD_PRE) && is_elem(s, id) && !s->must_store[id];
+  for (int q = 0; q < p->nsparts; q++) {
+    StatePart *sp = &p->sparts[q];
+    int roles[] = {sp->next, sp->dprev, sp->a, sp->b, sp->g, sp->dtotal};
+    for (int i = 0; i < 6; i++)
+      if (roles[i] >= 0) move[roles[i]] = false;
+  }
+  move[p->output] = false;
+  if (p->dx >= 0) move[p->dx] = false;
+  for (int i = 0; i < p->ngates; i++) move[p->gates[i].node] = false;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = 0; id < nn; id++) {
+      if (!s->vis[id] || !s->dyn[id]) continue;
+      Node *n = N(s, id);
+      for (int i = 0; i < op_arity(n->op); i++) {
+        int a = n->a[i];
+        if (a < 0 || !move[a] || move[id]) continue;
+        int step = s->region[a] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+        if (s->region[id] != step) move[a] = false, changed = true; /* read elsewhere */
+      }
+      for (int i = 0; move[id] && i < op_arity(n->op); i++) {
+        int a = n->a[i];
+        if (a >= 0 && s->region[a] == s->region[id] && is_elem(s, a) && !move[a] && !s->must_store[a])
+          move[id] = false, changed = true; /* reads a value that stays, stored only for it */
       }
     }
   }
@@ -535,6 +627,12 @@ static void place_leaves(Sched *s) {
     default: break;
     }
   }
+  for (int id = 0; id < s->nn; id++) {
+    if (!s->view[id]) continue;
+    Node *n = N(s, id);
+    Slot at = pl->slots[pl->home[n->a[0]]];
+    pl->home[id] = add_slot(pl, at.array, at.row_off, at.col + n->idx);
+  }
 }
 
 /* New state values into the state arrays (scans write there themselves), then each dprev into
@@ -546,6 +644,7 @@ static void place_states(Sched *s) {
   Plan *pl = s->pl;
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
+    if (still_part(s, q)) continue;
     int id = p->sparts[q].next, dst = add_slot(pl, pl->state_array[q], 1, 0);
     Phase *ph = !pl->scan || seq_part(s, q) ? &pl->fwd_step : s->hybrid ? &pl->fwd_post : &pl->fwd_pre;
     if (s->scan_next[id] < 0) deliver_row(s, id, dst, ph);
@@ -553,6 +652,7 @@ static void place_states(Sched *s) {
   }
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
+    if (still_part(s, q)) continue;
     if (seq_part(s, q)) { /* as sequential, then its rows 0 to dL/dh0 */
       deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
       deliver(s, sp->dprev, add_array_slot(pl, ARR_GH0, sp->size, 0, q), &pl->bwd_first, false);
@@ -773,6 +873,7 @@ static void emit_adjoint_sums(Sched *s) {
     for (int i = 0; i < nterms; i++) {
       PStep st = new_step(N(s, terms[i])->op == OP_OUTER ? PS_OUTER_ACC : PS_COLSUM, terms[i]);
       st.bound = b;
+      st.dot = dot_term(s, terms[i]) && !s->vis[terms[i]];
       push_step(&s->pl->bwd_post, st);
     }
     free(terms);
@@ -792,7 +893,7 @@ static void place_accs(Sched *s) {
 
 static void sched_free(Sched *s) {
   free(s->vis), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
-  free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack);
+  free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack), free(s->view);
 }
 
 Plan *plan_new(Program *p, const PlanOptions *o) {
@@ -800,10 +901,16 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(!o->scan || p->scan_form);
   Sched s;
   sched_init(&s, p, o->scan, o->gates);
+  s.dot_sums = o->dot_sums;
+  for (int q = 0; o->scan && o->still && q < p->nsparts; q++) /* (and nothing else reads it: dprev is dnew) */
+    s.pl->still[q] = seq_part(&s, q) && p->sparts[q].next == p->sparts[q].prev &&
+                     (p->sparts[q].dprev < 0 || graph_node(&p->g, p->sparts[q].dprev)->op == OP_DNEW);
   if (o->scan) mark_scanned(&s);
   visit_roots(&s);
+  if (o->slice_views) mark_views(&s);
   assign_regions(&s);
   sink_into_steps(&s);
+  if (o->sink_hybrid) sink_into_hybrid_steps(&s);
   count_users(&s);
   find_gemm_sums(&s);
   assign_levels(&s);
@@ -870,7 +977,9 @@ static void touch_step(const Plan *pl, unsigned *seen, const PStep *st, int phas
     break;
   default: break; /* PS_COLSUM, PS_COPY, PS_ZERO below */
   }
-  if (st->kind == PS_COLSUM || st->kind == PS_COPY) touch(pl, seen, pl->home[st->node], phase);
+  if (st->kind == PS_COLSUM && st->dot)
+    for (int i = 0; i < 2; i++) touch(pl, seen, pl->home[graph_node(g, st->node)->a[i]], phase);
+  else if (st->kind == PS_COLSUM || st->kind == PS_COPY) touch(pl, seen, pl->home[st->node], phase);
   if (st->kind == PS_COPY || st->kind == PS_ZERO) touch(pl, seen, st->dst, phase);
 }
 
@@ -921,7 +1030,7 @@ void plan_free(Plan *pl) {
   for (int i = 0; i < 7; i++) free(phases[i]->steps);
   for (int i = 0; i < pl->nkernels; i++) free(pl->kernels[i].nodes);
   free(pl->kernels), free(pl->arrays), free(pl->slots), free(pl->home), free(pl->kernel_of);
-  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array);
+  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array), free(pl->still);
   for (int i = 0; i < pl->nstacks; i++) free(pl->stacks[i]);
   free(pl->stacks), free(pl->nstack);
   free(pl);

@@ -16,6 +16,7 @@
 #include "cpu.h"
 #include "harness.h"
 #include "ir.h"
+#include "plan.h"
 #include "support.h"
 
 typedef struct Seq {
@@ -416,6 +417,87 @@ Test(chunked, in_passes_shared_values) {
   cr_assert_eq(kept, 3);
   cr_assert_eq(shared_of("stdlib/gla.cell", "NH=2,K=3,V=4,D=5", &kept, &nparts), 0);
   cr_assert_eq(kept, 0);
+}
+
+/* OUT's histories that only IN reads keep their values (new = prev): the cpu back end's plan runs no
+ * step for them (PlanOptions.still; without it, a copy per step each way), and its executor still
+ * gives their final state h0 and their dL/dh0 dL/dfinal, read_steps h0 at every step; the rest of
+ * OUT as the interpreter's. */
+static Compiled *out_program(Cell *c, const char *backend) {
+  Program *p = lower_cell_part(c, true, true, LOWER_CHUNK_OUT);
+  ad_differentiate(p);
+  BackendOptions bo = {.scan = true, .f32 = true, .threads = 1};
+  char err[512] = "";
+  Compiled *cc = backend_find(backend)->compile(p, &bo, err, sizeof err);
+  cr_assert(cc, "%s", err);
+  return cc;
+}
+
+static void out_program_free(Compiled *c) {
+  Program *p = c->p;
+  c->be->free(c);
+  program_free(p);
+}
+
+Test(chunked, out_still_histories) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", false, "chunked");
+  Compiled *ref = out_program(cc, "interp"), *cpu = out_program(cc, "cpu");
+  Program *p = cpu->p;
+  for (int still = 0; still < 2; still++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .still = still});
+    cr_assert_eq(pl->fwd_step.n, still ? 0 : 3, "still=%d", still);
+    cr_assert_eq(pl->bwd_step.n, still ? 0 : 3, "still=%d", still);
+    for (int q = 0; q < p->nsparts; q++) cr_assert_eq(pl->still[q], still);
+    plan_free(pl);
+  }
+  for (int T = 1; T <= 9; T += 8) {
+    HBufs *h1 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1), *h2 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1);
+    pipeline_run_f64(ref, &h1->io);
+    pipeline_run_f64(cpu, &h2->io);
+    const char *what;
+    double e = h_compare(h1, h2, p, &what);
+    cr_expect_lt(e, 1e-4, "T=%d: %s off by %g", T, what, e);
+    for (int q = 0; q < p->nsparts; q++)
+      for (size_t j = 0; j < h2->sn[q]; j++) {
+        cr_assert_eq(h2->final[q][j], (double)(float)h2->h0[q][j], "T=%d part %d", T, q);
+        cr_assert_eq(h2->gh0[q][j], (double)(float)h2->dfinal[q][j], "T=%d part %d", T, q);
+      }
+    h_bufs_free(h1), h_bufs_free(h2);
+  }
+  /* every step's value, as read_steps gives it (cellc's probes): h0 */
+  int T = 5, B = 2;
+  HBufs *h = h_bufs_new(p, T, B, 11, 0.5, 1);
+  size_t rows = (size_t)T * B;
+  float *xf = xcalloc(rows * (size_t)p->x_size + 1, sizeof(float)), *yf = xcalloc(rows * (size_t)p->output_size + 1, sizeof(float));
+  float **pf = xcalloc((size_t)h->np + 1, sizeof(float *)), **hf = xcalloc((size_t)h->ns + 1, sizeof(float *));
+  float **ff = xcalloc((size_t)h->ns + 1, sizeof(float *));
+  for (size_t i = 0; i < rows * (size_t)p->x_size; i++) xf[i] = (float)h->x[i];
+  for (int i = 0; i < h->np; i++) {
+    pf[i] = xcalloc(h->pn[i] + 1, sizeof(float));
+    for (size_t j = 0; j < h->pn[i]; j++) pf[i][j] = (float)h->params[i][j];
+  }
+  for (int q = 0; q < h->ns; q++) {
+    hf[q] = xcalloc(h->sn[q] + 1, sizeof(float)), ff[q] = xcalloc(h->sn[q] + 1, sizeof(float));
+    for (size_t j = 0; j < h->sn[q]; j++) hf[q][j] = (float)h->h0[q][j];
+  }
+  SeqIO s = {.T = T, .B = B, .dtype = DT_F32, .x = xf, .params = (const void **)pf, .y = yf, .h0 = (const void **)hf,
+             .final = (void **)ff};
+  Work *w = cpu->be->work_new(cpu);
+  cpu->be->forward(cpu, w, &s);
+  for (int q = 0; q < h->ns; q++) {
+    float *st = xcalloc(((size_t)T + 1) * h->sn[q] + 1, sizeof(float));
+    cr_assert_eq(cpu->be->read_steps(cpu, w, STEPS_STATE, q, st), 0);
+    for (size_t j = 0; j < ((size_t)T + 1) * h->sn[q]; j++) cr_assert_eq(st[j], hf[q][j % h->sn[q]], "part %d value %zu", q, j);
+    free(st), free(hf[q]), free(ff[q]);
+  }
+  cpu->be->work_free(w);
+  for (int i = 0; i < h->np; i++) free(pf[i]);
+  free(pf), free(hf), free(ff), free(xf), free(yf);
+  h_bufs_free(h);
+  out_program_free(ref), out_program_free(cpu);
+  cell_free(cc);
+  arena_free(&a);
 }
 
 /* The cpu back end (float32) in chunked mode against the interpreter's sequential mode (float64):

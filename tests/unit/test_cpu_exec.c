@@ -193,3 +193,55 @@ Test(cpu_exec, layout_sizes_and_threads) {
   cr_assert_eq(exec_threads(&s, 16, true), 16, "an asked count is not cut to what pays");
   cr_assert_eq(exec_threads(&s, 16, false), 6, "8 floats a row in the workspace (y is the caller's)");
 }
+
+/* ET_COLSUM with a second source (PStep.dot): acc += the column sums of a * b over all rows, each
+ * product rounded to a float and summed in row order, bit for bit as a kernel storing a * b and the
+ * plain column sum (which runs chunks of 64 columns over the rows in order); a read through a slot
+ * at a column of a wider array (a history's step). 150 rows and 150 columns: neither a multiple of
+ * the executor's blocks. */
+Test(cpu_exec, dot_colsum_as_stored_products) {
+  enum { DT = 50, DB = 3, DR = DT * DB, N = 150, XW = 200, COL = 30 };
+  enum { D_X, D_DY, D_ACC, D_NARR };
+  struct {
+    EtHeader h;
+    EtArray arrays[D_NARR];
+    EtSlot slots[D_NARR];
+    EtStep steps[1];
+    EtParamPart pp[1];
+  } t;
+  memset(&t, 0, sizeof t);
+  t.arrays[D_X] = (EtArray){.kind = ET_X, .width = XW};
+  t.arrays[D_DY] = (EtArray){.kind = ET_DY, .width = N};
+  t.arrays[D_ACC] = (EtArray){.kind = ET_OWNED, .fixed = N, .zero_bwd = 1};
+  t.slots[D_X] = (EtSlot){D_X, 0, COL}, t.slots[D_DY] = (EtSlot){D_DY, 0, 0}, t.slots[D_ACC] = (EtSlot){D_ACC, 0, 0};
+  t.steps[0] = (EtStep){.kind = ET_COLSUM, .src = D_X, .src2 = D_DY, .dst = D_ACC, .numel = N, .group = -1, .pack = -1};
+  t.pp[0] = (EtParamPart){.numel = N, .array = -1, .grad = D_ACC};
+  t.h = (EtHeader){.magic = ET_MAGIC, .bytes = (int32_t)sizeof t, .x_size = XW, .output_size = N, .y_array = -1, .nparams = 1,
+                   .kstatic_fwd = -1, .kstatic_bwd = -1, .narrays = D_NARR, .arrays = (int32_t)offsetof(__typeof__(t), arrays),
+                   .nslots = D_NARR, .slots = (int32_t)offsetof(__typeof__(t), slots), .nsteps = 1,
+                   .steps = (int32_t)offsetof(__typeof__(t), steps), .npparts = 1, .pparts = (int32_t)offsetof(__typeof__(t), pp),
+                   .sparts = (int32_t)offsetof(__typeof__(t), pp), .stack = (int32_t)offsetof(__typeof__(t), steps),
+                   .floats = (int32_t)offsetof(__typeof__(t), steps), .groups = (int32_t)offsetof(__typeof__(t), steps),
+                   .xgrad_step = -1};
+  for (int f = 0; f < ET_NPHASES; f++) t.h.phases[f] = (EtPhase){ET_REG_ALL, 0, 0};
+  t.h.phases[ET_BWD_POST] = (EtPhase){ET_REG_ALL, 0, 1};
+  static float x[DR * XW], dy[DR * N], dx[DR * XW];
+  uint32_t z = 12345; /* values of many magnitudes: the sums depend on their order */
+  for (int i = 0; i < DR * XW; i++) z = z * 1664525u + 1013904223u, x[i] = (float)(z >> 8) / 16777216.0f * (float)(1 + i % 7 * 100);
+  for (int i = 0; i < DR * N; i++) z = z * 1664525u + 1013904223u, dy[i] = (float)(z >> 8) / 16777216.0f - 0.5f;
+  int runs = 0;
+  Exec e = {.tab = &t.h, .mode = EXEC_SEQIO, .isa = GEMM_BLAS, .host = {&runs, no_kernel, no_barrier, NULL, run_one}};
+  cr_assert_eq(exec_layout(&e, DT, DB, 1), EXEC_OK);
+  char *work = malloc(e.L.total);
+  float grad[N];
+  const float *params[1] = {NULL};
+  float *grads[1] = {grad};
+  cr_assert_eq(exec_backward(&e, &(ExecIO){.x = x, .dy = dy, .dx = dx, .params = params, .grads = grads}, work), EXEC_OK);
+  for (int j = 0; j < N; j++) {
+    float product[DR], sum = 0;
+    for (int r = 0; r < DR; r++) product[r] = x[r * XW + COL + j] * dy[r * N + j]; /* the stored products */
+    for (int r = 0; r < DR; r++) sum += product[r];
+    cr_assert(!memcmp(&grad[j], &sum, sizeof sum), "column %d: %.9g, stored products %.9g", j, grad[j], sum);
+  }
+  free(work);
+}

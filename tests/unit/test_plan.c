@@ -77,16 +77,18 @@ static void check_plans(const char *file, const char *set, const char *dims) {
     if (sequential || scan) {
       Program *p = lower_cell(c, true, scan);
       ad_differentiate(p);
-      char what[256];
-      snprintf(what, sizeof what, "%s (%s mode)", file, scan ? "scan" : "sequential");
-      PlanOptions po = {.scan = scan, .gates = true};
-      Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
-      char *ta = plan_text(a), *tb = plan_text(b);
-      cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
-      expect_all_used(a, what);
-      expect_first_rows_only(a, what);
-      free(ta), free(tb);
-      plan_free(a), plan_free(b);
+      for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
+        char what[256];
+        snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu, .dot_sums = cpu};
+        Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
+        char *ta = plan_text(a), *tb = plan_text(b);
+        cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
+        expect_all_used(a, what);
+        expect_first_rows_only(a, what);
+        free(ta), free(tb);
+        plan_free(a), plan_free(b);
+      }
       program_free(p);
     }
     cell_free(c);
@@ -236,4 +238,104 @@ Test(plan, rows_off_4k) {
     expect_all_used(pl, dims[d]);
     plan_free(pl), program_free(p), cell_free(c), arena_free(&arena);
   }
+}
+
+/* PlanOptions.slice_views: Mamba-2's conv reads the steps of its histories (slices of 64 of each
+ * 192-float previous value), and its shift the last two, where the state array holds them, in no
+ * kernel; without it, kernels
+ * copy them into arrays of their own. Either way the slices of x, dy, the previous states and
+ * the dnews are the only nodes so placed. */
+Test(plan, slice_views) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  for (int views = 0; views < 2; views++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .slice_views = views});
+    int nprev = 0;
+    for (int id = 0; id < p->g.nnodes; id++) {
+      Node *n = graph_node(&p->g, id);
+      if (n->op != OP_SLICE || pl->home[id] < 0) continue;
+      Node *a = graph_node(&p->g, n->a[0]);
+      const Slot *at = &pl->slots[pl->home[id]];
+      bool leaf = a->op == OP_INPUT || a->op == OP_DY || a->op == OP_PREV || a->op == OP_DNEW;
+      if (!views || !leaf) {
+        cr_expect(!leaf || pl->kernel_of[id] >= 0 || pl->home[a->a[0]] < 0, "slice %%%d of a leaf copied by no kernel", id);
+        cr_expect(!leaf || at->array != pl->slots[pl->home[n->a[0]]].array, "slice %%%d in its leaf's array", id);
+        continue;
+      }
+      const Slot *src = &pl->slots[pl->home[n->a[0]]];
+      cr_expect_eq(pl->kernel_of[id], -1, "slice %%%d of a leaf in a kernel", id);
+      cr_expect(at->array == src->array && at->row_off == src->row_off && at->col == src->col + n->idx, "slice %%%d's slot", id);
+      if (a->op == OP_PREV) nprev++;
+    }
+    /* the 3 convs' 3 past steps, and the 2 steps each shift keeps */
+    if (views) cr_expect_eq(nprev, 12, "slices of previous states read in place: %d", nprev);
+    plan_free(pl);
+  }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* PlanOptions.sink_hybrid: Mamba-2's backward (a scan plan with its convs' histories) summed each
+ * conv's adjoints of the past steps into a row as wide as the history (3 x P x NH = 24 of x's,
+ * 3 x N = 15 of B's and C's), stored for the loop that carries the histories' adjoints back; with
+ * it the loop computes them itself, and no array of our own rows is that wide. */
+Test(plan, sink_hybrid) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  int wide[2] = {0}, step_nodes[2] = {0};
+  for (int sink = 0; sink < 2; sink++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .sink_hybrid = sink});
+    for (int a = 0; a < pl->narrays; a++) wide[sink] += pl->arrays[a].kind == ARR_ROWS && (pl->arrays[a].width == 24 || pl->arrays[a].width == 15);
+    for (int j = 0; j < pl->bwd_step.n; j++)
+      if (pl->bwd_step.steps[j].kind == PS_ELEM) step_nodes[sink] += pl->kernels[pl->bwd_step.steps[j].kernel].n;
+    char *t = plan_text(pl);
+    plan_free(pl);
+    Plan *again = plan_new(p, &(PlanOptions){.scan = true, .sink_hybrid = sink});
+    char *t2 = plan_text(again);
+    cr_expect(!strcmp(t, t2), "two plans differ");
+    free(t), free(t2);
+    plan_free(again);
+  }
+  cr_expect_gt(wide[0], 0, "without it, the histories' adjoints of the reads are stored");
+  cr_expect_eq(wide[1], 0, "%d arrays as wide as a history", wide[1]);
+  cr_expect_gt(step_nodes[1], step_nodes[0]);
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* PlanOptions.dot_sums: the gradients of Mamba-2's conv weights sum each tap's values times the
+ * conv's adjoint over the rows (4 taps of 3 convs; and other elementwise weights' gradients), from
+ * the two factors; no kernel computes the
+ * products. Without it each product is stored for its column sum. */
+Test(plan, dot_sums) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  for (int dot = 0; dot < 2; dot++) {
+    Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .dot_sums = dot});
+    int ndot = 0;
+    for (int j = 0; j < pl->bwd_post.n; j++) {
+      const PStep *st = &pl->bwd_post.steps[j];
+      if (st->kind != PS_COLSUM || !st->dot) continue;
+      Node *n = graph_node(&p->g, st->node);
+      ndot++;
+      cr_expect_eq(n->op, OP_MUL);
+      cr_expect(pl->home[st->node] < 0 && pl->kernel_of[st->node] < 0, "a dot sum's product %%%d computed", st->node);
+      cr_expect(pl->home[n->a[0]] >= 0 && pl->home[n->a[1]] >= 0, "a dot sum's factors stored");
+    }
+    if (dot) cr_expect_geq(ndot, 12, "%d dot sums", ndot); /* and the gate's weights' (norm_w ...) */
+    else cr_expect_eq(ndot, 0);
+    expect_all_used(pl, "mamba2 dot_sums");
+    plan_free(pl);
+  }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
 }

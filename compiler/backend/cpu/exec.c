@@ -186,8 +186,44 @@ static void colsum_rows(const float *v, int ld, int64_t rows, float *acc, int64_
   }
 }
 
-/* acc += the sum over all rows of the source (or rows times its constant), on this thread's share
- * of the columns. */
+/* colsum_rows of the rows' products a * b (strides lda, ldb), each product rounded to a float as a
+ * kernel storing it would, then summed in the same order: the same sums as colsum_rows of a * b.
+ * In blocks of rows, each block's whole rows before the next (a's rows may be a history's slice,
+ * far apart: one pass over the rows, not one per chunk of columns); up to DW columns at once. */
+static void colsum_dot_rows(const float *a, int lda, const float *b, int ldb, int64_t rows, float *acc, int64_t j0, int64_t j1) {
+  enum { CW = 64, DW = 4096, RB = 64 };
+  float sums[DW];
+  for (int64_t d0 = j0; d0 < j1; d0 += DW) {
+    int64_t d1 = j1 - d0 < DW ? j1 : d0 + DW;
+    for (int64_t j = d0; j < d1; j++) sums[j - d0] = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += RB) {
+      int64_t r1 = rows - r0 < RB ? rows : r0 + RB;
+      for (int64_t c0 = d0; c0 < d1; c0 += CW) {
+        int n = d1 - c0 < CW ? (int)(d1 - c0) : CW;
+        float sum[CW];
+        for (int j = 0; j < n; j++) sum[j] = sums[c0 - d0 + j];
+        for (int64_t r = r0; r < r1; r++) {
+          const float *x = a + r * lda + c0, *y = b + r * ldb + c0;
+          if (n == CW)
+            for (int j = 0; j < CW; j++) {
+              float p = x[j] * y[j]; /* (two statements: never one fused multiply-add) */
+              sum[j] += p;
+            }
+          else
+            for (int j = 0; j < n; j++) {
+              float p = x[j] * y[j];
+              sum[j] += p;
+            }
+        }
+        for (int j = 0; j < n; j++) sums[c0 - d0 + j] = sum[j];
+      }
+    }
+    for (int64_t j = d0; j < d1; j++) acc[j] += sums[j - d0];
+  }
+}
+
+/* acc += the sum over all rows of the source (or rows times its constant, or its products with a
+ * second source's), on this thread's share of the columns. */
 static void run_colsum(const Exec *e, const EtStep *st, int64_t rows, const Share *sh) {
   float *acc = e->bases[st->dst];
   int64_t j0, j1;
@@ -196,7 +232,8 @@ static void run_colsum(const Exec *e, const EtStep *st, int64_t rows, const Shar
     for (int64_t j = j0; j < j1; j++) acc[j] += st->k * (float)rows;
     return;
   }
-  colsum_rows(e->bases[st->src], width_of(e, st->src), rows, acc, j0, j1);
+  if (st->src2 >= 0) colsum_dot_rows(e->bases[st->src], width_of(e, st->src), e->bases[st->src2], width_of(e, st->src2), rows, acc, j0, j1);
+  else colsum_rows(e->bases[st->src], width_of(e, st->src), rows, acc, j0, j1);
 }
 
 /* ---- the other steps ---- */
@@ -522,6 +559,10 @@ static void states_out(Exec *e, const ExecIO *io, bool back) {
     float *dst = (float *)state_buf(e, (const float *const *)io->out, &sp[q], &step, &part);
     int64_t n = (int64_t)e->B * sp[q].size;
     if (!dst) continue;
+    if (sp[q].still) { /* h0 and dL/dfinal, as states_in put them */
+      scatter(dst, e->abase[back ? sp[q].darr : sp[q].arr] + (back ? (int64_t)e->T * n : 0), 0.0f, n, step, part);
+      continue;
+    }
     if (!back) {
       scatter(dst, e->abase[sp[q].arr] + (int64_t)e->T * n, 0.0f, n, step, part);
       continue;
