@@ -6,8 +6,9 @@
  * 16; the issue's T = 2048 (gla at keys and values of 16); the kernels alone against the float64
  * chunk op with decays of 0 and strong ones; the default chunk halved to fit; a chunk op too
  * large for the device's shared memory refused with what it needs; the kernels through the real
- * NVRTC and ptxas -v for sm_80 and sm_90 with no spills. CELLC_TEST_CUDA_BACKEND=cuda (make
- * test-gpu) runs the same on the GPU. */
+ * NVRTC and ptxas -v for sm_80 and sm_90 with no spills; the delta rule's kernels against the
+ * float64 chunked delta rule (chunkdelta.h) and gated_deltanet through chunkdev.c as gla.
+ * CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs the same on the GPU. */
 #include <math.h>
 #include <string.h>
 
