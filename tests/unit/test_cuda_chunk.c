@@ -353,3 +353,21 @@ Test(cuda_chunk, gated_deltanet) {
   cr_log_info("gated_deltanet: worst relative difference %g against the interpreter, %g against the cpu", worst[0], worst[1]);
   cr_expect_gt(worst[0], 0);
 }
+
+/* The delta rule's block at heads of 80 x 80: a chunk of 64 refused with what it needs, the
+ * default chunk halved to the 32 that fits */
+Test(cuda_chunk, delta_too_large_for_shared_memory) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/gated_deltanet.cell", NULL, "NH=1,K=80,V=80,D=4", false, "chunked");
+  PipelineOptions o = {.backend = under_test()};
+  char err[1024] = "";
+  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
+  cr_expect(strstr(err, "cannot run the chunked form") && strstr(err, "262976 bytes of shared memory") && strstr(err, "shorter chunk"),
+            "%s", err);
+  ChunkForm *f = chunkform_compile(cc, &o, 0, err, sizeof err);
+  cr_assert(f, "%s", err);
+  cr_expect_eq(chunkform_length(f), 32);
+  chunkform_free(f);
+  cell_free(cc);
+  arena_free(&a);
+}
