@@ -9,8 +9,8 @@ runs gla at heads of 16 x 16 chunked; train.mode = chunked on a cell without the
 error (status 1). On cuda-emu, tiny gla and mamba2 models give 4 steps' losses of their scans there
 within 2e-5 and their checkpoints' tensors within 2e-3 of each one's largest entry (the losses of
 the first steps barely see the cell), so does gla bidirectional on sequences of their own lengths, the mamba2 checkpoint
-evaluates there to the loss of the scan and of the cpu's chunked form, the delta rule chunked is an
-error naming the back end, and auto keeps it in its own mode but runs gla at 16 x 16 chunked.
+evaluates there to the loss of the scan and of the cpu's chunked form, so does gated_deltanet (the
+delta rule) against its sequential form there, and auto runs it and gla at 16 x 16 chunked.
 Ends with "N passed, M failed"."""
 import json
 import os
@@ -193,19 +193,18 @@ cfg = write_in(tmp, "lenemu.cfg", LEN.format(d=tmp, layers=2, bi="true"))
 compare("cuda-emu gla, lengths, 2 layers, bidirectional", "gla", cfg,
         ["model.dims.NH=2", "model.dims.K=4", "model.dims.V=4", "train.device=cuda-emu", "train.steps=4", "eval.every=4"], least=4,
         tensors=2e-3)
-# the delta rule's chunk op runs on the cpu only: chunked is an error naming it, auto keeps its mode
-r = run([CELLC, "train", "stdlib/gated_deltanet.cell", sc, "--set", "train.mode=chunked", "--set", "train.device=cuda-emu",
-         "--out", os.path.join(tmp, "emu")] + sum([["--set", s] for s in DIMS["gated_deltanet"]], []), 120)
-check("cuda-emu: the delta rule chunked is an error naming the back end", r.rc != 0 and
-      "the cuda-emu back end cannot run the chunked form: the delta rule's chunk op runs on the cpu only" in r.err, r.why())
+# the delta rule chunked on cuda-emu against its sequential form there; auto takes the chunked form
+# on cuda-emu as on the cpu (the same estimates)
+compare("cuda-emu gated_deltanet (the delta rule, against sequential)", "gated_deltanet", sc,
+        ["model.dims.NH=2", "model.dims.K=4", "model.dims.V=4", "train.device=cuda-emu", "train.steps=4", "eval.every=4"],
+        "sequential", least=4, tensors=2e-3)
 dry = {}
 for dev in ("cpu", "cuda-emu"):
     r = run([CELLC, "train", "stdlib/gated_deltanet.cell", sc, "--dry-run", "--set", "train.device=" + dev] +
             sum([["--set", s] for s in DIMS["gated_deltanet"]], []), 120)
     dry[dev] = r.out if r.rc == 0 else r.why()
-check("auto: the delta rule runs chunked on the cpu, in its own mode (sequential) on cuda-emu",
-      "layer 0: cell gated_deltanet, mode chunked" in dry["cpu"] and
-      "layer 0: cell gated_deltanet, mode sequential" in dry["cuda-emu"], str(dry))
+check("auto: the delta rule runs chunked on the cpu and on cuda-emu",
+      all("layer 0: cell gated_deltanet, mode chunked" in dry[d] for d in dry), str(dry))
 r = run([CELLC, "train", "stdlib/gla.cell", sc, "--dry-run", "--set", "train.device=cuda-emu", "--set", "model.dims.NH=2",
          "--set", "model.dims.K=16", "--set", "model.dims.V=16"], 120)
 check("cuda-emu auto: gla with heads of 16 x 16 runs chunked", r.rc == 0 and "layer 0: cell gla, mode chunked" in r.out, r.why())

@@ -69,13 +69,8 @@ static void die(const char *err) {
 /* Whether every chunked state's chunk op fits a block at chunks of L steps (why not in why) */
 static bool fits(const ChunkDev *k, const ChunkLayout *lay, int nl, int L, char *why, size_t n) {
   for (int i = 0; i < nl; i++) {
-    if (lay[i].delta) { /* the CUDA chunk op is the gated outer product's only */
-      snprintf(why, n, "the delta rule's chunk op runs on the cpu only: run it there (--backend cpu; "
-                  "train.device = cpu), or sequential (--mode, train.mode)");
-      return false;
-    }
     int E = lay[i].nterms + lay[i].nreads - 1;
-    if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, why, n) != 0) return false;
+    if (cuda_chunk_fits(k->ck, lay[i].K, lay[i].V, L * E, lay[i].per_key, lay[i].delta, why, n) != 0) return false;
   }
   return true;
 }
@@ -144,6 +139,7 @@ static CellcChunkArgs args_of(const ChunkDevForm *f, const ChunkLayout *l, int T
   a.per_key = l->per_key, a.key_last = l->key_last, a.nin = nin, a.xw = xw;
   a.q_off = chunk_q_off(l, 0), a.k_off = chunk_k_off(l, 0), a.v_off = chunk_v_off(l, 0), a.la_off = chunk_la_off(l);
   a.out_off = f->D + l->out_off;
+  a.delta = l->delta, a.c_off = l->delta ? chunk_c_off(l) : 0;
   return a;
 }
 

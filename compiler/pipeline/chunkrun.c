@@ -114,14 +114,6 @@ int chunkform_length(const ChunkForm *f) { return f->L; }
 
 DeviceKind chunkform_device(const ChunkForm *f) { return f->in->be->device; }
 
-bool chunkform_runs_on(const Cell *c, DeviceKind dev) {
-  ChunkLayout lay[CHUNK_LAYOUT_MAX];
-  int nl = dev == DEVICE_CPU ? 0 : lower_chunk_layout(c, lay, CHUNK_LAYOUT_MAX);
-  for (int i = 0; i < nl; i++)
-    if (lay[i].delta) return false;
-  return true;
-}
-
 void chunkform_times(const ChunkForm *f, double *t) { memcpy(t, f->times, sizeof f->times); }
 
 Profile chunkform_profile(ChunkForm *f, bool on) {

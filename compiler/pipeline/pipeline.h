@@ -156,9 +156,6 @@ typedef struct ChunkForm ChunkForm;
 ChunkForm *chunkform_compile(Cell *c, const PipelineOptions *o, int L, char *err, size_t errlen);
 void chunkform_free(ChunkForm *f);
 int chunkform_length(const ChunkForm *f);
-/* Whether a back end on device dev runs cell c's chunked form (c accepted by --mode chunked): on
- * cuda and cuda-emu not the delta rule's chunk op (chunkdev.c) */
-bool chunkform_runs_on(const Cell *c, DeviceKind dev);
 /* Where its float32 SeqIO's buffers lie (the back end's device) */
 DeviceKind chunkform_device(const ChunkForm *f);
 /* Forward then backward of a whole sequence, float64 buffers (as pipeline_run_f64). */

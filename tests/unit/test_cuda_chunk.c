@@ -6,8 +6,9 @@
  * 16; the issue's T = 2048 (gla at keys and values of 16); the kernels alone against the float64
  * chunk op with decays of 0 and strong ones; the default chunk halved to fit; a chunk op too
  * large for the device's shared memory refused with what it needs; the kernels through the real
- * NVRTC and ptxas -v for sm_80 and sm_90 with no spills. CELLC_TEST_CUDA_BACKEND=cuda (make
- * test-gpu) runs the same on the GPU. */
+ * NVRTC and ptxas -v for sm_80 and sm_90 with no spills; the delta rule's kernels against the
+ * float64 chunked delta rule (chunkdelta.h) and gated_deltanet through chunkdev.c as gla.
+ * CELLC_TEST_CUDA_BACKEND=cuda (make test-gpu) runs the same on the GPU. */
 #include <math.h>
 #include <string.h>
 
@@ -148,7 +149,7 @@ Test(cuda_chunk, ptxas_sm80_sm90) {
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(nres, 5, "%s: ptxas reports %d kernels, cellc_chunk.cu has 5", arch[a], nres);
+    cr_expect_eq(nres, 7, "%s: ptxas reports %d kernels, cellc_chunk.cu has 7", arch[a], nres);
     for (int k = 0; k < nres; k++) {
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0, "%s %s: %d bytes spill stores, %d spill loads",
                 arch[a], res[k].name, res[k].spill_store_bytes, res[k].spill_load_bytes);
@@ -248,4 +249,125 @@ static void kernel_case(bool per_key, int T, int L) {
 
 Test(cuda_chunk, kernels_zero_and_strong_decays) {
   for (int pk = 0; pk < 2; pk++) kernel_case(pk, 70, 32), kernel_case(pk, 70, 16), kernel_case(pk, 3, 64);
+}
+
+/* ---- the delta rule's kernels against the float64 chunked delta rule (compiler/ir/chunkdelta.c) ---- */
+
+/* max |got - want| over max |want| (the quantity's largest magnitude), rows of wd values at stride
+ * ld; infinite at a NaN */
+static double rel_max(const float *got, const double *want, int rows, int ld, int wd) {
+  double m = 1e-30, e = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < wd; j++) {
+      double y = want[(size_t)r * ld + j], g = got[(size_t)r * ld + j];
+      m = fmax(m, fabs(y)), e = isnan(g) ? INFINITY : fmax(e, fabs(g - y));
+    }
+  return e / m;
+}
+
+/* One head of one batch row: yin's rows [q, k, v, la, c] as Gated DeltaNet makes them (k of unit
+ * norm, c = -a beta with beta in (0, 1)); decays none (log a = 0), or strong ones (log a = -8)
+ * among decays near 1. The reads, final state and every gradient (dS_0, dq, dk, dv, d log a, dc)
+ * within 2e-4 of each one's largest magnitude. */
+static void delta_case(int T, int K, int V, int L, bool strong) {
+  int nin = 2 * K + V + 2, la_off = 2 * K + V, c_off = la_off + 1;
+  size_t kv = (size_t)K * V;
+  Rng r;
+  rng_seed(&r, (uint64_t)(T * 7 + K + 3 * V + strong), 5);
+  double *yin = xcalloc((size_t)T * nin + 1, sizeof(double)), *s0 = xcalloc(kv, sizeof(double)), *ds = xcalloc(kv, sizeof(double));
+  double *dout = xcalloc((size_t)T * V + 1, sizeof(double));
+  for (int t = 0; t < T; t++) {
+    double *row = yin + (size_t)t * nin, nk = 0;
+    for (int i = 0; i < 2 * K + V; i++) row[i] = 0.5 * rng_normal(&r);
+    for (int i = 0; i < K; i++) nk += row[K + i] * row[K + i];
+    for (int i = 0; i < K; i++) row[K + i] /= sqrt(nk);
+    row[la_off] = !strong ? 0 : t % 7 == 3 ? -8 : -0.2 * rng_uniform(&r);
+    row[c_off] = -exp(row[la_off]) * (0.05 + 0.9 * rng_uniform(&r));
+  }
+  for (size_t i = 0; i < kv; i++) s0[i] = rng_normal(&r), ds[i] = rng_normal(&r);
+  for (size_t i = 0; i < (size_t)T * V; i++) dout[i] = rng_normal(&r);
+  ChunkDelta cd = {T, K, V, L, yin, yin + K, yin + 2 * K, yin + la_off, yin + c_off, nin, nin, nin, nin, nin};
+  double *o = xcalloc((size_t)T * V + 1, sizeof(double)), *sT = xcalloc(kv, sizeof(double)), *ds0 = xcalloc(kv, sizeof(double));
+  double *g = xcalloc((size_t)T * nin + 1, sizeof(double));
+  chunkdelta_forward(&cd, s0, o, V, sT);
+  chunkdelta_backward(&cd, s0, dout, V, ds, g, g + K, g + 2 * K, g + la_off, g + c_off, ds0);
+  char err[8192];
+  const Backend *be = under_test();
+  Device *dv = device_open(be->device, err, sizeof err);
+  cr_assert(dv, "%s", err);
+  CudaChunk *ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, err, sizeof err);
+  cr_assert(ck, "%s", err);
+  size_t ny = (size_t)T * nin, nx = (size_t)T * V, nb = kv * (size_t)((T + L - 1) / L + 1);
+  float *hy = xcalloc(ny + 1, sizeof(float)), *hs0 = xcalloc(kv, sizeof(float)), *hds = xcalloc(kv, sizeof(float));
+  float *hdo = xcalloc(nx + 1, sizeof(float));
+  for (size_t i = 0; i < ny; i++) hy[i] = (float)yin[i];
+  for (size_t i = 0; i < kv; i++) hs0[i] = (float)s0[i], hds[i] = (float)ds[i];
+  for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
+  float *dy = dv->alloc(dv, 4 * ny + 4), *ddy = dv->alloc(dv, 4 * ny + 4), *dxo = dv->alloc(dv, 4 * nx + 4);
+  float *ddo = dv->alloc(dv, 4 * nx + 4), *dh0 = dv->alloc(dv, 4 * kv), *dfin = dv->alloc(dv, 4 * kv), *ddf = dv->alloc(dv, 4 * kv);
+  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb);
+  dv->upload(dv, dy, hy, 4 * ny), dv->upload(dv, ddo, hdo, 4 * nx), dv->upload(dv, dh0, hs0, 4 * kv), dv->upload(dv, ddf, hds, 4 * kv);
+  CellcChunkArgs a = {.T = T, .B = 1, .nh = 1, .K = K, .V = V, .L = L, .M = 1, .R = 1, .E = 1, .nin = nin, .xw = V, .q_off = 0,
+                      .k_off = K, .v_off = 2 * K, .la_off = la_off, .out_off = 0, .yin = dy, .dyin = ddy, .xo = dxo, .dxo = ddo,
+                      .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd, .delta = 1, .c_off = c_off};
+  cr_assert_eq(cuda_chunk_forward(ck, &a, true, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cuda_chunk_backward(ck, &a, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cuda_chunk_sync(ck, err, sizeof err), 0, "%s", err);
+  float *ho = xcalloc(nx + 1, sizeof(float)), *hf = xcalloc(kv, sizeof(float)), *hg = xcalloc(ny + 1, sizeof(float));
+  float *hgh = xcalloc(kv, sizeof(float));
+  dv->download(dv, ho, dxo, 4 * nx), dv->download(dv, hf, dfin, 4 * kv), dv->download(dv, hg, ddy, 4 * ny);
+  dv->download(dv, hgh, dgh, 4 * kv);
+  double e;
+#define CLOSE(what, got, want, rows, ld, wd)                                                                            \
+  e = rel_max(got, want, rows, ld, wd);                                                                                 \
+  cr_expect_lt(e, 2e-4, "delta rule %s T=%d K=%d V=%d L=%d strong=%d: off by %g of its largest", what, T, K, V, L, strong, e)
+  CLOSE("reads", ho, o, T, V, V);
+  CLOSE("final state", hf, sT, 1, 0, (int)kv);
+  CLOSE("dS0", hgh, ds0, 1, 0, (int)kv);
+  CLOSE("dq", hg, g, T, nin, K);
+  CLOSE("dk", hg + K, g + K, T, nin, K);
+  CLOSE("dv", hg + 2 * K, g + 2 * K, T, nin, V);
+  CLOSE("dla", hg + la_off, g + la_off, T, nin, 1);
+  CLOSE("dc", hg + c_off, g + c_off, T, nin, 1);
+#undef CLOSE
+  dv->free(dv, dy), dv->free(dv, ddy), dv->free(dv, dxo), dv->free(dv, ddo), dv->free(dv, dh0), dv->free(dv, dfin);
+  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd);
+  cuda_chunk_close(ck);
+  device_release(dv);
+  free(yin), free(s0), free(ds), free(dout), free(o), free(sT), free(ds0), free(g);
+  free(hy), free(hs0), free(hds), free(hdo), free(ho), free(hf), free(hg), free(hgh);
+}
+
+Test(cuda_chunk, delta_kernels) {
+  static const int Td[] = {1, 63, 64, 65, 300};
+  for (int i = 0; i < 5; i++) delta_case(Td[i], 16, 16, 64, i % 2 == 1);
+  delta_case(65, 16, 16, 64, false), delta_case(64, 16, 16, 64, true);
+  delta_case(100, 8, 12, 32, true), delta_case(100, 12, 8, 16, false); /* K != V */
+}
+
+/* gated_deltanet through chunkdev.c: against the cpu's chunked form and the interpreter's sequential */
+Test(cuda_chunk, gated_deltanet) {
+  static const int Tg[] = {1, 64, 65}, Lg[] = {64, 16};
+  double worst[2] = {0, 0};
+  cases("stdlib/gated_deltanet.cell", NULL, "NH=2,K=3,V=4,D=5", Tg, 3, Lg, 2, worst);
+  cr_log_info("gated_deltanet: worst relative difference %g against the interpreter, %g against the cpu", worst[0], worst[1]);
+  cr_expect_gt(worst[0], 0);
+}
+
+/* The delta rule's block at heads of 80 x 80: a chunk of 64 refused with what it needs, the
+ * default chunk halved to the 32 that fits */
+Test(cuda_chunk, delta_too_large_for_shared_memory) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, "stdlib/gated_deltanet.cell", NULL, "NH=1,K=80,V=80,D=4", false, "chunked");
+  PipelineOptions o = {.backend = under_test()};
+  char err[1024] = "";
+  cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
+  cr_expect(strstr(err, "cannot run the chunked form") && strstr(err, "262976 bytes of shared memory") && strstr(err, "shorter chunk"),
+            "%s", err);
+  ChunkForm *f = chunkform_compile(cc, &o, 0, err, sizeof err);
+  cr_assert(f, "%s", err);
+  cr_expect_eq(chunkform_length(f), 32);
+  chunkform_free(f);
+  cell_free(cc);
+  arena_free(&a);
 }

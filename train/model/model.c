@@ -297,15 +297,13 @@ static int apply_unfreeze(const Cfg *cfg, Cell *const *cells, int ncells) {
 /* ---- building ---- */
 
 /* train.mode = auto: whether a cell runs in its chunked form. Where the form applies (every
- * matrix state has it) and the back end runs it (a float32 one; on cuda and cuda-emu not the delta
- * rule's), when check's estimates per token (chunk_cheaper) say it is cheaper than the mode the
- * analysis found: the estimates count flops and bytes, which a GPU's balance weighs much as a
- * core's (docs/language.md). */
+ * matrix state has it) and the back end runs it (a float32 one), when check's estimates per token
+ * (chunk_cheaper) say it is cheaper than the mode the analysis found: the estimates count flops
+ * and bytes, which a GPU's balance weighs much as a core's (docs/language.md). */
 static bool use_form(const Model *m, const Cell *c) {
   int st;
   char why[320];
   if (m->backend->dtype != DT_F32 || chunk_mode_blocker(c, &st, why, (int)sizeof why)) return false;
-  if (!chunkform_runs_on(c, m->backend->device)) return false;
   return chunk_cheaper(c, m->chunk > 0 ? m->chunk : CHUNK_DEFAULT);
 }
 

@@ -298,6 +298,279 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_bwd(CellcChun
   }
 }
 
+/* ---- the delta rule (compiler/ir/chunkdelta.h): one term and one read a step, a decay per head ----
+ * A chunk's u solve a unit lower triangular system whose right side holds the state before the
+ * chunk (S_0^T k_i), so a chunk's part of the pass is no longer S_0-free: a block per head of a
+ * batch row walks its chunks in order, the state in shared memory. Per chunk of n steps, with b
+ * the cumulative log-decays from its start (float64), p_i = b_{i-1} (p_0 = 0):
+ *   M_is = e^{p_i - b_s} (k_i . k_s) (s < i),  P_is = e^{b_i - b_s} (q_i . k_s) (s <= i)
+ *   u_i = v_i + c_i e^{p_i} S_0^T k_i + sum_{s < i} c_i M_is u_s   (forward substitution: a thread
+ *         a value column walks the rows, each row a reduction over the earlier ones)
+ *   o_i = e^{b_i} S_0^T q_i + sum_{s <= i} P_is u_s,  S_n = e^{b_{n-1}} S_0 + sum_s e^{b_{n-1} - b_s} k_s u_s^T
+ * Every exponent is at most 0 (chunkdelta.c's scheme). The backward is chunkdelta.c's, the chunks
+ * in reverse from the forward's boundary states (a.bnd), its sums grouped as the tables'. */
+
+/* the chunk's q, k, v (into U), c and b (thread 0, float64, floored as chunkop.h's) */
+static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, double *bb, int b, int h, int t0,
+                               int n, bool grad) {
+  int K = a.K, V = a.V;
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int i = x / K, k = x - i * K;
+    const float *row = a.yin + ((long long)(t0 + i) * a.B + b) * a.nin;
+    sh[m.q + i * m.ldk + k] = row[a.q_off + h * K + k];
+    sh[m.k + i * m.ldk + k] = row[a.k_off + h * K + k];
+  }
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    long long r = (long long)(t0 + i) * a.B + b;
+    sh[m.U + x] = a.yin[r * a.nin + a.v_off + h * V + y];
+    if (grad) sh[m.dO + x] = a.dxo[r * a.xw + a.out_off + h * V + y];
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sh[m.c + i] = a.yin[((long long)(t0 + i) * a.B + b) * a.nin + a.c_off + h];
+  if (threadIdx.x == 0) {
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+      double la = a.yin[((long long)(t0 + i) * a.B + b) * a.nin + a.la_off + h];
+      acc += la < CK_LOG_FLOOR ? CK_LOG_FLOOR : la;
+      bb[i] = acc;
+    }
+  }
+}
+
+/* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, P; u_i = v_i + c_i e^{p_i} S_0^T k_i (S_0^T k_i into KS
+ * where not NULL) */
+static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, float *KS) {
+  int K = a.K, V = a.V, L = a.L;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    sh[m.G + i] = expf((float)bb[i]);
+    sh[m.F + i] = expf((float)(bb[n - 1] - bb[i]));
+    sh[m.Ep + i] = i ? expf((float)bb[i - 1]) : 1.0f;
+  }
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, s = x - i * n;
+    const float *qi = sh + m.q + i * m.ldk, *ki = sh + m.k + i * m.ldk, *ks = sh + m.k + s * m.ldk;
+    float mk = 0.0f, pq = 0.0f;
+    if (s <= i)
+      for (int k = 0; k < K; k++) mk += ki[k] * ks[k], pq += qi[k] * ks[k];
+    sh[m.M + i * L + s] = s < i ? mk * expf((float)(bb[i - 1] - bb[s])) : 0.0f;
+    sh[m.P + i * L + s] = s <= i ? pq * expf((float)(bb[i] - bb[s])) : 0.0f;
+  }
+  const float *S = sh + m.S;
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    const float *ki = sh + m.k + i * m.ldk;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) acc += ki[k] * S[k * V + y];
+    if (KS) KS[x] = acc;
+    sh[m.U + x] += sh[m.c + i] * (i ? expf((float)bb[i - 1]) : 1.0f) * acc;
+  }
+}
+
+/* (I - diag(c) M) U = U in place by forward substitution: a thread a value column */
+static __device__ void cd_solve(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, int n) {
+  int V = a.V, L = a.L;
+  float *U = sh + m.U;
+  const float *M = sh + m.M, *c = sh + m.c;
+  for (int y = threadIdx.x; y < V; y += blockDim.x)
+    for (int i = 1; i < n; i++) {
+      float acc = 0.0f;
+      for (int s = 0; s < i; s++) acc += M[i * L + s] * U[s * V + y];
+      U[i * V + y] += c[i] * acc;
+    }
+}
+
+/* The delta rule's forward, a block per head blockIdx.x of a batch row: every chunk's state before
+ * it into a.bnd (the last the final state, also into a.final), the reads into xo. Both delta
+ * kernels declare one block an SM (__launch_bounds__'s second argument): their shared memory takes
+ * most of an SM's at the chunks that fit, and ptxas may then use the registers that spare its
+ * spills (without it the backward spilled at 64 on sm_80). */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, 0);
+  double *bb = (double *)sh;
+  float *S = sh + m.S, *U = sh + m.U;
+  float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+    int k = x / V, y = x - k * V;
+    S[x] = a.h0[ck_state_at(a, b, h, k, y)];
+  }
+  for (int c = 0; c < nc; c++) {
+    int t0 = c * L, n = T - t0 < L ? T - t0 : L;
+    __syncthreads(); /* the state in, the last chunk's tiles read */
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) bnd[(long long)c * K * V + x] = S[x];
+    cd_load(a, m, sh, bb, b, h, t0, n, false);
+    __syncthreads();
+    cd_tables(a, m, sh, bb, n, NULL);
+    __syncthreads();
+    cd_solve(a, m, sh, n);
+    __syncthreads();
+    for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+      int i = x / V, y = x - i * V;
+      const float *qi = sh + m.q + i * m.ldk, *Pi = sh + m.P + i * L;
+      float acc = 0.0f, r = 0.0f;
+      for (int k = 0; k < K; k++) acc += qi[k] * S[k * V + y];
+      for (int s = 0; s <= i; s++) r += Pi[s] * U[s * V + y];
+      a.xo[((long long)(t0 + i) * a.B + b) * a.xw + a.out_off + h * V + y] = sh[m.G + i] * acc + r;
+    }
+    __syncthreads(); /* the reads done with S_0 */
+    float en = sh[m.G + n - 1];
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+      int k = x / V, y = x - k * V;
+      float acc = 0.0f;
+      for (int s = 0; s < n; s++) acc += sh[m.k + s * m.ldk + k] * sh[m.F + s] * U[s * V + y];
+      S[x] = en * S[x] + acc;
+    }
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+    int k = x / V, y = x - k * V;
+    bnd[(long long)nc * K * V + x] = S[x];
+    if (a.final) a.final[ck_state_at(a, b, h, k, y)] = S[x];
+  }
+}
+
+/* The delta rule's backward, a block per head blockIdx.x of a batch row, the chunks from the last,
+ * each from its boundary state (a.bnd) and the state's gradient at its end (from a.dfinal): q, k,
+ * v, log a and c's gradients into dyin, the first chunk's dS_0 into a.dh0. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, 1);
+  double *bb = (double *)sh;
+  float *S = sh + m.S, *U = sh + m.U, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *KS = sh + m.KS;
+  float *M = sh + m.M, *P = sh + m.P, *dP = sh + m.dP, *dA = sh + m.dA, *dbt = sh + m.dbt, *cc = sh + m.c;
+  float *G = sh + m.G, *F = sh + m.F, *Ep = sh + m.Ep, *db = sh + m.db, *ra = sh + m.ra, *red = sh + m.red;
+  const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+    int k = x / V, y = x - k * V;
+    g[x] = a.dfinal[ck_state_at(a, b, h, k, y)];
+  }
+  for (int c = nc - 1; c >= 0; c--) {
+    int t0 = c * L, n = T - t0 < L ? T - t0 : L;
+    __syncthreads(); /* dS in, the last chunk's tiles read */
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x];
+    cd_load(a, m, sh, bb, b, h, t0, n, true);
+    /* the state part of the last step's d log a: S_n . dS_n, a key a thread */
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      const float *s1 = bnd + (long long)(c + 1) * K * V + (long long)k * V;
+      float acc = 0.0f;
+      for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
+      red[k] = acc;
+    }
+    __syncthreads();
+    cd_tables(a, m, sh, bb, n, KS);
+    __syncthreads();
+    cd_solve(a, m, sh, n);
+    __syncthreads();
+    /* dP_is = dO_i . u_s (s <= i); dU_s = e^{b_{n-1} - b_s} dS^T k_s + sum_{i >= s} P_is dO_i */
+    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+      int i = x / n, s = x - i * n;
+      float acc = 0.0f;
+      if (s <= i)
+        for (int y = 0; y < V; y++) acc += dO[i * V + y] * U[s * V + y];
+      dP[i * L + s] = acc;
+    }
+    for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+      int s = x / V, y = x - s * V;
+      const float *ks = sh + m.k + s * m.ldk;
+      float acc = 0.0f, r = 0.0f;
+      for (int k = 0; k < K; k++) acc += ks[k] * g[k * V + y];
+      for (int i = s; i < n; i++) r += P[i * L + s] * dO[i * V + y];
+      dR[x] = F[s] * acc + r;
+    }
+    __syncthreads();
+    /* (I - diag(c) M)^T dR = dU by back substitution (a thread a value column); dv = dR */
+    for (int y = threadIdx.x; y < V; y += blockDim.x) {
+      for (int i = n - 2; i >= 0; i--) {
+        float acc = 0.0f;
+        for (int t = i + 1; t < n; t++) acc += cc[t] * M[t * L + i] * dR[t * V + y];
+        dR[i * V + y] += acc;
+      }
+      for (int i = 0; i < n; i++) a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.v_off + h * V + y] = dR[i * V + y];
+    }
+    __syncthreads();
+    /* dA_is = dR_i . u_s (s < i); dq_i = e^{b_i} S_0 dO_i + sum_{s <= i} e^{b_i - b_s} dP_is k_s, and
+       q_i's part of db_i per key */
+    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+      int i = x / n, s = x - i * n;
+      float acc = 0.0f;
+      if (s < i)
+        for (int y = 0; y < V; y++) acc += dR[i * V + y] * U[s * V + y];
+      dA[i * L + s] = acc;
+    }
+    for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+      int i = x / K, k = x - i * K;
+      float sq = 0.0f, r = 0.0f;
+      for (int y = 0; y < V; y++) sq += S[k * V + y] * dO[i * V + y];
+      for (int s = 0; s <= i; s++) r += expf((float)(bb[i] - bb[s])) * dP[i * L + s] * sh[m.k + s * m.ldk + k];
+      a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.q_off + h * K + k] = G[i] * sq + r;
+      dbt[x] = G[i] * sh[m.q + i * m.ldk + k] * sq;
+    }
+    __syncthreads();
+    /* dk_s: the final state's, the reads', R's (c_s e^{p_s} S_0 dR_s) and A's; the final state's
+       part of db_s per key; dc_i = e^{p_i} (S_0^T k_i) . dR_i + sum_{s < i} dA_is M_is */
+    for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+      int s = x / K, k = x - s * K;
+      float gu = 0.0f, sr = 0.0f, r = 0.0f, w = 0.0f;
+      for (int y = 0; y < V; y++) gu += g[k * V + y] * U[s * V + y], sr += S[k * V + y] * dR[s * V + y];
+      for (int i = s; i < n; i++) r += expf((float)(bb[i] - bb[s])) * dP[i * L + s] * sh[m.q + i * m.ldk + k];
+      for (int j = s + 1; j < n; j++) w += cc[j] * expf((float)(bb[j - 1] - bb[s])) * dA[j * L + s] * sh[m.k + j * m.ldk + k];
+      for (int t = 0; t < s; t++) w += cc[s] * expf((float)(bb[s - 1] - bb[t])) * dA[s * L + t] * sh[m.k + t * m.ldk + k];
+      float ks = sh[m.k + s * m.ldk + k];
+      a.dyin[((long long)(t0 + s) * a.B + b) * a.nin + a.k_off + h * K + k] = F[s] * gu + r + cc[s] * Ep[s] * sr + w;
+      dbt[x] -= F[s] * ks * gu;
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      float acc = 0.0f, r = 0.0f;
+      for (int y = 0; y < V; y++) acc += KS[i * V + y] * dR[i * V + y];
+      for (int s = 0; s < i; s++) r += dA[i * L + s] * M[i * L + s];
+      ra[i] = acc;
+      a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.c_off + h] = Ep[i] * acc + r;
+    }
+    __syncthreads();
+    /* db_i: its per-key parts, the reads' (dP o P) row i less column i, R's through p_{i+1} = b_i,
+       A's (dA o A) row i + 1 less column i (p_{i+1} - b_s cancels at s = i) */
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; k++) acc += dbt[i * K + k];
+      if (i == n - 1)
+        for (int k = 0; k < K; k++) acc += red[k];
+      for (int s = 0; s < i; s++) acc += dP[i * L + s] * P[i * L + s];
+      for (int j = i + 1; j < n; j++) acc -= dP[j * L + i] * P[j * L + i];
+      if (i + 1 < n) {
+        float r = Ep[i + 1] * ra[i + 1];
+        for (int s = 0; s < i; s++) r += dA[(i + 1) * L + s] * M[(i + 1) * L + s];
+        acc += cc[i + 1] * r;
+      }
+      for (int j = i + 2; j < n; j++) acc -= cc[j] * dA[j * L + i] * M[j * L + i];
+      db[i] = acc;
+    }
+    /* dS_0 = e^{b_{n-1}} dS + sum_i e^{b_i} q_i dO_i^T + sum_i c_i e^{p_i} k_i dR_i^T */
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+      int k = x / V, y = x - k * V;
+      float acc = 0.0f;
+      for (int i = 0; i < n; i++)
+        acc += G[i] * sh[m.q + i * m.ldk + k] * dO[i * V + y] + cc[i] * Ep[i] * sh[m.k + i * m.ldk + k] * dR[i * V + y];
+      g[x] = G[n - 1] * g[x] + acc;
+    }
+    __syncthreads();
+    /* d log a_t = sum_{i >= t} db_i within the chunk */
+    if (threadIdx.x == 0) {
+      double acc = 0;
+      for (int i = n - 1; i >= 0; i--) {
+        acc += db[i];
+        a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.la_off + h] = (float)acc;
+      }
+    }
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
+    int k = x / V, y = x - k * V;
+    a.dh0[ck_state_at(a, b, h, k, y)] = g[x];
+  }
+}
+
 /* dst[r, j] = a[r, j] (+ b[r, j] where b is not NULL), j < n: the columns glue of chunkrun's programs */
 extern "C" __global__ void cellc_chunk_cols(float *dst, int ldd, const float *a, int lda, const float *b, int ldb,
                                             long long rows, int n) {

@@ -27,6 +27,7 @@ typedef struct CellcChunkArgs {
   float *bnd;              /* the boundary states [B nh, nchunks + 1, K V]: the forward's, for the backward */
   float *loc;              /* scratch [B nh, nchunks, K V]: each chunk's part of the pass, then dS at its end */
   float *dec;              /* scratch [B nh, nchunks, w]: each chunk's whole decay */
+  int delta, c_off;        /* the delta rule (compiler/ir/chunkdelta.h; E = 1, a decay per head), its c's offset */
 } CellcChunkArgs;
 
 /* The block's dynamic shared memory, offsets in floats from its start: the cumulative log-decays
@@ -58,6 +59,46 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
     m.dA = o, o += L * L;
     m.db = o, o += L * K;
     m.rs = o, o += L;
+  }
+  m.total = o;
+  return m;
+}
+
+/* The delta rule's block (cellc_chunk_delta_fwd, _bwd), offsets in floats: b (doubles) first, then
+ * the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i}, e^{b_{n-1} -
+ * b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s} (q_i . k_s)
+ * ([L, L], row stride L); the backward adds the state's gradient, dO, dU (then dR in place),
+ * S_0^T k_i, dP, dA, the per-key parts of db and the row sums. */
+typedef struct CellcDeltaSmem {
+  int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, dbt, red, ra, db, total;
+} CellcDeltaSmem;
+
+CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int backward) {
+  CellcDeltaSmem m;
+  int o = 2 * L;
+  m.ldk = K | 1;
+  m.S = o, o += K * V;
+  m.q = o, o += L * m.ldk;
+  m.k = o, o += L * m.ldk;
+  m.U = o, o += L * V;
+  m.c = o, o += L;
+  m.G = o, o += L;
+  m.F = o, o += L;
+  m.Ep = o, o += L;
+  m.M = o, o += L * L;
+  m.P = o, o += L * L;
+  m.g = m.dO = m.dU = m.KS = m.dP = m.dA = m.dbt = m.red = m.ra = m.db = o;
+  if (backward) {
+    m.g = o, o += K * V;
+    m.dO = o, o += L * V;
+    m.dU = o, o += L * V;
+    m.KS = o, o += L * V;
+    m.dP = o, o += L * L;
+    m.dA = o, o += L * L;
+    m.dbt = o, o += L * K;
+    m.red = o, o += K;
+    m.ra = o, o += L;
+    m.db = o, o += L;
   }
   m.total = o;
   return m;

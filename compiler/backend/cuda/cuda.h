@@ -33,13 +33,14 @@ CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen);
 void cuda_chunk_close(CudaChunk *k);
 /* The kernels' CUDA C source (malloc'd), for the tests' NVRTC and ptxas checks. */
 char *cuda_chunk_source(void);
-/* The shared memory a block of the forward (or the backward) takes, bytes. */
-size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool backward);
+/* The shared memory a block of the forward (or the backward) takes, bytes; delta: the delta rule's
+ * op (CellcChunkArgs.delta). */
+size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool delta, bool backward);
 /* 0 where the device gives a block the shared memory of the chunk op (K, V, a chunk of L sub-steps);
  * else -1 with what it needs and has in err. */
-int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char *err, size_t errlen);
+int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, bool delta, char *err, size_t errlen);
 /* One chunked state's chunk op over every head and batch row (asynchronous; the pointers device
- * memory, a->loc and a->dec scratch): the forward writes the boundary states into a->bnd, the reads
+ * memory, a->loc and a->dec scratch, unused by the delta rule's): the forward writes the boundary states into a->bnd, the reads
  * (with_reads) and a->final; the backward, with a->bnd as the forward left it, dyin's chunk op
  * inputs and a->dh0. 0, or -1 with err. */
 int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, char *err, size_t errlen);

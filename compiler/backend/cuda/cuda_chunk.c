@@ -10,7 +10,7 @@
 struct CudaChunk {
   CudaDev *d;
   CUmodule mod;
-  CUfunction local, pass, fwd, bwd, cols;
+  CUfunction local, pass, fwd, bwd, cols, dfwd, dbwd; /* dfwd, dbwd: the delta rule's */
   int optin; /* the device's shared memory a block with the opt-in, bytes */
 };
 
@@ -45,6 +45,8 @@ CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen) {
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->fwd, k->mod, "cellc_chunk_fwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->bwd, k->mod, "cellc_chunk_bwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->cols, k->mod, "cellc_chunk_cols");
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dfwd, k->mod, "cellc_chunk_delta_fwd");
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dbwd, k->mod, "cellc_chunk_delta_bwd");
   if (rc == 0)
     rc = CUDA_CU(&k->d->api, why, sizeof why, cuDeviceGetAttribute, &k->optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                  k->d->dev);
@@ -66,12 +68,13 @@ void cuda_chunk_close(CudaChunk *k) {
   free(k);
 }
 
-size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool backward) {
+size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool delta, bool backward) {
+  if (delta) return sizeof(float) * (size_t)cellc_chunk_delta_smem(K, V, L, backward).total;
   return sizeof(float) * (size_t)cellc_chunk_smem(K, V, L, per_key, backward).total;
 }
 
-int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, char *err, size_t errlen) {
-  size_t need = cuda_chunk_shared(K, V, L, per_key, true);
+int cuda_chunk_fits(const CudaChunk *k, int K, int V, int L, bool per_key, bool delta, char *err, size_t errlen) {
+  size_t need = cuda_chunk_shared(K, V, L, per_key, delta, true);
   if (need <= (size_t)k->optin) return 0;
   snprintf(err, errlen, "its chunk op (K = %d, V = %d, a chunk of %d sub-steps) needs %zu bytes of shared memory a block, the "
            "device has %d: a shorter chunk (--set chunk=L) fits", K, V, L, need, k->optin);
@@ -99,7 +102,12 @@ int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, c
   CellcChunkArgs v = *a;
   int dir = 0;
   void *args[] = {&v, &dir};
-  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false);
+  if (a->delta) { /* a block per head, its chunks in order (the reads always written) */
+    void *one[] = {&v};
+    CHECK(a->E == 1 && !a->per_key);
+    return launch(k, k->dfwd, bh, 1, cuda_chunk_shared(a->K, a->V, a->L, false, true, false), one, err, errlen);
+  }
+  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, false);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
   if (launch(k, k->pass, bh, entries(a), 0, args, err, errlen) != 0) return -1;
   void *one[] = {&v};
@@ -112,7 +120,11 @@ int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t
   CellcChunkArgs v = *a;
   int dir = 1;
   void *args[] = {&v, &dir};
-  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, true);
+  if (a->delta) {
+    void *one[] = {&v};
+    return launch(k, k->dbwd, bh, 1, cuda_chunk_shared(a->K, a->V, a->L, false, true, true), one, err, errlen);
+  }
+  size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, true);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
   if (launch(k, k->pass, bh, entries(a), 0, args, err, errlen) != 0) return -1;
   void *one[] = {&v};
