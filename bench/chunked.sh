@@ -16,7 +16,7 @@
 # peak and copy bandwidth, best of a run before and after) and the FLOPs per token of the chunked
 # form against them (bench/chunked_table.py states the counts).
 # Writes bench/results/chunked.jsonl and the table bench/results/chunked.md, and prints the table.
-#   CHUNKED_BENCH_CASES="gla1 mamba2_4"  only those cases (default: the six below, not gdn1 gdn4)
+#   CHUNKED_BENCH_CASES="gla1 mamba2_4"  only those cases (default: all eight below)
 #   CHUNKED_BENCH_REPS=N                  repetitions per measurement (default 2, after a warm-up)
 #   CHUNKED_BENCH_ROUNDS=N                interleaved rounds (default 2)
 #   CHUNKED_BENCH_T / CHUNKED_BENCH_B     other sequence lengths / batch sizes (default 2048 / 8)
@@ -40,10 +40,8 @@ ncpu=$(nproc)
 threads=1
 [ "$ncpu" -gt 1 ] && threads="1 $ncpu"
 # case: name cell dims (D last: bench_cell takes it apart)
-# gdn1 and gdn4 (gated_deltanet) only when asked for: cellc's sequential form of the cell takes
-# about a minute a call at gdn4 (2 repetitions); one round of gdn4 took 4.4 minutes on 2 shared
-# cores, so the two cases would add about 10 minutes at the default 2 rounds
-cases=${CHUNKED_BENCH_CASES:-${quick_cases:-"gla1 gla4 hgrn2_1 hgrn2_4 mamba2_1 mamba2_4"}}
+# (gdn4's sequential form is the longest measurement: 1 to 3 minutes a round on 2 cores)
+cases=${CHUNKED_BENCH_CASES:-${quick_cases:-"gla1 gla4 hgrn2_1 hgrn2_4 mamba2_1 mamba2_4 gdn1 gdn4"}}
 dims_of() {
   case $1 in
     gla1|hgrn2_1|gdn1) echo NH=1,K=64,V=64,D=64 ;;
