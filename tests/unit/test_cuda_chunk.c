@@ -166,15 +166,75 @@ Test(cuda_chunk, ptxas_sm80_sm90) {
 
 /* ---- the kernels alone against the float64 chunk op (compiler/ir/chunkop.c) ---- */
 
-/* max |got - want| / max(1, max |want|) over rows of wd values at stride ld; infinite at a NaN */
-static double rel_at(const float *got, const double *want, int rows, int ld, int wd) {
-  double m = 1, e = 0;
+/* max |got - want| / max(floor, max |want|) over rows of wd values at stride ld; infinite at a NaN */
+static double rel_at(const float *got, const double *want, int rows, int ld, int wd, double floor) {
+  double m = floor, e = 0;
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < wd; j++) {
       double y = want[(size_t)r * ld + j], g = got[(size_t)r * ld + j];
       m = fmax(m, fabs(y)), e = isnan(g) ? INFINITY : fmax(e, fabs(g - y));
     }
   return e / m;
+}
+
+/* One head of one batch row on the device: float32 copies of its rows yin ([T, nin]), S_0, dS_T
+ * (ds) and the reads' gradient (dout, [T, V]); the kernels run on them (rig_run) and their results
+ * come back: the reads ho, the final state hf, the rows' gradient hg, dS_0 hgh. */
+typedef struct Rig {
+  Device *dv;
+  CudaChunk *ck;
+  size_t ny, nx, kv;
+  float *dy, *ddy, *dxo, *ddo, *dh0, *dfin, *ddf, *dgh, *dbnd, *dloc, *ddec;
+  float *ho, *hf, *hg, *hgh;
+} Rig;
+
+static void rig_open(Rig *g, const double *yin, int T, int nin, int K, int V, int L, int w, const double *s0, const double *ds,
+                     const double *dout) {
+  char err[8192];
+  const Backend *be = under_test();
+  g->dv = device_open(be->device, err, sizeof err);
+  cr_assert(g->dv, "%s", err);
+  g->ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, err, sizeof err);
+  cr_assert(g->ck, "%s", err);
+  Device *dv = g->dv;
+  size_t nc = (size_t)((T + L - 1) / L + 1), ny = (size_t)T * nin, nx = (size_t)T * V, kv = (size_t)K * V, nb = kv * nc;
+  g->ny = ny, g->nx = nx, g->kv = kv;
+  float *hy = xcalloc(ny + 1, sizeof(float)), *hs0 = xcalloc(kv, sizeof(float)), *hds = xcalloc(kv, sizeof(float));
+  float *hdo = xcalloc(nx + 1, sizeof(float));
+  for (size_t i = 0; i < ny; i++) hy[i] = (float)yin[i];
+  for (size_t i = 0; i < kv; i++) hs0[i] = (float)s0[i], hds[i] = (float)ds[i];
+  for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
+  g->dy = dv->alloc(dv, 4 * ny + 4), g->ddy = dv->alloc(dv, 4 * ny + 4), g->dxo = dv->alloc(dv, 4 * nx + 4);
+  g->ddo = dv->alloc(dv, 4 * nx + 4), g->dh0 = dv->alloc(dv, 4 * kv), g->dfin = dv->alloc(dv, 4 * kv), g->ddf = dv->alloc(dv, 4 * kv);
+  g->dgh = dv->alloc(dv, 4 * kv), g->dbnd = dv->alloc(dv, 4 * nb), g->dloc = dv->alloc(dv, 4 * nb);
+  g->ddec = dv->alloc(dv, 4 * (size_t)w * nc);
+  dv->upload(dv, g->dy, hy, 4 * ny), dv->upload(dv, g->ddo, hdo, 4 * nx), dv->upload(dv, g->dh0, hs0, 4 * kv);
+  dv->upload(dv, g->ddf, hds, 4 * kv);
+  free(hy), free(hs0), free(hds), free(hdo);
+}
+
+/* a's shapes and offsets given: its buffers the rig's, forward and backward, the results back */
+static void rig_run(Rig *g, CellcChunkArgs *a) {
+  char err[8192];
+  a->yin = g->dy, a->dyin = g->ddy, a->xo = g->dxo, a->dxo = g->ddo, a->h0 = g->dh0, a->final = g->dfin, a->dfinal = g->ddf;
+  a->dh0 = g->dgh, a->bnd = g->dbnd, a->loc = g->dloc, a->dec = g->ddec;
+  cr_assert_eq(cuda_chunk_forward(g->ck, a, true, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cuda_chunk_backward(g->ck, a, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cuda_chunk_sync(g->ck, err, sizeof err), 0, "%s", err);
+  Device *dv = g->dv;
+  g->ho = xcalloc(g->nx + 1, sizeof(float)), g->hf = xcalloc(g->kv, sizeof(float)), g->hg = xcalloc(g->ny + 1, sizeof(float));
+  g->hgh = xcalloc(g->kv, sizeof(float));
+  dv->download(dv, g->ho, g->dxo, 4 * g->nx), dv->download(dv, g->hf, g->dfin, 4 * g->kv), dv->download(dv, g->hg, g->ddy, 4 * g->ny);
+  dv->download(dv, g->hgh, g->dgh, 4 * g->kv);
+}
+
+static void rig_close(Rig *g) {
+  Device *dv = g->dv;
+  float *bufs[] = {g->dy, g->ddy, g->dxo, g->ddo, g->dh0, g->dfin, g->ddf, g->dgh, g->dbnd, g->dloc, g->ddec};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dv->free(dv, bufs[i]);
+  cuda_chunk_close(g->ck);
+  device_release(dv);
+  free(g->ho), free(g->hf), free(g->hg), free(g->hgh);
 }
 
 /* One head of one batch row: yin's rows [q, k, v, la] (one term, one read), decays of exactly 0
@@ -201,50 +261,25 @@ static void kernel_case(bool per_key, int T, int L) {
   chunkop_forward(&c, s0, o, V, sT);
   chunkop_backward(&c, s0, dout, V, ds, g, g + K, g + 2 * K, g + 2 * K + V, ds0);
   /* the kernels, on float32 copies in device memory */
-  char err[8192];
-  const Backend *be = under_test();
-  Device *dv = device_open(be->device, err, sizeof err);
-  cr_assert(dv, "%s", err);
-  CudaChunk *ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, err, sizeof err);
-  cr_assert(ck, "%s", err);
-  size_t ny = (size_t)T * nin, nx = (size_t)T * V, nb = kv * (size_t)((T + L - 1) / L + 1);
-  float *hy = xcalloc(ny + 1, sizeof(float)), *hs0 = xcalloc(kv, sizeof(float)), *hds = xcalloc(kv, sizeof(float));
-  float *hdo = xcalloc(nx + 1, sizeof(float));
-  for (size_t i = 0; i < ny; i++) hy[i] = (float)yin[i];
-  for (size_t i = 0; i < kv; i++) hs0[i] = (float)s0[i], hds[i] = (float)ds[i];
-  for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
-  float *dy = dv->alloc(dv, 4 * ny + 4), *ddy = dv->alloc(dv, 4 * ny + 4), *dxo = dv->alloc(dv, 4 * nx + 4);
-  float *ddo = dv->alloc(dv, 4 * nx + 4), *dh0 = dv->alloc(dv, 4 * kv), *dfin = dv->alloc(dv, 4 * kv), *ddf = dv->alloc(dv, 4 * kv);
-  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb), *dloc = dv->alloc(dv, 4 * nb);
-  float *ddec = dv->alloc(dv, 4 * (size_t)w * (size_t)((T + L - 1) / L + 1));
-  dv->upload(dv, dy, hy, 4 * ny), dv->upload(dv, ddo, hdo, 4 * nx), dv->upload(dv, dh0, hs0, 4 * kv), dv->upload(dv, ddf, hds, 4 * kv);
+  Rig rg;
+  rig_open(&rg, yin, T, nin, K, V, L, w, s0, ds, dout);
   CellcChunkArgs a = {.T = T, .B = 1, .nh = 1, .K = K, .V = V, .L = L, .M = 1, .R = 1, .E = 1, .per_key = per_key, .nin = nin,
-                      .xw = V, .q_off = 0, .k_off = K, .v_off = 2 * K, .la_off = 2 * K + V, .out_off = 0, .yin = dy, .dyin = ddy,
-                      .xo = dxo, .dxo = ddo, .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd,
-                      .loc = dloc, .dec = ddec};
-  cr_assert_eq(cuda_chunk_forward(ck, &a, true, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(cuda_chunk_backward(ck, &a, err, sizeof err), 0, "%s", err);
-  float *ho = xcalloc(nx + 1, sizeof(float)), *hf = xcalloc(kv, sizeof(float)), *hg = xcalloc(ny + 1, sizeof(float));
-  float *hgh = xcalloc(kv, sizeof(float));
-  dv->download(dv, ho, dxo, 4 * nx), dv->download(dv, hf, dfin, 4 * kv), dv->download(dv, hg, ddy, 4 * ny);
-  dv->download(dv, hgh, dgh, 4 * kv);
-  cr_expect_lt(rel_at(ho, o, T, V, V), 1e-4, "reads per_key=%d T=%d L=%d", per_key, T, L);
-  cr_expect_lt(rel_at(hf, sT, 1, 0, (int)kv), 1e-4, "final state per_key=%d T=%d L=%d", per_key, T, L);
-  cr_expect_lt(rel_at(hgh, ds0, 1, 0, (int)kv), 1e-4, "dS0 per_key=%d T=%d L=%d", per_key, T, L);
+                      .xw = V, .q_off = 0, .k_off = K, .v_off = 2 * K, .la_off = 2 * K + V, .out_off = 0};
+  rig_run(&rg, &a);
+  const float *ho = rg.ho, *hf = rg.hf, *hg = rg.hg, *hgh = rg.hgh;
+  cr_expect_lt(rel_at(ho, o, T, V, V, 1), 1e-4, "reads per_key=%d T=%d L=%d", per_key, T, L);
+  cr_expect_lt(rel_at(hf, sT, 1, 0, (int)kv, 1), 1e-4, "final state per_key=%d T=%d L=%d", per_key, T, L);
+  cr_expect_lt(rel_at(hgh, ds0, 1, 0, (int)kv, 1), 1e-4, "dS0 per_key=%d T=%d L=%d", per_key, T, L);
   const char *names[3] = {"dq", "dk", "dv"};
   int off[3] = {0, K, 2 * K}, wd[3] = {K, K, V};
   for (int i = 0; i < 3; i++)
-    cr_expect_lt(rel_at(hg + off[i], g + off[i], T, nin, wd[i]), 1e-4, "%s per_key=%d T=%d L=%d: %g", names[i], per_key, T, L,
-                 rel_at(hg + off[i], g + off[i], T, nin, wd[i]));
+    cr_expect_lt(rel_at(hg + off[i], g + off[i], T, nin, wd[i], 1), 1e-4, "%s per_key=%d T=%d L=%d: %g", names[i], per_key, T, L,
+                 rel_at(hg + off[i], g + off[i], T, nin, wd[i], 1));
   /* d log a where the decays are positive (it is not defined at a = 0): before the first 0 */
   int T1 = T < 5 ? T : 5;
-  cr_expect_lt(rel_at(hg + 2 * K + V, g + 2 * K + V, T1, nin, w), 1e-4, "dla per_key=%d T=%d L=%d", per_key, T, L);
-  dv->free(dv, dy), dv->free(dv, ddy), dv->free(dv, dxo), dv->free(dv, ddo), dv->free(dv, dh0), dv->free(dv, dfin);
-  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd), dv->free(dv, dloc), dv->free(dv, ddec);
-  cuda_chunk_close(ck);
-  device_release(dv);
+  cr_expect_lt(rel_at(hg + 2 * K + V, g + 2 * K + V, T1, nin, w, 1), 1e-4, "dla per_key=%d T=%d L=%d", per_key, T, L);
+  rig_close(&rg);
   free(yin), free(s0), free(ds), free(dout), free(o), free(sT), free(ds0), free(g);
-  free(hy), free(hs0), free(hds), free(hdo), free(ho), free(hf), free(hg), free(hgh);
 }
 
 Test(cuda_chunk, kernels_zero_and_strong_decays) {
@@ -252,18 +287,6 @@ Test(cuda_chunk, kernels_zero_and_strong_decays) {
 }
 
 /* ---- the delta rule's kernels against the float64 chunked delta rule (compiler/ir/chunkdelta.c) ---- */
-
-/* max |got - want| over max |want| (the quantity's largest magnitude), rows of wd values at stride
- * ld; infinite at a NaN */
-static double rel_max(const float *got, const double *want, int rows, int ld, int wd) {
-  double m = 1e-30, e = 0;
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < wd; j++) {
-      double y = want[(size_t)r * ld + j], g = got[(size_t)r * ld + j];
-      m = fmax(m, fabs(y)), e = isnan(g) ? INFINITY : fmax(e, fabs(g - y));
-    }
-  return e / m;
-}
 
 /* One head of one batch row: yin's rows [q, k, v, la, c] as Gated DeltaNet makes them (k of unit
  * norm, c = -a beta with beta in (0, 1)); decays none (log a = 0), or strong ones (log a = -8)
@@ -291,35 +314,15 @@ static void delta_case(int T, int K, int V, int L, bool strong) {
   double *g = xcalloc((size_t)T * nin + 1, sizeof(double));
   chunkdelta_forward(&cd, s0, o, V, sT);
   chunkdelta_backward(&cd, s0, dout, V, ds, g, g + K, g + 2 * K, g + la_off, g + c_off, ds0);
-  char err[8192];
-  const Backend *be = under_test();
-  Device *dv = device_open(be->device, err, sizeof err);
-  cr_assert(dv, "%s", err);
-  CudaChunk *ck = cuda_chunk_open(be->device == DEVICE_CUDA_EMU, err, sizeof err);
-  cr_assert(ck, "%s", err);
-  size_t ny = (size_t)T * nin, nx = (size_t)T * V, nb = kv * (size_t)((T + L - 1) / L + 1);
-  float *hy = xcalloc(ny + 1, sizeof(float)), *hs0 = xcalloc(kv, sizeof(float)), *hds = xcalloc(kv, sizeof(float));
-  float *hdo = xcalloc(nx + 1, sizeof(float));
-  for (size_t i = 0; i < ny; i++) hy[i] = (float)yin[i];
-  for (size_t i = 0; i < kv; i++) hs0[i] = (float)s0[i], hds[i] = (float)ds[i];
-  for (size_t i = 0; i < nx; i++) hdo[i] = (float)dout[i];
-  float *dy = dv->alloc(dv, 4 * ny + 4), *ddy = dv->alloc(dv, 4 * ny + 4), *dxo = dv->alloc(dv, 4 * nx + 4);
-  float *ddo = dv->alloc(dv, 4 * nx + 4), *dh0 = dv->alloc(dv, 4 * kv), *dfin = dv->alloc(dv, 4 * kv), *ddf = dv->alloc(dv, 4 * kv);
-  float *dgh = dv->alloc(dv, 4 * kv), *dbnd = dv->alloc(dv, 4 * nb);
-  dv->upload(dv, dy, hy, 4 * ny), dv->upload(dv, ddo, hdo, 4 * nx), dv->upload(dv, dh0, hs0, 4 * kv), dv->upload(dv, ddf, hds, 4 * kv);
+  Rig rg;
+  rig_open(&rg, yin, T, nin, K, V, L, 1, s0, ds, dout);
   CellcChunkArgs a = {.T = T, .B = 1, .nh = 1, .K = K, .V = V, .L = L, .M = 1, .R = 1, .E = 1, .nin = nin, .xw = V, .q_off = 0,
-                      .k_off = K, .v_off = 2 * K, .la_off = la_off, .out_off = 0, .yin = dy, .dyin = ddy, .xo = dxo, .dxo = ddo,
-                      .h0 = dh0, .final = dfin, .dfinal = ddf, .dh0 = dgh, .bnd = dbnd, .delta = 1, .c_off = c_off};
-  cr_assert_eq(cuda_chunk_forward(ck, &a, true, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(cuda_chunk_backward(ck, &a, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(cuda_chunk_sync(ck, err, sizeof err), 0, "%s", err);
-  float *ho = xcalloc(nx + 1, sizeof(float)), *hf = xcalloc(kv, sizeof(float)), *hg = xcalloc(ny + 1, sizeof(float));
-  float *hgh = xcalloc(kv, sizeof(float));
-  dv->download(dv, ho, dxo, 4 * nx), dv->download(dv, hf, dfin, 4 * kv), dv->download(dv, hg, ddy, 4 * ny);
-  dv->download(dv, hgh, dgh, 4 * kv);
+                      .k_off = K, .v_off = 2 * K, .la_off = la_off, .out_off = 0, .delta = 1, .c_off = c_off};
+  rig_run(&rg, &a);
+  const float *ho = rg.ho, *hf = rg.hf, *hg = rg.hg, *hgh = rg.hgh;
   double e;
 #define CLOSE(what, got, want, rows, ld, wd)                                                                            \
-  e = rel_max(got, want, rows, ld, wd);                                                                                 \
+  e = rel_at(got, want, rows, ld, wd, 1e-30);                                                                          \
   cr_expect_lt(e, 2e-4, "delta rule %s T=%d K=%d V=%d L=%d strong=%d: off by %g of its largest", what, T, K, V, L, strong, e)
   CLOSE("reads", ho, o, T, V, V);
   CLOSE("final state", hf, sT, 1, 0, (int)kv);
@@ -330,12 +333,8 @@ static void delta_case(int T, int K, int V, int L, bool strong) {
   CLOSE("dla", hg + la_off, g + la_off, T, nin, 1);
   CLOSE("dc", hg + c_off, g + c_off, T, nin, 1);
 #undef CLOSE
-  dv->free(dv, dy), dv->free(dv, ddy), dv->free(dv, dxo), dv->free(dv, ddo), dv->free(dv, dh0), dv->free(dv, dfin);
-  dv->free(dv, ddf), dv->free(dv, dgh), dv->free(dv, dbnd);
-  cuda_chunk_close(ck);
-  device_release(dv);
+  rig_close(&rg);
   free(yin), free(s0), free(ds), free(dout), free(o), free(sT), free(ds0), free(g);
-  free(hy), free(hs0), free(hds), free(hdo), free(ho), free(hf), free(hg), free(hgh);
 }
 
 Test(cuda_chunk, delta_kernels) {
