@@ -158,7 +158,7 @@ typedef struct Sub {
   ChunkOp c;
   ChunkDelta d;                /* the delta rule's (ChunkLayout.delta; E = 1): c's and the c below */
   int E, M, R, w;
-  double *q, *k, *v, *la, *dc; /* [T E, K], [T E, K], [T E, V], [T E, w], the delta rule's c [T] */
+  double *q, *k, *v, *la, *cf; /* [T E, K], [T E, K], [T E, V], [T E, w], the delta rule's c [T] (its gradient in a gradient Sub) */
 } Sub;
 
 static Sub sub_new(const ChunkForm *f, const ChunkLayout *l, int T) {
@@ -170,13 +170,13 @@ static Sub sub_new(const ChunkForm *f, const ChunkLayout *l, int T) {
   s.c = (ChunkOp){T * s.E, l->K, l->V, f->L * s.E, l->per_key, s.q, s.k, s.v, s.la, l->K, l->K, l->V, s.w};
   if (l->delta) {
     CHECK(s.E == 1 && !l->per_key);
-    s.dc = xcalloc((size_t)T + 1, sizeof(double));
-    s.d = (ChunkDelta){T, l->K, l->V, f->L, s.q, s.k, s.v, s.la, s.dc, l->K, l->K, l->V, 1, 1};
+    s.cf = xcalloc((size_t)T + 1, sizeof(double));
+    s.d = (ChunkDelta){T, l->K, l->V, f->L, s.q, s.k, s.v, s.la, s.cf, l->K, l->K, l->V, 1, 1};
   }
   return s;
 }
 
-static void sub_free(Sub *s) { free(s->q), free(s->k), free(s->v), free(s->la), free(s->dc); }
+static void sub_free(Sub *s) { free(s->q), free(s->k), free(s->v), free(s->la), free(s->cf); }
 
 /* Row t of P_in's output for batch row b: its chunked state's vectors of head h */
 static const double *in_row(const double *yin, int nin, int B, int t, int b) { return yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin; }
@@ -198,7 +198,7 @@ static void sub_move(const ChunkLayout *l, Sub *s, const double *yin, double *dy
     }
     double *x = row + chunk_la_off(l) + h * w, *y = s->la + (size_t)t * E * w; /* sub-step 0's */
     for (int i = 0; i < w; i++) yin ? (void)(y[i] = x[i]) : (void)(x[i] = y[i]);
-    if (l->delta) yin ? (void)(s->dc[t] = row[chunk_c_off(l) + h]) : (void)(row[chunk_c_off(l) + h] = s->dc[t]);
+    if (l->delta) yin ? (void)(s->cf[t] = row[chunk_c_off(l) + h]) : (void)(row[chunk_c_off(l) + h] = s->cf[t]);
   }
 }
 
@@ -480,7 +480,7 @@ void chunkform_run_f64(ChunkForm *f, const SeqIO *d) {
                  gxo + ((size_t)t * B + b) * (size_t)xw + (size_t)(D + l->out_off + (r * l->nh + h) * l->V), sizeof(double) * (size_t)l->V);
       state_get(l, (const double *)d->h0[q] + (size_t)b * (size_t)sz, h, s0);
       state_get(l, (const double *)d->dfinal[q] + (size_t)b * (size_t)sz, h, ds);
-      if (l->delta) chunkdelta_backward(&u.d, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, gu.dc, ds0);
+      if (l->delta) chunkdelta_backward(&u.d, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, gu.cf, ds0);
       else chunkop_backward(&u.c, s0, dout, l->V, ds, gu.q, gu.k, gu.v, gu.la, ds0);
       sub_move(l, &gu, NULL, dyin, nin, T, B, b, h);
       state_put(l, (double *)d->grad_h0[q] + (size_t)b * (size_t)sz, h, ds0);

@@ -411,6 +411,13 @@ static void assign_regions(Sched *s) {
   free(depP), free(depD), free(ancN), free(ancD);
 }
 
+/* The nodes marked in move (xmalloc'ed; freed) go from before their loop into its step. */
+static void move_into_steps(Sched *s, bool *move) {
+  for (int id = 0; id < s->nn; id++)
+    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
+  free(move);
+}
+
 /* Sequential mode: an elementwise node before the loop (forward or backward) that nothing before
  * the loop reads moves into the loop's step, where it joins the kernel of its first reader. Each
  * row is still computed once, but the values it reads (stored anyway for that kernel) are read
@@ -436,9 +443,7 @@ static void sink_into_steps(Sched *s) {
       }
     }
   }
-  for (int id = 0; id < nn; id++)
-    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
-  free(move);
+  move_into_steps(s, move);
 }
 
 /* A hybrid plan (PlanOptions.sink_hybrid): an elementwise node before its histories' loop that only
@@ -481,9 +486,7 @@ static void sink_into_hybrid_steps(Sched *s) {
       }
     }
   }
-  for (int id = 0; id < nn; id++)
-    if (move[id]) s->region[id] = s->region[id] == R_FWD_PRE ? R_FWD_STEP : R_BWD_STEP;
-  free(move);
+  move_into_steps(s, move);
 }
 
 /* Readers of each value; the interface roles (outputs, state parts, stored values) count as readers. */
