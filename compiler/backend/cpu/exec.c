@@ -167,73 +167,132 @@ static void run_outer_acc(const Exec *e, int s, int64_t rows, const Share *sh) {
   }
 }
 
-/* acc[j0, j1) += the sum of the rows' columns j0 .. j1 - 1 (row stride ld): in chunks of columns
- * held in a local array, which the compiler keeps in vector registers (acc and the rows may not
- * alias, so it need not store acc after every row). */
-static void colsum_rows(const float *v, int ld, int64_t rows, float *acc, int64_t j0, int64_t j1) {
-  enum { CW = 64 };
-  for (int64_t c0 = j0; c0 < j1; c0 += CW) {
-    int n = j1 - c0 < CW ? (int)(j1 - c0) : CW;
-    float sum[CW] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-      const float *row = v + r * ld + c0;
-      if (n == CW)
-        for (int j = 0; j < CW; j++) sum[j] += row[j]; /* a constant count: vectorized at -O2 */
-      else
-        for (int j = 0; j < n; j++) sum[j] += row[j];
-    }
-    for (int j = 0; j < n; j++) acc[c0 + j] += sum[j];
+/* The column sums of a run of ET_COLSUM steps: each acc[j] += the sum over all rows of its
+ * source's column j (or of the product of its two sources', each product rounded to a float as a
+ * kernel storing it would), on this thread's share of each one's columns. The steps of a run mostly
+ * read the same rows (a conv's taps: one gradient and the lagged rows of one value), so they run
+ * together in one pass over blocks of CS_RB rows; a column is still summed in the order of the
+ * rows, then added to acc in the order of the steps: the sums of the steps one by one, bit for bit.
+ * Pieces of at most CS_WIDTH columns, so many at once that their sums fit a local array; 64 or 16
+ * columns at a time in vector registers. */
+enum { CS_RB = 64, CS_WIDTH = 4096, CS_PIECES = 64 };
+
+typedef struct ColPiece {
+  const float *a, *b;          /* b: the second factor's rows, or NULL */
+  int lda, ldb;
+  float *acc;
+  int64_t j0, j1;              /* columns; the sums at sums[off + j - j0] */
+  int off;
+} ColPiece;
+
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias)); /* 16 floats anywhere */
+#define V16_AT(p) (*(const V16u *)(const void *)(p))
+
+/* One piece's columns c0 .. c0 + 63 over rows [r0, r1), the sums in four vectors (a local array of
+ * sums the compiler stores back after every row) */
+INLINE void colsum_v4(const ColPiece *p, int64_t c0, int64_t r0, int64_t r1, float *keep) {
+  V16 s0 = V16_AT(keep), s1 = V16_AT(keep + 16), s2 = V16_AT(keep + 32), s3 = V16_AT(keep + 48);
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = p->a + r * p->lda + c0;
+    if (p->b) {
+      const float *y = p->b + r * p->ldb + c0;
+      V16 q0 = V16_AT(x) * V16_AT(y), q1 = V16_AT(x + 16) * V16_AT(y + 16); /* (apart: never a fused multiply-add) */
+      V16 q2 = V16_AT(x + 32) * V16_AT(y + 32), q3 = V16_AT(x + 48) * V16_AT(y + 48);
+      s0 += q0, s1 += q1, s2 += q2, s3 += q3;
+    } else
+      s0 += V16_AT(x), s1 += V16_AT(x + 16), s2 += V16_AT(x + 32), s3 += V16_AT(x + 48);
   }
+  __builtin_memcpy(keep, &s0, sizeof s0), __builtin_memcpy(keep + 16, &s1, sizeof s1);
+  __builtin_memcpy(keep + 32, &s2, sizeof s2), __builtin_memcpy(keep + 48, &s3, sizeof s3);
 }
 
-/* colsum_rows of the rows' products a * b (strides lda, ldb), each product rounded to a float as a
- * kernel storing it would, then summed in the same order: the same sums as colsum_rows of a * b.
- * In blocks of rows, each block's whole rows before the next (a's rows may be a history's slice,
- * far apart: one pass over the rows, not one per chunk of columns); up to DW columns at once. */
-static void colsum_dot_rows(const float *a, int lda, const float *b, int ldb, int64_t rows, float *acc, int64_t j0, int64_t j1) {
-  enum { CW = 64, DW = 4096, RB = 64 };
-  float sums[DW];
-  for (int64_t d0 = j0; d0 < j1; d0 += DW) {
-    int64_t d1 = j1 - d0 < DW ? j1 : d0 + DW;
-    for (int64_t j = d0; j < d1; j++) sums[j - d0] = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += RB) {
-      int64_t r1 = rows - r0 < RB ? rows : r0 + RB;
-      for (int64_t c0 = d0; c0 < d1; c0 += CW) {
-        int n = d1 - c0 < CW ? (int)(d1 - c0) : CW;
-        float sum[CW];
-        for (int j = 0; j < n; j++) sum[j] = sums[c0 - d0 + j];
-        for (int64_t r = r0; r < r1; r++) {
-          const float *x = a + r * lda + c0, *y = b + r * ldb + c0;
-          if (n == CW)
-            for (int j = 0; j < CW; j++) {
-              float p = x[j] * y[j]; /* (two statements: never one fused multiply-add) */
-              sum[j] += p;
-            }
-          else
-            for (int j = 0; j < n; j++) {
-              float p = x[j] * y[j];
-              sum[j] += p;
-            }
+/* The same for columns c0 .. c0 + 15 */
+INLINE void colsum_v1(const ColPiece *p, int64_t c0, int64_t r0, int64_t r1, float *keep) {
+  V16 s0 = V16_AT(keep);
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = p->a + r * p->lda + c0;
+    if (p->b) {
+      V16 q = V16_AT(x) * V16_AT(p->b + r * p->ldb + c0);
+      s0 += q;
+    } else s0 += V16_AT(x);
+  }
+  __builtin_memcpy(keep, &s0, sizeof s0);
+}
+
+INLINE void colsum_body(const ColPiece *p, int np, int64_t rows) {
+  float sums[CS_WIDTH];
+  int width = np ? p[np - 1].off + (int)(p[np - 1].j1 - p[np - 1].j0) : 0;
+  for (int j = 0; j < width; j++) sums[j] = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += CS_RB) {
+    int64_t r1 = rows - r0 < CS_RB ? rows : r0 + CS_RB;
+    for (int k = 0; k < np; k++) {
+      int64_t c0 = p[k].j0;
+      float *keep = sums + p[k].off;
+      for (; c0 + 64 <= p[k].j1; c0 += 64, keep += 64) colsum_v4(&p[k], c0, r0, r1, keep);
+      for (; c0 + 16 <= p[k].j1; c0 += 16, keep += 16) colsum_v1(&p[k], c0, r0, r1, keep);
+      for (int64_t r = r0; c0 < p[k].j1 && r < r1; r++) {
+        const float *x = p[k].a + r * p[k].lda, *y = p[k].b ? p[k].b + r * p[k].ldb : NULL;
+        for (int64_t j = c0; j < p[k].j1; j++) {
+          float q = y ? x[j] * y[j] : x[j];
+          keep[j - c0] += q;
         }
-        for (int j = 0; j < n; j++) sums[c0 - d0 + j] = sum[j];
       }
     }
-    for (int64_t j = d0; j < d1; j++) acc[j] += sums[j - d0];
   }
+  for (int k = 0; k < np; k++)
+    for (int64_t j = p[k].j0; j < p[k].j1; j++) p[k].acc[j] += sums[p[k].off + (j - p[k].j0)];
 }
 
-/* acc += the sum over all rows of the source (or rows times its constant, or its products with a
- * second source's), on this thread's share of the columns. */
-static void run_colsum(const Exec *e, const EtStep *st, int64_t rows, const Share *sh) {
+/* colsum_body compiled for the products' instruction set (vector registers of 16 floats hold the
+ * local sums; the baseline's 4 wide ones do not) */
+__attribute__((target("avx512f"))) static void colsum_pieces512(const ColPiece *p, int np, int64_t rows) { colsum_body(p, np, rows); }
+__attribute__((target("avx2"))) static void colsum_pieces256(const ColPiece *p, int np, int64_t rows) { colsum_body(p, np, rows); }
+static void colsum_pieces_base(const ColPiece *p, int np, int64_t rows) { colsum_body(p, np, rows); }
+
+static void colsum_pieces(const Exec *e, const ColPiece *p, int np, int64_t rows) {
+  if (e->isa == GEMM_AVX512) colsum_pieces512(p, np, rows);
+  else if (e->isa == GEMM_AVX2) colsum_pieces256(p, np, rows);
+  else colsum_pieces_base(p, np, rows);
+}
+
+/* Whether step s is a column sum colsum_steps takes (over rows of a source, not summed by a
+ * group of products) */
+static bool colsum_alone(const Exec *e, int s) {
+  const EtStep *st = &steps_of(e)[s];
+  return st->kind == ET_COLSUM && st->group < 0 && st->src >= 0 && s != e->skip;
+}
+
+/* Steps s .. s + m - 1, all colsum_alone, on this thread's share of each one's columns */
+static void colsum_steps(const Exec *e, int s, int m, int64_t rows, const Share *sh) {
+  ColPiece p[CS_PIECES];
+  int np = 0, width = 0;
+  for (int i = 0; i < m; i++) {
+    const EtStep *st = &steps_of(e)[s + i];
+    int64_t j0, j1;
+    share_of(0, st->numel, sh->i, sh->n, &j0, &j1);
+    for (int64_t c = j0; c < j1;) {
+      int64_t n = j1 - c < CS_WIDTH ? j1 - c : CS_WIDTH;
+      if (np == CS_PIECES || width + n > CS_WIDTH) colsum_pieces(e, p, np, rows), np = 0, width = 0;
+      ColPiece *q = &p[np++];
+      q->a = e->bases[st->src], q->lda = width_of(e, st->src), q->acc = e->bases[st->dst];
+      q->b = st->src2 >= 0 ? e->bases[st->src2] : NULL, q->ldb = st->src2 >= 0 ? width_of(e, st->src2) : 0;
+      q->j0 = c, q->j1 = c + n, q->off = width;
+      width += (int)n, c += n;
+    }
+  }
+  colsum_pieces(e, p, np, rows);
+}
+
+/* acc += rows times the step's constant (a constant adjoint's column sum), on this thread's share
+ * of the columns. */
+static void colsum_constant(const Exec *e, const EtStep *st, int64_t rows, const Share *sh) {
   float *acc = e->bases[st->dst];
   int64_t j0, j1;
   share_of(0, st->numel, sh->i, sh->n, &j0, &j1);
-  if (st->src < 0) { /* a constant adjoint */
-    for (int64_t j = j0; j < j1; j++) acc[j] += st->k * (float)rows;
-    return;
-  }
-  if (st->src2 >= 0) colsum_dot_rows(e->bases[st->src], width_of(e, st->src), e->bases[st->src2], width_of(e, st->src2), rows, acc, j0, j1);
-  else colsum_rows(e->bases[st->src], width_of(e, st->src), rows, acc, j0, j1);
+  for (int64_t j = j0; j < j1; j++) acc[j] += st->k * (float)rows;
 }
 
 /* ---- the other steps ---- */
@@ -286,8 +345,9 @@ static void run_step(const Exec *e, int s, int64_t r0, int64_t r1, const Share *
   case ET_SCAN: run_scan(e, st, false, sh); break;
   case ET_RSCAN: run_scan(e, st, true, sh); break;
   case ET_OUTER_ACC: run_outer_acc(e, s, rows, sh); break;
-  case ET_COLSUM:
-    if (st->group < 0) run_colsum(e, st, rows, sh); /* else its group sums it */
+  case ET_COLSUM: /* (with a group: its group sums it) */
+    if (st->group < 0 && st->src < 0) colsum_constant(e, st, rows, sh);
+    else if (st->group < 0) colsum_steps(e, s, 1, rows, sh);
     break;
   case ET_COPY: run_copy(e, sh->bases, st, r0, r1); break;
   case ET_ZERO: {
@@ -312,12 +372,16 @@ static void run_phase(const Exec *e, int which, int t, const Share *sh) {
     for (int s = 0; s < e->tab->nslots; s++) /* row r of step t at row r - t B of a step-local slot's B rows */
       if (array_of(e, slot_of(e, s)->array)->local) sh->bases[s] = e->bases[s] - (int64_t)t * e->B * width_of(e, s);
   for (int i = 0; i < ph->n; i++) {
-    int s = ph->first + i;
+    int s = ph->first + i, m = 1;
     if (s == e->skip) continue; /* grad_x left to the caller (every thread skips it) */
+    if (ph->region == ET_REG_ALL && colsum_alone(e, s))
+      while (i + m < ph->n && colsum_alone(e, s + m)) m++;
     if (hook) e->host.step(e->host.ctx, s, r1 - r0, all_rows, false);
-    run_step(e, s, r0, r1, sh);
+    if (m > 1) colsum_steps(e, s, m, all_rows, sh); /* one pass (the run's time on its first step) */
+    else run_step(e, s, r0, r1, sh);
     if (ph->region == ET_REG_ALL) barrier(e, sh);
     if (hook) e->host.step(e->host.ctx, s, r1 - r0, all_rows, true);
+    i += m - 1;
   }
 }
 
