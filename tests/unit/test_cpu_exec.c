@@ -245,3 +245,78 @@ Test(cpu_exec, dot_colsum_as_stored_products) {
   }
   free(work);
 }
+
+/* A run of ET_COLSUM steps (the executor sums them in one pass over blocks of rows, in vectors of
+ * the products' instruction set): each column summed in row order, then added to its acc in step
+ * order, bit for bit as one step after the other; two products into one acc, a plain sum, and one
+ * of 4100 columns (more than the executor's pieces hold at once: split over passes); widths not a
+ * multiple of its vectors; on every instruction set this CPU has. */
+Test(cpu_exec, a_run_of_colsums_as_one_by_one) {
+  enum { DT = 50, DB = 3, DR = DT * DB, N = 150, WIDE = 4100, XW = 4200, C0 = 30, C1 = 1001 };
+  enum { R_X0, R_X1, R_XW, R_DY, R_ACC, R_ACC2, R_ACC3, R_NARR };
+  struct {
+    EtHeader h;
+    EtArray arrays[R_NARR];
+    EtSlot slots[R_NARR];
+    EtStep steps[4];
+    EtParamPart pp[3];
+  } t;
+  memset(&t, 0, sizeof t);
+  t.arrays[R_X0] = t.arrays[R_X1] = t.arrays[R_XW] = (EtArray){.kind = ET_X, .width = XW};
+  t.arrays[R_DY] = (EtArray){.kind = ET_DY, .width = N};
+  t.arrays[R_ACC] = t.arrays[R_ACC2] = (EtArray){.kind = ET_OWNED, .fixed = N, .zero_bwd = 1};
+  t.arrays[R_ACC3] = (EtArray){.kind = ET_OWNED, .fixed = WIDE, .zero_bwd = 1};
+  t.slots[R_X0] = (EtSlot){R_X0, 0, C0}, t.slots[R_X1] = (EtSlot){R_X1, 0, C1}, t.slots[R_XW] = (EtSlot){R_XW, 0, 0};
+  for (int s = R_DY; s < R_NARR; s++) t.slots[s] = (EtSlot){s, 0, 0};
+  t.steps[0] = (EtStep){.kind = ET_COLSUM, .src = R_X0, .src2 = R_DY, .dst = R_ACC, .numel = N, .group = -1, .pack = -1};
+  t.steps[1] = (EtStep){.kind = ET_COLSUM, .src = R_DY, .src2 = -1, .dst = R_ACC2, .numel = N, .group = -1, .pack = -1};
+  t.steps[2] = (EtStep){.kind = ET_COLSUM, .src = R_X1, .src2 = R_DY, .dst = R_ACC, .numel = N, .group = -1, .pack = -1};
+  t.steps[3] = (EtStep){.kind = ET_COLSUM, .src = R_XW, .src2 = -1, .dst = R_ACC3, .numel = WIDE, .group = -1, .pack = -1};
+  t.pp[0] = (EtParamPart){.numel = N, .array = -1, .grad = R_ACC};
+  t.pp[1] = (EtParamPart){.param = 1, .numel = N, .array = -1, .grad = R_ACC2};
+  t.pp[2] = (EtParamPart){.param = 2, .numel = WIDE, .array = -1, .grad = R_ACC3};
+  t.h = (EtHeader){.magic = ET_MAGIC, .bytes = (int32_t)sizeof t, .x_size = XW, .output_size = N, .y_array = -1, .nparams = 3,
+                   .kstatic_fwd = -1, .kstatic_bwd = -1, .narrays = R_NARR, .arrays = (int32_t)offsetof(__typeof__(t), arrays),
+                   .nslots = R_NARR, .slots = (int32_t)offsetof(__typeof__(t), slots), .nsteps = 4,
+                   .steps = (int32_t)offsetof(__typeof__(t), steps), .npparts = 3, .pparts = (int32_t)offsetof(__typeof__(t), pp),
+                   .sparts = (int32_t)offsetof(__typeof__(t), pp), .stack = (int32_t)offsetof(__typeof__(t), steps),
+                   .floats = (int32_t)offsetof(__typeof__(t), steps), .groups = (int32_t)offsetof(__typeof__(t), steps),
+                   .xgrad_step = -1};
+  for (int f = 0; f < ET_NPHASES; f++) t.h.phases[f] = (EtPhase){ET_REG_ALL, 0, 0};
+  t.h.phases[ET_BWD_POST] = (EtPhase){ET_REG_ALL, 0, 4};
+  static float x[DR * XW], dy[DR * N], dx[DR * XW];
+  uint32_t z = 777;
+  for (int i = 0; i < DR * XW; i++) z = z * 1664525u + 1013904223u, x[i] = (float)(z >> 8) / 16777216.0f * (float)(1 + i % 7 * 100);
+  for (int i = 0; i < DR * N; i++) z = z * 1664525u + 1013904223u, dy[i] = (float)(z >> 8) / 16777216.0f - 0.5f;
+  /* one step after the other: the stored products, each column in row order, then into acc */
+  static float want[N], want2[N], want3[WIDE];
+  for (int j = 0; j < N; j++) {
+    float s0 = 0, s1 = 0, s2 = 0;
+    for (int r = 0; r < DR; r++) {
+      float p0 = x[r * XW + C0 + j] * dy[r * N + j], p2 = x[r * XW + C1 + j] * dy[r * N + j];
+      s0 += p0, s1 += dy[r * N + j], s2 += p2;
+    }
+    float acc = 0;
+    acc += s0, acc += s2, want[j] = acc, want2[j] = s1;
+  }
+  for (int j = 0; j < WIDE; j++) {
+    float s = 0;
+    for (int r = 0; r < DR; r++) s += x[r * XW + j];
+    want3[j] = s;
+  }
+  GemmIsa host = gemm_isa_host();
+  for (int isa = GEMM_BLAS; isa <= (int)host; isa++) {
+    int runs = 0;
+    Exec e = {.tab = &t.h, .mode = EXEC_SEQIO, .isa = (GemmIsa)isa, .host = {&runs, no_kernel, no_barrier, NULL, run_one}};
+    cr_assert_eq(exec_layout(&e, DT, DB, 1), EXEC_OK);
+    char *work = malloc(e.L.total);
+    static float grad[N], grad2[N], grad3[WIDE];
+    const float *params[3] = {NULL, NULL, NULL};
+    float *grads[3] = {grad, grad2, grad3};
+    cr_assert_eq(exec_backward(&e, &(ExecIO){.x = x, .dy = dy, .dx = dx, .params = params, .grads = grads}, work), EXEC_OK);
+    cr_assert(equal(grad, want, N), "isa %d: two products into one acc", isa);
+    cr_assert(equal(grad2, want2, N), "isa %d: a plain column sum", isa);
+    cr_assert(equal(grad3, want3, WIDE), "isa %d: 4100 columns", isa);
+    free(work);
+  }
+}
