@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     float *dsT = uniform(kv, -.5f, .5f), *o = xmalloc(sizeof(float) * tv), *s1 = xmalloc(sizeof(float) * kv);
     float *dq = xmalloc(sizeof(float) * tk), *dk = xmalloc(sizeof(float) * tk), *dv = xmalloc(sizeof(float) * tv);
     float *dla = xmalloc(sizeof(float) * (size_t)T * w), *ds0 = xmalloc(sizeof(float) * kv), *S = xmalloc(sizeof(float) * kv);
-    ChunkOpF32 c = {T, K, V, L, pk, q, k, v, la, K, K, V, w};
+    ChunkOpF32 c = {T, K, V, L, pk, q, k, v, la, K, K, V, w, NULL};
     double bf = 1e30, bb = 1e30, bs = 1e30;
     for (int r = 0; r < reps; r++) {
       double a = now();

@@ -32,6 +32,9 @@ struct ChunkForm {
   float *yin, *dyin, *xo, *gxo, *gxi; /* fresh pages each run cost as much as the chunk ops */
   int *full_size;              /* [nfull]: each one's numel per batch row */
   ChunkDev *dev;               /* a CUDA back end's chunk op (chunkdev.c); NULL on the host */
+  float *bnd[CHUNK_LAYOUT_MAX]; /* the float32 forward's boundary states per layout (ChunkOpF32.bnd), */
+  size_t nbnd[CHUNK_LAYOUT_MAX]; /* for the backward of the same sequence; their floats */
+  int bnd_T, bnd_B;            /* the sequence they are of */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -106,6 +109,7 @@ void chunkform_free(ChunkForm *f) {
   }
   free(f->full_of), free(f->full_size);
   free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
+  for (int i = 0; i < CHUNK_LAYOUT_MAX; i++) free(f->bnd[i]);
   chunkdev_close(f->dev);
   free(f);
 }
@@ -278,7 +282,7 @@ static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yi
     const float *r = yin + (size_t)b * (size_t)nin;
     int ld = B * nin;
     s.c = (ChunkOpF32){T, K, V, f->L, l->per_key, r + chunk_q_off(l, 0) + h * K, r + chunk_k_off(l, 0) + h * K,
-                       r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld};
+                       r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld, NULL};
     if (l->delta) s.d = (ChunkDeltaF32){T, K, V, f->L, s.c.q, s.c.k, s.c.v, s.c.la, r + chunk_c_off(l) + h, ld, ld, ld, ld, ld};
     return s;
   }
@@ -286,7 +290,7 @@ static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yi
   size_t n = (size_t)T * (size_t)E;
   s.buf = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
   float *q = s.buf, *k = q + n * K, *v = k + n * K, *la = v + n * V;
-  s.c = (ChunkOpF32){T * E, K, V, f->L * E, l->per_key, q, k, v, la, K, K, V, w};
+  s.c = (ChunkOpF32){T * E, K, V, f->L * E, l->per_key, q, k, v, la, K, K, V, w, NULL};
   for (int t = 0; t < T; t++) {
     const float *row = yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin;
     for (int r = 0; r < s.R; r++) memcpy(q + ((size_t)t * E + (size_t)(s.M - 1 + r)) * K, row + chunk_q_off(l, r) + h * K, sizeof(float) * K);
@@ -515,6 +519,16 @@ static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
   f->rows32 = rows;
 }
 
+/* Layout i's boundary states of batch row b, head h (the per-key op's; ChunkOpF32.bnd): grown for
+ * T and B by the forward (grow), read by the backward */
+static float *bnd_of(ChunkForm *f, int i, int T, int B, int b, int h, bool grow) {
+  const ChunkLayout *l = &f->lay[i];
+  size_t per = (size_t)((T + f->L - 1) / f->L + 1) * (size_t)l->K * (size_t)l->V, need = per * (size_t)B * (size_t)l->nh;
+  if (grow && need > f->nbnd[i]) free(f->bnd[i]), f->bnd[i] = xmalloc(sizeof(float) * need), f->nbnd[i] = need;
+  CHECK(need <= f->nbnd[i]);
+  return f->bnd[i] + per * ((size_t)b * (size_t)l->nh + (size_t)h);
+}
+
 /* What a CUDA back end's chunk op (chunkdev.c) needs of f */
 static ChunkDevForm dev_form(const ChunkForm *f) {
   return (ChunkDevForm){f->in, f->out, f->win, f->wout, f->L, f->nl, f->D, f->lay, f->full_of};
@@ -546,15 +560,18 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
   double t1 = seconds();
   for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
   pass_shared(rows, pin->chunk_shared, sizeof(float), yin, nin, xo, xw);
+  f->bnd_T = T, f->bnd_B = B;
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
     size_t kv = (size_t)l->K * (size_t)l->V;
+    if (!l->delta) bnd_of(f, i, T, B, 0, 0, true);
 #pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
     for (int bh = 0; bh < B * l->nh; bh++) {
       int b = bh / l->nh, h = bh % l->nh;
       float *s0 = zeros32(kv), *s1 = zeros32(kv);
       Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      if (!l->delta) u.c.bnd = bnd_of(f, i, T, B, b, h, false);
       float *o = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
       int ldo = B * xw;
       if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
@@ -594,7 +611,7 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
   int T = d->T, B = d->B, nin = pin->output_size, xw = pout->x_size, D = f->D;
   int np = pout->npparts, ns = pout->nsparts;
   size_t rows = (size_t)T * (size_t)B;
-  CHECK(rows <= f->rows32); /* after chunkform_forward_f32 of d */
+  CHECK(rows <= f->rows32 && T == f->bnd_T && B == f->bnd_B); /* after chunkform_forward_f32 of d */
   size_t *pn = xcalloc((size_t)np + 1, sizeof(size_t)), *sn = xcalloc((size_t)ns + 1, sizeof(size_t));
   for (int i = 0; i < np; i++) pn[i] = (size_t)pout->pparts[i].numel;
   for (int i = 0; i < ns; i++) sn[i] = (size_t)B * (size_t)pout->sparts[i].size;
@@ -620,6 +637,7 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
       int b = bh / l->nh, h = bh % l->nh;
       float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla, *dc;
       Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
+      if (!l->delta) u.c.bnd = bnd_of(f, i, T, B, b, h, false);
       float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla, &dc);
       const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
       int lddo = B * xw;

@@ -214,7 +214,7 @@ static void compare_f32(int T, int L, bool per_key) {
   size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V, tw = (size_t)T * w;
   float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
   float *dout = f32v(s.dout, tv), *dsT = f32v(s.dsT, kv);
-  ChunkOpF32 c32 = {T, K, V, L, per_key, q, k, v, la, K, K, V, w};
+  ChunkOpF32 c32 = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL};
   double *o = xcalloc(tv + 1, sizeof(double)), *sT = xcalloc(kv, sizeof(double));
   float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
   chunkop_forward(&c, s.s0, o, V, sT);
@@ -236,6 +236,21 @@ static void compare_f32(int T, int L, bool per_key) {
     cr_assert_lt(e, 1e-4, "f32 %s T=%d L=%d per_key=%d: %g", names[i], T, L, per_key, e);
     free(gx);
   }
+  /* the forward's boundary states kept (ChunkOpF32.bnd): the first s0, the last sT, and the
+     backward that reads them within the same bounds */
+  int nc = (T + L - 1) / L;
+  c32.bnd = xmalloc(sizeof(float) * kv * (size_t)(nc + 1));
+  cpu_chunkop_forward(&c32, s0, o32, V, sT32);
+  cr_assert(!memcmp(c32.bnd, s0, sizeof(float) * kv) && !memcmp(c32.bnd + kv * (size_t)nc, sT32, sizeof(float) * kv),
+            "kept boundary states T=%d L=%d per_key=%d", T, L, per_key);
+  for (int i = 0; i < 5; i++) memset(g32[i], 0, sizeof(float) * sz[i]);
+  cpu_chunkop_backward(&c32, s0, dout, V, dsT, g32[0], g32[1], g32[2], g32[3], g32[4]);
+  for (int i = 0; i < 5; i++) {
+    double *gx = f64v(g32[i], sz[i]), e = relerr(gx, g[i], sz[i]);
+    cr_assert_lt(e, 1e-4, "f32 %s from kept states T=%d L=%d per_key=%d: %g", names[i], T, L, per_key, e);
+    free(gx);
+  }
+  free(c32.bnd);
   for (int i = 0; i < 5; i++) free(g[i]), free(g32[i]);
   free(q), free(k), free(v), free(la), free(s0), free(dout), free(dsT), free(o), free(sT), free(o32), free(sT32);
   seq_free(&s);
@@ -270,8 +285,8 @@ static void strided_as_dense(int T, int L, bool per_key, double strong) {
     memcpy(r + (size_t)t * ld + 2 * K + V, la + (size_t)t * w, sizeof(float) * w);
     memcpy(wdo + (size_t)t * ldo + 1, dout + (size_t)t * V, sizeof(float) * V);
   }
-  ChunkOpF32 cd = {T, K, V, L, per_key, q, k, v, la, K, K, V, w};
-  ChunkOpF32 cw = {T, K, V, L, per_key, r, r + K, r + 2 * K, r + 2 * K + V, ld, ld, ld, ld};
+  ChunkOpF32 cd = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL};
+  ChunkOpF32 cw = {T, K, V, L, per_key, r, r + K, r + 2 * K, r + 2 * K + V, ld, ld, ld, ld, NULL};
   float *o = xcalloc(tv + 1, sizeof(float)), *sT = xcalloc(kv, sizeof(float)), *sTw = xcalloc(kv, sizeof(float));
   cpu_chunkop_forward(&cd, s0, o, V, sT);
   cpu_chunkop_forward(&cw, s0, wo + 1, ldo, sTw);
@@ -333,7 +348,7 @@ Test(chunked, zero_and_strong_decays) {
     for (int i = 0; i < 5; i++)
       if (i != 3) cr_assert_lt(relerr(g2[i], g1[i], sz[i]), 1e-10, "gradient %d per_key=%d", i, pk);
     float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
-    ChunkOpF32 c32 = {T, K, V, L, pk, q, k, v, la, K, K, V, w};
+    ChunkOpF32 c32 = {T, K, V, L, pk, q, k, v, la, K, K, V, w, NULL};
     float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
     cpu_chunkop_forward(&c32, s0, o32, V, sT32);
     double *x = f64v(o32, tv);

@@ -479,9 +479,11 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   Ctx x = ctx_new(c);
   float *cur = xaligned(64, sizeof(float) * kv + 1), *next = xaligned(64, sizeof(float) * kv + 1);
   memcpy(cur, s0, sizeof(float) * kv);
+  if (c->bnd) memcpy(c->bnd, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
     at_chunk(&x, j, true, j + 1);
     chunk_forward(&x, cur, o, ldo, next);
+    if (c->bnd) memcpy(c->bnd + kv * (size_t)(j + 1), next, sizeof(float) * kv);
     float *sw = cur;
     cur = next, next = sw;
   }
@@ -537,14 +539,16 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
   Ctx x = ctx_new(c);
-  float *bnd = xaligned(64, sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xaligned(64, sizeof(float) * kv + 1);
+  float *bnd = c->bnd ? c->bnd : xaligned(64, sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xaligned(64, sizeof(float) * kv + 1);
   float *dA = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)K + 1);
   double *acc = xaligned(64, sizeof(double) * (size_t)w);
   float *tr = xaligned(64, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
   float *gdo = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)V + 1); /* dO's rows, dense */
   float *gd = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V) + 1); /* dq, dk, dv's, dense */
-  memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) at_chunk(&x, j, false, j + 1), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  if (!c->bnd) { /* the boundary states again */
+    memcpy(bnd, s0, sizeof(float) * kv);
+    for (int j = 0; j < nc; j++) at_chunk(&x, j, false, j + 1), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
+  }
   memcpy(g, dsT, sizeof(float) * kv);
   for (int jc = nc - 1; jc >= 0; jc--) {
     at_chunk(&x, jc, true, jc - 1);
@@ -591,6 +595,7 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
     }
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  free(bnd), free(g), free(dA), free(db), free(acc), free(tr), free(gdo), free(gd);
+  if (!c->bnd) free(bnd);
+  free(g), free(dA), free(db), free(acc), free(tr), free(gdo), free(gd);
   ctx_free(&x);
 }

@@ -15,6 +15,9 @@ typedef struct ChunkOpF32 {
   bool per_key;
   const float *q, *k, *v, *la;
   int ldq, ldk, ldv, ldla;
+  float *bnd; /* or NULL: the states at the chunk boundaries, [ceil(T / L) + 1][K V] (the first s0, the
+                 last sT): the forward writes them, the backward of the same sequence reads them
+                 instead of running the chunks again */
 } ChunkOpF32;
 void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT);
 void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dout, int lddo, const float *dsT, float *dq,
