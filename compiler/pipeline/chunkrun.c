@@ -558,8 +558,13 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
   double t0 = seconds();
   f->in->be->forward(f->in, f->win, &si);
   double t1 = seconds();
-  for (size_t r = 0; r < rows; r++) memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
-  pass_shared(rows, pin->chunk_shared, sizeof(float), yin, nin, xo, xw);
+  /* out's input rows: x, then what in passes (16 MB of rows at D = 256: on every thread) */
+  int nsh = pin->chunk_shared;
+#pragma omp parallel for schedule(static) num_threads(f->threads) if (f->threads > 1)
+  for (size_t r = 0; r < rows; r++) {
+    memcpy(xo + r * (size_t)xw, (const float *)d->x + r * (size_t)D, sizeof(float) * (size_t)D);
+    pass_shared(1, nsh, sizeof(float), yin + r * (size_t)nin, nin, xo + r * (size_t)xw, xw);
+  }
   f->bnd_T = T, f->bnd_B = B;
   for (int i = 0; i < f->nl; i++) {
     const ChunkLayout *l = &f->lay[i];
@@ -658,7 +663,9 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
       free(s0), free(ds), free(ds0), free(g), free(dbuf), free(u.buf);
     }
   }
-  pass_shared(rows, pin->chunk_shared, sizeof(float), gxo, xw, dyin, nin);
+  int nsh = pin->chunk_shared;
+#pragma omp parallel for schedule(static) num_threads(f->threads) if (f->threads > 1)
+  for (size_t r = 0; r < rows; r++) pass_shared(1, nsh, sizeof(float), gxo + r * (size_t)xw, xw, dyin + r * (size_t)nin, nin);
   SeqIO si = *d;
   si.h0 = (const void **)h0, si.y = yin, si.final = fin_in, si.gates = NULL;
   si.dy = dyin, si.dfinal = (const void **)df_in, si.grad_x = gxi, si.grad_params = (void **)gpi, si.grad_h0 = (void **)ghi;
@@ -669,8 +676,10 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
   f->times[3] = t4 - t3, f->times[4] = t5 - t4, f->times[5] = t6 - t5;
   for (int i = 3; i < CHUNK_TIMES; i++) f->total[i] += f->times[i];
   f->runs++;
-  for (size_t r = 0; d->grad_x && r < rows; r++)
-    for (int j = 0; j < D; j++) ((float *)d->grad_x)[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
+  float *gx = d->grad_x;
+#pragma omp parallel for schedule(static) num_threads(f->threads) if (f->threads > 1 && gx)
+  for (size_t r = 0; r < (gx ? rows : 0); r++)
+    for (int j = 0; j < D; j++) gx[r * (size_t)D + (size_t)j] = gxo[r * (size_t)xw + (size_t)j] + gxi[r * (size_t)D + (size_t)j];
   for (int i = 0; i < np; i++)
     for (size_t j = 0; j < pn[i]; j++) ((float *)d->grad_params[i])[j] = gpo[i][j] + gpi[i][j];
   for (int q = 0; q < ns; q++)
