@@ -524,7 +524,7 @@ static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
 static float *bnd_of(ChunkForm *f, int i, int T, int B, int b, int h, bool grow) {
   const ChunkLayout *l = &f->lay[i];
   size_t per = (size_t)((T + f->L - 1) / f->L + 1) * (size_t)l->K * (size_t)l->V, need = per * (size_t)B * (size_t)l->nh;
-  if (grow && need > f->nbnd[i]) free(f->bnd[i]), f->bnd[i] = xmalloc(sizeof(float) * need), f->nbnd[i] = need;
+  if (grow && need > f->nbnd[i]) free(f->bnd[i]), f->bnd[i] = xaligned(64, sizeof(float) * need), f->nbnd[i] = need;
   CHECK(need <= f->nbnd[i]);
   return f->bnd[i] + per * ((size_t)b * (size_t)l->nh + (size_t)h);
 }

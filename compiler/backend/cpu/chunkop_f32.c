@@ -477,18 +477,17 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
   CHECK(c->L >= 1 && c->T >= 0);
   size_t kv = (size_t)c->K * (size_t)c->V;
   Ctx x = ctx_new(c);
-  float *cur = xaligned(64, sizeof(float) * kv + 1), *next = xaligned(64, sizeof(float) * kv + 1);
+  /* the states chunk by chunk: into the caller's boundary states, else two of our own in turn */
+  float *own = c->bnd ? NULL : xaligned(64, sizeof(float) * 2 * kv + 1), *cur = c->bnd ? c->bnd : own;
   memcpy(cur, s0, sizeof(float) * kv);
-  if (c->bnd) memcpy(c->bnd, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
+    float *next = c->bnd ? cur + kv : own + kv * (size_t)((j + 1) % 2);
     at_chunk(&x, j, true, j + 1);
     chunk_forward(&x, cur, o, ldo, next);
-    if (c->bnd) memcpy(c->bnd + kv * (size_t)(j + 1), next, sizeof(float) * kv);
-    float *sw = cur;
-    cur = next, next = sw;
+    cur = next;
   }
   memcpy(sT, cur, sizeof(float) * kv);
-  free(cur), free(next);
+  free(own);
   ctx_free(&x);
 }
 
