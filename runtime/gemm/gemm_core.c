@@ -58,40 +58,45 @@ void gemm_pack_into(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N,
 
 /* ---- AVX-512: 8 x 32 micro-tile, 16 zmm accumulators ---- */
 
-/* a's element (r, k) is a[r * ars + k * aks] (a row-major A, or a packed panel of A^T); b is a
- * packed panel, 32 wide. */
-INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
-                         float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
+/* a's element (r, k) is a[r * ars + k * aks] (a row-major A, or a packed panel of A^T); b's row k
+ * at b + k ldb: a packed panel (ldb = 32, zero-padded) or B's rows in place. bfull: b's rows hold
+ * the tile's nv vectors (a panel, or columns in place short of B's end), else their loads are
+ * masked to m0, m1. nv: the vectors of columns the tile computes (2; 1 where the columns left are
+ * 16 or fewer). C's stores are masked only where the masks are. */
+INLINE T512 void tile512(int mr, int nv, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
+                         size_t ldb, bool bfull, float *restrict c, size_t ldc, __mmask16 m0, __mmask16 m1, bool acc) {
   __m512 c0[8], c1[8];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; r++) {
     c0[r] = c1[r] = _mm512_setzero_ps();
     if (acc && r < mr) { /* C's lines arrive while the loop runs */
       _mm_prefetch((const char *)(c + (size_t)r * ldc), _MM_HINT_T0);
-      _mm_prefetch((const char *)(c + (size_t)r * ldc + 16), _MM_HINT_T0);
+      if (nv > 1) _mm_prefetch((const char *)(c + (size_t)r * ldc + 16), _MM_HINT_T0);
     }
   }
   for (int k = 0; k < K; k++) {
-    __m512 b0 = _mm512_load_ps(b + (size_t)k * 32), b1 = _mm512_load_ps(b + (size_t)k * 32 + 16);
+    const float *bk = b + (size_t)k * ldb;
+    __m512 b0 = bfull ? _mm512_loadu_ps(bk) : _mm512_maskz_loadu_ps(m0, bk), b1 = b0;
+    if (nv > 1) b1 = bfull ? _mm512_loadu_ps(bk + 16) : _mm512_maskz_loadu_ps(m1, bk + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
       if (r < mr) {
         __m512 x = _mm512_set1_ps(a[(size_t)r * ars + (size_t)k * aks]);
         c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-        c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+        if (nv > 1) c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
       }
   }
+  bool w0 = m0 == 0xffff, w1 = m1 == 0xffff;
 #pragma GCC unroll 8
   for (int r = 0; r < 8; r++)
     if (r < mr) {
       float *cr = c + (size_t)r * ldc;
       __m512 y0 = c0[r], y1 = c1[r];
-      if (acc) {
-        y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
-        y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
-      }
-      _mm512_mask_storeu_ps(cr, m0, y0);
-      _mm512_mask_storeu_ps(cr + 16, m1, y1);
+      if (acc) y0 = _mm512_add_ps(y0, w0 ? _mm512_loadu_ps(cr) : _mm512_maskz_loadu_ps(m0, cr));
+      w0 ? _mm512_storeu_ps(cr, y0) : _mm512_mask_storeu_ps(cr, m0, y0);
+      if (nv < 2 || !m1) continue;
+      if (acc) y1 = _mm512_add_ps(y1, w1 ? _mm512_loadu_ps(cr + 16) : _mm512_maskz_loadu_ps(m1, cr + 16));
+      w1 ? _mm512_storeu_ps(cr + 16, y1) : _mm512_mask_storeu_ps(cr + 16, m1, y1);
     }
 }
 
@@ -111,7 +116,7 @@ INLINE T512 void tile512(int mr, int K, const float *restrict a, size_t ars, siz
   }
 T512 static void tiles512(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __mmask16 m0,
                           __mmask16 m1, bool acc) {
-  TILES512(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
+  TILES512(mr, 2, K, a, lda, 1, b, 32, true, c, ldc, m0, m1, acc)
 }
 
 static __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -134,14 +139,16 @@ T512 static void run512(const GemmPacked *pk, int M, const float *A, size_t lda,
 
 /* ---- AVX2 + FMA: 6 x 16 micro-tile, 12 ymm accumulators ---- */
 
-/* As tile512, 6 x 16. */
-INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b,
-                         float *restrict c, size_t ldc, __m256i m0, __m256i m1, bool acc) {
+/* As tile512, 6 x 16 (a packed panel 16 wide). */
+INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, size_t aks, const float *restrict b, size_t ldb,
+                         bool packed, float *restrict c, size_t ldc, __m256i m0, __m256i m1, bool acc) {
   __m256 c0[6], c1[6];
 #pragma GCC unroll 6
   for (int r = 0; r < 6; r++) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int k = 0; k < K; k++) {
-    __m256 b0 = _mm256_load_ps(b + (size_t)k * 16), b1 = _mm256_load_ps(b + (size_t)k * 16 + 8);
+    const float *bk = b + (size_t)k * ldb;
+    __m256 b0 = packed ? _mm256_load_ps(bk) : _mm256_maskload_ps(bk, m0);
+    __m256 b1 = packed ? _mm256_load_ps(bk + 8) : _mm256_maskload_ps(bk + 8, m1);
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++)
       if (r < mr) {
@@ -175,7 +182,7 @@ INLINE T256 void tile256(int mr, int K, const float *restrict a, size_t ars, siz
   }
 T256 static void tiles256(int mr, int K, const float *a, size_t lda, const float *b, float *c, size_t ldc, __m256i m0,
                           __m256i m1, bool acc) {
-  TILES256(mr, K, a, lda, 1, b, c, ldc, m0, m1, acc)
+  TILES256(mr, K, a, lda, 1, b, 16, true, c, ldc, m0, m1, acc)
 }
 
 T256 static void run256(const GemmPacked *pk, int M, const float *A, size_t lda, float *C, size_t ldc, bool acc) {
@@ -277,11 +284,11 @@ typedef void TnTiles(int mr, int kc, const float *a, size_t aks, const float *b,
 T512 static void tn_tiles512_packed(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv,
                                     bool acc) {
   (void)aks;
-  TILES512(mr, kc, a, 1, 8, b, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
+  TILES512(mr, 2, kc, a, 1, 8, b, 32, true, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
 }
 
 T512 static void tn_tiles512(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv, bool acc) {
-  TILES512(mr, kc, a, 1, aks, b, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
+  TILES512(mr, 2, kc, a, 1, aks, b, 32, true, c, ldc, lanes16(nv), lanes16(nv - 16), acc)
 }
 
 #define MASKS256(nv)                                                                                                 \
@@ -292,12 +299,12 @@ T256 static void tn_tiles256_packed(int mr, int kc, const float *a, size_t aks, 
                                     bool acc) {
   (void)aks;
   MASKS256(nv);
-  TILES256(mr, kc, a, 1, 6, b, c, ldc, m0, m1, acc)
+  TILES256(mr, kc, a, 1, 6, b, 16, true, c, ldc, m0, m1, acc)
 }
 
 T256 static void tn_tiles256(int mr, int kc, const float *a, size_t aks, const float *b, float *c, size_t ldc, int nv, bool acc) {
   MASKS256(nv);
-  TILES256(mr, kc, a, 1, aks, b, c, ldc, m0, m1, acc)
+  TILES256(mr, kc, a, 1, aks, b, 16, true, c, ldc, m0, m1, acc)
 }
 
 /* The columns of blocks c[0 .. n) with each block padded to whole panels of w. */
@@ -426,3 +433,69 @@ void gemm_tn_total_into(GemmIsa isa, const GemmCols *a, int na, const GemmCols *
   }
 }
 
+/* ---- small products on operands read in place (gemm_small) ----
+ * Both operands fit in L1 at the sizes this is for (the chunk ops' 64 x 64 blocks), so nothing is
+ * packed: the tiles read B's rows in place, their column tails masked, and broadcast A's elements
+ * from its rows (or, transposed, its columns). */
+
+/* The tiles of one column block: nv vectors (a constant), b's loads whole or masked */
+#define SMALL512(nv, bfull)                                                                                          \
+  if (ta) {                                                                                                          \
+    TILES512(mr, nv, K, A + i0, 1, lda, B + j0, ldb, bfull, c, ldc, m0, m1, acc)                                     \
+  } else {                                                                                                           \
+    TILES512(mr, nv, K, A + (size_t)i0 * lda, lda, 1, B + j0, ldb, bfull, c, ldc, m0, m1, acc)                       \
+  }
+
+T512 static void small512(bool ta, int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C,
+                          size_t ldc, bool acc) {
+  for (int j0 = 0; j0 < N; j0 += 32) {
+    int cols = N - j0;
+    __mmask16 m0 = lanes16(cols), m1 = lanes16(cols - 16);
+    for (int i0 = 0; i0 < M; i0 += 8) {
+      int mr = M - i0 < 8 ? M - i0 : 8;
+      float *c = C + (size_t)i0 * ldc + (size_t)j0;
+      if (cols >= 32) {
+        SMALL512(2, true)
+      } else if (cols > 16) {
+        SMALL512(2, false)
+      } else if (cols == 16) {
+        SMALL512(1, true)
+      } else {
+        SMALL512(1, false)
+      }
+    }
+  }
+}
+
+T256 static void small256(bool ta, int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb, float *C,
+                          size_t ldc, bool acc) {
+  for (int j0 = 0; j0 < N; j0 += 16) {
+    MASKS256(N - j0);
+    for (int i0 = 0; i0 < M; i0 += 6) {
+      int mr = M - i0 < 6 ? M - i0 : 6;
+      float *c = C + (size_t)i0 * ldc + (size_t)j0;
+      if (ta) {
+        TILES256(mr, K, A + i0, 1, lda, B + j0, ldb, false, c, ldc, m0, m1, acc)
+      } else {
+        TILES256(mr, K, A + (size_t)i0 * lda, lda, 1, B + j0, ldb, false, c, ldc, m0, m1, acc)
+      }
+    }
+  }
+}
+
+void gemm_small(GemmIsa isa, bool trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
+                int ldc, bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  switch (isa) {
+  case GEMM_AVX512: small512(trans_a, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, accumulate); return;
+  case GEMM_AVX2: small256(trans_a, M, N, K, A, (size_t)lda, B, (size_t)ldb, C, (size_t)ldc, accumulate); return;
+  default: break;
+  }
+  if (K == 0) {
+    if (!accumulate)
+      for (int i = 0; i < M; i++) memset(C + (size_t)i * (size_t)ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  cblas_sgemm(BLAS_ROW_MAJOR, trans_a ? BLAS_TRANS : BLAS_NO_TRANS, BLAS_NO_TRANS, M, N, K, 1.0f, A, lda, B, ldb,
+              accumulate ? 1.0f : 0.0f, C, ldc);
+}

@@ -33,6 +33,11 @@ void gemm_pack_into(GemmPacked *pk, GemmIsa isa, const float *W, int ldw, int N,
 /* C[M, N] = A[M, K] op(W), or C += that when `accumulate`. */
 void gemm_run(const GemmPacked *pk, int M, const float *A, int lda, float *C, int ldc, bool accumulate);
 
+/* C[M, N] = op(A) B, or C += that when `accumulate`: products whose operands change every call
+ * (the chunk ops' blocks), nothing packed. A row-major [M, K] (trans_a: [K, M]), B [K, N], C, each
+ * read in place at its row stride; fastest where A and B fit in L1 together. */
+void gemm_small(GemmIsa isa, bool trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
+                int ldc, bool accumulate);
 /* n columns of a matrix: row k's at a + k lda. */
 typedef struct GemmCols {
   const float *a;

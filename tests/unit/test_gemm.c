@@ -380,3 +380,61 @@ Test(gemm, caller_memory) {
   }
   free(A), free(W), free(C1), free(C2), free(G), free(V);
 }
+
+/* gemm_small (the chunk ops' products, operands in place): C = op(A) B (+ C) against float64 on
+ * every kernel this CPU runs, op(A) = A and A^T, M and N across the tiles' edges (1 to 70; the
+ * 16-wide and masked column blocks), K from 0, row strides wider than the rows, beta 0 and 1.
+ * A and B end exactly at their last element (a load past them is a read out of bounds under
+ * ASan), and C's cells past each row's N are never written. */
+static double check_small(GemmIsa isa, bool ta, int M, int N, int K, int pad, bool acc) {
+  int lda = (ta ? M : K) + pad, ldb = N + pad / 2, ldc = N + pad, arows = ta ? K : M;
+  size_t na = arows ? (size_t)(arows - 1) * lda + (size_t)(ta ? M : K) : 0, nb = K ? (size_t)(K - 1) * ldb + (size_t)N : 0;
+  float *A = malloc(sizeof(float) * (na ? na : 1)), *B = malloc(sizeof(float) * (nb ? nb : 1));
+  float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
+  fill(A, na, 5 + (unsigned)M), fill(B, nb, 6 + (unsigned)N), fill(C0, (size_t)M * ldc, 7 + (unsigned)K);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++)
+      if (j >= N || !acc) C0[(size_t)i * ldc + j] = SENTINEL;
+  memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+  gemm_small(isa, ta, M, N, K, A, lda, B, ldb, C, ldc, acc);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
+      if (j >= N) {
+        cr_assert(got == SENTINEL, "%s: wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
+        continue;
+      }
+      double ref = acc ? c0 : 0, mag = acc ? fabs(c0) : 0;
+      for (int k = 0; k < K; k++) {
+        double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k], b = B[(size_t)k * ldb + j];
+        ref += a * b, mag += fabs(a * b);
+      }
+      double e = mag == 0 ? fabs(got - ref) : fabs(got - ref) / mag;
+      if (e > worst) worst = e;
+    }
+  free(A), free(B), free(C), free(C0);
+  return worst;
+}
+
+Test(gemm, small_products_in_place) {
+  static const int Ns[] = {1, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 70};
+  static const int Ks[] = {0, 1, 5, 16, 33, 64};
+  for (size_t s = 0; s < sizeof isas / sizeof isas[0]; s++) {
+    if (!gemm_isa_runs(isas[s])) continue;
+    int n = 0;
+    for (int M = 1; M <= 70; M += (M < 17 ? 1 : 6))
+      for (size_t in = 0; in < sizeof Ns / sizeof Ns[0]; in++)
+        for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++)
+          for (int ta = 0; ta < 2; ta++) {
+            int N = Ns[in], K = Ks[ik], pad = (M + N + K) % 3 == 0 ? 0 : (M + K) % 5 + 1;
+            bool acc = (M + 2 * N + K + ta) % 2;
+            if (isas[s] == GEMM_BLAS && K == 0) acc = !acc; /* both betas at K = 0 on the library's path too */
+            double e = check_small(isas[s], ta, M, N, K, pad, acc);
+            cr_assert(e < 1e-5, "%s %s M %d N %d K %d pad %d beta %d: relative error %g", gemm_isa_name(isas[s]),
+                      ta ? "A^T B" : "A B", M, N, K, pad, acc, e);
+            n++;
+          }
+    cr_assert(n > 3000, "%d products", n);
+  }
+}

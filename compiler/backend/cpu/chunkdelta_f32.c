@@ -1,5 +1,5 @@
 /* chunkdelta_f32.c: the chunked delta rule (compiler/ir/chunkdelta.h) in float32 with its products
- * as matrix products (OpenBLAS sgemm and strsm), forward and backward, for the CPU back end. Per
+ * as matrix products (cpu_mm; OpenBLAS's strsm for the solves), forward and backward, for the CPU back end. Per
  * chunk of n <= L steps, with b the cumulative log-decays from the chunk's start, p_i = b_{i-1}
  * (p_0 = 0) and the [n, n] decay tables E_is = e^{p_i - b_s} (s < i), D_is = e^{b_i - b_s}
  * (s <= i), 0 elsewhere (every exponent at most 0):
@@ -112,13 +112,13 @@ CLONED static void chunk_solve(Ctx *x, const float *s0, float *M, float *KS, flo
   const ChunkDeltaF32 *d = x->d;
   int n = x->n, K = d->K, V = d->V;
   const float *k = ROW(d->k, d->ldk, x->t0), *v = ROW(d->v, d->ldv, x->t0), *c = d->c + (size_t)x->t0 * (size_t)d->ldc;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, K, 1, k, d->ldk, x->kT, n, 0, M, n);
+  cpu_mm(false, n, n, K, k, d->ldk, x->kT, n, M, n, false);
   for (int i = 0; i < n; i++) {
     float ci = -c[(size_t)i * (size_t)d->ldc], *restrict m = M + (size_t)i * n, *restrict nn = x->N + (size_t)i * n;
     const float *restrict e = x->E + (size_t)i * n;
     for (int s = 0; s < n; s++) m[s] *= e[s], nn[s] = ci * m[s];
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, k, d->ldk, s0, V, 0, KS, V);
+  cpu_mm(false, n, V, K, k, d->ldk, s0, V, KS, V, false);
   for (int i = 0; i < n; i++) {
     float w = c[(size_t)i * (size_t)d->ldc] * x->ep[i], *restrict u = U + (size_t)i * V;
     const float *restrict vi = v + (size_t)i * (size_t)d->ldv, *restrict ks = KS + (size_t)i * V;
@@ -134,14 +134,14 @@ static void chunk_state(Ctx *x, const float *s0, const float *U, float *s1) {
   float e = x->eb[n - 1];
   for (size_t i = 0; i < (size_t)K * V; i++) s1[i] = e * s0[i];
   scaled(x->x1, K, ROW(d->k, d->ldk, x->t0), d->ldk, x->f, n, K);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, U, V, 1, s1, V);
+  cpu_mm(true, K, V, n, x->x1, K, U, V, s1, V, true);
 }
 
 /* x->P = D o (Q K^T) */
 CLONED static void intra_scores(Ctx *x) {
   const ChunkDeltaF32 *d = x->d;
   int n = x->n;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, d->K, 1, ROW(d->q, d->ldq, x->t0), d->ldq, x->kT, n, 0, x->P, n);
+  cpu_mm(false, n, n, d->K, ROW(d->q, d->ldq, x->t0), d->ldq, x->kT, n, x->P, n, false);
   for (size_t e = 0; e < (size_t)n * n; e++) x->P[e] *= x->D[e];
 }
 
@@ -150,10 +150,10 @@ static void chunk_reads(Ctx *x, const float *s0, const float *U, float *o, int l
   const ChunkDeltaF32 *d = x->d;
   int n = x->n, V = d->V;
   float *oc = ROW(o, ldo, x->t0);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, d->K, 1, ROW(d->q, d->ldq, x->t0), d->ldq, s0, V, 0, oc, ldo);
+  cpu_mm(false, n, V, d->K, ROW(d->q, d->ldq, x->t0), d->ldq, s0, V, oc, ldo, false);
   scaled(oc, ldo, oc, ldo, x->eb, n, V);
   intra_scores(x);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->P, n, U, V, 1, oc, ldo);
+  cpu_mm(false, n, V, n, x->P, n, U, V, oc, ldo, true);
 }
 
 void cpu_chunkdelta_forward(const ChunkDeltaF32 *d, const float *s0, float *o, int ldo, float *sT) {
@@ -217,7 +217,7 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
    * db_n += S_n . dS_n; then dS_0 = e^{b_n} dS_n. The last step's own t_{n-1} is in S_n . dS_n too:
    * db_n += e^{b_n} S_0 . dS_n + sum_{s < n-1} t_s in its place (in float32 the two would cancel to
    * what is left of O(1) terms: all of it where the decays are strong) */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, k, d->ldk, g, V, 0, x->x1, V);
+  cpu_mm(false, n, V, K, k, d->ldk, g, V, x->x1, V, false);
   scaled(dV, d->ldv, x->x1, V, x->f, n, V);
   row_dots(dV, d->ldv, U, V, n, V, t);
   double sn = 0;
@@ -226,7 +226,7 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
   for (int i = 0; i < n - 1; i++) db[i] -= t[i], sn += t[i];
   db[n - 1] += sn;
   transposed(x->gT, g, V, K, V), transposed(x->s0T, S0, V, K, V), transposed(x->uT, U, V, n, V);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, U, V, x->gT, K, 0, dK, d->ldk);
+  cpu_mm(false, n, K, V, U, V, x->gT, K, dK, d->ldk, false);
   scaled(dK, d->ldk, dK, d->ldk, x->f, n, K);
   float en = x->eb[n - 1];
   for (size_t e = 0; e < (size_t)K * V; e++) g[e] *= en;
@@ -234,19 +234,19 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
    * dq = diag(e^b) (dO S_0^T) + (dP o D) K, dk += (dP o D)^T Q, dS_0 += (diag(e^b) Q)^T dO,
    * db_i += q_i . (its first dq) + sum_s (dP o P)_is, db_s -= sum_i (dP o P)_is */
   intra_scores(x);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x->P, n, dO, lddo, 1, dV, d->ldv);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dO, lddo, x->s0T, K, 0, dQ, d->ldq);
+  cpu_mm(true, n, V, n, x->P, n, dO, lddo, dV, d->ldv, true);
+  cpu_mm(false, n, K, V, dO, lddo, x->s0T, K, dQ, d->ldq, false);
   scaled(dQ, d->ldq, dQ, d->ldq, x->eb, n, K);
   row_dots(q, d->ldq, dQ, d->ldq, n, K, t);
   for (int i = 0; i < n; i++) db[i] += t[i];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, V, 1, dO, lddo, x->uT, n, 0, x->W, n);
+  cpu_mm(false, n, n, V, dO, lddo, x->uT, n, x->W, n, false);
   for (size_t e = 0; e < (size_t)n * n; e++) x->Z[e] = x->W[e] * x->P[e], x->W[e] *= x->D[e];
   for (int i = 0; i < n; i++) x->Z[(size_t)i * n + i] = 0; /* e^{b_i - b_i}: its two terms cancel */
   row_col_sums(x->Z, n, db, db);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, n, 1, x->W, n, k, d->ldk, 1, dQ, d->ldq);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, K, n, 1, x->W, n, q, d->ldq, 1, dK, d->ldk);
+  cpu_mm(false, n, K, n, x->W, n, k, d->ldk, dQ, d->ldq, true);
+  cpu_mm(true, n, K, n, x->W, n, q, d->ldq, dK, d->ldk, true);
   scaled(x->x1, K, q, d->ldq, x->eb, n, K);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, dO, lddo, 1, g, V);
+  cpu_mm(true, K, V, n, x->x1, K, dO, lddo, g, V, true);
   /* the solve: (I - A)^T dR = dU (in place in dv): dv = dR */
   for (int i = 0; i < n; i++) {
     float ci = -c[(size_t)i * (size_t)d->ldc], *restrict nn = x->N + (size_t)i * n;
@@ -263,18 +263,18 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
     if (i) db[i - 1] += (double)(ci * x->ep[i] * t[i]);
     t2[i] = ci * x->ep[i];
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dV, d->ldv, x->s0T, K, 0, x->x1, K);
+  cpu_mm(false, n, K, V, dV, d->ldv, x->s0T, K, x->x1, K, false);
   for (int i = 0; i < n; i++) {
     float *restrict o = dK + (size_t)i * (size_t)d->ldk;
     const float *restrict y = x->x1 + (size_t)i * K;
     for (int kk = 0; kk < K; kk++) o[kk] += t2[i] * y[kk];
   }
   scaled(x->x1, K, k, d->ldk, t2, n, K);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, dV, d->ldv, 1, g, V);
+  cpu_mm(true, K, V, n, x->x1, K, dV, d->ldv, g, V, true);
   /* A = diag(c) M, dA = dR U^T (s < i): dc_i += sum_s dA_is M_is, db_{i-1} += c_i times that,
    * db_s -= sum_i (dA o A)_is (the terms of s = i - 1, e^{b_{i-1} - b_{i-1}}, cancel: left out of
    * both), dk += (W + W^T) K with W = dA o diag(c) E */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, V, 1, dV, d->ldv, x->uT, n, 0, x->W, n);
+  cpu_mm(false, n, n, V, dV, d->ldv, x->uT, n, x->W, n, false);
   for (int i = 0; i < n; i++) {
     float ci = c[(size_t)i * (size_t)d->ldc], s = 0, all = 0, *restrict w = x->W + (size_t)i * n;
     float *restrict z = x->Z + (size_t)i * n;
@@ -292,7 +292,7 @@ static void chunk_backward(Ctx *x, const float *S0, const float *M, const float 
   }
   for (int i = 0; i < n; i++) /* W + W^T: W is strictly lower */
     for (int j = i + 1; j < n; j++) x->W[(size_t)i * n + j] = x->W[(size_t)j * n + i];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, n, 1, x->W, n, k, d->ldk, 1, dK, d->ldk);
+  cpu_mm(false, n, K, n, x->W, n, k, d->ldk, dK, d->ldk, true);
   /* d la_t = sum_{i >= t} db_i */
   double acc = 0;
   for (int i = n - 1; i >= 0; i--) acc += db[i], dla[(size_t)(t0 + i) * (size_t)d->ldla] = (float)acc;

@@ -1,5 +1,5 @@
 /* chunkop_f32.c: the chunk op of the chunked form (compiler/ir/chunkop.h) in float32 with its
- * products as matrix products (OpenBLAS sgemm), forward and backward, for the CPU back end. Per
+ * products as matrix products (cpu_mm: cellc's own kernels), forward and backward, for the CPU back end. Per
  * chunk of n <= L steps, with b the cumulative log-decays from the chunk's start:
  *   intra scores A [n, n] (lower triangle), in sub-blocks of SUB rows: sub-block I against the
  *     steps before it and (where tight) itself as one product through the decay tables below
@@ -14,12 +14,12 @@
 
 #include "cpu.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "chunk_f32.h"
+#include "gemm.h"
 #include "ir.h" /* CHUNK_LOG_FLOOR */
 
 /* the loops of the tables and the scalings, cloned as vexp is */
@@ -123,6 +123,17 @@ CLONED void cpu_vexp(float *restrict y, const float *restrict x, int n) {
     s.i = ((int32_t)m + 127) << 23; /* 2^m */
     y[i] = v < -87.0f ? 0.0f : p * s.f;
   }
+}
+
+/* C = op(A) B, or C += that (row-major, read in place): every product of the chunk ops, through
+ * cellc's own kernels of this CPU (gemm_core.h's gemm_small; CELLC_GEMM=blas: OpenBLAS). A
+ * library's sgemm costs a call's setup per product at these sizes (16 to 64 rows), and the core
+ * OpenBLAS loads with may not be the CPU's widest. */
+void cpu_mm(bool trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, bool acc) {
+  static GemmIsa isa = (GemmIsa)-1;
+  GemmIsa i = __atomic_load_n(&isa, __ATOMIC_RELAXED);
+  if ((int)i < 0) i = gemm_isa_default(), __atomic_store_n(&isa, i, __ATOMIC_RELAXED);
+  gemm_small(i, trans_a, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
 /* y = e^{a - b} for n values (a, b float64: the difference of large b's loses nothing); z: scratch */
@@ -272,7 +283,8 @@ static void scores(Ctx *x) {
   int n = x->n, K = c->K;
   const float *q = ROW(c->q, c->ldq, x->t0), *k = ROW(c->k, c->ldk, x->t0);
   if (!c->per_key) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, K, 1, q, c->ldq, k, c->ldk, 0, x->A, n);
+    transpose(x->x2, n, k, c->ldk, n, K); /* k^T [K, n] */
+    cpu_mm(false, n, n, K, q, c->ldq, x->x2, n, x->A, n, false);
     for (size_t e = 0; e < (size_t)n * n; e++) x->A[e] *= x->M[e];
     return;
   }
@@ -284,7 +296,7 @@ static void scores(Ctx *x) {
     for (int j0 = 0; j0 < cols; j0 += SUB)
       scaled_rows(x->x2 + (size_t)j0 * K, ROW(k, c->ldk, j0), c->ldk, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
                   j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
-    if (cols) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cols, rows, K, 1, x->x2, K, x->x1, rows, 0, AT + i0, n);
+    if (cols) cpu_mm(false, cols, rows, K, x->x2, K, x->x1, rows, AT + i0, n, false);
     for (int j = i0; j < n; j++)
       for (int i = i0; i < i1; i++) {
         if (j > i) AT[(size_t)j * n + i] = 0;
@@ -302,12 +314,12 @@ static void scores(Ctx *x) {
 static void intra_read(Ctx *x, const float *v, int ldv, float *o, int ldo) {
   int n = x->n, V = x->c->V;
   if (!x->c->per_key) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1, x->A, n, v, ldv, 1, o, ldo);
+    cpu_mm(false, n, V, n, x->A, n, v, ldv, o, ldo, true);
     return;
   }
   for (int i0 = 0; i0 < n; i0 += SUB) {
     int i1 = i0 + SUB < n ? i0 + SUB : n;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, V, i1, 1, x->A + i0, n, v, ldv, 1, ROW(o, ldo, i0), ldo);
+    cpu_mm(true, i1 - i0, V, i1, x->A + i0, n, v, ldv, ROW(o, ldo, i0), ldo, true);
   }
 }
 
@@ -316,13 +328,12 @@ static void intra_read(Ctx *x, const float *v, int ldv, float *o, int ldo) {
 static void intra_grad(Ctx *x, const float *y, int ldy, float *r, int ldr) {
   int n = x->n, V = x->c->V;
   if (!x->c->per_key) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, V, n, 1, x->A, n, y, ldy, 0, r, ldr);
+    cpu_mm(true, n, V, n, x->A, n, y, ldy, r, ldr, false);
     return;
   }
   for (int j0 = 0; j0 < n; j0 += SUB) {
     int j1 = j0 + SUB < n ? j0 + SUB : n;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j1 - j0, V, n - j0, 1, x->A + (size_t)j0 * n + j0, n, ROW(y, ldy, j0), ldy, 0,
-                ROW(r, ldr, j0), ldr);
+    cpu_mm(false, j1 - j0, V, n - j0, x->A + (size_t)j0 * n + j0, n, ROW(y, ldy, j0), ldy, ROW(r, ldr, j0), ldr, false);
   }
 }
 
@@ -337,7 +348,7 @@ static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, flo
   int n = x->n, K = c->K;
   if (!c->per_key) {
     scalar_mask(x, W);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
+    cpu_mm(false, n, K, n, x->W, n, y, ldy, r, ldr, true);
     return;
   }
   for (int ib = 0; ib < x->nb; ib++) {
@@ -346,7 +357,7 @@ static void weighted_before(Ctx *x, const float *W, const float *y, int ldy, flo
       scaled_rows(x->x2 + (size_t)j0 * K, ROW(y, ldy, j0), ldy, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
                   j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
     if (cols) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, K, cols, 1, W + (size_t)i0 * n, n, x->x2, K, 0, x->x1, K);
+      cpu_mm(false, i1 - i0, K, cols, W + (size_t)i0 * n, n, x->x2, K, x->x1, K, false);
       addmul_rows(ROW(r, ldr, i0), ldr, x->x1, TAB(x->Qf, i0), i1 - i0, K);
     }
     if (!x->tight[ib])
@@ -362,7 +373,7 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
   int n = x->n, K = c->K;
   if (!c->per_key) {
     scalar_mask(x, W);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, K, n, 1, x->W, n, y, ldy, 1, r, ldr);
+    cpu_mm(true, n, K, n, x->W, n, y, ldy, r, ldr, true);
     return;
   }
   for (int jb = 0; jb < x->nb; jb++) {
@@ -371,7 +382,7 @@ static void weighted_after(Ctx *x, const float *W, const float *y, int ldy, floa
       scaled_rows(x->x2 + (size_t)(i0 - from) * K, ROW(y, ldy, i0), ldy, i0 > j0 ? TAB(x->Qf, i0) : TAB(x->Ki, i0),
                   i0 > j0 ? GAP(i0 / SUB, jb) : NULL, (i0 + SUB < n ? i0 + SUB : n) - i0, K);
     if (from < n) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, K, n - from, 1, W + (size_t)from * n + j0, n, x->x2, K, 0, x->x1, K);
+      cpu_mm(true, j1 - j0, K, n - from, W + (size_t)from * n + j0, n, x->x2, K, x->x1, K, false);
       addmul_rows(ROW(r, ldr, j0), ldr, x->x1, TAB(x->Kf, j0), j1 - j0, K);
     }
     if (!x->tight[jb])
@@ -405,7 +416,7 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
     float *oc = ROW(o, ldo, x->tg), *od = ldo == V ? oc : x->x3o; /* written twice: dense */
     int ldd = ldo == V ? ldo : V;
     scaled(x->x1, K, q, c->ldq, x->G, x->w, n, K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x->x1, K, s0, V, 0, od, ldd);
+    cpu_mm(false, n, V, K, x->x1, K, s0, V, od, ldd, false);
     scores(x);
     intra_read(x, v, c->ldv, od, ldd);
     if (od != oc) copy_rows(oc, ldo, od, V, 0, n, V);
@@ -415,7 +426,7 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
     for (int y = 0; y < V; y++) s1[(size_t)kk * V + y] = e * s0[(size_t)kk * V + y];
   }
   scaled(x->x1, K, k, c->ldk, x->F, x->w, n, K);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x->x1, K, v, c->ldv, 1, s1, V);
+  cpu_mm(true, K, V, n, x->x1, K, v, c->ldv, s1, V, true);
 }
 
 /* Scratch on 64 bytes: rows of 16 floats then fill whole cache lines (a vector that crosses two
@@ -566,27 +577,27 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
     transpose(tr, n, v, c->ldv, n, V);
     for (int i0 = 0; i0 < n; i0 += SUB) {
       int i1 = i0 + SUB < n ? i0 + SUB : n;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, i1, V, 1, ROW(dO, lddo, i0), lddo, tr, n, 0, dA + (size_t)i0 * n, n);
+      cpu_mm(false, i1 - i0, i1, V, ROW(dO, lddo, i0), lddo, tr, n, dA + (size_t)i0 * n, n, false);
     }
     for (int i = 0; i < n; i++)
       for (int j = i + 1; j < n; j++) dA[(size_t)i * n + j] = 0;
     /* dv = A^T dO + (k e^{b_n - b}) dS_n */
     intra_grad(&x, dO, lddo, dV, c->ldv);
     scaled(x.x1, K, k, c->ldk, x.F, w, n, K);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, 1, x.x1, K, g, V, 1, dV, c->ldv);
+    cpu_mm(false, n, V, K, x.x1, K, g, V, dV, c->ldv, true);
     /* dq = e^{b} (dO S_0^T) + intra;  dk = e^{b_n - b} (v dS_n^T) + intra */
     transpose(tr, K, S0, V, K, V);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, dO, lddo, tr, K, 0, dQ, c->ldq);
+    cpu_mm(false, n, K, V, dO, lddo, tr, K, dQ, c->ldq, false);
     scaled(dQ, c->ldq, dQ, c->ldq, x.G, w, n, K);
     transpose(tr, K, g, V, K, V);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, K, V, 1, v, c->ldv, tr, K, 0, dK, c->ldk);
+    cpu_mm(false, n, K, V, v, c->ldv, tr, K, dK, c->ldk, false);
     scaled(dK, c->ldk, dK, c->ldk, x.F, w, n, K);
     weighted_before(&x, dA, k, c->ldk, dQ, c->ldq);
     weighted_after(&x, dA, q, c->ldq, dK, c->ldk);
     /* dS_0 = (q e^b)^T dO + e^{b_n} dS_n */
     scaled(x.x1, K, q, c->ldq, x.G, w, n, K);
     log_decay_grads(c, n, q, dQ, k, dK, S1, g, x.G + (size_t)(n - 1) * w, db, acc, ROW(dla, x.src->ldla, tg), x.src->ldla);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1, x.x1, K, dO, lddo, 1, g, V);
+    cpu_mm(true, K, V, n, x.x1, K, dO, lddo, g, V, true);
     if (x.gather) {
       const ChunkOpF32 *o = x.src;
       copy_rows(ROW(dq, o->ldq, tg), o->ldq, dQ, K, 0, n, K), copy_rows(ROW(dk, o->ldk, tg), o->ldk, dK, K, 0, n, K);
