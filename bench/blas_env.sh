@@ -8,6 +8,7 @@
 #   peer_env     "OPENBLAS_CORETYPE=core" (or empty) for `env $peer_env ...`; it replaces any
 #                OPENBLAS_CORETYPE of the caller's environment, for the peer's process only
 #   cellc_gemm   the GEMM kernels cellc runs here (its own, by CPUID; "blas" on CPUs without AVX2)
+#   MALLOC_*     exported: glibc's malloc keeping freed memory (below)
 if [ ! -x build/peak ]; then
   echo "bench: build/peak is missing: make build/peak" >&2
   exit 2
@@ -15,3 +16,10 @@ fi
 peer_core=$(./build/peak --coretype)
 peer_env=${peer_core:+OPENBLAS_CORETYPE=$peer_core}
 cellc_gemm=$(./build/peak --gemm)
+# Every process of a benchmark (the peers and cellc) keeps the memory it frees: glibc's malloc
+# serves large buffers with mmap and returns them on free, so a peer that allocates its tensors
+# afresh every op touches fresh pages every op, and on some virtual machines of this kind each
+# fresh page faults out to the host (build/peak's "fresh pages": 0.27 GB/s against 50 GB/s of
+# copy seen on one), which made PyTorch 4-5x slower than itself on reused memory. Memory from the
+# heap only (no mmap), never trimmed back: the rate a PyTorch user gets from a caching allocator.
+export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456

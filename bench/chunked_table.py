@@ -31,6 +31,7 @@ machines = [r for r in rows if r["kind"] == "machine"]
 fma_all = max(m["fma_peak_all"] for m in machines)
 fma_1 = max(m["fma_peak_1"] for m in machines)
 copy_all = max(m["copy_all"] for m in machines)
+fresh = max(m.get("fresh", 0) for m in machines)
 
 
 def dims_of(s):
@@ -85,7 +86,9 @@ reps = sys.argv[4] if len(sys.argv) > 4 else "?"
 fma_n = max(fma_all, ncpu * fma_1)
 print(f"Machine limits measured in this run (build/peak, best of a run before and after): FMA peak "
       f"{fma_1 / 1e9:.0f} GFLOP/s on 1 core, {fma_all / 1e9:.0f} on all {ncpu} (the floors below take "
-      f"{fma_n / 1e9:.0f}: {ncpu} x the 1-core peak); copy {copy_all / 1e9:.1f} GB/s (read + write, all cores). "
+      f"{fma_n / 1e9:.0f}: {ncpu} x the 1-core peak); copy {copy_all / 1e9:.1f} GB/s (read + write, all cores); "
+      f"fresh pages {fresh / 1e9:.2f} GB/s (written once after mmap: every process here runs with glibc's malloc "
+      "keeping the memory it frees, bench/blas_env.sh). "
       f"Each time is the best of {rounds} interleaved rounds of {reps} repetitions each (after a warm-up), "
       "at 1 and nproc threads (the count that gave it in brackets): the machine is shared and noisy.\n")
 print("| case | dims | cellc scan s | cellc chunked s | PyTorch chunked core s | PyTorch chunked cell s | "

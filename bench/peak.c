@@ -1,6 +1,8 @@
 /* peak.c: this machine's limits next to the GEMMs cellc runs: the FMA peak at the widest
  * vector width CPUID reports (independent FMA chains, 1 core and all cores), STREAM-like
- * copy bandwidth, and sgemm at the shapes of a GRU layer (B = 64, T = 512, H = D = 128 and
+ * copy bandwidth, the rate of fresh pages (memory the process maps and writes the first time: on
+ * some virtual machines each page faults out to the host, and a peer that frees and maps its
+ * buffers again every op pays that each time; bench/blas_env.sh), and sgemm at the shapes of a GRU layer (B = 64, T = 512, H = D = 128 and
  * 256) as a fraction of the single-core peak: OpenBLAS with the core it loaded with, and
  * cellc's own kernels (runtime/gemm/gemm.c, chosen from CPUID features; CELLC_GEMM=avx2 forces
  * the AVX2 one, CELLC_GEMM=blas none).
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now(void) {
@@ -122,6 +125,25 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) static double copy
   fma_sink += b[n / 3];
   free(a), free(b);
   return 2.0 * (double)n * sizeof(float) / best;
+}
+
+/* ---- fresh pages: 64 MiB mapped, written once and unmapped, as glibc's malloc serves and frees
+ * a large buffer; bytes written per second, the best of 3 ---- */
+
+static double fresh_rate(void) {
+  size_t n = (size_t)64 << 20;
+  double best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = now();
+    char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    memset(p, rep + 1, n);
+    fma_sink += p[n / 3];
+    munmap(p, n);
+    double t = now() - t0;
+    if (t < best) best = t;
+  }
+  return (double)n / best;
 }
 
 /* ---- GEMM shapes of a GRU layer ---- */
@@ -345,12 +367,13 @@ int main(int argc, char **argv) {
 
   double peak1 = width >= 256 ? fma_peak(width, 1) : 0, peakn = width >= 256 ? fma_peak(width, cores) : 0;
   double peak256 = width == 512 ? fma_peak(256, 1) : peak1;
-  double copy1 = copy_rate(1), copyn = copy_rate(cores);
+  double copy1 = copy_rate(1), copyn = copy_rate(cores), fresh = fresh_rate();
   printf("FMA peak (%d-bit): 1 core %.1f GFLOP/s, %d cores %.1f GFLOP/s", width, peak1 / 1e9, cores,
          peakn / 1e9);
   if (width == 512) printf("; 256-bit 1 core %.1f GFLOP/s", peak256 / 1e9);
   printf("\ncopy (b[i] = a[i], 64 MiB, read + write): 1 core %.2f GB/s, %d cores %.2f GB/s\n", copy1 / 1e9, cores,
          copyn / 1e9);
+  printf("fresh pages (64 MiB mapped, written once, unmapped): %.2f GB/s\n", fresh / 1e9);
 
   BliSgemm bli = NULL;
   const char *blis_arch = "";
@@ -375,8 +398,8 @@ int main(int argc, char **argv) {
   char json[8192];
   int jn = snprintf(json, sizeof json,
                     "{\"core\": \"%s\", \"width\": %d, \"fma_peak_1\": %.4g, \"fma_peak_all\": %.4g, \"copy_1\": %.4g, "
-                    "\"copy_all\": %.4g, \"blas_threads\": %d, \"gemm\": [",
-                    core, width, peak1, peakn, copy1, copyn, blas_threads);
+                    "\"copy_all\": %.4g, \"fresh\": %.4g, \"blas_threads\": %d, \"gemm\": [",
+                    core, width, peak1, peakn, copy1, copyn, fresh, blas_threads);
   int first = 1;
   for (int H = 128; H <= 256; H *= 2) {
     int D = H;
