@@ -19,6 +19,30 @@ static void fill(float *p, size_t n, unsigned seed) {
 
 #define SENTINEL 12345.0f
 
+/* The largest error of C [M, N] (row stride ldc) against op(A) B (+ C0 where acc) in float64,
+ * relative to sum |a||b| + |c0|, A's element (i, k) at A[i ars + k aks] and B's (k, j) at
+ * B[k bks + j bjs]; C's cells past N must still hold the sentinel. */
+static double worst_error(GemmIsa isa, const float *C, const float *C0, int M, int N, int ldc, int K, bool acc, const float *A,
+                          size_t ars, size_t aks, const float *B, size_t bks, size_t bjs) {
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < ldc; j++) {
+      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
+      if (j >= N) {
+        cr_assert(got == SENTINEL, "%s: wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
+        continue;
+      }
+      double ref = acc ? c0 : 0, mag = acc ? fabs(c0) : 0;
+      for (int k = 0; k < K; k++) {
+        double a = A[(size_t)i * ars + (size_t)k * aks], b = B[(size_t)k * bks + (size_t)j * bjs];
+        ref += a * b, mag += fabs(a * b);
+      }
+      double e = mag == 0 ? fabs(got - ref) : fabs(got - ref) / mag;
+      if (e > worst) worst = e;
+    }
+  return worst;
+}
+
 /* One product on one kernel: C (M x N, ldc = N + padc) starts from random values (beta 1) or
  * sentinels (beta 0); returns the largest error relative to sum |a||w| + |c0|. */
 static double check(GemmIsa isa, bool trans, int M, int N, int K, int pada, int padw, int padc, bool acc) {
@@ -34,23 +58,7 @@ static double check(GemmIsa isa, bool trans, int M, int N, int K, int pada, int 
   GemmPacked pk = {0};
   gemm_pack(&pk, isa, W, ldw, N, K, trans);
   gemm_run(&pk, M, A, lda, C, ldc, acc);
-  double worst = 0;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < ldc; j++) {
-      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
-      if (j >= N) {
-        cr_assert(got == SENTINEL, "%s: wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
-        continue;
-      }
-      double ref = acc ? c0 : 0, mag = acc ? fabs(c0) : 0;
-      for (int k = 0; k < K; k++) {
-        double a = A[(size_t)i * lda + k], w = trans ? W[(size_t)j * ldw + k] : W[(size_t)k * ldw + j];
-        ref += a * w, mag += fabs(a * w);
-      }
-      double e = fabs(got - ref) / (mag + 1e-30);
-      if (mag == 0) e = fabs(got - ref);
-      if (e > worst) worst = e;
-    }
+  double worst = worst_error(isa, C, C0, M, N, ldc, K, acc, A, lda, 1, W, trans ? 1 : ldw, trans ? ldw : 1);
   gemm_packed_free(&pk);
   free(A), free(W), free(C), free(C0);
   return worst;
@@ -150,22 +158,7 @@ static double check_tn(GemmIsa isa, int M, int N, int K, int pad, GemmScratch *s
     for (int j = N; j < ldc; j++) C0[(size_t)i * ldc + j] = SENTINEL;
   memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
   gemm_tn_acc(isa, M, N, K, A, lda, B, ldb, C, ldc, scratch);
-  double worst = 0;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < ldc; j++) {
-      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
-      if (j >= N) {
-        cr_assert(got == SENTINEL, "%s: A^T B wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
-        continue;
-      }
-      double ref = c0, mag = fabs(c0);
-      for (int k = 0; k < K; k++) {
-        double p = (double)A[(size_t)k * lda + i] * B[(size_t)k * ldb + j];
-        ref += p, mag += fabs(p);
-      }
-      double e = fabs(got - ref) / (mag + 1e-30);
-      if (e > worst) worst = e;
-    }
+  double worst = worst_error(isa, C, C0, M, N, ldc, K, true, A, 1, lda, B, ldb, 1); /* A^T B */
   free(A), free(B), free(C), free(C0);
   return worst;
 }
@@ -397,22 +390,7 @@ static double check_small(GemmIsa isa, bool ta, int M, int N, int K, int pad, bo
       if (j >= N || !acc) C0[(size_t)i * ldc + j] = SENTINEL;
   memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
   gemm_small(isa, ta, M, N, K, A, lda, B, ldb, C, ldc, acc);
-  double worst = 0;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < ldc; j++) {
-      float got = C[(size_t)i * ldc + j], c0 = C0[(size_t)i * ldc + j];
-      if (j >= N) {
-        cr_assert(got == SENTINEL, "%s: wrote past the row: C[%d][%d]", gemm_isa_name(isa), i, j);
-        continue;
-      }
-      double ref = acc ? c0 : 0, mag = acc ? fabs(c0) : 0;
-      for (int k = 0; k < K; k++) {
-        double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k], b = B[(size_t)k * ldb + j];
-        ref += a * b, mag += fabs(a * b);
-      }
-      double e = mag == 0 ? fabs(got - ref) : fabs(got - ref) / mag;
-      if (e > worst) worst = e;
-    }
+  double worst = worst_error(isa, C, C0, M, N, ldc, K, acc, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, 1);
   free(A), free(B), free(C), free(C0);
   return worst;
 }

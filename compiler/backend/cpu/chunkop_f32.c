@@ -130,10 +130,7 @@ CLONED void cpu_vexp(float *restrict y, const float *restrict x, int n) {
  * library's sgemm costs a call's setup per product at these sizes (16 to 64 rows), and the core
  * OpenBLAS loads with may not be the CPU's widest. */
 void cpu_mm(bool trans_a, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, bool acc) {
-  static GemmIsa isa = (GemmIsa)-1;
-  GemmIsa i = __atomic_load_n(&isa, __ATOMIC_RELAXED);
-  if ((int)i < 0) i = gemm_isa_default(), __atomic_store_n(&isa, i, __ATOMIC_RELAXED);
-  gemm_small(i, trans_a, M, N, K, A, lda, B, ldb, C, ldc, acc);
+  gemm_small(gemm_isa_default(), trans_a, M, N, K, A, lda, B, ldb, C, ldc, acc);
 }
 
 /* y = e^{a - b} for n values (a, b float64: the difference of large b's loses nothing); z: scratch */
