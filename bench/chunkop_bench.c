@@ -6,7 +6,9 @@
  * Log decays uniform in [-0.05, 0], q, k, v, dO uniform in [-0.5, 0.5]. One JSON object a line.
  * Then the chunked delta rule (chunkdelta_f32.c, decay "delta") the same way, its keys of unit
  * length, c = -a beta with beta uniform in [0, 1], its loop the delta rule's step.
- * The loop vectorized (O3), as the op's own row loops are. */
+ * The loop vectorized (O3), as the op's own row loops are. As the chunked form calls them, the ops
+ * keep their scratch between calls and the forward keeps what the backward reads (ChunkOpF32.bnd,
+ * ChunkDeltaF32.keep). */
 #pragma GCC optimize("O3")
 #include <cblas.h>
 #include <math.h>
@@ -74,7 +76,9 @@ static void bench_delta(int T, int K, int V, int L, int reps) {
     for (int i = 0; i < K; i++) k[(size_t)t * K + i] /= sqrtf(n);
     c[t] = -expf(la[t]) * c[t];
   }
-  ChunkDeltaF32 d = {T, K, V, L, q, k, v, la, c, K, K, V, 1, 1};
+  Scratch sc = {0};
+  float *keep = xmalloc(sizeof(float) * cpu_chunkdelta_keep_floats(T, K, V, L) + 1);
+  ChunkDeltaF32 d = {T, K, V, L, q, k, v, la, c, K, K, V, 1, 1, keep, &sc};
   double bf = 1e30, bb = 1e30, bs = 1e30;
   for (int r = 0; r < reps; r++) {
     double a = now();
@@ -91,7 +95,8 @@ static void bench_delta(int T, int K, int V, int L, int reps) {
          "\"loop_forward_ms\": %.3f}\n",
          T, K, V, L, bf * 1e3, bb * 1e3, bs * 1e3);
   free(q), free(k), free(v), free(la), free(c), free(dO), free(s0), free(dsT), free(o), free(s1), free(dq), free(dk);
-  free(dv), free(dla), free(dc), free(ds0), free(S), free(u);
+  free(dv), free(dla), free(dc), free(ds0), free(S), free(u), free(keep);
+  scratch_free(&sc);
 }
 
 int main(int argc, char **argv) {
@@ -107,7 +112,9 @@ int main(int argc, char **argv) {
     float *dsT = uniform(kv, -.5f, .5f), *o = xmalloc(sizeof(float) * tv), *s1 = xmalloc(sizeof(float) * kv);
     float *dq = xmalloc(sizeof(float) * tk), *dk = xmalloc(sizeof(float) * tk), *dv = xmalloc(sizeof(float) * tv);
     float *dla = xmalloc(sizeof(float) * (size_t)T * w), *ds0 = xmalloc(sizeof(float) * kv), *S = xmalloc(sizeof(float) * kv);
-    ChunkOpF32 c = {T, K, V, L, pk, q, k, v, la, K, K, V, w, NULL};
+    Scratch sc = {0};
+    float *bnd = xmalloc(sizeof(float) * kv * (size_t)((T + L - 1) / L + 1));
+    ChunkOpF32 c = {T, K, V, L, pk, q, k, v, la, K, K, V, w, bnd, &sc};
     double bf = 1e30, bb = 1e30, bs = 1e30;
     for (int r = 0; r < reps; r++) {
       double a = now();
@@ -124,7 +131,8 @@ int main(int argc, char **argv) {
            "\"loop_forward_ms\": %.3f}\n",
            pk ? "key" : "scalar", T, K, V, L, bf * 1e3, bb * 1e3, bs * 1e3);
     free(q), free(k), free(v), free(la), free(dO), free(s0), free(dsT), free(o), free(s1), free(dq), free(dk), free(dv);
-    free(dla), free(ds0), free(S);
+    free(dla), free(ds0), free(S), free(bnd);
+    scratch_free(&sc);
   }
   bench_delta(T, K, V, L, reps);
   return 0;

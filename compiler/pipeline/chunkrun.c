@@ -9,6 +9,7 @@
  * in; the gradients of the two programs are added. */
 #include "pipeline.h"
 
+#include <omp.h>
 #include <string.h>
 #include <time.h>
 
@@ -35,6 +36,7 @@ struct ChunkForm {
   float *bnd[CHUNK_LAYOUT_MAX]; /* the float32 forward's boundary states per layout (ChunkOpF32.bnd), */
   size_t nbnd[CHUNK_LAYOUT_MAX]; /* for the backward of the same sequence; their floats */
   int bnd_T, bnd_B;            /* the sequence they are of */
+  Scratch *scratch;            /* [threads]: each thread's for the chunk ops, kept between runs */
 };
 
 static Compiled *compile_part(Cell *cell, const PipelineOptions *o, LowerPart part, char *err, size_t errlen) {
@@ -67,6 +69,7 @@ ChunkForm *chunkform_compile(Cell *cell, const PipelineOptions *o, int L, char *
   /* the cpu's threads (PipelineOptions.threads, 0: CELLC_THREADS or every core, as the back end);
      the interpreter is the float64 reference: one thread; OpenBLAS runs single-threaded inside) */
   f->threads = o->backend->dtype == DT_F64 ? 1 : o->threads > 0 ? o->threads : support_threads();
+  f->scratch = xcalloc((size_t)f->threads, sizeof(Scratch));
   f->nl = lower_chunk_layout(cell, f->lay, CHUNK_LAYOUT_MAX);
   if (o->backend->device != DEVICE_CPU && !(f->dev = chunkdev_open(o->backend, f->lay, f->nl, L, &f->L, err, errlen))) {
     chunkform_free(f);
@@ -107,7 +110,8 @@ void chunkform_free(ChunkForm *f) {
     c->be->free(c);
     program_free(p);
   }
-  free(f->full_of), free(f->full_size);
+  for (int i = 0; f->scratch && i < f->threads; i++) scratch_free(&f->scratch[i]);
+  free(f->scratch), free(f->full_of), free(f->full_size);
   free(f->yin), free(f->dyin), free(f->xo), free(f->gxo), free(f->gxi);
   for (int i = 0; i < CHUNK_LAYOUT_MAX; i++) free(f->bnd[i]);
   chunkdev_close(f->dev);
@@ -282,15 +286,15 @@ static Sub32 sub32_new(const ChunkForm *f, const ChunkLayout *l, const float *yi
     const float *r = yin + (size_t)b * (size_t)nin;
     int ld = B * nin;
     s.c = (ChunkOpF32){T, K, V, f->L, l->per_key, r + chunk_q_off(l, 0) + h * K, r + chunk_k_off(l, 0) + h * K,
-                       r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld, NULL};
-    if (l->delta) s.d = (ChunkDeltaF32){T, K, V, f->L, s.c.q, s.c.k, s.c.v, s.c.la, r + chunk_c_off(l) + h, ld, ld, ld, ld, ld};
+                       r + chunk_v_off(l, 0) + h * V, r + chunk_la_off(l) + h * w, ld, ld, ld, ld, NULL, NULL};
+    if (l->delta) s.d = (ChunkDeltaF32){T, K, V, f->L, s.c.q, s.c.k, s.c.v, s.c.la, r + chunk_c_off(l) + h, ld, ld, ld, ld, ld, NULL, NULL};
     return s;
   }
   CHECK(!l->delta);
   size_t n = (size_t)T * (size_t)E;
   s.buf = xcalloc(n * (size_t)(2 * K + V + w) + 1, sizeof(float));
   float *q = s.buf, *k = q + n * K, *v = k + n * K, *la = v + n * V;
-  s.c = (ChunkOpF32){T * E, K, V, f->L * E, l->per_key, q, k, v, la, K, K, V, w, NULL};
+  s.c = (ChunkOpF32){T * E, K, V, f->L * E, l->per_key, q, k, v, la, K, K, V, w, NULL, NULL};
   for (int t = 0; t < T; t++) {
     const float *row = yin + ((size_t)t * (size_t)B + (size_t)b) * (size_t)nin;
     for (int r = 0; r < s.R; r++) memcpy(q + ((size_t)t * E + (size_t)(s.M - 1 + r)) * K, row + chunk_q_off(l, r) + h * K, sizeof(float) * K);
@@ -519,11 +523,14 @@ static void grow32(ChunkForm *f, size_t rows, int nin, int xw) {
   f->rows32 = rows;
 }
 
-/* Layout i's boundary states of batch row b, head h (the per-key op's; ChunkOpF32.bnd): grown for
- * T and B by the forward (grow), read by the backward */
+/* What layout i's forward keeps for the backward of batch row b, head h: the boundary states
+ * (ChunkOpF32.bnd), the delta rule's per-chunk values (ChunkDeltaF32.keep); grown for T and B by
+ * the forward (grow), read by the backward */
 static float *bnd_of(ChunkForm *f, int i, int T, int B, int b, int h, bool grow) {
   const ChunkLayout *l = &f->lay[i];
-  size_t per = (size_t)((T + f->L - 1) / f->L + 1) * (size_t)l->K * (size_t)l->V, need = per * (size_t)B * (size_t)l->nh;
+  size_t per = l->delta ? cpu_chunkdelta_keep_floats(T, l->K, l->V, f->L)
+                        : (size_t)((T + f->L - 1) / f->L + 1) * (size_t)l->K * (size_t)l->V;
+  size_t need = per * (size_t)B * (size_t)l->nh;
   if (grow && need > f->nbnd[i]) free(f->bnd[i]), f->bnd[i] = xaligned(64, sizeof(float) * need), f->nbnd[i] = need;
   CHECK(need <= f->nbnd[i]);
   return f->bnd[i] + per * ((size_t)b * (size_t)l->nh + (size_t)h);
@@ -570,13 +577,15 @@ void chunkform_forward_f32(ChunkForm *f, const SeqIO *d) {
     const ChunkLayout *l = &f->lay[i];
     int q = f->full_of[l->state], sz = l->nh * l->K * l->V;
     size_t kv = (size_t)l->K * (size_t)l->V;
-    if (!l->delta) bnd_of(f, i, T, B, 0, 0, true);
+    bnd_of(f, i, T, B, 0, 0, true);
 #pragma omp parallel for schedule(dynamic) num_threads(f->threads) if (f->threads > 1)
     for (int bh = 0; bh < B * l->nh; bh++) {
       int b = bh / l->nh, h = bh % l->nh;
       float *s0 = zeros32(kv), *s1 = zeros32(kv);
       Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      if (!l->delta) u.c.bnd = bnd_of(f, i, T, B, b, h, false);
+      if (l->delta) u.d.keep = bnd_of(f, i, T, B, b, h, false);
+      else u.c.bnd = bnd_of(f, i, T, B, b, h, false);
+      u.c.scratch = u.d.scratch = &f->scratch[omp_get_thread_num()];
       float *o = xo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
       int ldo = B * xw;
       if (u.buf) o = zeros32((size_t)u.c.T * (size_t)l->V), ldo = l->V;
@@ -642,7 +651,9 @@ void chunkform_backward_f32(ChunkForm *f, const SeqIO *d) {
       int b = bh / l->nh, h = bh % l->nh;
       float *s0 = zeros32(kv), *ds = zeros32(kv), *ds0 = zeros32(kv), *dq, *dk, *dv, *dla, *dc;
       Sub32 u = sub32_new(f, l, yin, nin, T, B, b, h);
-      if (!l->delta) u.c.bnd = bnd_of(f, i, T, B, b, h, false);
+      if (l->delta) u.d.keep = bnd_of(f, i, T, B, b, h, false);
+      else u.c.bnd = bnd_of(f, i, T, B, b, h, false);
+      u.c.scratch = u.d.scratch = &f->scratch[omp_get_thread_num()];
       float *g = sub32_grads(&u, l, dyin, nin, b, h, &dq, &dk, &dv, &dla, &dc);
       const float *dout = gxo + (size_t)b * (size_t)xw + (size_t)(D + l->out_off + h * l->V);
       int lddo = B * xw;

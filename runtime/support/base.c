@@ -126,6 +126,42 @@ void arena_free(Arena *a) {
   a->head = NULL;
 }
 
+static void scratch_extras_free(Scratch *s) {
+  for (int i = 0; i < s->nextra; i++) free(s->extra[i]);
+  s->nextra = 0;
+}
+
+void scratch_begin(Scratch *s) {
+  if (s->nextra) {
+    scratch_extras_free(s);
+    free(s->mem);
+    s->mem = xaligned(64, s->want), s->cap = s->want;
+  }
+  s->used = s->want = 0;
+}
+
+void *scratch_take(Scratch *s, size_t n) {
+  size_t r = n ? (n + 63) & ~(size_t)63 : 64; /* a take of nothing still a pointer of its own */
+  CHECK(r >= n);
+  s->want += r;
+  if (r <= s->cap - s->used) {
+    void *p = s->mem + s->used;
+    s->used += r;
+    return p;
+  }
+  void *p = xaligned(64, r);
+  VEC_PUSH(s->extra, s->nextra, s->capextra, p);
+  return p;
+}
+
+void *scratch_zeros(Scratch *s, size_t n) { return memset(scratch_take(s, n), 0, n); }
+
+void scratch_free(Scratch *s) {
+  scratch_extras_free(s);
+  free(s->extra), free(s->mem);
+  *s = (Scratch){0};
+}
+
 char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;

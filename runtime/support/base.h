@@ -48,6 +48,22 @@ char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);
 
+/* A scratch: the buffers of one call, given back together at the next call's scratch_begin, its
+ * memory kept (a thread's, for an op it runs again and again: no fresh pages each call, each a
+ * fault on a VM). A call's takes beyond the block are allocations of their own; the next
+ * scratch_begin frees them and makes the block as large as the call before took. */
+typedef struct Scratch {
+  char *mem;
+  size_t cap, used, want; /* want: the bytes the calls since the last begin took */
+  void **extra;
+  int nextra, capextra;
+} Scratch;
+
+void scratch_begin(Scratch *s);
+void *scratch_take(Scratch *s, size_t n); /* 64-byte aligned, not zeroed */
+void *scratch_zeros(Scratch *s, size_t n); /* the same, zeroed */
+void scratch_free(Scratch *s);
+
 /* Growable array of T: `T *items; int n, cap;` fields, grown by vec_push. */
 #define VEC_PUSH(items, n, cap, value)                                       \
   do {                                                                       \

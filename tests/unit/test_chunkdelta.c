@@ -269,7 +269,7 @@ static void compare_f32(int T, int decay) {
   float *f[8];
   for (int i = 0; i < 8; i++) f[i] = to_f32(x[i], n[i]);
   ChunkDelta d = op_of(&s, L);
-  ChunkDeltaF32 df = {T, K, V, L, f[0], f[1], f[2], f[3], f[4], s.ldq, s.ldk, s.ldv, s.ldla, s.ldc};
+  ChunkDeltaF32 df = {T, K, V, L, f[0], f[1], f[2], f[3], f[4], s.ldq, s.ldk, s.ldv, s.ldla, s.ldc, NULL, NULL};
   double *o = xcalloc(n[6] + 1, sizeof(double)), *sT = xmalloc(sizeof(double) * kv);
   float *of = xcalloc(n[6] + 1, sizeof(float)), *sTf = xmalloc(sizeof(float) * kv);
   chunkdelta_forward(&d, s.s0, o, s.ldo, sT);
@@ -287,6 +287,23 @@ static void compare_f32(int T, int decay) {
     double e = relerr_f32(gf[i], g[i], ld[i], i < 5 ? T : K, w[i]);
     cr_assert_lt(e, 2e-4, "f32 %s T=%d decay=%d: %g", names[i], T, decay, e);
   }
+  /* the forward's values kept for the backward (ChunkDeltaF32.keep), with a scratch kept across
+     both: the same bits as computing them again */
+  Scratch sc = {0};
+  ChunkDeltaF32 dk = df;
+  dk.keep = xmalloc(sizeof(float) * cpu_chunkdelta_keep_floats(T, K, V, L) + 1), dk.scratch = &sc;
+  float *ok = xcalloc(n[6] + 1, sizeof(float)), *sTk = xmalloc(sizeof(float) * kv);
+  cpu_chunkdelta_forward(&dk, f[5], ok, s.ldo, sTk);
+  cr_assert(!memcmp(ok, of, sizeof(float) * n[6]) && !memcmp(sTk, sTf, sizeof(float) * kv), "kept forward T=%d decay=%d", T, decay);
+  float *gk[6];
+  for (int i = 0; i < 6; i++) gk[i] = xcalloc(n[i] + 1, sizeof(float));
+  cpu_chunkdelta_backward(&dk, f[5], f[6], s.ldo, f[7], gk[0], gk[1], gk[2], gk[3], gk[4], gk[5]);
+  for (int i = 0; i < 6; i++) {
+    cr_assert(!memcmp(gk[i], gf[i], sizeof(float) * n[i]), "kept backward %s T=%d decay=%d", names[i], T, decay);
+    free(gk[i]);
+  }
+  free(dk.keep), free(ok), free(sTk);
+  scratch_free(&sc);
   for (int i = 0; i < 6; i++) free(g[i]), free(gf[i]);
   for (int i = 0; i < 8; i++) free(f[i]);
   free(o), free(sT), free(of), free(sTf);

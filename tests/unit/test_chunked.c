@@ -214,7 +214,7 @@ static void compare_f32(int T, int L, bool per_key) {
   size_t tk = (size_t)T * K, tv = (size_t)T * V, kv = (size_t)K * V, tw = (size_t)T * w;
   float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
   float *dout = f32v(s.dout, tv), *dsT = f32v(s.dsT, kv);
-  ChunkOpF32 c32 = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL};
+  ChunkOpF32 c32 = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL, NULL};
   double *o = xcalloc(tv + 1, sizeof(double)), *sT = xcalloc(kv, sizeof(double));
   float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
   chunkop_forward(&c, s.s0, o, V, sT);
@@ -267,8 +267,10 @@ Test(chunked, f32_scalar_as_f64) {
 
 /* The op on rows far apart (a caller's views of wide rows: it gathers each chunk's rows dense) gives
  * the same bits as on dense rows, and writes only its own values of the wide rows (the rest keeps
- * a sentinel); decays strong enough for sub-blocks that are not tight (pairwise) included. */
-static void strided_as_dense(int T, int L, bool per_key, double strong) {
+ * a sentinel); decays strong enough for sub-blocks that are not tight (pairwise) included. With a
+ * scratch kept between calls (sc: the same one across the cases, whose sizes differ) the same
+ * bits again. */
+static void strided_as_dense(int T, int L, bool per_key, double strong, Scratch *sc) {
   int K = 20, V = 12, w = per_key ? K : 1, R = 2 * K + V + w + 3, ld = 3 * R, ldo = 2 * V + 5;
   Seq s = seq_new(T, K, V, per_key, (uint64_t)(T * 5 + L + per_key));
   for (size_t i = 0; i < (size_t)T * w; i++) s.la[i] *= strong;
@@ -285,8 +287,8 @@ static void strided_as_dense(int T, int L, bool per_key, double strong) {
     memcpy(r + (size_t)t * ld + 2 * K + V, la + (size_t)t * w, sizeof(float) * w);
     memcpy(wdo + (size_t)t * ldo + 1, dout + (size_t)t * V, sizeof(float) * V);
   }
-  ChunkOpF32 cd = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL};
-  ChunkOpF32 cw = {T, K, V, L, per_key, r, r + K, r + 2 * K, r + 2 * K + V, ld, ld, ld, ld, NULL};
+  ChunkOpF32 cd = {T, K, V, L, per_key, q, k, v, la, K, K, V, w, NULL, NULL};
+  ChunkOpF32 cw = {T, K, V, L, per_key, r, r + K, r + 2 * K, r + 2 * K + V, ld, ld, ld, ld, NULL, NULL};
   float *o = xcalloc(tv + 1, sizeof(float)), *sT = xcalloc(kv, sizeof(float)), *sTw = xcalloc(kv, sizeof(float));
   cpu_chunkop_forward(&cd, s0, o, V, sT);
   cpu_chunkop_forward(&cw, s0, wo + 1, ldo, sTw);
@@ -312,15 +314,55 @@ static void strided_as_dense(int T, int L, bool per_key, double strong) {
       cr_assert(gw[(size_t)t * ld + j] == want, "gradients T=%d L=%d per_key=%d t=%d j=%d", T, L, per_key, t, j);
     }
   cr_assert(!memcmp(ds0, ds0w, sizeof(float) * kv), "ds0 T=%d L=%d per_key=%d", T, L, per_key);
+  ChunkOpF32 cs = cd;
+  cs.scratch = sc;
+  float *os = xcalloc(tv + 1, sizeof(float)), *gs = xcalloc(2 * tk + tv + tw + 2 * kv + 1, sizeof(float));
+  cpu_chunkop_forward(&cs, s0, os, V, gs + 2 * tk + tv + tw + kv);
+  cr_assert(!memcmp(o, os, sizeof(float) * tv) && !memcmp(sT, gs + 2 * tk + tv + tw + kv, sizeof(float) * kv),
+            "forward with a kept scratch T=%d L=%d per_key=%d", T, L, per_key);
+  cpu_chunkop_backward(&cs, s0, dout, V, dsT, gs, gs + tk, gs + 2 * tk, gs + 2 * tk + tv, gs + 2 * tk + tv + tw);
+  cr_assert(!memcmp(g, gs, sizeof(float) * (2 * tk + tv + tw + kv)), "backward with a kept scratch T=%d L=%d per_key=%d", T, L, per_key);
+  free(os), free(gs);
   free(q), free(k), free(v), free(la), free(s0), free(dout), free(dsT), free(wide), free(wdo), free(wo), free(o), free(sT), free(sTw);
   free(g), free(gw), free(ds0w);
   seq_free(&s);
 }
 
+/* The chunk ops' scratch (base.h): 64-byte aligned takes; after a call, the next one's takes of
+ * the same sizes land in one block as large as the call took, a larger call's surplus in
+ * allocations of its own until the next begin; zeros zeroed after the block held other values. */
+Test(chunked, scratch_keeps_one_block) {
+  Scratch s = {0};
+  static const size_t sz[] = {100, 5000, 0, 64};
+  for (int call = 0; call < 4; call++) {
+    scratch_begin(&s);
+    for (int i = 0; i < 4; i++) {
+      char *p = scratch_take(&s, sz[i]);
+      cr_assert(((uintptr_t)p & 63) == 0, "call %d take %d aligned", call, i);
+      memset(p, 0x5a, sz[i]);
+      if (call) cr_assert(p >= s.mem && p + sz[i] <= s.mem + s.cap, "call %d take %d in the block", call, i);
+    }
+    cr_assert_eq(s.nextra, call ? 0 : 4, "call %d: allocations of their own", call);
+    if (call == 2) { /* more than the block: its own, until the next begin makes the block larger */
+      char *big = scratch_zeros(&s, 10000);
+      cr_assert(s.nextra == 1 && (big < s.mem || big >= s.mem + s.cap));
+      for (int i = 0; i < 10000; i++) cr_assert_eq(big[i], 0);
+    }
+  }
+  cr_assert_eq(s.cap, 128 + 5056 + 64 + 64 + 10048, "the block after the larger call");
+  scratch_begin(&s);
+  unsigned char *z = scratch_zeros(&s, 5248);
+  for (int i = 0; i < 5248; i++) cr_assert_eq(z[i], 0);
+  scratch_free(&s);
+  cr_assert(!s.mem && !s.extra && !s.cap);
+}
+
 Test(chunked, f32_strided_as_dense) {
+  Scratch sc = {0};
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
-    for (int pk = 0; pk < 2; pk++) strided_as_dense(Ts[i], 64, pk, 1), strided_as_dense(Ts[i], 16, pk, 1);
-  strided_as_dense(130, 64, true, 40), strided_as_dense(40, 7, true, 1);
+    for (int pk = 0; pk < 2; pk++) strided_as_dense(Ts[i], 64, pk, 1, &sc), strided_as_dense(Ts[i], 16, pk, 1, &sc);
+  strided_as_dense(130, 64, true, 40, &sc), strided_as_dense(40, 7, true, 1, &sc);
+  scratch_free(&sc);
 }
 
 /* Decays of exactly 0 (log -inf) and strong ones (log -60) before decays near 1: the chunk op
@@ -348,7 +390,7 @@ Test(chunked, zero_and_strong_decays) {
     for (int i = 0; i < 5; i++)
       if (i != 3) cr_assert_lt(relerr(g2[i], g1[i], sz[i]), 1e-10, "gradient %d per_key=%d", i, pk);
     float *q = f32v(s.q, tk), *k = f32v(s.k, tk), *v = f32v(s.v, tv), *la = f32v(s.la, tw), *s0 = f32v(s.s0, kv);
-    ChunkOpF32 c32 = {T, K, V, L, pk, q, k, v, la, K, K, V, w, NULL};
+    ChunkOpF32 c32 = {T, K, V, L, pk, q, k, v, la, K, K, V, w, NULL, NULL};
     float *o32 = xcalloc(tv + 1, sizeof(float)), *sT32 = xcalloc(kv, sizeof(float));
     cpu_chunkop_forward(&c32, s0, o32, V, sT32);
     double *x = f64v(o32, tv);

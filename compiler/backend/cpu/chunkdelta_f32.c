@@ -42,22 +42,20 @@ typedef struct Ctx {
   double *db;        /* [L] */
 } Ctx;
 
-static Ctx ctx_new(const ChunkDeltaF32 *d) {
+/* The call's scratch carved from s (ChunkDeltaF32.scratch) */
+static Ctx ctx_new(const ChunkDeltaF32 *d, Scratch *s) {
   int L = d->L < d->T ? d->L : (d->T > 0 ? d->T : 1), m = d->K > d->V ? d->K : d->V;
-  size_t ll = sizeof(float) * (size_t)L * (size_t)(L + 3), lm = sizeof(float) * (size_t)L * (size_t)m + 1;
+  size_t ll = sizeof(float) * (size_t)L * (size_t)(L + 3), lm = sizeof(float) * (size_t)L * (size_t)m;
   Ctx x = {.d = d, .L = L};
-  x.b = xmalloc(sizeof(double) * (size_t)(L + 1)), x.db = xmalloc(sizeof(double) * (size_t)L);
-  x.eb = xmalloc(sizeof(float) * (size_t)L), x.ep = xmalloc(sizeof(float) * (size_t)L), x.f = xmalloc(sizeof(float) * (size_t)L);
-  x.E = xmalloc(ll), x.D = xmalloc(ll), x.N = xmalloc(ll), x.P = xmalloc(ll), x.W = xmalloc(ll), x.Z = xmalloc(ll);
-  x.kT = xmalloc(sizeof(float) * (size_t)L * (size_t)d->K + 1), x.uT = xmalloc(sizeof(float) * (size_t)L * (size_t)d->V + 1);
-  x.s0T = xmalloc(sizeof(float) * (size_t)d->K * (size_t)d->V + 1), x.gT = xmalloc(sizeof(float) * (size_t)d->K * (size_t)d->V + 1);
-  x.x1 = xmalloc(lm), x.t = xmalloc(sizeof(float) * (size_t)L), x.t2 = xmalloc(sizeof(float) * (size_t)L);
+  x.b = scratch_take(s, sizeof(double) * (size_t)(L + 1)), x.db = scratch_take(s, sizeof(double) * (size_t)L);
+  x.eb = scratch_take(s, sizeof(float) * (size_t)L), x.ep = scratch_take(s, sizeof(float) * (size_t)L);
+  x.f = scratch_take(s, sizeof(float) * (size_t)L);
+  x.E = scratch_take(s, ll), x.D = scratch_take(s, ll), x.N = scratch_take(s, ll), x.P = scratch_take(s, ll);
+  x.W = scratch_take(s, ll), x.Z = scratch_take(s, ll);
+  x.kT = scratch_take(s, sizeof(float) * (size_t)L * (size_t)d->K), x.uT = scratch_take(s, sizeof(float) * (size_t)L * (size_t)d->V);
+  x.s0T = scratch_take(s, sizeof(float) * (size_t)d->K * (size_t)d->V), x.gT = scratch_take(s, sizeof(float) * (size_t)d->K * (size_t)d->V);
+  x.x1 = scratch_take(s, lm), x.t = scratch_take(s, sizeof(float) * (size_t)L), x.t2 = scratch_take(s, sizeof(float) * (size_t)L);
   return x;
-}
-
-static void ctx_free(Ctx *x) {
-  free(x->b), free(x->db), free(x->eb), free(x->ep), free(x->f), free(x->E), free(x->D), free(x->N), free(x->P);
-  free(x->kT), free(x->uT), free(x->s0T), free(x->gT), free(x->W), free(x->Z), free(x->x1), free(x->t), free(x->t2);
 }
 
 /* dst [w, n] = src^T of n rows of w. A product with a transposed second factor runs as an
@@ -156,16 +154,44 @@ static void chunk_reads(Ctx *x, const float *s0, const float *U, float *o, int l
   cpu_mm(false, n, V, n, x->P, n, U, V, oc, ldo, true);
 }
 
+/* The layout of ChunkDeltaF32.keep: the states before each chunk [nc][K V], then by step t M's row
+ * [T][L], K S_0's and U's [T][V] (L the chunk length of the call, at most T) */
+typedef struct Kept {
+  float *bnd, *M, *KS, *U;
+} Kept;
+
+static int call_length(int T, int L) { return L < T ? L : (T > 0 ? T : 1); }
+
+static Kept kept_at(float *keep, int T, int K, int V, int L) {
+  size_t nc = (size_t)(T + L - 1) / (size_t)L, kv = (size_t)K * (size_t)V;
+  Kept k = {keep, NULL, NULL, NULL};
+  k.M = k.bnd + nc * kv, k.KS = k.M + (size_t)T * (size_t)call_length(T, L), k.U = k.KS + (size_t)T * (size_t)V;
+  return k;
+}
+
+size_t cpu_chunkdelta_keep_floats(int T, int K, int V, int L) {
+  size_t nc = (size_t)(T + L - 1) / (size_t)L;
+  return nc * (size_t)K * (size_t)V + (size_t)T * ((size_t)call_length(T, L) + 2 * (size_t)V);
+}
+
 void cpu_chunkdelta_forward(const ChunkDeltaF32 *d, const float *s0, float *o, int ldo, float *sT) {
   CHECK(d->L >= 1 && d->T >= 0);
   size_t kv = (size_t)d->K * (size_t)d->V;
-  Ctx x = ctx_new(d);
-  float *cur = xmalloc(sizeof(float) * kv + 1), *next = xmalloc(sizeof(float) * kv + 1);
-  float *M = xmalloc(sizeof(float) * (size_t)x.L * (size_t)x.L), *KS = xmalloc(sizeof(float) * (size_t)x.L * (size_t)d->V + 1);
-  float *U = xmalloc(sizeof(float) * (size_t)x.L * (size_t)d->V + 1);
+  Scratch mine = {0}, *s = d->scratch ? d->scratch : &mine;
+  scratch_begin(s);
+  Ctx x = ctx_new(d, s);
+  float *cur = scratch_take(s, sizeof(float) * kv), *next = scratch_take(s, sizeof(float) * kv);
+  float *M = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)x.L), *KS = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V);
+  float *U = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V);
+  Kept kp = d->keep ? kept_at(d->keep, d->T, d->K, d->V, d->L) : (Kept){0};
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * d->L < d->T; j++) {
     at_chunk(&x, j);
+    size_t t0 = (size_t)x.t0;
+    if (d->keep) { /* into the kept values; the state before the next chunk too (the last one: sT's) */
+      memcpy(kp.bnd + kv * (size_t)j, cur, sizeof(float) * kv);
+      M = kp.M + t0 * (size_t)x.L, KS = kp.KS + t0 * (size_t)d->V, U = kp.U + t0 * (size_t)d->V;
+    }
     chunk_solve(&x, cur, M, KS, U);
     chunk_reads(&x, cur, U, o, ldo);
     chunk_state(&x, cur, U, next);
@@ -173,8 +199,7 @@ void cpu_chunkdelta_forward(const ChunkDeltaF32 *d, const float *s0, float *o, i
     cur = next, next = sw;
   }
   memcpy(sT, cur, sizeof(float) * kv);
-  free(cur), free(next), free(M), free(KS), free(U);
-  ctx_free(&x);
+  scratch_free(&mine);
 }
 
 /* r_i += the sum of row i of an [n, n] matrix, c_j -= the sum of its column j */
@@ -303,14 +328,17 @@ void cpu_chunkdelta_backward(const ChunkDeltaF32 *d, const float *s0, const floa
   CHECK(d->L >= 1 && d->T >= 0);
   int nc = (d->T + d->L - 1) / d->L, V = d->V;
   size_t kv = (size_t)d->K * (size_t)V, T = (size_t)d->T;
-  Ctx x = ctx_new(d);
+  Scratch mine = {0}, *s = d->scratch ? d->scratch : &mine;
+  scratch_begin(s);
+  Ctx x = ctx_new(d, s);
   /* the states at the chunk boundaries, bnd[j] before chunk j (no final one); each chunk's M, K S_0
-   * and U from its rows (t0 L for M, t0 V for the others) */
-  float *bnd = xmalloc(sizeof(float) * kv * (size_t)(nc > 0 ? nc : 1) + 1), *g = xmalloc(sizeof(float) * kv + 1);
-  float *M = xmalloc(sizeof(float) * T * (size_t)x.L + 1), *KS = xmalloc(sizeof(float) * T * (size_t)V + 1);
-  float *U = xmalloc(sizeof(float) * T * (size_t)V + 1);
-  memcpy(bnd, s0, sizeof(float) * kv);
-  for (int j = 0; j < nc; j++) {
+   * and U from its rows (t0 L for M, t0 V for the others): the forward's (keep), else again */
+  Kept kp = d->keep ? kept_at(d->keep, d->T, d->K, V, d->L) : (Kept){0};
+  float *bnd = kp.bnd ? kp.bnd : scratch_take(s, sizeof(float) * kv * (size_t)(nc > 0 ? nc : 1)), *g = scratch_take(s, sizeof(float) * kv);
+  float *M = kp.M ? kp.M : scratch_take(s, sizeof(float) * T * (size_t)x.L), *KS = kp.KS ? kp.KS : scratch_take(s, sizeof(float) * T * (size_t)V);
+  float *U = kp.U ? kp.U : scratch_take(s, sizeof(float) * T * (size_t)V);
+  if (!d->keep) memcpy(bnd, s0, sizeof(float) * kv);
+  for (int j = 0; !d->keep && j < nc; j++) {
     at_chunk(&x, j);
     size_t t0 = (size_t)x.t0;
     chunk_solve(&x, bnd + kv * (size_t)j, M + t0 * (size_t)x.L, KS + t0 * (size_t)V, U + t0 * (size_t)V);
@@ -324,6 +352,5 @@ void cpu_chunkdelta_backward(const ChunkDeltaF32 *d, const float *s0, const floa
                    U + t0 * (size_t)V, dout, lddo, g, dq, dk, dv, dla, dc);
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  free(bnd), free(g), free(M), free(KS), free(U);
-  ctx_free(&x);
+  scratch_free(&mine);
 }

@@ -294,7 +294,9 @@ static void scores(Ctx *x) {
       scaled_rows(x->x2 + (size_t)j0 * K, ROW(k, c->ldk, j0), c->ldk, j0 < i0 ? TAB(x->Kf, j0) : TAB(x->Qi, j0),
                   j0 < i0 ? GAP(ib, j0 / SUB) : NULL, (j0 + SUB < cols ? j0 + SUB : cols) - j0, K);
     if (cols) cpu_mm(false, cols, rows, K, x->x2, K, x->x1, rows, AT + i0, n, false);
-    for (int j = i0; j < n; j++)
+    /* the diagonal sub-block: zero above the diagonal (no product or loop reads A^T's rows j >= i1 in
+     * columns i < i1: intra_read reads rows j < i1, intra_grad from column j on) */
+    for (int j = i0; j < i1; j++)
       for (int i = i0; i < i1; i++) {
         if (j > i) AT[(size_t)j * n + i] = 0;
         else if (!x->tight[ib]) {
@@ -426,12 +428,12 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
   cpu_mm(true, K, V, n, x->x1, K, v, c->ldv, s1, V, true);
 }
 
-/* Scratch on 64 bytes: rows of 16 floats then fill whole cache lines (a vector that crosses two
- * lines costs about two) */
-static Ctx ctx_new(const ChunkOpF32 *c) {
+/* The call's tables and buffers, carved from its scratch (ChunkOpF32.scratch) on 64 bytes: rows of
+ * 16 floats then fill whole cache lines (a vector that crosses two lines costs about two) */
+static Ctx ctx_new(const ChunkOpF32 *c, Scratch *s) {
   int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
   int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
-  size_t lw = sizeof(float) * (size_t)L * (size_t)w + 1, ll = sizeof(float) * (size_t)L * (size_t)L + 1;
+  size_t lw = sizeof(float) * (size_t)L * (size_t)w, ll = sizeof(float) * (size_t)L * (size_t)L;
   Ctx x = {.c = c, .src = c, .w = w};
   /* Rows far apart (the caller's views of wide rows: a stride of B times the row) cost a TLB miss
    * and a cache line apart each time a product or a row loop passes over them, about as much as
@@ -439,24 +441,19 @@ static Ctx ctx_new(const ChunkOpF32 *c) {
   x.gather = c->ldq != c->K || c->ldk != c->K || c->ldv != c->V || c->ldla != w;
   if (x.gather) {
     x.lc = *c;
-    x.lc.q = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1), x.lc.k = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->K + 1);
-    x.lc.v = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1), x.lc.la = xaligned(64, sizeof(float) * (size_t)L * (size_t)w + 1);
+    x.lc.q = scratch_take(s, sizeof(float) * (size_t)L * (size_t)c->K), x.lc.k = scratch_take(s, sizeof(float) * (size_t)L * (size_t)c->K);
+    x.lc.v = scratch_take(s, sizeof(float) * (size_t)L * (size_t)c->V), x.lc.la = scratch_take(s, lw);
     x.lc.ldq = c->K, x.lc.ldk = c->K, x.lc.ldv = c->V, x.lc.ldla = w;
   }
-  x.b = xaligned(64, sizeof(double) * (size_t)L * (size_t)w + 1);
-  x.Qf = xaligned(64, lw), x.Kf = xaligned(64, lw), x.Qi = xaligned(64, lw), x.Ki = xaligned(64, lw), x.G = xaligned(64, lw), x.F = xaligned(64, lw);
-  x.gap = xaligned(64, sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w + 1), x.tight = xcalloc((size_t)nb + 1, sizeof(bool));
-  x.x1 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1), x.x2 = xaligned(64, sizeof(float) * (size_t)L * (size_t)m + 1);
-  x.x3 = xaligned(64, sizeof(float) * SUB * (size_t)c->K + 1), x.x3o = xaligned(64, sizeof(float) * (size_t)L * (size_t)c->V + 1);
-  x.A = xaligned(64, ll), x.W = xaligned(64, ll), x.M = xaligned(64, ll);
-  x.zero = xcalloc((size_t)w + 1, sizeof(double)), x.ex = xaligned(64, sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w + 1);
+  x.b = scratch_take(s, sizeof(double) * (size_t)L * (size_t)w);
+  x.Qf = scratch_take(s, lw), x.Kf = scratch_take(s, lw), x.Qi = scratch_take(s, lw), x.Ki = scratch_take(s, lw);
+  x.G = scratch_take(s, lw), x.F = scratch_take(s, lw);
+  x.gap = scratch_take(s, sizeof(float) * (size_t)nb * (size_t)nb * (size_t)w), x.tight = scratch_zeros(s, (size_t)nb);
+  x.x1 = scratch_take(s, sizeof(float) * (size_t)L * (size_t)m), x.x2 = scratch_take(s, sizeof(float) * (size_t)L * (size_t)m);
+  x.x3 = scratch_take(s, sizeof(float) * SUB * (size_t)c->K), x.x3o = scratch_take(s, sizeof(float) * (size_t)L * (size_t)c->V);
+  x.A = scratch_take(s, ll), x.W = scratch_take(s, ll), x.M = scratch_take(s, ll);
+  x.zero = scratch_zeros(s, sizeof(double) * (size_t)w), x.ex = scratch_take(s, sizeof(float) * (size_t)(SUB + 3 + nb) * (size_t)w);
   return x;
-}
-
-static void ctx_free(Ctx *x) {
-  free(x->b), free(x->Qf), free(x->Kf), free(x->Qi), free(x->Ki), free(x->G), free(x->F), free(x->gap), free(x->tight);
-  free(x->x1), free(x->x2), free(x->x3), free(x->x3o), free(x->A), free(x->W), free(x->M), free(x->zero), free(x->ex);
-  if (x->gather) free((void *)x->lc.q), free((void *)x->lc.k), free((void *)x->lc.v), free((void *)x->lc.la);
 }
 
 /* Makes chunk j the current one (its rows, cumulative log-decays and tables; only what the final
@@ -484,9 +481,11 @@ static void at_chunk(Ctx *x, int j, bool full, int next) {
 void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT) {
   CHECK(c->L >= 1 && c->T >= 0);
   size_t kv = (size_t)c->K * (size_t)c->V;
-  Ctx x = ctx_new(c);
+  Scratch mine = {0}, *s = c->scratch ? c->scratch : &mine;
+  scratch_begin(s);
+  Ctx x = ctx_new(c, s);
   /* the states chunk by chunk: into the caller's boundary states, else two of our own in turn */
-  float *own = c->bnd ? NULL : xaligned(64, sizeof(float) * 2 * kv + 1), *cur = c->bnd ? c->bnd : own;
+  float *own = c->bnd ? NULL : scratch_take(s, sizeof(float) * 2 * kv), *cur = c->bnd ? c->bnd : own;
   memcpy(cur, s0, sizeof(float) * kv);
   for (int j = 0; j * c->L < c->T; j++) {
     float *next = c->bnd ? cur + kv : own + kv * (size_t)((j + 1) % 2);
@@ -495,8 +494,7 @@ void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo
     cur = next;
   }
   memcpy(sT, cur, sizeof(float) * kv);
-  free(own);
-  ctx_free(&x);
+  scratch_free(&mine);
 }
 
 /* The log-decays' gradients of a chunk: db_i = q_i dq_i - k_i dk_i, + S_n . dS_n at its last step,
@@ -545,13 +543,15 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   CHECK(c->L >= 1 && c->T >= 0);
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
-  Ctx x = ctx_new(c);
-  float *bnd = c->bnd ? c->bnd : xaligned(64, sizeof(float) * kv * (size_t)(nc + 1) + 1), *g = xaligned(64, sizeof(float) * kv + 1);
-  float *dA = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)c->L + 1), *db = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)K + 1);
-  double *acc = xaligned(64, sizeof(double) * (size_t)w);
-  float *tr = xaligned(64, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K) + 1); /* a transposed right side */
-  float *gdo = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)V + 1); /* dO's rows, dense */
-  float *gd = xaligned(64, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V) + 1); /* dq, dk, dv's, dense */
+  Scratch mine = {0}, *s = c->scratch ? c->scratch : &mine;
+  scratch_begin(s);
+  Ctx x = ctx_new(c, s);
+  float *bnd = c->bnd ? c->bnd : scratch_take(s, sizeof(float) * kv * (size_t)(nc + 1)), *g = scratch_take(s, sizeof(float) * kv);
+  float *dA = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)c->L), *db = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)K);
+  double *acc = scratch_take(s, sizeof(double) * (size_t)w);
+  float *tr = scratch_take(s, sizeof(float) * (size_t)V * (size_t)(c->L > K ? c->L : K)); /* a transposed right side */
+  float *gdo = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)V); /* dO's rows, dense */
+  float *gd = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)(2 * K + V)); /* dq, dk, dv's, dense */
   if (!c->bnd) { /* the boundary states again */
     memcpy(bnd, s0, sizeof(float) * kv);
     for (int j = 0; j < nc; j++) at_chunk(&x, j, false, j + 1), chunk_forward(&x, bnd + kv * (size_t)j, NULL, 0, bnd + kv * (size_t)(j + 1));
@@ -602,7 +602,5 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
     }
   }
   memcpy(ds0, g, sizeof(float) * kv);
-  if (!c->bnd) free(bnd);
-  free(g), free(dA), free(db), free(acc), free(tr), free(gdo), free(gd);
-  ctx_free(&x);
+  scratch_free(&mine);
 }

@@ -54,9 +54,9 @@ typedef struct CpuWork {
 
 /* ---- the portable evaluator (kernels without JIT, static values): node_eval_f32 of the IR ---- */
 
-typedef struct Scratch {
+typedef struct RowValues {
   float **val;   /* per node: a row's values (kernel temporaries, expanded constants) */
-} Scratch;
+} RowValues;
 
 static float *row_ptr(CpuCell *c, float *const *bases, int slot, int64_t r) {
   const Slot *s = &c->pl->slots[slot];
@@ -65,7 +65,7 @@ static float *row_ptr(CpuCell *c, float *const *bases, int slot, int64_t r) {
 }
 
 /* A node's values at row r: its home, or the scratch row (kernel temporaries, constants). */
-static const float *value_at(CpuCell *c, float *const *bases, Scratch *sc, int id, int64_t r) {
+static const float *value_at(CpuCell *c, float *const *bases, RowValues *sc, int id, int64_t r) {
   Graph *g = &c->base.p->g;
   int home = c->pl->home[id];
   if (home >= 0) return row_ptr(c, bases, home, r);
@@ -80,7 +80,7 @@ static const float *value_at(CpuCell *c, float *const *bases, Scratch *sc, int i
 static void eval_kernel_rows(CpuCell *c, float *const *bases, int k, int64_t r0, int64_t r1) {
   Graph *g = &c->base.p->g;
   Kernel *K = &c->pl->kernels[k];
-  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  RowValues sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
   for (int64_t r = r0; r < r1; r++)
     for (int i = 0; i < K->n; i++) {
       int id = K->nodes[i];
@@ -277,7 +277,7 @@ static void host_run(void *ctx, Exec *e, bool backward) {
  * not compute every op a static value may have (emit_cpu.c's kernel_op). */
 static void run_static(CpuCell *c, float *const *bases, const bool *which) {
   Graph *g = &c->base.p->g;
-  Scratch sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
+  RowValues sc = {xcalloc((size_t)g->nnodes, sizeof(float *))};
   for (int id = 0; id < g->nnodes; id++) {
     if (!which[id]) continue;
     Node *n = graph_node(g, id);
