@@ -8,7 +8,10 @@
  * length, c = -a beta with beta uniform in [0, 1], its loop the delta rule's step.
  * The loop vectorized (O3), as the op's own row loops are. As the chunked form calls them, the ops
  * keep their scratch between calls and the forward keeps what the backward reads (ChunkOpF32.bnd,
- * ChunkDeltaF32.keep). */
+ * ChunkDeltaF32.keep). Last, "key, interleaved": the per-key op on rows laid out as the chunked
+ * form's in program writes them, B = 8 sequences' rows interleaved (row t B + b), each row
+ * NIN = 300 floats of which q, k, v, log a are the first 2K + V + K, the reads and gradients
+ * likewise; its times per sequence (the 8 calls' over 8), against the dense rows above. */
 #pragma GCC optimize("O3")
 #include <cblas.h>
 #include <math.h>
@@ -99,6 +102,43 @@ static void bench_delta(int T, int K, int V, int L, int reps) {
   scratch_free(&sc);
 }
 
+static void bench_interleaved(int T, int K, int V, int L, int reps) {
+  enum { B = 8, NIN = 300 };
+  int nin = 2 * K + V + K > NIN ? 2 * K + V + K : NIN, nout = V > 64 ? V : 64;
+  size_t rows = (size_t)T * B, kv = (size_t)K * V, per = kv * (size_t)((T + L - 1) / L + 1);
+  float *yin = uniform(rows * (size_t)nin, -.5f, .5f), *dyin = xmalloc(sizeof(float) * rows * (size_t)nin);
+  float *o = xmalloc(sizeof(float) * rows * (size_t)nout), *dO = uniform(rows * (size_t)nout, -.5f, .5f);
+  float *s0 = uniform(kv, -.5f, .5f), *dsT = uniform(kv, -.5f, .5f), *s1 = xmalloc(sizeof(float) * kv);
+  float *ds0 = xmalloc(sizeof(float) * kv), *bnd = xmalloc(sizeof(float) * per * B);
+  for (size_t r = 0; r < rows; r++)
+    for (int j = 0; j < K; j++) yin[r * (size_t)nin + (size_t)(2 * K + V + j)] = -.05f * (float)rand() / (float)RAND_MAX;
+  Scratch sc = {0};
+  double bf = 1e30, bb = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double a = now();
+    for (int b = 0; b < B; b++) {
+      const float *row = yin + (size_t)b * nin;
+      int ld = B * nin;
+      ChunkOpF32 c = {T, K, V, L, true, row, row + K, row + 2 * K, row + 2 * K + V, ld, ld, ld, ld, bnd + per * b, &sc};
+      cpu_chunkop_forward(&c, s0, o + (size_t)b * nout, B * nout, s1);
+    }
+    double m = now();
+    for (int b = 0; b < B; b++) {
+      const float *row = yin + (size_t)b * nin;
+      float *g = dyin + (size_t)b * nin;
+      int ld = B * nin;
+      ChunkOpF32 c = {T, K, V, L, true, row, row + K, row + 2 * K, row + 2 * K + V, ld, ld, ld, ld, bnd + per * b, &sc};
+      cpu_chunkop_backward(&c, s0, dO + (size_t)b * nout, B * nout, dsT, g, g + K, g + 2 * K, g + 2 * K + V, ds0);
+    }
+    double e = now();
+    bf = fmin(bf, m - a), bb = fmin(bb, e - m);
+  }
+  printf("{\"decay\": \"key, interleaved\", \"T\": %d, \"K\": %d, \"V\": %d, \"L\": %d, \"forward_ms\": %.3f, \"backward_ms\": %.3f}\n", T, K,
+         V, L, bf * 1e3 / B, bb * 1e3 / B);
+  free(yin), free(dyin), free(o), free(dO), free(s0), free(dsT), free(s1), free(ds0), free(bnd);
+  scratch_free(&sc);
+}
+
 int main(int argc, char **argv) {
   int T = argc > 1 ? atoi(argv[1]) : 2048, K = argc > 2 ? atoi(argv[2]) : 64, V = argc > 3 ? atoi(argv[3]) : 64;
   int L = argc > 4 ? atoi(argv[4]) : 64, reps = argc > 5 ? atoi(argv[5]) : 7;
@@ -135,5 +175,6 @@ int main(int argc, char **argv) {
     scratch_free(&sc);
   }
   bench_delta(T, K, V, L, reps);
+  bench_interleaved(T, K, V, L, reps);
   return 0;
 }
