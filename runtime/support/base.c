@@ -156,6 +156,12 @@ void *scratch_take(Scratch *s, size_t n) {
 
 void *scratch_zeros(Scratch *s, size_t n) { return memset(scratch_take(s, n), 0, n); }
 
+Scratch *scratch_for_call(Scratch *given, Scratch *own) {
+  Scratch *s = given ? given : own;
+  scratch_begin(s);
+  return s;
+}
+
 void scratch_free(Scratch *s) {
   scratch_extras_free(s);
   free(s->extra), free(s->mem);

@@ -63,6 +63,9 @@ void scratch_begin(Scratch *s);
 void *scratch_take(Scratch *s, size_t n); /* 64-byte aligned, not zeroed */
 void *scratch_zeros(Scratch *s, size_t n); /* the same, zeroed */
 void scratch_free(Scratch *s);
+/* A call's scratch: the caller's (given) where it keeps one, else own (zeroed, scratch_free'd by
+ * the call at its end); begun */
+Scratch *scratch_for_call(Scratch *given, Scratch *own);
 
 /* Growable array of T: `T *items; int n, cap;` fields, grown by vec_push. */
 #define VEC_PUSH(items, n, cap, value)                                       \

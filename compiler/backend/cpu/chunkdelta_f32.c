@@ -44,7 +44,7 @@ typedef struct Ctx {
 
 /* The call's scratch carved from s (ChunkDeltaF32.scratch) */
 static Ctx ctx_new(const ChunkDeltaF32 *d, Scratch *s) {
-  int L = d->L < d->T ? d->L : (d->T > 0 ? d->T : 1), m = d->K > d->V ? d->K : d->V;
+  int L = chunk_call_length(d->T, d->L), m = d->K > d->V ? d->K : d->V;
   size_t ll = sizeof(float) * (size_t)L * (size_t)(L + 3), lm = sizeof(float) * (size_t)L * (size_t)m;
   Ctx x = {.d = d, .L = L};
   x.b = scratch_take(s, sizeof(double) * (size_t)(L + 1)), x.db = scratch_take(s, sizeof(double) * (size_t)L);
@@ -160,43 +160,43 @@ typedef struct Kept {
   float *bnd, *M, *KS, *U;
 } Kept;
 
-static int call_length(int T, int L) { return L < T ? L : (T > 0 ? T : 1); }
-
 static Kept kept_at(float *keep, int T, int K, int V, int L) {
   size_t nc = (size_t)(T + L - 1) / (size_t)L, kv = (size_t)K * (size_t)V;
   Kept k = {keep, NULL, NULL, NULL};
-  k.M = k.bnd + nc * kv, k.KS = k.M + (size_t)T * (size_t)call_length(T, L), k.U = k.KS + (size_t)T * (size_t)V;
+  k.M = k.bnd + nc * kv, k.KS = k.M + (size_t)T * (size_t)chunk_call_length(T, L), k.U = k.KS + (size_t)T * (size_t)V;
   return k;
 }
 
 size_t cpu_chunkdelta_keep_floats(int T, int K, int V, int L) {
   size_t nc = (size_t)(T + L - 1) / (size_t)L;
-  return nc * (size_t)K * (size_t)V + (size_t)T * ((size_t)call_length(T, L) + 2 * (size_t)V);
+  return nc * (size_t)K * (size_t)V + (size_t)T * ((size_t)chunk_call_length(T, L) + 2 * (size_t)V);
 }
 
 void cpu_chunkdelta_forward(const ChunkDeltaF32 *d, const float *s0, float *o, int ldo, float *sT) {
   CHECK(d->L >= 1 && d->T >= 0);
   size_t kv = (size_t)d->K * (size_t)d->V;
-  Scratch mine = {0}, *s = d->scratch ? d->scratch : &mine;
-  scratch_begin(s);
+  Scratch mine = {0}, *s = scratch_for_call(d->scratch, &mine);
   Ctx x = ctx_new(d, s);
-  float *cur = scratch_take(s, sizeof(float) * kv), *next = scratch_take(s, sizeof(float) * kv);
-  float *M = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)x.L), *KS = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V);
-  float *U = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V);
+  int nc = (d->T + d->L - 1) / d->L;
+  /* with keep: each chunk's values into it, the states before the chunks too (the final one into
+   * a buffer of ours); else one chunk's values and two states of our own in turn */
   Kept kp = d->keep ? kept_at(d->keep, d->T, d->K, d->V, d->L) : (Kept){0};
+  float *fin = scratch_take(s, sizeof(float) * kv), *own = d->keep ? NULL : scratch_take(s, sizeof(float) * kv);
+  float *M = NULL, *KS = NULL, *U = NULL;
+  if (!d->keep)
+    M = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)x.L), KS = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V),
+    U = scratch_take(s, sizeof(float) * (size_t)x.L * (size_t)d->V);
+  float *cur = d->keep && nc ? kp.bnd : fin;
   memcpy(cur, s0, sizeof(float) * kv);
-  for (int j = 0; j * d->L < d->T; j++) {
+  for (int j = 0; j < nc; j++) {
     at_chunk(&x, j);
     size_t t0 = (size_t)x.t0;
-    if (d->keep) { /* into the kept values; the state before the next chunk too (the last one: sT's) */
-      memcpy(kp.bnd + kv * (size_t)j, cur, sizeof(float) * kv);
-      M = kp.M + t0 * (size_t)x.L, KS = kp.KS + t0 * (size_t)d->V, U = kp.U + t0 * (size_t)d->V;
-    }
+    float *next = d->keep && j + 1 < nc ? kp.bnd + kv * (size_t)(j + 1) : cur == fin ? own : fin;
+    if (d->keep) M = kp.M + t0 * (size_t)x.L, KS = kp.KS + t0 * (size_t)d->V, U = kp.U + t0 * (size_t)d->V;
     chunk_solve(&x, cur, M, KS, U);
     chunk_reads(&x, cur, U, o, ldo);
     chunk_state(&x, cur, U, next);
-    float *sw = cur;
-    cur = next, next = sw;
+    cur = next;
   }
   memcpy(sT, cur, sizeof(float) * kv);
   scratch_free(&mine);
@@ -328,8 +328,7 @@ void cpu_chunkdelta_backward(const ChunkDeltaF32 *d, const float *s0, const floa
   CHECK(d->L >= 1 && d->T >= 0);
   int nc = (d->T + d->L - 1) / d->L, V = d->V;
   size_t kv = (size_t)d->K * (size_t)V, T = (size_t)d->T;
-  Scratch mine = {0}, *s = d->scratch ? d->scratch : &mine;
-  scratch_begin(s);
+  Scratch mine = {0}, *s = scratch_for_call(d->scratch, &mine);
   Ctx x = ctx_new(d, s);
   /* the states at the chunk boundaries, bnd[j] before chunk j (no final one); each chunk's M, K S_0
    * and U from its rows (t0 L for M, t0 V for the others): the forward's (keep), else again */

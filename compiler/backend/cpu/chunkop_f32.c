@@ -431,7 +431,7 @@ static void chunk_forward(Ctx *x, const float *s0, float *o, int ldo, float *s1)
 /* The call's tables and buffers, carved from its scratch (ChunkOpF32.scratch) on 64 bytes: rows of
  * 16 floats then fill whole cache lines (a vector that crosses two lines costs about two) */
 static Ctx ctx_new(const ChunkOpF32 *c, Scratch *s) {
-  int L = c->L < c->T ? c->L : (c->T > 0 ? c->T : 1), m = c->K > c->V ? c->K : c->V;
+  int L = chunk_call_length(c->T, c->L), m = c->K > c->V ? c->K : c->V;
   int w = c->per_key ? c->K : 1, nb = (L + SUB - 1) / SUB;
   size_t lw = sizeof(float) * (size_t)L * (size_t)w, ll = sizeof(float) * (size_t)L * (size_t)L;
   Ctx x = {.c = c, .src = c, .w = w};
@@ -481,8 +481,7 @@ static void at_chunk(Ctx *x, int j, bool full, int next) {
 void cpu_chunkop_forward(const ChunkOpF32 *c, const float *s0, float *o, int ldo, float *sT) {
   CHECK(c->L >= 1 && c->T >= 0);
   size_t kv = (size_t)c->K * (size_t)c->V;
-  Scratch mine = {0}, *s = c->scratch ? c->scratch : &mine;
-  scratch_begin(s);
+  Scratch mine = {0}, *s = scratch_for_call(c->scratch, &mine);
   Ctx x = ctx_new(c, s);
   /* the states chunk by chunk: into the caller's boundary states, else two of our own in turn */
   float *own = c->bnd ? NULL : scratch_take(s, sizeof(float) * 2 * kv), *cur = c->bnd ? c->bnd : own;
@@ -543,8 +542,7 @@ void cpu_chunkop_backward(const ChunkOpF32 *c, const float *s0, const float *dou
   CHECK(c->L >= 1 && c->T >= 0);
   int K = c->K, V = c->V, nc = (c->T + c->L - 1) / c->L, w = c->per_key ? K : 1;
   size_t kv = (size_t)K * (size_t)V;
-  Scratch mine = {0}, *s = c->scratch ? c->scratch : &mine;
-  scratch_begin(s);
+  Scratch mine = {0}, *s = scratch_for_call(c->scratch, &mine);
   Ctx x = ctx_new(c, s);
   float *bnd = c->bnd ? c->bnd : scratch_take(s, sizeof(float) * kv * (size_t)(nc + 1)), *g = scratch_take(s, sizeof(float) * kv);
   float *dA = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)c->L), *db = scratch_take(s, sizeof(float) * (size_t)c->L * (size_t)K);
