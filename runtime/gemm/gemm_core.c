@@ -269,8 +269,11 @@ INLINE void pack_panels(const float *x, size_t ld, int n, int kc, int w, float *
     for (int i0 = 0; i0 < full; i0 += w, d += stride)
       for (int k = k0; k < k1; k++) memcpy(d + (size_t)(k - k0) * (size_t)w, x + (size_t)k * ld + i0, sizeof(float) * (size_t)w);
     if (tail)
-      for (int k = k0; k < k1; k++)
-        for (int r = 0; r < w; r++) d[(size_t)(k - k0) * (size_t)w + r] = r < tail ? x[(size_t)k * ld + full + r] : 0.0f;
+      for (int k = k0; k < k1; k++) {
+        float *dk = d + (size_t)(k - k0) * (size_t)w;
+        memcpy(dk, x + (size_t)k * ld + full, sizeof(float) * (size_t)tail);
+        memset(dk + tail, 0, sizeof(float) * (size_t)(w - tail));
+      }
     if (sum)
       for (int k = k0; k < k1; k++) add_row(sum, x + (size_t)k * ld, n);
   }
