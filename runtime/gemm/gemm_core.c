@@ -327,6 +327,15 @@ static int padded_cols(const GemmCols *c, int n, int w) {
  * either way (the same tiles). */
 static bool a_in_place(const GemmCols *c) { return (size_t)c->lda * sizeof(float) <= 2048; }
 
+/* Asks for rows [0, kc) of the n columns at x (row stride ld) when the rows are far apart: the
+ * hardware prefetchers follow a stream within a page, and rows of a wide array put only a few
+ * of the block's lines on each page. */
+INLINE void prefetch_block(const float *x, int ld, int n, int kc) {
+  if (ld <= n + 16) return;
+  for (int k = 0; k < kc; k++)
+    for (int c = 0; c < n; c += 16) __builtin_prefetch(x + (size_t)k * (size_t)ld + c);
+}
+
 /* One kernel's driver: total[M, N] += A^T B over K rows, A and B each column blocks side by side,
  * each superblock's float32 sum added in float64, and colsum[M] (when given) += A's column sums the
  * same way; mr x nr tiles, each block's columns in blocks of mb. B's blocks are packed into whole
@@ -343,6 +352,11 @@ INLINE void tn_run(TnTiles *packed, TnTiles *in_place, int mr, int nr, int mb, c
     if (sum) memset(sum, 0, sizeof(float) * (size_t)Mp);
     for (int k0 = s0; k0 < s1; k0 += TN_KC) {
       int kc = s1 - k0 < TN_KC ? s1 - k0 : TN_KC;
+      if (k0 + kc < K) {
+        int kn = K - k0 - kc < TN_KC ? K - k0 - kc : TN_KC;
+        for (int i = 0; i < na; i++) prefetch_block(a[i].a + (size_t)(k0 + kc) * (size_t)a[i].lda, a[i].lda, a[i].n, kn);
+        for (int j = 0; j < nb; j++) prefetch_block(b[j].a + (size_t)(k0 + kc) * (size_t)b[j].lda, b[j].lda, b[j].n, kn);
+      }
       for (int i = 0, p0 = 0; i < na; p0 += (a[i].n + mr - 1) / mr * mr, i++) {
         const float *ab = a[i].a + (size_t)k0 * (size_t)a[i].lda;
         if (!a_in_place(&a[i]))
