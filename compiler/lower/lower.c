@@ -647,14 +647,21 @@ static void chunk_term(Lowerer *L, const StateInfo *s, const ChunkTerm *t, int *
   *kout = k, *vout = v;
 }
 
-/* log a of the decay a (a view): an exp's argument, a sigmoid's logsigmoid, read through the same
- * view: exact where a underflows, and no exp and log per element */
+/* log a of the decay a (through views: reshapes, spreads): an exp's argument, a sigmoid's
+ * logsigmoid, read through the same views: exact where a underflows, and no exp and log per
+ * element */
 static int log_of(Graph *g, int a) {
-  Node v = *graph_node(g, a);
-  Node src = *graph_node(g, v.op == OP_VIEW ? v.a[0] : a);
-  int inner = src.op == OP_EXP ? src.a[0] : src.op == OP_SIGMOID ? g_unary(g, OP_LOGSIGMOID, src.a[0]) : -1;
+  enum { MAX_VIEWS = 8 };
+  int views[MAX_VIEWS], nv = 0, src = a;
+  while (nv < MAX_VIEWS && graph_node(g, src)->op == OP_VIEW) views[nv++] = src, src = graph_node(g, src)->a[0];
+  Node s = *graph_node(g, src);
+  int inner = s.op == OP_EXP ? s.a[0] : s.op == OP_SIGMOID ? g_unary(g, OP_LOGSIGMOID, s.a[0]) : -1;
   if (inner < 0) return g_unary(g, OP_LOG, a);
-  return v.op == OP_VIEW ? g_view(g, inner, v.rank, v.n, v.idx, v.st) : inner;
+  for (int i = nv - 1; i >= 0; i--) { /* the views again, innermost first, on the log */
+    Node v = *graph_node(g, views[i]);
+    inner = g_view(g, inner, v.rank, v.n, v.idx, v.st);
+  }
+  return inner;
 }
 
 /* The chunk op's inputs, per chunked state in lower_chunk_layout's order, one row of vectors: the

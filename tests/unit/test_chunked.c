@@ -476,6 +476,27 @@ Test(chunked, in_passes_shared_values) {
   cr_assert_eq(kept, 0);
 }
 
+/* The log-decay IN passes to the chunk op is the decay's exp argument (gla's, mamba2's) or the
+ * logsigmoid of its sigmoid's (hgrn2's), however many reshapes lie between: no log of an exp per
+ * element (nor the exp, which nothing else reads). */
+static int logs_in(const char *file, const char *dims) {
+  Arena a = {0};
+  Cell *cc = h_cell(&a, file, NULL, dims, false, "chunked");
+  Program *in = lower_cell_part(cc, true, true, LOWER_CHUNK_IN);
+  int n = 0;
+  for (int i = 0; i < in->g.nnodes; i++) n += in->g.nodes[i].op == OP_LOG;
+  program_free(in);
+  cell_free(cc);
+  arena_free(&a);
+  return n;
+}
+
+Test(chunked, log_decay_without_log) {
+  cr_assert_eq(logs_in("stdlib/gla.cell", "NH=2,K=3,V=4,D=5"), 0);
+  cr_assert_eq(logs_in("stdlib/hgrn2.cell", "NH=2,K=3,V=4,D=5"), 0);
+  cr_assert_eq(logs_in("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5"), 0);
+}
+
 /* OUT's histories that only IN reads keep their values (new = prev): the cpu back end's plan runs no
  * step for them (PlanOptions.still; without it, a copy per step each way), and its executor still
  * gives their final state h0 and their dL/dh0 dL/dfinal, read_steps h0 at every step; the rest of
