@@ -359,8 +359,34 @@ static void run_step(const Exec *e, int s, int64_t r0, int64_t r1, const Share *
   }
 }
 
+/* Whether step s reads and writes row r of its arrays only when it runs row r: the kernels, the
+ * products with a packed matrix, the copies and zeroings. */
+static bool row_local(const Exec *e, int s) {
+  switch (steps_of(e)[s].kind) {
+  case ET_ELEM: case ET_GEMM: case ET_GEMM_T: case ET_COPY: case ET_ZERO: return true;
+  default: return false;
+  }
+}
+
+/* Steps s .. s + m - 1, all row_local, on this thread's rows [r0, r1) a tile of EXEC_TILE_ROWS rows
+ * at a time: each step reads the rows the one before it wrote while they are in this core's cache,
+ * instead of every step streaming all rows through memory. No barrier between them: a thread's
+ * steps touch its own rows only. */
+static void run_rows(const Exec *e, int s, int m, int64_t r0, int64_t r1, int64_t all_rows, const Share *sh, bool hook) {
+  for (int64_t a = r0; a < r1; a += EXEC_TILE_ROWS) {
+    int64_t b = r1 - a < EXEC_TILE_ROWS ? r1 : a + EXEC_TILE_ROWS, part = all_rows * (b - a) / (r1 - r0);
+    for (int k = s; k < s + m; k++) {
+      if (k == e->skip) continue; /* grad_x left to the caller (every thread skips it) */
+      if (hook) e->host.step(e->host.ctx, k, b - a, part, false);
+      run_step(e, k, a, b, sh);
+      if (hook) e->host.step(e->host.ctx, k, b - a, part, true);
+    }
+  }
+}
+
 /* A phase on this thread's share: the batch rows of step t (ET_REG_STEP) or of the first step
- * (ET_REG_FIRST), or its part of all rows with a barrier after each step (ET_REG_ALL). */
+ * (ET_REG_FIRST), or its part of all rows (ET_REG_ALL): there, runs of row_local steps a tile of
+ * rows at a time (run_rows), a barrier after each run and after each other step. */
 static void run_phase(const Exec *e, int which, int t, const Share *sh) {
   const EtPhase *ph = &e->tab->phases[which];
   bool hook = e->host.step && sh->i == 0;
@@ -373,6 +399,13 @@ static void run_phase(const Exec *e, int which, int t, const Share *sh) {
       if (array_of(e, slot_of(e, s)->array)->local) sh->bases[s] = e->bases[s] - (int64_t)t * e->B * width_of(e, s);
   for (int i = 0; i < ph->n; i++) {
     int s = ph->first + i, m = 1;
+    if (ph->region == ET_REG_ALL && row_local(e, s)) {
+      while (i + m < ph->n && row_local(e, s + m)) m++;
+      run_rows(e, s, m, r0, r1, all_rows, sh, hook);
+      barrier(e, sh);
+      i += m - 1;
+      continue;
+    }
     if (s == e->skip) continue; /* grad_x left to the caller (every thread skips it) */
     if (ph->region == ET_REG_ALL && colsum_alone(e, s))
       while (i + m < ph->n && colsum_alone(e, s + m)) m++;

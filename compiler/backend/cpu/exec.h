@@ -112,6 +112,10 @@ struct Exec {
  * 64 x 384, AVX-512: K = 1 cblas 1.3-1.6 us, kernel 1.5 us; K = 2 2.0 / 1.6; K = 8 4.9 / 2.6. */
 #define EXEC_GEMM_MIN_K 2
 
+/* The rows a thread runs a run of row-local steps over before the next tile (exec.c's run_rows):
+ * a tile of a program's arrays stays in a core's L2 (256 rows of 300 floats: 300 KB). */
+#define EXEC_TILE_ROWS 256
+
 /* Below these sizes another thread does not pay: each thread's batch rows of a step (its per-step
  * GEMMs get that many rows), and the floats a sequence's arrays hold. A workspace laid out for as
  * many threads as pay serves at most EXEC_MAX_THREADS. */
