@@ -34,6 +34,8 @@ typedef struct PlanArray {
   int width;     /* row stride in floats (0 for static kinds) */
   int numel;     /* static kinds: elements */
   int index;     /* node / param part / state part / noise / gate / bound */
+  int blocks;    /* ARR_STATE, ARR_DSTATE: its blocks of B rows besides the T steps' (0: 1; a shifted
+                    history's: K, Plan.shift) */
 } PlanArray;
 
 /* A place a node's values live: row r at array + (r + row_off * B) * width + col. */
@@ -106,6 +108,8 @@ typedef struct Plan {
   int nstacks;
   int *dstate_array;     /* per state part: ARR_DSTATE (sequential) or ARR_DTOTAL (scan), or -1 */
   bool *still;           /* per state part: a still history (PlanOptions.still), which no step runs */
+  int *shift;            /* per state part: the width n of its steps where it is a history in the shift
+                            layout (PlanOptions.shift_histories), else 0 */
 } Plan;
 
 typedef struct PlanOptions {
@@ -121,6 +125,10 @@ typedef struct PlanOptions {
                             (sink_into_steps) */
   bool dot_sums;         /* an adjoint's term a * b of two per-row values (a weight's elementwise
                             gradient) summed over the rows from a and b (PStep.dot), not stored */
+  bool shift_histories;  /* scan mode, with slice_views: a history of K steps of n floats of a value
+                            computed before its loop keeps each step's value once, its arrays
+                            [(T + K) B, n] (step j of the history at step t: row t + j): no forward
+                            step, and dprev summed in place (schedule.c, Shift) */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

@@ -46,7 +46,7 @@ static EtArray array_of(Builder *b, int i, EtHeader *h) {
   case ARR_ROWS: e.rows = a->width; break;
   case ARR_GATE: e.rows = a->width, e.gate = 1; break;
   case ARR_Y: e.rows = a->width, h->y_array = i; break;
-  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: e.rows = e.per_b = a->width; break;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: e.rows = a->width, e.per_b = a->width * (a->blocks ? a->blocks : 1); break;
   case ARR_STATIC: case ARR_STACK: e.fixed = a->numel; break;
   case ARR_ACC: e.fixed = a->numel, e.zero_bwd = 1; break;
   case ARR_PARAM: e.kind = ET_PARAM; break;
@@ -149,7 +149,7 @@ static void add_parts(Builder *b, Blob *t, EtHeader *h) {
   for (int q = 0; q < p->nsparts; q++) {
     const StatePart *s = &p->sparts[q];
     sp[q] = (EtStatePart){s->state, s->part, s->cplx, s->size, pl->state_array[q], pl->dstate_array[q], find_array(pl, ARR_GH0, q),
-                            pl->still[q]};
+                            pl->still[q], pl->shift[q]};
   }
   h->nsparts = p->nsparts, h->sparts = blob_add(t, sp, sizeof *sp * (size_t)p->nsparts);
   free(sp);

@@ -85,6 +85,10 @@ typedef struct EtStatePart {
   int32_t arr, darr, gh0;      /* state array, dstate / dtotal array, ET_GH0 array (or -1) */
   int32_t still;               /* a still history (PlanOptions.still): no step writes its arrays; its
                                   final state is h0 (arr's row 0), its dL/dh0 dL/dfinal (darr's row T) */
+  int32_t shift;               /* a history in the shift layout (PlanOptions.shift_histories): the width
+                                  n of its size / n steps; step j of its value at step t is row t + j of
+                                  arr [(T + size / n) B, n] (h0: rows j, the final state: rows T + j), and
+                                  so of dL/dstate in darr; else 0 */
 } EtStatePart;
 
 typedef struct EtStackCopy {

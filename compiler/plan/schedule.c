@@ -39,6 +39,7 @@ typedef struct Sched {
   bool hybrid;      /* scan mode with sequential parts: histories (seq_part) */
   bool *view;       /* per node: a slice read in place from its leaf's array (PlanOptions.slice_views) */
   bool dot_sums;    /* PlanOptions.dot_sums */
+  struct Shift *shift; /* per state part (PlanOptions.shift_histories), or NULL */
 } Sched;
 
 static Node *N(Sched *s, int id) { return graph_node(s->g, id); }
@@ -54,6 +55,35 @@ static bool seq_part(Sched *s, int q) { return s->pl->scan && s->p->sparts[q].a 
  * back, every step, for nothing: its final state is h0 and its dL/dh0 is dL/dfinal, which the
  * executor hands over itself. */
 static bool still_part(Sched *s, int q) { return s->pl->still[q]; }
+
+/* A history in the shift layout (PlanOptions.shift_histories): a history of K steps of a value w
+ * of n floats whose new value is (its previous one less the oldest step, then w). Its state array
+ * holds w's rows once, [(T + K) B, n], h0's K steps first: step j of the history at step t (oldest
+ * first) is row t + j (in units of B rows), its new value's last step row t + K. So the forward
+ * runs no step: w is computed over all rows into its place and the history's reads are its rows
+ * at offsets. Its dstate array is the same shape: the adjoint of step j at step t is row t + j, so
+ * dprev's step j (dnew's step j - 1, plus the adjoints of the reads of step j) is summed in place,
+ * one row of n a step instead of the K n of a new dprev row. */
+typedef struct Shift {
+  int K, n;         /* steps and their width; K 0: not in the shift layout */
+  int w;            /* the new step's value */
+  int *dprev;       /* [K]: dprev's step j (a constant 0 where nothing reaches it) */
+} Shift;
+
+static bool shift_part(Sched *s, int q) { return s->shift && s->shift[q].K > 0; }
+
+/* The node whose value part q's new state is: a shifted history's new step alone */
+static int next_root(Sched *s, int q) { return shift_part(s, q) ? s->shift[q].w : s->p->sparts[q].next; }
+
+/* The dprev roots of part q into r (at most 1 or K): how many */
+static int dprev_roots(Sched *s, int q, const int **r) {
+  if (shift_part(s, q)) {
+    *r = s->shift[q].dprev;
+    return s->shift[q].K;
+  }
+  *r = &s->p->sparts[q].dprev;
+  return 1;
+}
 
 static bool is_gemm(Sched *s, int id) {
   Node *n = N(s, id);
@@ -76,7 +106,7 @@ static int *int_array(int n, int value) {
 }
 
 static int add_array(Plan *pl, ArrayKind kind, int width, int numel, int index) {
-  PlanArray a = {kind, width, numel, index};
+  PlanArray a = {kind, width, numel, index, 0};
   VEC_PUSH(pl->arrays, pl->narrays, pl->caparrays, a);
   return pl->narrays - 1;
 }
@@ -315,7 +345,7 @@ static void visit_adjoint(Sched *s, int b) {
 static void visit_roots(Sched *s) {
   Program *p = s->p;
   visit(s, p->output);
-  for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].next);
+  for (int q = 0; q < p->nsparts; q++) visit(s, next_root(s, q));
   if (s->gates)
     for (int i = 0; i < p->ngates; i++) visit(s, p->gates[i].node);
   visit(s, p->dx);
@@ -324,11 +354,14 @@ static void visit_roots(Sched *s) {
     if (p->pparts[i].grad >= 0) visit_static(s, p->pparts[i].grad);
   if (s->pl->scan) {
     for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].g);
-    for (int q = 0; q < p->nsparts; q++)
-      if (seq_part(s, q)) visit(s, p->sparts[q].dprev);
+    for (int q = 0; q < p->nsparts; q++) {
+      const int *r;
+      for (int i = 0, nr = dprev_roots(s, q, &r); seq_part(s, q) && i < nr; i++) visit(s, r[i]);
+    }
     s->first_pass = true;
   }
-  for (int q = 0; q < p->nsparts; q++) visit(s, p->sparts[q].dprev);
+  for (int q = 0; q < p->nsparts; q++)
+    if (!shift_part(s, q)) visit(s, p->sparts[q].dprev); /* (a shifted history's steps: above) */
   s->first_pass = false;
   for (int b = 0; s->dot_sums && b < p->nbounds; b++) { /* a product something else computes: stored, summed as it is */
     int nterms, *terms = adjoint_terms(s, p->bounds[b].adj, &nterms);
@@ -372,8 +405,10 @@ static void mark_feeds_state(Sched *s, bool *ancN, bool *ancD) {
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
     if (s->hybrid && !seq_part(s, q)) continue;
-    if (p->sparts[q].next >= 0) ancN[p->sparts[q].next] = true;
-    if (p->sparts[q].dprev >= 0) ancD[p->sparts[q].dprev] = true;
+    if (next_root(s, q) >= 0) ancN[next_root(s, q)] = true;
+    const int *r;
+    for (int i = 0, nr = dprev_roots(s, q, &r); i < nr; i++)
+      if (r[i] >= 0) ancD[r[i]] = true;
   }
   for (int id = s->nn - 1; id >= 0; id--) {
     Node *n = N(s, id);
@@ -461,9 +496,12 @@ static void sink_into_hybrid_steps(Sched *s) {
     move[id] = s->vis[id] && (s->region[id] == R_FWD_PRE || s->region[id] == R_BWD_PRE) && is_elem(s, id) && !s->must_store[id];
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
-    int roles[] = {sp->next, sp->dprev, sp->a, sp->b, sp->g, sp->dtotal};
-    for (int i = 0; i < 6; i++)
+    int roles[] = {sp->next, sp->dprev, sp->a, sp->b, sp->g, sp->dtotal, next_root(s, q)};
+    for (int i = 0; i < 7; i++)
       if (roles[i] >= 0) move[roles[i]] = false;
+    const int *r;
+    for (int i = 0, nr = dprev_roots(s, q, &r); i < nr; i++)
+      if (r[i] >= 0) move[r[i]] = false;
   }
   move[p->output] = false;
   if (p->dx >= 0) move[p->dx] = false;
@@ -502,9 +540,12 @@ static void count_users(Sched *s) {
   for (int i = 0; i < p->ngates; i++) s->nusers[p->gates[i].node]++;
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
-    int roles[] = {sp->next, sp->dprev, sp->g, sp->a, sp->b};
-    for (int i = 0; i < 5; i++)
+    int roles[] = {next_root(s, q), sp->g, sp->a, sp->b};
+    for (int i = 0; i < 4; i++)
       if (roles[i] >= 0) s->nusers[roles[i]]++;
+    const int *r;
+    for (int i = 0, nr = dprev_roots(s, q, &r); i < nr; i++)
+      if (r[i] >= 0) s->nusers[r[i]]++;
   }
   for (int id = 0; id < s->nn; id++)
     if (s->must_store[id]) s->nusers[id]++;
@@ -601,9 +642,16 @@ static void add_fixed_arrays(Sched *s) {
   Program *p = s->p;
   pl->state_array = xmalloc(sizeof(int) * (size_t)(p->nsparts + 1));
   pl->dstate_array = xmalloc(sizeof(int) * (size_t)(p->nsparts + 1));
+  pl->shift = xcalloc((size_t)p->nsparts + 1, sizeof(int));
   for (int q = 0; q < p->nsparts; q++) {
-    pl->state_array[q] = add_array(pl, ARR_STATE, p->sparts[q].size, 0, q);
-    pl->dstate_array[q] = add_array(pl, pl->scan && !seq_part(s, q) ? ARR_DTOTAL : ARR_DSTATE, p->sparts[q].size, 0, q);
+    bool shifted = shift_part(s, q);
+    int width = shifted ? s->shift[q].n : p->sparts[q].size;
+    pl->state_array[q] = add_array(pl, ARR_STATE, width, 0, q);
+    pl->dstate_array[q] = add_array(pl, pl->scan && !seq_part(s, q) ? ARR_DTOTAL : ARR_DSTATE, width, 0, q);
+    if (shifted) {
+      pl->shift[q] = s->shift[q].n;
+      pl->arrays[pl->state_array[q]].blocks = pl->arrays[pl->dstate_array[q]].blocks = s->shift[q].K;
+    }
   }
   s->arr_x = add_array(pl, ARR_X, p->x_size, 0, 0), s->arr_dy = add_array(pl, ARR_DY, p->output_size, 0, 0);
   s->arr_y = add_array(pl, ARR_Y, p->output_size, 0, 0), s->arr_gx = add_array(pl, ARR_GX, p->x_size, 0, 0);
@@ -632,9 +680,11 @@ static void place_leaves(Sched *s) {
   }
   for (int id = 0; id < s->nn; id++) {
     if (!s->view[id]) continue;
-    Node *n = N(s, id);
+    Node *n = N(s, id), *leaf = N(s, n->a[0]);
     Slot at = pl->slots[pl->home[n->a[0]]];
-    pl->home[id] = add_slot(pl, at.array, at.row_off, at.col + n->idx);
+    /* a shifted history's step j: j blocks of B rows on (reject_shifts: no view spans two steps) */
+    int q = leaf->op == OP_PREV || leaf->op == OP_DNEW ? leaf->idx : -1, step = q >= 0 && shift_part(s, q) ? n->idx / s->shift[q].n : 0;
+    pl->home[id] = add_slot(pl, at.array, at.row_off + step, at.col + n->idx - step * (q >= 0 && step ? s->shift[q].n : 0));
   }
 }
 
@@ -648,6 +698,10 @@ static void place_states(Sched *s) {
   Program *p = s->p;
   for (int q = 0; q < p->nsparts; q++) {
     if (still_part(s, q)) continue;
+    if (shift_part(s, q)) { /* its new step, computed over all rows into its rows */
+      deliver_row(s, s->shift[q].w, add_slot(pl, pl->state_array[q], s->shift[q].K, 0), &pl->fwd_pre);
+      continue;
+    }
     int id = p->sparts[q].next, dst = add_slot(pl, pl->state_array[q], 1, 0);
     Phase *ph = !pl->scan || seq_part(s, q) ? &pl->fwd_step : s->hybrid ? &pl->fwd_post : &pl->fwd_pre;
     if (s->scan_next[id] < 0) deliver_row(s, id, dst, ph);
@@ -656,6 +710,17 @@ static void place_states(Sched *s) {
   for (int q = 0; q < p->nsparts; q++) {
     StatePart *sp = &p->sparts[q];
     if (still_part(s, q)) continue;
+    if (shift_part(s, q)) { /* each step into its rows (where it is not dnew's there already), then to dL/dh0 */
+      const Shift *h = &s->shift[q];
+      int gh0 = add_array(pl, ARR_GH0, sp->size, 0, q);
+      for (int j = 0; j < h->K; j++) {
+        int d = h->dprev[j], home = pl->home[d];
+        Slot at = {pl->dstate_array[q], j, 0};
+        if (home < 0 || memcmp(&pl->slots[home], &at, sizeof at)) deliver_row(s, d, add_slot(pl, at.array, at.row_off, at.col), &pl->bwd_step);
+        deliver(s, d, add_slot(pl, gh0, 0, j * h->n), &pl->bwd_first, false);
+      }
+      continue;
+    }
     if (seq_part(s, q)) { /* as sequential, then its rows 0 to dL/dh0 */
       deliver_row(s, sp->dprev, add_slot(pl, pl->dstate_array[q], 0, 0), &pl->bwd_step);
       deliver(s, sp->dprev, add_array_slot(pl, ARR_GH0, sp->size, 0, q), &pl->bwd_first, false);
@@ -894,24 +959,164 @@ static void place_accs(Sched *s) {
   }
 }
 
+/* ---- histories in the shift layout (Shift) ---- */
+
+static bool dnew_view(Graph *g, int dnew, int id) {
+  Node *n = graph_node(g, id);
+  return id == dnew || (n->op == OP_SLICE && n->a[0] == dnew);
+}
+
+/* The terms of columns [c0, c0 + m) of x, a history's dprev as the autodiff builds it (sums of
+ * pieces padded with zeros, slices of dnew), onto t (dnew's as slices of it, made); false where x
+ * is not so built. */
+static bool piece_terms(Graph *g, int dnew, int x, int c0, int m, int **t, int *nt, int *cap) {
+  Node n = *graph_node(g, x); /* (a copy: adding nodes moves the graph) */
+  int v = -1;
+  if (n.op == OP_CONST && n.k == 0) return true;
+  if (dnew_view(g, dnew, x)) v = g_slice(g, dnew, (x == dnew ? 0 : n.idx) + c0, m);
+  else if (n.op == OP_ADD && n.rank == 1)
+    return piece_terms(g, dnew, n.a[0], c0, m, t, nt, cap) && piece_terms(g, dnew, n.a[1], c0, m, t, nt, cap);
+  else if (n.op == OP_CONCAT) {
+    int na = node_numel(graph_node(g, n.a[0]));
+    if (c0 + m <= na) return piece_terms(g, dnew, n.a[0], c0, m, t, nt, cap);
+    return c0 >= na && piece_terms(g, dnew, n.a[1], c0 - na, m, t, nt, cap);
+  } else if (c0 == 0 && node_numel(&n) == m) v = n.rank == 1 ? x : g_reshape(g, x, 1, &m);
+  else if (n.op == OP_SLICE) return piece_terms(g, dnew, n.a[0], n.idx + c0, m, t, nt, cap);
+  else return false;
+  VEC_PUSH(*t, *nt, *cap, v);
+  return true;
+}
+
+/* Columns [c0, c0 + m) of dprev x as one node: the sum of its terms, dnew's slice last (so that
+ * it is an argument of the sum itself: reject_shifts); -1 where x is not so built. */
+static int piece_of(Graph *g, int dnew, int x, int c0, int m) {
+  int *t = NULL, nt = 0, cap = 0, r = -1;
+  if (x >= 0 && !piece_terms(g, dnew, x, c0, m, &t, &nt, &cap)) {
+    free(t);
+    return -1;
+  }
+  for (int last = 0; last < 2; last++)
+    for (int i = 0; i < nt; i++)
+      if (dnew_view(g, dnew, t[i]) == last) r = r < 0 ? t[i] : g_binary(g, OP_ADD, r, t[i]);
+  free(t);
+  return r >= 0 ? r : g_const(g, 0, 1, &m);
+}
+
+/* The histories that may take the shift layout by their graph (scan form: the parts without
+ * coefficients), each dprev cut into its steps (new nodes: the program's dyn marks are redone);
+ * reject_shifts checks the rest once the plan knows what it computes where. */
+static Shift *shift_candidates(Program *p) {
+  Graph *g = &p->g;
+  Shift *sh = xcalloc((size_t)p->nsparts + 1, sizeof(Shift));
+  int before = g->nnodes;
+  for (int q = 0; q < p->nsparts; q++) {
+    StatePart *sp = &p->sparts[q];
+    if (sp->a >= 0 || sp->cplx || sp->next < 0 || sp->next == sp->prev || sp->dnew < 0) continue;
+    Node nx = *graph_node(g, sp->next);
+    int K = 1, n = sp->size, w = sp->next;
+    Node *a = nx.op == OP_CONCAT ? graph_node(g, nx.a[0]) : NULL;
+    if (a && a->op == OP_SLICE && a->a[0] == sp->prev) { /* (prev's steps 1 .. K - 1, w) */
+      n = node_numel(graph_node(g, nx.a[1])), w = nx.a[1];
+      if (a->idx != n || sp->size % n) continue;
+      K = sp->size / n;
+    } else
+      for (int i = 0; i < op_arity(nx.op); i++)
+        if (nx.a[i] == sp->prev) K = 0;
+    if (!K) continue;
+    int *d = xmalloc(sizeof(int) * (size_t)K);
+    bool ok = true;
+    for (int j = 0; j < K && ok; j++) ok = (d[j] = piece_of(g, sp->dnew, sp->dprev, j * n, n)) >= 0;
+    if (!ok) {
+      free(d);
+      continue;
+    }
+    sh[q] = (Shift){K, n, w, d};
+  }
+  if (g->nnodes != before) program_mark_dyn(p);
+  return sh;
+}
+
+static void drop_shift(Shift *h) {
+  free(h->dprev);
+  *h = (Shift){0};
+}
+
+/* Whether view v of dnew's step j - 1 is read by dprev's step j alone, as its argument or itself
+ * (it is read where that step is written, before) */
+static bool read_by_root_only(Sched *s, int v, int root) {
+  for (int id = 0; id < s->nn; id++) {
+    if (!s->vis[id] || id == root) continue;
+    Node *n = N(s, id);
+    for (int i = 0; i < op_arity(n->op); i++)
+      if (n->a[i] == v) return false;
+  }
+  if (v == root) return true;
+  Node *r = N(s, root);
+  return r->op == OP_ADD && (r->a[0] == v || r->a[1] == v);
+}
+
+/* Drops the shift layout of the candidates the plan cannot run so: w computed before the
+ * histories' loop (it reads no previous step); every other read of prev or dnew a view of one
+ * step; a view of dnew's step j < K - 1 (overwritten by dprev's step j + 1 in the same step)
+ * read by that alone. Whether it dropped any (then the nodes are chosen again). */
+static bool reject_shifts(Sched *s) {
+  bool any = false;
+  for (int q = 0; q < s->p->nsparts; q++) {
+    if (!shift_part(s, q)) continue;
+    Shift *h = &s->shift[q];
+    StatePart *sp = &s->p->sparts[q];
+    bool ok = seq_part(s, q) && !still_part(s, q) && s->dyn[h->w] && s->region[h->w] == R_FWD_PRE;
+    for (int id = 0; ok && h->K > 1 && id < s->nn; id++) {
+      if (!s->vis[id] || !s->dyn[id]) continue;
+      Node *n = N(s, id);
+      for (int i = 0; ok && i < op_arity(n->op); i++) {
+        if (n->a[i] != sp->prev && n->a[i] != sp->dnew) continue;
+        int j = n->idx / h->n;
+        ok = s->view[id] && (n->idx + node_numel(n) - 1) / h->n == j;
+        if (ok && n->a[i] == sp->dnew && j < h->K - 1) ok = read_by_root_only(s, id, h->dprev[j + 1]);
+      }
+    }
+    if (!ok) drop_shift(h), any = true;
+  }
+  return any;
+}
+
 static void sched_free(Sched *s) {
   free(s->vis), free(s->region), free(s->level), free(s->scan_next), free(s->scan_dtot);
   free(s->must_store), free(s->sum_root), free(s->nusers), free(s->stacked_in), free(s->stack), free(s->view);
+  for (int q = 0; s->shift && q < s->p->nsparts; q++) free(s->shift[q].dprev);
+  free(s->shift);
+}
+
+/* Which nodes the plan computes, and their regions. */
+static void choose_nodes(Sched *s, const PlanOptions *o) {
+  visit_roots(s);
+  if (o->slice_views) mark_views(s);
+  assign_regions(s);
+}
+
+/* ... forgotten, to choose them again */
+static void unchoose_nodes(Sched *s) {
+  size_t nn = (size_t)s->nn;
+  memset(s->vis, 0, nn), memset(s->view, 0, nn), memset(s->must_store, 0, nn);
+  memset(s->pl->static_fwd, 0, nn), memset(s->pl->static_bwd, 0, nn);
+  for (size_t id = 0; id < nn; id++) s->region[id] = R_NONE;
 }
 
 Plan *plan_new(Program *p, const PlanOptions *o) {
   CHECK(p->differentiated);
   CHECK(!o->scan || p->scan_form);
   Sched s;
+  Shift *shift = o->scan && o->shift_histories && o->slice_views ? shift_candidates(p) : NULL;
   sched_init(&s, p, o->scan, o->gates);
+  s.shift = shift;
   s.dot_sums = o->dot_sums;
   for (int q = 0; o->scan && o->still && q < p->nsparts; q++) /* (and nothing else reads it: dprev is dnew) */
     s.pl->still[q] = seq_part(&s, q) && p->sparts[q].next == p->sparts[q].prev &&
                      (p->sparts[q].dprev < 0 || graph_node(&p->g, p->sparts[q].dprev)->op == OP_DNEW);
   if (o->scan) mark_scanned(&s);
-  visit_roots(&s);
-  if (o->slice_views) mark_views(&s);
-  assign_regions(&s);
+  choose_nodes(&s, o);
+  while (s.shift && reject_shifts(&s)) unchoose_nodes(&s), choose_nodes(&s, o);
   sink_into_steps(&s);
   if (o->sink_hybrid) sink_into_hybrid_steps(&s);
   count_users(&s);
@@ -1004,7 +1209,7 @@ size_t plan_array_floats(const PlanArray *a, int T, int B) {
   size_t rows = (size_t)T * (size_t)B;
   switch (a->kind) {
   case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
-  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B) * (size_t)a->width;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B * (size_t)(a->blocks ? a->blocks : 1)) * (size_t)a->width;
   case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
   default: return 0;
   }
@@ -1033,7 +1238,7 @@ void plan_free(Plan *pl) {
   for (int i = 0; i < 7; i++) free(phases[i]->steps);
   for (int i = 0; i < pl->nkernels; i++) free(pl->kernels[i].nodes);
   free(pl->kernels), free(pl->arrays), free(pl->slots), free(pl->home), free(pl->kernel_of);
-  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array), free(pl->still);
+  free(pl->static_fwd), free(pl->static_bwd), free(pl->state_array), free(pl->dstate_array), free(pl->still), free(pl->shift);
   for (int i = 0; i < pl->nstacks; i++) free(pl->stacks[i]);
   free(pl->stacks), free(pl->nstack);
   free(pl);

@@ -157,6 +157,10 @@ CONFORMANCE(buffer_frozen, "tests/cells/buffer_frozen.cell", NULL, "H=19,D=5")
 CONFORMANCE(qrnn_conv, "tests/cells/qrnn_conv.cell", NULL, "H=11,D=3")
 CONFORMANCE(rglru_conv, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3")
 CONFORMANCE(prev_shapes, "tests/cells/prev_shapes.cell", NULL, "H=5,D=3")
+/* a history in the shift layout beside one carried step by step (its value reads the first's) */
+CONFORMANCE(prev_chain, "tests/cells/prev_chain.cell", NULL, "H=5,D=3")
+Test(cpu, prev_chain_t2) { conform(&CPU_THREADS, "tests/cells/prev_chain.cell", NULL, "H=5,D=3", 2, 3, NULL); }
+Test(cpu, prev_shapes_t1) { conform(&CPU, "tests/cells/prev_shapes.cell", NULL, "H=5,D=3", 1, 3, NULL); }
 Test(cpu, rglru_conv_t1) { conform(&CPU, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 3, NULL); }
 Test(cpu, rglru_conv_t1_sequential) { conform(&CPU, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 3, "sequential"); }
 Test(cuda, rglru_conv_t1) { conform(&CUDA, "tests/cells/rglru_conv.cell", NULL, "H=11,D=3", 1, 2, NULL); }

@@ -92,6 +92,7 @@ GRAD_TEST(tensor_ops, "tests/cells/tensor_ops.cell", NULL, "D=3")
 /* prev and conv: the histories' gradients (grad.hist) from nonzero histories, in both forms */
 GRAD_TEST(qrnn_conv, "tests/cells/qrnn_conv.cell", NULL, "H=3,D=2")
 GRAD_TEST(rglru_conv, "tests/cells/rglru_conv.cell", NULL, "H=3,D=2")
+GRAD_TEST(prev_chain, "tests/cells/prev_chain.cell", NULL, "H=3,D=2")
 GRAD_TEST(prev_shapes, "tests/cells/prev_shapes.cell", NULL, "H=3,D=2")
 Test(gradients, qrnn_conv_scan_form) { check_cell_grads("tests/cells/qrnn_conv.cell", NULL, "H=3,D=2", 5, 2, false, true); }
 Test(gradients, rglru_conv_scan_form) { check_cell_grads("tests/cells/rglru_conv.cell", NULL, "H=3,D=2", 5, 2, false, true); }

@@ -80,7 +80,8 @@ static void check_plans(const char *file, const char *set, const char *dims) {
       for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
         char what[256];
         snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
-        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu, .dot_sums = cpu};
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu, .dot_sums = cpu,
+                          .shift_histories = cpu};
         Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
         char *ta = plan_text(a), *tb = plan_text(b);
         cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
@@ -105,6 +106,7 @@ Test(plan, ops) { check_plans("tests/cells/ops.cell", NULL, "H=5,D=3"); }
 Test(plan, scan_dprev_sqrt) { check_plans("tests/cells/scan_dprev_sqrt.cell", NULL, "H=5,D=4"); }
 Test(plan, scan_dprev_scale) { check_plans("tests/cells/scan_dprev_scale.cell", NULL, "H=5,D=4"); }
 Test(plan, scan_dprev_gate) { check_plans("tests/cells/scan_dprev_gate.cell", NULL, "H=5,D=4"); }
+Test(plan, prev_chain) { check_plans("tests/cells/prev_chain.cell", NULL, "H=5,D=3"); }
 
 /* The sequential plan of a stdlib cell (H = 7, D = 3); *arena and the program are the caller's. */
 static Plan *sequential_plan(Arena *arena, const char *file, const char *set, Program **p) {
@@ -335,6 +337,64 @@ Test(plan, dot_sums) {
     expect_all_used(pl, "mamba2 dot_sums");
     plan_free(pl);
   }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* The cpu's options on a scan plan with histories (PlanOptions.shift_histories). */
+static Plan *cpu_scan_plan(Program *p, bool shift) {
+  return plan_new(p, &(PlanOptions){.scan = true, .still = true, .slice_views = true, .sink_hybrid = true, .dot_sums = true,
+                                    .shift_histories = shift});
+}
+
+/* PlanOptions.shift_histories: Mamba-2's three conv histories (3 past steps of P NH = 8 and N = 5
+ * floats) keep each step once, in arrays of [(T + 3) B] rows of its width: no forward step at all,
+ * and the backward's step sums the adjoints in place; without it each history's rows are 3 steps
+ * wide and the forward runs a step loop. */
+Test(plan, shift_histories) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  for (int shift = 0; shift < 2; shift++) {
+    Plan *pl = cpu_scan_plan(p, shift);
+    int nshift = 0;
+    for (int q = 0; q < p->nsparts; q++) {
+      if (!pl->shift[q]) continue;
+      nshift++;
+      const PlanArray *a = &pl->arrays[pl->state_array[q]], *d = &pl->arrays[pl->dstate_array[q]];
+      cr_expect(pl->shift[q] == 8 || pl->shift[q] == 5, "a step of %d floats", pl->shift[q]);
+      cr_expect(a->width == pl->shift[q] && d->width == pl->shift[q] && a->blocks == 3 && d->blocks == 3);
+      cr_expect_eq(plan_array_floats(a, 10, 2), (size_t)(10 + 3) * 2 * (size_t)pl->shift[q]);
+    }
+    cr_expect_eq(nshift, shift ? 3 : 0);
+    cr_expect_eq(pl->fwd_step.n > 0, !shift, "forward steps: %d", pl->fwd_step.n);
+    cr_expect_gt(pl->bwd_step.n, 0);
+    expect_all_used(pl, "mamba2 shift_histories");
+    expect_first_rows_only(pl, "mamba2 shift_histories");
+    plan_free(pl);
+  }
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+}
+
+/* A history whose value reads another history's previous step keeps its loop; the one it reads
+ * is shifted still. */
+Test(plan, shift_histories_chain) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "tests/cells/prev_chain.cell", NULL, "H=5,D=3", true, NULL);
+  Program *p = lower_cell(c, true, true);
+  ad_differentiate(p);
+  Plan *pl = cpu_scan_plan(p, true);
+  int sizes[2] = {0};
+  for (int q = 0; q < p->nsparts; q++)
+    if (p->sparts[q].a < 0) sizes[pl->shift[q] > 0] = p->sparts[q].size;
+  cr_expect_eq(sizes[1], 15, "u's history (3 steps of 5) shifted");
+  cr_expect_eq(sizes[0], 10, "v's history (2 steps of 5) step by step");
+  cr_expect_gt(pl->fwd_step.n, 0);
+  plan_free(pl);
   program_free(p);
   cell_free(c);
   arena_free(&arena);

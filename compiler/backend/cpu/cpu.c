@@ -354,7 +354,7 @@ static void cpu_backward(Compiled *cc, Work *ww, const SeqIO *s) {
 }
 
 /* h_0 .. h_T of a state part: its state array, [(T + 1) B, size] (column offset 0); h0 throughout
- * for a still history. */
+ * for a still history; a shifted history's steps from their rows (Plan.shift). */
 static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void *out) {
   CpuCell *c = (CpuCell *)cc;
   CpuWork *w = (CpuWork *)ww;
@@ -365,8 +365,10 @@ static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void
   size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->T + 1) * (size_t)w->B;
   const float *src = w->arr[c->pl->state_array[part]];
   bool still = c->pl->still[part]; /* no step writes it: every step's value is h0 (PlanOptions.still) */
+  size_t n = c->pl->shift[part] ? (size_t)c->pl->shift[part] : size;
   for (size_t r = 0; r < rows; r++)
-    memcpy((float *)out + r * size, src + (still ? r % (size_t)w->B : r) * (size_t)a->width, sizeof(float) * size);
+    for (size_t j = 0; j < size / n; j++) /* (step j of a shifted history at row r + j B) */
+      memcpy((float *)out + r * size + j * n, src + ((still ? r % (size_t)w->B : r) + j * (size_t)w->B) * (size_t)a->width, sizeof(float) * n);
   return 0;
 }
 
@@ -414,7 +416,8 @@ static Compiled *cpu_compile(Program *p, const BackendOptions *o, char *err, siz
   CpuCell *c = xcalloc(1, sizeof(CpuCell));
   c->base.be = &cpu_backend, c->base.p = p, c->base.opt = *o;
   c->nthreads = threads_of(o);
-  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true, .sink_hybrid = true, .dot_sums = true});
+  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true, .sink_hybrid = true, .dot_sums = true,
+                                             .shift_histories = true});
   c->table = plan_table_build(c->pl, p);
   EtHeader *h = (EtHeader *)c->table.data;
   h->kstatic_fwd = c->pl->nkernels, h->kstatic_bwd = c->pl->nkernels + 1; /* host_kernel: run_static */

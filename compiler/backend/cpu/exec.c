@@ -637,14 +637,28 @@ static const float *state_buf(const Exec *e, const float *const *v, const EtStat
   return v[capi ? sp->state : (int)(sp - sparts_of(e))];
 }
 
+/* Step j of a shifted history's value at step t (EtStatePart.shift), batch entry b, in array arr */
+static float *shift_row(const Exec *e, int arr, const EtStatePart *sp, int64_t t, int j, int b) {
+  return e->abase[arr] + ((t + j) * e->B + b) * (int64_t)sp->shift;
+}
+
+/* Offset of step j of batch entry b in a caller's state buffer of a shifted history */
+static int64_t shift_at(const EtStatePart *sp, int j, int b, int step) {
+  return ((int64_t)b * sp->size + (int64_t)j * sp->shift) * step;
+}
+
 /* Each state part's rows of step `t` of its arrays (darr: the backward's) from io->states. */
 static void states_in(Exec *e, const ExecIO *io, bool back, int t) {
   const EtStatePart *sp = sparts_of(e);
   for (int q = 0; q < e->tab->nsparts; q++) {
-    int step, part;
+    int step, part, arr = back ? sp[q].darr : sp[q].arr;
     const float *src = state_buf(e, io->states, &sp[q], &step, &part);
     int64_t n = (int64_t)e->B * sp[q].size;
-    gather(e->abase[back ? sp[q].darr : sp[q].arr] + (int64_t)t * n, src, n, step, part);
+    if (sp[q].shift)
+      for (int b = 0; b < e->B; b++)
+        for (int j = 0; j < sp[q].size / sp[q].shift; j++)
+          gather(shift_row(e, arr, &sp[q], t, j, b), src ? src + shift_at(&sp[q], j, b, step) : NULL, sp[q].shift, step, part);
+    else gather(e->abase[arr] + (int64_t)t * n, src, n, step, part);
   }
 }
 
@@ -658,6 +672,12 @@ static void states_out(Exec *e, const ExecIO *io, bool back) {
     if (!dst) continue;
     if (sp[q].still) { /* h0 and dL/dfinal, as states_in put them */
       scatter(dst, e->abase[back ? sp[q].darr : sp[q].arr] + (back ? (int64_t)e->T * n : 0), 0.0f, n, step, part);
+      continue;
+    }
+    if (!back && sp[q].shift) {
+      for (int b = 0; b < e->B; b++)
+        for (int j = 0; j < sp[q].size / sp[q].shift; j++)
+          scatter(dst + shift_at(&sp[q], j, b, step), shift_row(e, sp[q].arr, &sp[q], e->T, j, b), 0.0f, sp[q].shift, step, part);
       continue;
     }
     if (!back) {
