@@ -966,40 +966,28 @@ static bool dnew_view(Graph *g, int dnew, int id) {
   return id == dnew || (n->op == OP_SLICE && n->a[0] == dnew);
 }
 
-/* The terms of columns [c0, c0 + m) of x, a history's dprev as the autodiff builds it (sums of
- * pieces padded with zeros, slices of dnew), onto t (dnew's as slices of it, made); false where x
- * is not so built. */
-static bool piece_terms(Graph *g, int dnew, int x, int c0, int m, int **t, int *nt, int *cap) {
-  Node n = *graph_node(g, x); /* (a copy: adding nodes moves the graph) */
-  int v = -1;
-  if (n.op == OP_CONST && n.k == 0) return true;
-  if (dnew_view(g, dnew, x)) v = g_slice(g, dnew, (x == dnew ? 0 : n.idx) + c0, m);
-  else if (n.op == OP_ADD && n.rank == 1)
-    return piece_terms(g, dnew, n.a[0], c0, m, t, nt, cap) && piece_terms(g, dnew, n.a[1], c0, m, t, nt, cap);
-  else if (n.op == OP_CONCAT) {
-    int na = node_numel(graph_node(g, n.a[0]));
-    if (c0 + m <= na) return piece_terms(g, dnew, n.a[0], c0, m, t, nt, cap);
-    return c0 >= na && piece_terms(g, dnew, n.a[1], c0 - na, m, t, nt, cap);
-  } else if (c0 == 0 && node_numel(&n) == m) v = n.rank == 1 ? x : g_reshape(g, x, 1, &m);
-  else if (n.op == OP_SLICE) return piece_terms(g, dnew, n.a[0], n.idx + c0, m, t, nt, cap);
-  else return false;
-  VEC_PUSH(*t, *nt, *cap, v);
-  return true;
-}
+enum { PIECE_ZERO = -2 };
 
-/* Columns [c0, c0 + m) of dprev x as one node: the sum of its terms, dnew's slice last (so that
- * it is an argument of the sum itself: reject_shifts); -1 where x is not so built. */
+/* Columns [c0, c0 + m) of x, a history's dprev as the autodiff builds it (sums of pieces padded
+ * with zeros, slices of dnew), as a node: the same sums in the same order less the zeros (the
+ * values of the whole dprev's columns, bit for bit but for the sign of a zero), dnew's slices new
+ * slices of it; PIECE_ZERO where nothing reaches them; -1 where x is not so built. */
 static int piece_of(Graph *g, int dnew, int x, int c0, int m) {
-  int *t = NULL, nt = 0, cap = 0, r = -1;
-  if (x >= 0 && !piece_terms(g, dnew, x, c0, m, &t, &nt, &cap)) {
-    free(t);
-    return -1;
+  Node n = *graph_node(g, x); /* (a copy: adding nodes moves the graph) */
+  if (n.op == OP_CONST && n.k == 0) return PIECE_ZERO;
+  if (dnew_view(g, dnew, x)) return g_slice(g, dnew, (x == dnew ? 0 : n.idx) + c0, m);
+  if (n.op == OP_ADD && n.rank == 1) {
+    int a = piece_of(g, dnew, n.a[0], c0, m), b = a == -1 ? -1 : piece_of(g, dnew, n.a[1], c0, m);
+    if (a == -1 || b == -1) return -1;
+    return a == PIECE_ZERO ? b : b == PIECE_ZERO ? a : g_binary(g, OP_ADD, a, b);
   }
-  for (int last = 0; last < 2; last++)
-    for (int i = 0; i < nt; i++)
-      if (dnew_view(g, dnew, t[i]) == last) r = r < 0 ? t[i] : g_binary(g, OP_ADD, r, t[i]);
-  free(t);
-  return r >= 0 ? r : g_const(g, 0, 1, &m);
+  if (n.op == OP_CONCAT) {
+    int na = node_numel(graph_node(g, n.a[0]));
+    if (c0 + m <= na) return piece_of(g, dnew, n.a[0], c0, m);
+    return c0 >= na ? piece_of(g, dnew, n.a[1], c0 - na, m) : -1;
+  }
+  if (c0 == 0 && node_numel(&n) == m) return n.rank == 1 ? x : g_reshape(g, x, 1, &m);
+  return n.op == OP_SLICE ? piece_of(g, dnew, n.a[0], n.idx + c0, m) : -1;
 }
 
 /* The histories that may take the shift layout by their graph (scan form: the parts without
@@ -1025,7 +1013,11 @@ static Shift *shift_candidates(Program *p) {
     if (!K) continue;
     int *d = xmalloc(sizeof(int) * (size_t)K);
     bool ok = true;
-    for (int j = 0; j < K && ok; j++) ok = (d[j] = piece_of(g, sp->dnew, sp->dprev, j * n, n)) >= 0;
+    for (int j = 0; j < K && ok; j++) {
+      d[j] = sp->dprev < 0 ? PIECE_ZERO : piece_of(g, sp->dnew, sp->dprev, j * n, n);
+      if (d[j] == PIECE_ZERO) d[j] = g_const(g, 0, 1, &n);
+      ok = d[j] >= 0;
+    }
     if (!ok) {
       free(d);
       continue;
@@ -1041,24 +1033,39 @@ static void drop_shift(Shift *h) {
   *h = (Shift){0};
 }
 
-/* Whether view v of dnew's step j - 1 is read by dprev's step j alone, as its argument or itself
- * (it is read where that step is written, before) */
-static bool read_by_root_only(Sched *s, int v, int root) {
-  for (int id = 0; id < s->nn; id++) {
-    if (!s->vis[id] || id == root) continue;
-    Node *n = N(s, id);
-    for (int i = 0; i < op_arity(n->op); i++)
-      if (n->a[i] == v) return false;
+/* Whether node v is read (by the nodes the plan computes) only by the sums that make dprev's step
+ * root, root itself included: the sums of its spine (ADDs down from it) read only by one another.
+ * A view of dnew's step j - 1 must be so: dprev's step j overwrites it in place, and every read
+ * of it comes first. */
+static bool read_in_spine(Sched *s, int v, int root) {
+  bool *spine = xcalloc((size_t)s->nn + 1, sizeof(bool));
+  int *stack = NULL, top = 0, cap = 0;
+  VEC_PUSH(stack, top, cap, root);
+  while (top) {
+    int id = stack[--top];
+    if (spine[id] || N(s, id)->op != OP_ADD) continue;
+    spine[id] = true;
+    VEC_PUSH(stack, top, cap, N(s, id)->a[0]);
+    VEC_PUSH(stack, top, cap, N(s, id)->a[1]);
   }
-  if (v == root) return true;
-  Node *r = N(s, root);
-  return r->op == OP_ADD && (r->a[0] == v || r->a[1] == v);
+  bool ok = v == root || spine[root];
+  for (int id = 0; ok && id < s->nn; id++) {
+    if (!s->vis[id] || spine[id]) continue;
+    Node *n = N(s, id);
+    for (int i = 0; i < op_arity(n->op); i++) /* outside the spine: reads neither v nor a sum of it but root */
+      if (n->a[i] == v || (spine[n->a[i]] && n->a[i] != root)) ok = false;
+  }
+  bool reached = v == root;
+  for (int id = 0; !reached && id < s->nn; id++)
+    reached = spine[id] && (N(s, id)->a[0] == v || N(s, id)->a[1] == v);
+  free(spine), free(stack);
+  return ok && reached;
 }
 
-/* Drops the shift layout of the candidates the plan cannot run so: w computed before the
- * histories' loop (it reads no previous step); every other read of prev or dnew a view of one
- * step; a view of dnew's step j < K - 1 (overwritten by dprev's step j + 1 in the same step)
- * read by that alone. Whether it dropped any (then the nodes are chosen again). */
+/* Drops the shift layout of the candidates the plan cannot run so: w must be computed before the
+ * histories' loop (it reads no previous step); every read of prev or dnew a view of one step; a
+ * view of dnew's step j < K - 1 (overwritten by dprev's step j + 1 in the same step) read within
+ * that sum alone (read_in_spine). Whether it dropped any (then the nodes are chosen again). */
 static bool reject_shifts(Sched *s) {
   bool any = false;
   for (int q = 0; q < s->p->nsparts; q++) {
@@ -1073,7 +1080,7 @@ static bool reject_shifts(Sched *s) {
         if (n->a[i] != sp->prev && n->a[i] != sp->dnew) continue;
         int j = n->idx / h->n;
         ok = s->view[id] && (n->idx + node_numel(n) - 1) / h->n == j;
-        if (ok && n->a[i] == sp->dnew && j < h->K - 1) ok = read_by_root_only(s, id, h->dprev[j + 1]);
+        if (ok && n->a[i] == sp->dnew && j < h->K - 1) ok = read_in_spine(s, id, h->dprev[j + 1]);
       }
     }
     if (!ok) drop_shift(h), any = true;
