@@ -242,16 +242,35 @@ Test(plan, rows_off_4k) {
   }
 }
 
+/* A cell's differentiated scan-mode program, with what it lives in (scan_case_free frees it all). */
+typedef struct ScanCase {
+  Arena arena;
+  Cell *c;
+  Program *p;
+} ScanCase;
+
+static void scan_case(ScanCase *k, const char *file, const char *dims) {
+  *k = (ScanCase){0};
+  k->c = h_cell(&k->arena, file, NULL, dims, true, NULL);
+  k->p = lower_cell(k->c, true, true);
+  ad_differentiate(k->p);
+}
+
+static void scan_case_free(ScanCase *k) {
+  program_free(k->p);
+  cell_free(k->c);
+  arena_free(&k->arena);
+}
+
 /* PlanOptions.slice_views: Mamba-2's conv reads the steps of its histories (slices of 64 of each
  * 192-float previous value), and its shift the last two, where the state array holds them, in no
  * kernel; without it, kernels
  * copy them into arrays of their own. Either way the slices of x, dy, the previous states and
  * the dnews are the only nodes so placed. */
 Test(plan, slice_views) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", true, NULL);
-  Program *p = lower_cell(c, true, true);
-  ad_differentiate(p);
+  ScanCase k;
+  scan_case(&k, "stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5");
+  Program *p = k.p;
   for (int views = 0; views < 2; views++) {
     Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .slice_views = views});
     int nprev = 0;
@@ -275,9 +294,7 @@ Test(plan, slice_views) {
     if (views) cr_expect_eq(nprev, 12, "slices of previous states read in place: %d", nprev);
     plan_free(pl);
   }
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  scan_case_free(&k);
 }
 
 /* PlanOptions.sink_hybrid: Mamba-2's backward (a scan plan with its convs' histories) summed each
@@ -285,10 +302,9 @@ Test(plan, slice_views) {
  * 3 x N = 15 of B's and C's), stored for the loop that carries the histories' adjoints back; with
  * it the loop computes them itself, and no array of our own rows is that wide. */
 Test(plan, sink_hybrid) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
-  Program *p = lower_cell(c, true, true);
-  ad_differentiate(p);
+  ScanCase k;
+  scan_case(&k, "stdlib/mamba2.cell", "NH=2,P=4,N=5,D=7");
+  Program *p = k.p;
   int wide[2] = {0}, step_nodes[2] = {0};
   for (int sink = 0; sink < 2; sink++) {
     Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .sink_hybrid = sink});
@@ -306,9 +322,7 @@ Test(plan, sink_hybrid) {
   cr_expect_gt(wide[0], 0, "without it, the histories' adjoints of the reads are stored");
   cr_expect_eq(wide[1], 0, "%d arrays as wide as a history", wide[1]);
   cr_expect_gt(step_nodes[1], step_nodes[0]);
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  scan_case_free(&k);
 }
 
 /* PlanOptions.dot_sums: the gradients of Mamba-2's conv weights sum each tap's values times the
@@ -316,10 +330,9 @@ Test(plan, sink_hybrid) {
  * the two factors; no kernel computes the
  * products. Without it each product is stored for its column sum. */
 Test(plan, dot_sums) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
-  Program *p = lower_cell(c, true, true);
-  ad_differentiate(p);
+  ScanCase k;
+  scan_case(&k, "stdlib/mamba2.cell", "NH=2,P=4,N=5,D=7");
+  Program *p = k.p;
   for (int dot = 0; dot < 2; dot++) {
     Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .dot_sums = dot});
     int ndot = 0;
@@ -337,9 +350,7 @@ Test(plan, dot_sums) {
     expect_all_used(pl, "mamba2 dot_sums");
     plan_free(pl);
   }
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  scan_case_free(&k);
 }
 
 /* The cpu's options on a scan plan with histories (PlanOptions.shift_histories). */
@@ -353,10 +364,9 @@ static Plan *cpu_scan_plan(Program *p, bool shift) {
  * and the backward's step sums the adjoints in place; without it each history's rows are 3 steps
  * wide and the forward runs a step loop. */
 Test(plan, shift_histories) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=5,D=7", true, NULL);
-  Program *p = lower_cell(c, true, true);
-  ad_differentiate(p);
+  ScanCase k;
+  scan_case(&k, "stdlib/mamba2.cell", "NH=2,P=4,N=5,D=7");
+  Program *p = k.p;
   for (int shift = 0; shift < 2; shift++) {
     Plan *pl = cpu_scan_plan(p, shift);
     int nshift = 0;
@@ -375,18 +385,15 @@ Test(plan, shift_histories) {
     expect_first_rows_only(pl, "mamba2 shift_histories");
     plan_free(pl);
   }
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  scan_case_free(&k);
 }
 
 /* A history whose value reads another history's previous step keeps its loop; the one it reads
  * is shifted still. */
 Test(plan, shift_histories_chain) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, "tests/cells/prev_chain.cell", NULL, "H=5,D=3", true, NULL);
-  Program *p = lower_cell(c, true, true);
-  ad_differentiate(p);
+  ScanCase k;
+  scan_case(&k, "tests/cells/prev_chain.cell", "H=5,D=3");
+  Program *p = k.p;
   Plan *pl = cpu_scan_plan(p, true);
   int sizes[2] = {0};
   for (int q = 0; q < p->nsparts; q++)
@@ -395,7 +402,5 @@ Test(plan, shift_histories_chain) {
   cr_expect_eq(sizes[0], 10, "v's history (2 steps of 5) step by step");
   cr_expect_gt(pl->fwd_step.n, 0);
   plan_free(pl);
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  scan_case_free(&k);
 }
