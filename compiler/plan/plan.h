@@ -34,8 +34,8 @@ typedef struct PlanArray {
   int width;     /* row stride in floats (0 for static kinds) */
   int numel;     /* static kinds: elements */
   int index;     /* node / param part / state part / noise / gate / bound */
-  int blocks;    /* ARR_STATE, ARR_DSTATE: its blocks of B rows besides the T steps' (0: 1; a shifted
-                    history's: K, Plan.shift) */
+  int blocks;    /* ARR_STATE, ARR_DSTATE, ARR_DTOTAL: its blocks of B rows besides the T steps'
+                    (1; a shifted history's: K, Plan.shift) */
 } PlanArray;
 
 /* A place a node's values live: row r at array + (r + row_off * B) * width + col. */

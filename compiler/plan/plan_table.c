@@ -46,7 +46,7 @@ static EtArray array_of(Builder *b, int i, EtHeader *h) {
   case ARR_ROWS: e.rows = a->width; break;
   case ARR_GATE: e.rows = a->width, e.gate = 1; break;
   case ARR_Y: e.rows = a->width, h->y_array = i; break;
-  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: e.rows = a->width, e.per_b = a->width * (a->blocks ? a->blocks : 1); break;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: e.rows = a->width, e.per_b = a->width * a->blocks; break;
   case ARR_STATIC: case ARR_STACK: e.fixed = a->numel; break;
   case ARR_ACC: e.fixed = a->numel, e.zero_bwd = 1; break;
   case ARR_PARAM: e.kind = ET_PARAM; break;

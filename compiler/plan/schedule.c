@@ -106,7 +106,7 @@ static int *int_array(int n, int value) {
 }
 
 static int add_array(Plan *pl, ArrayKind kind, int width, int numel, int index) {
-  PlanArray a = {kind, width, numel, index, 0};
+  PlanArray a = {kind, width, numel, index, 1};
   VEC_PUSH(pl->arrays, pl->narrays, pl->caparrays, a);
   return pl->narrays - 1;
 }
@@ -682,9 +682,9 @@ static void place_leaves(Sched *s) {
     if (!s->view[id]) continue;
     Node *n = N(s, id), *leaf = N(s, n->a[0]);
     Slot at = pl->slots[pl->home[n->a[0]]];
-    /* a shifted history's step j: j blocks of B rows on (reject_shifts: no view spans two steps) */
-    int q = leaf->op == OP_PREV || leaf->op == OP_DNEW ? leaf->idx : -1, step = q >= 0 && shift_part(s, q) ? n->idx / s->shift[q].n : 0;
-    pl->home[id] = add_slot(pl, at.array, at.row_off + step, at.col + n->idx - step * (q >= 0 && step ? s->shift[q].n : 0));
+    int width = 0, step = 0; /* a shifted history's step j: j blocks of B rows on (no view spans two: reject_shifts) */
+    if ((leaf->op == OP_PREV || leaf->op == OP_DNEW) && shift_part(s, leaf->idx)) width = s->shift[leaf->idx].n, step = n->idx / width;
+    pl->home[id] = add_slot(pl, at.array, at.row_off + step, at.col + n->idx - step * width);
   }
 }
 
@@ -1216,7 +1216,7 @@ size_t plan_array_floats(const PlanArray *a, int T, int B) {
   size_t rows = (size_t)T * (size_t)B;
   switch (a->kind) {
   case ARR_ROWS: case ARR_GATE: return rows * (size_t)a->width;
-  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B * (size_t)(a->blocks ? a->blocks : 1)) * (size_t)a->width;
+  case ARR_STATE: case ARR_DSTATE: case ARR_DTOTAL: return (rows + (size_t)B * (size_t)a->blocks) * (size_t)a->width;
   case ARR_STATIC: case ARR_ACC: case ARR_STACK: return (size_t)a->numel;
   default: return 0;
   }
