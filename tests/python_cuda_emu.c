@@ -78,6 +78,14 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
 }
 
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+  CUfunction f;
+  if (!mod || api.cuModuleGetFunction(&f, mod, (const char *)func) != CUDA_SUCCESS) return cudaErrorInvalidDeviceFunction;
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value) == CUDA_SUCCESS ? cudaSuccess
+                                                                                                         : cudaErrorInvalidValue;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
   (void)kind;
   last_stream = s;

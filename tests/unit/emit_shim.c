@@ -21,6 +21,16 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
 }
 
+/* the kernel's attribute on the emulator (which, as a GPU, refuses launches past 48 KiB of shared
+ * memory without MaxDynamicSharedMemorySize) */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+  CUfunction f;
+  if (A->get_function(&f, A->mod, (const char *)func) != CUDA_SUCCESS) return cudaErrorInvalidDeviceFunction;
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return A->set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value) == CUDA_SUCCESS ? cudaSuccess
+                                                                                                     : cudaErrorInvalidValue;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
   (void)s;
   CUresult r = CUDA_ERROR_INVALID_VALUE;

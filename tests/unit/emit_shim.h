@@ -13,6 +13,7 @@ typedef struct EmitShimApi {
   CUresult (*get_function)(CUfunction *f, CUmodule m, const char *name);
   CUresult (*launch)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                      unsigned shared, CUstream s, void **params, void **extra);
+  CUresult (*set_attribute)(CUfunction f, CUfunction_attribute a, int v);
   CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n);
   CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n);
   CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n);

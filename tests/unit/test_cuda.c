@@ -105,6 +105,33 @@ Test(cuda, slstm_t1000) { compare_with("interp", 1e-3, 0.4, "stdlib/slstm.cell",
 Test(cuda, gated_deltanet_t1000) { compare("stdlib/gated_deltanet.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 Test(cuda, rwkv6_t1000) { compare("stdlib/rwkv6.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 
+/* A row whose temporaries pass a block's 48 KiB without the opt-in: gla's elementwise scan at
+ * K = V = 64 keeps its 64 x 64 state's terms per row (13184 floats in one kernel). The kernel runs
+ * one warp a block and its launch opts in to the shared memory (cellc_needs_optin); the emulator
+ * refuses a launch above 48 KiB without it, as a GPU does. */
+Test(cuda, temporaries_past_48k) {
+  Arena arena = {0};
+  const char *dims = "NH=1,K=64,V=64,D=4";
+  Cell *c = h_cell(&arena, "stdlib/gla.cell", NULL, dims, false, "scan");
+  Program *p = lower_cell(c, false, true);
+  ad_differentiate(p);
+  Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .gates = true});
+  CgCudaInfo info;
+  char err[2048];
+  char *src = cg_cuda_source(pl, &info, err, sizeof err);
+  cr_assert(src, "%s", err);
+  int most = 0;
+  for (int k = 0; k < pl->nkernels; k++) most = info.tmp_floats[k] > most ? info.tmp_floats[k] : most;
+  cr_assert(4 * most > CELLC_SHARED_BYTES, "the case needs a row past 48 KiB: its largest has %d floats", most);
+  free(src);
+  cg_cuda_info_free(&info);
+  plan_free(pl);
+  program_free(p);
+  cell_free(c);
+  arena_free(&arena);
+  compare("stdlib/gla.cell", NULL, dims, 5, 2, "scan");
+}
+
 /* Scan and sequential on cuda-emu agree, every scan cell of stdlib/cells.list, across chunks. */
 #define IF_scan(...) __VA_ARGS__
 #define IF_sequential(...)

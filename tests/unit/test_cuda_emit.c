@@ -297,6 +297,7 @@ static void emu_open(Emu *e, const char *dir) {
   cuda_image_free(&img);
   free(text), free(kernels);
   e->shim.get_function = e->api.cuModuleGetFunction, e->shim.launch = e->api.cuLaunchKernel;
+  e->shim.set_attribute = e->api.cuFuncSetAttribute;
   e->shim.htod = e->api.cuMemcpyHtoD, e->shim.dtod = e->api.cuMemcpyDtoD, e->shim.dtoh = e->api.cuMemcpyDtoH;
   e->shim.memset8 = e->api.cuMemsetD8, e->shim.alloc = e->api.cuMemAlloc, e->shim.release = e->api.cuMemFree;
   e->shim.create = e->api.cublasCreate, e->shim.destroy = e->api.cublasDestroy;

@@ -6,9 +6,17 @@
 #define CELLC_LAUNCH_H
 
 /* Threads of an elementwise kernel's block: a warp a row, CELLC_WARPS warps a block (fewer when the
- * rows' temporaries need more shared memory than a block may have without an opt-in). */
+ * rows' temporaries need more shared memory than a block may have without an opt-in). A row whose
+ * temporaries alone pass CELLC_SHARED_BYTES runs one warp a block, and the launch opts in to that
+ * much (cellc_needs_optin): up to CELLC_SHARED_OPTIN_BYTES, the most any GPU of compute capability
+ * 9.0 allows a block; the host checks its device's own limit before it runs the kernels. */
 #define CELLC_WARPS 8
 #define CELLC_SHARED_BYTES 49152
+#define CELLC_SHARED_OPTIN_BYTES 232448
+
+/* Whether a launch with `shared` bytes of dynamic shared memory needs the function's
+ * MAX_DYNAMIC_SHARED_SIZE_BYTES raised first. */
+static inline int cellc_needs_optin(unsigned shared) { return shared > CELLC_SHARED_BYTES; }
 
 /* Blocks of `block` threads for n elements of a grid-stride loop: at least 1, at most 4096. */
 static inline unsigned cellc_blocks_for(long long n, unsigned block) {

@@ -15,9 +15,9 @@
  * the rows' temporaries need more shared memory than a block may have): the hosts' launch shapes
  * (cellc_launch.h). */
 #define CG_CUDA_WARPS CELLC_WARPS
-/* Shared memory a block may use without an opt-in, and so the most temporaries one row may have. */
-#define CG_CUDA_SHARED_BYTES CELLC_SHARED_BYTES
-#define CG_CUDA_MAX_TMP_FLOATS (CG_CUDA_SHARED_BYTES / 4)
+/* The most shared memory a block may use (with the opt-in), and so the most temporaries one row
+ * may have; a device with less says so when the kernels load. */
+#define CG_CUDA_MAX_TMP_FLOATS (CELLC_SHARED_OPTIN_BYTES / 4)
 
 /* What the host needs to launch the generated kernels. Names in the source:
  *   k<i>         plan kernel i:  (long long r0, long long r1, float *const *bases), rows [r0, r1)

@@ -139,6 +139,7 @@ static int op_launch(void *ctx, int k, unsigned gx, unsigned gy, unsigned block,
   CudaCell *c = ((CudaWork *)ctx)->c;
   CUfunction f = k >= 0 ? c->kfn[k] : c->fixed[-1 - k];
   CHECK(f);
+  if (cellc_needs_optin(shared)) CU(c, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared);
   CU(c, cuLaunchKernel, f, gx, gy, 1, block, 1, 1, shared, NULL, args, NULL);
   return 0;
 }
@@ -313,6 +314,24 @@ static int get_function(CudaCell *c, CUfunction *f, const char *name, char *err,
   return CUDA_CU(&c->d->api, err, errlen, cuModuleGetFunction, f, c->mod, name);
 }
 
+/* Whether this device gives every kernel the shared memory its rows' temporaries need (the code
+ * allows up to CELLC_SHARED_OPTIN_BYTES a block; a device of an older generation has less). */
+static int shared_fits(CudaCell *c, char *err, size_t errlen) {
+  int optin = 0;
+  if (CUDA_CU(&c->d->api, err, errlen, cuDeviceGetAttribute, &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+              c->d->dev) != 0)
+    return -1;
+  for (int k = -4; k < c->pl->nkernels; k++) { /* -4, -3: kstep_fwd, kstep_bwd; -2, -1: kstatic_* */
+    int tmp = k >= 0 ? c->kinfo.tmp[k] : k >= -2 ? c->kinfo.static_tmp[k + 2] : c->kinfo.step_tmp[k + 4];
+    if (4ll * tmp > optin) {
+      snprintf(err, errlen, "a kernel's rows need %d floats of temporaries (%lld bytes of shared memory), more than this "
+               "GPU gives a block (%d bytes)", tmp, 4ll * tmp, optin);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const BackendOptions *o, char *err, size_t errlen) {
   CHECK(p->differentiated && (!o->scan || p->scan_form));
   CudaCell *c = xcalloc(1, sizeof *c);
@@ -359,6 +378,7 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
   const bool has[4] = {c->info.has_static[0], c->info.has_static[1], c->info.has_step[0], c->info.has_step[1]};
   for (int i = 0; i < CX_K_UNPACK && rc == 0; i++)
     if (i >= 4 || has[i]) rc = get_function(c, &c->fixed[i], fixed[i], why, sizeof why);
+  if (rc == 0) rc = shared_fits(c, why, sizeof why);
   if (rc != 0) {
     snprintf(err, errlen, "the %s back end: %s", be->name, why);
     cuda_free(&c->base);
