@@ -500,7 +500,7 @@ Test(chunked, log_decay_without_log) {
 /* OUT's histories that only IN reads keep their values (new = prev): the cpu back end's plan runs no
  * step for them (PlanOptions.still; without it, a copy per step each way), and its executor still
  * gives their final state h0 and their dL/dh0 dL/dfinal, read_steps h0 at every step; the rest of
- * OUT as the interpreter's. */
+ * OUT as the interpreter's. The CUDA back ends' executor (cellc_exec.h) likewise, on cuda-emu. */
 static Compiled *out_program(Cell *c, const char *backend) {
   Program *p = lower_cell_part(c, true, true, LOWER_CHUNK_OUT);
   ad_differentiate(p);
@@ -520,7 +520,7 @@ static void out_program_free(Compiled *c) {
 Test(chunked, out_still_histories) {
   Arena a = {0};
   Cell *cc = h_cell(&a, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", false, "chunked");
-  Compiled *ref = out_program(cc, "interp"), *cpu = out_program(cc, "cpu");
+  Compiled *ref = out_program(cc, "interp"), *cpu = out_program(cc, "cpu"), *emu = out_program(cc, "cuda-emu");
   Program *p = cpu->p;
   for (int still = 0; still < 2; still++) {
     Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .still = still});
@@ -529,20 +529,22 @@ Test(chunked, out_still_histories) {
     for (int q = 0; q < p->nsparts; q++) cr_assert_eq(pl->still[q], still);
     plan_free(pl);
   }
-  for (int T = 1; T <= 9; T += 8) {
-    HBufs *h1 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1), *h2 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1);
-    pipeline_run_f64(ref, &h1->io);
-    pipeline_run_f64(cpu, &h2->io);
-    const char *what;
-    double e = h_compare(h1, h2, p, &what);
-    cr_expect_lt(e, 1e-4, "T=%d: %s off by %g", T, what, e);
-    for (int q = 0; q < p->nsparts; q++)
-      for (size_t j = 0; j < h2->sn[q]; j++) {
-        cr_assert_eq(h2->final[q][j], (double)(float)h2->h0[q][j], "T=%d part %d", T, q);
-        cr_assert_eq(h2->gh0[q][j], (double)(float)h2->dfinal[q][j], "T=%d part %d", T, q);
-      }
-    h_bufs_free(h1), h_bufs_free(h2);
-  }
+  for (int T = 1; T <= 9; T += 8)
+    for (int be = 0; be < 2; be++) {
+      Compiled *under = be ? emu : cpu;
+      HBufs *h1 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1), *h2 = h_bufs_new(p, T, 3, 7 + (uint64_t)T, 0.5, 1);
+      pipeline_run_f64(ref, &h1->io);
+      pipeline_run_f64(under, &h2->io);
+      const char *what;
+      double e = h_compare(h1, h2, p, &what);
+      cr_expect_lt(e, 1e-4, "%s T=%d: %s off by %g", under->be->name, T, what, e);
+      for (int q = 0; q < p->nsparts; q++)
+        for (size_t j = 0; j < h2->sn[q]; j++) {
+          cr_assert_eq(h2->final[q][j], (double)(float)h2->h0[q][j], "%s T=%d part %d", under->be->name, T, q);
+          cr_assert_eq(h2->gh0[q][j], (double)(float)h2->dfinal[q][j], "%s T=%d part %d", under->be->name, T, q);
+        }
+      h_bufs_free(h1), h_bufs_free(h2);
+    }
   /* every step's value, as read_steps gives it (cellc's probes): h0 */
   int T = 5, B = 2;
   HBufs *h = h_bufs_new(p, T, B, 11, 0.5, 1);
@@ -573,7 +575,7 @@ Test(chunked, out_still_histories) {
   for (int i = 0; i < h->np; i++) free(pf[i]);
   free(pf), free(hf), free(ff), free(xf), free(yf);
   h_bufs_free(h);
-  out_program_free(ref), out_program_free(cpu);
+  out_program_free(ref), out_program_free(cpu), out_program_free(emu);
   cell_free(cc);
   arena_free(&a);
 }

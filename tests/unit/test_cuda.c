@@ -16,6 +16,7 @@
 #include "ptxas.h"
 #include "interp.h"
 #include "plan.h"
+#include "plan_table.h"
 #include "stdlib_cells.h"
 
 TestSuite(cuda, .init = h_use_cuda_test_cache);
@@ -139,67 +140,106 @@ Test(cuda, temporaries_past_48k) {
   IF_##md(Test(cuda, scan_vs_sequential_##name) { scan_vs_sequential(file, set, h_dims(dims, 19, 5), 130, 2); })
 STDLIB_CELLS(SCAN_VS_SEQUENTIAL)
 
-/* read_steps: h_0 .. h_T in host memory, equal to the interpreter's. */
-Test(cuda, read_steps_states) {
+/* read_steps: h_0 .. h_T of every state part in host memory, equal to the interpreter's; h_0 is h0
+ * and h_T the final state. */
+static void read_steps_case(const char *file, const char *dims, const char *mode) {
   Arena arena = {0};
-  Cell *c = h_cell(&arena, "stdlib/gru.cell", NULL, "H=5,D=3", false, NULL);
+  Cell *c = h_cell(&arena, file, NULL, dims, false, mode);
   char err[2048];
   PipelineOptions ro = {0}, co = {0};
   ro.backend = &interp_backend, co.backend = under_test();
   Compiled *ref = pipeline_compile(c, &ro, err, sizeof err), *cu = pipeline_compile(c, &co, err, sizeof err);
   cr_assert(ref && cu, "%s", err);
-  int T = 4, B = 2, size = ref->p->sparts[0].size;
+  const Program *p = ref->p;
+  int T = 4, B = 2, ns = p->nsparts;
   HBufs *h = h_bufs_new(ref->p, T, B, 3, 0.4, 0.5);
   Work *wr = ref->be->work_new(ref);
   ref->be->forward(ref, wr, &h->io);
-  size_t n = (size_t)(T + 1) * (size_t)B * (size_t)size;
-  double *sr = xmalloc(sizeof(double) * n);
-  cr_assert_eq(ref->be->read_steps(ref, wr, STEPS_STATE, 0, sr), 0);
   /* the SeqIO in the memory of the back end's device */
   const Backend *be = cu->be;
   char derr[1024];
   Device *dv = device_open(be->device, derr, sizeof derr);
   cr_assert(dv, "%s", derr);
-  size_t nx = (size_t)T * B * 3, ny = (size_t)T * B * size, nh = (size_t)B * size;
-  float *xf = xmalloc(sizeof(float) * nx), *h0f = xmalloc(sizeof(float) * nh);
+  size_t nx = (size_t)T * B * (size_t)p->x_size, ny = (size_t)T * B * (size_t)p->output_size;
+  float *xf = xmalloc(sizeof(float) * nx);
   for (size_t i = 0; i < nx; i++) xf[i] = (float)h->x[i];
-  for (size_t j = 0; j < nh; j++) h0f[j] = (float)h->h0[0][j];
-  void *dp[16];
+  void *dp[64], *dh0[16], *dfin[16];
+  const void *h0s[16];
+  float *h0f[16];
+  cr_assert(h->np <= 64 && ns <= 16);
   for (int i = 0; i < h->np; i++) {
-    float *pf = xmalloc(sizeof(float) * h->pn[i]);
+    float *pf = xmalloc(sizeof(float) * h->pn[i] + 1);
     for (size_t j = 0; j < h->pn[i]; j++) pf[j] = (float)h->params[i][j];
     dp[i] = dv->alloc(dv, sizeof(float) * h->pn[i]);
     dv->upload(dv, dp[i], pf, sizeof(float) * h->pn[i]);
     free(pf);
   }
+  for (int q = 0; q < ns; q++) {
+    size_t nh = (size_t)B * (size_t)p->sparts[q].size;
+    h0f[q] = xmalloc(sizeof(float) * nh);
+    for (size_t j = 0; j < nh; j++) h0f[q][j] = (float)h->h0[q][j];
+    dh0[q] = dv->alloc(dv, sizeof(float) * nh), dfin[q] = dv->alloc(dv, sizeof(float) * nh);
+    dv->upload(dv, dh0[q], h0f[q], sizeof(float) * nh);
+    h0s[q] = dh0[q];
+  }
   void *dx = dv->alloc(dv, sizeof(float) * nx), *dy = dv->alloc(dv, sizeof(float) * ny);
-  void *dh0 = dv->alloc(dv, sizeof(float) * nh), *dfin = dv->alloc(dv, sizeof(float) * nh);
   dv->upload(dv, dx, xf, sizeof(float) * nx);
-  dv->upload(dv, dh0, h0f, sizeof(float) * nh);
   SeqIO s = {0};
   s.T = T, s.B = B, s.dtype = DT_F32, s.x = dx, s.params = (const void **)dp, s.y = dy;
-  const void *h0s[1] = {dh0};
-  void *fins[1] = {dfin};
-  s.h0 = h0s, s.final = fins;
+  s.h0 = h0s, s.final = dfin;
   Work *wc = be->work_new(cu);
   be->forward(cu, wc, &s);
-  float *sc = xmalloc(sizeof(float) * n), *finf = xmalloc(sizeof(float) * nh);
-  cr_assert_eq(be->read_steps(cu, wc, STEPS_STATE, 0, sc), 0);
-  dv->download(dv, finf, dfin, sizeof(float) * nh);
-  for (size_t i = 0; i < n; i++) cr_expect(fabs(sr[i] - sc[i]) < 1e-4, "state element %zu: %g vs %g", i, sr[i], sc[i]);
-  for (size_t j = 0; j < nh; j++) {
-    cr_expect(sc[j] == h0f[j], "h_0 is h0");
-    cr_expect(sc[(size_t)T * nh + j] == finf[j], "h_T is final");
+  for (int q = 0; q < ns; q++) {
+    size_t nh = (size_t)B * (size_t)p->sparts[q].size, n = (size_t)(T + 1) * nh;
+    double *sr = xmalloc(sizeof(double) * n);
+    float *sc = xmalloc(sizeof(float) * n), *finf = xmalloc(sizeof(float) * nh);
+    cr_assert_eq(ref->be->read_steps(ref, wr, STEPS_STATE, q, sr), 0);
+    cr_assert_eq(be->read_steps(cu, wc, STEPS_STATE, q, sc), 0);
+    dv->download(dv, finf, dfin[q], sizeof(float) * nh);
+    for (size_t i = 0; i < n; i++)
+      cr_expect(fabs(sr[i] - sc[i]) < 1e-4, "%s part %d element %zu: %g vs %g", file, q, i, sr[i], sc[i]);
+    for (size_t j = 0; j < nh; j++) {
+      cr_expect(sc[j] == h0f[q][j], "%s part %d: h_0 is h0", file, q);
+      cr_expect(sc[(size_t)T * nh + j] == finf[j], "%s part %d: h_T is final", file, q);
+    }
+    free(sr), free(sc), free(finf), free(h0f[q]);
+    dv->free(dv, dh0[q]), dv->free(dv, dfin[q]);
   }
   ref->be->work_free(wr), be->work_free(wc);
   for (int i = 0; i < h->np; i++) dv->free(dv, dp[i]);
-  dv->free(dv, dx), dv->free(dv, dy), dv->free(dv, dh0), dv->free(dv, dfin);
+  dv->free(dv, dx), dv->free(dv, dy);
   device_release(dv);
-  free(sr), free(sc), free(xf), free(h0f), free(finf);
+  free(xf);
   h_bufs_free(h);
   pipeline_release(ref), pipeline_release(cu);
   cell_free(c);
   arena_free(&arena);
+}
+
+Test(cuda, read_steps_states) { read_steps_case("stdlib/gru.cell", "H=5,D=3", NULL); }
+
+/* Mamba-2's three conv histories in the shift layout (the back end's plan option: each step of a
+ * history's value kept once, rows (T + K) B), read back as the usual [(T + 1) B, K n] steps; its
+ * scan state beside them. */
+Test(cuda, read_steps_shifted_histories) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", false, NULL);
+  char err[2048];
+  PipelineOptions co = {0};
+  co.backend = under_test();
+  Compiled *cu = pipeline_compile(c, &co, err, sizeof err);
+  cr_assert(cu, "%s", err);
+  size_t n;
+  const EtHeader *t = cuda_compiled_table(cu, &n);
+  cr_assert(t);
+  const EtStatePart *sp = (const EtStatePart *)((const char *)t + t->sparts);
+  int shifted = 0;
+  for (int q = 0; q < t->nsparts; q++) shifted += sp[q].shift > 0;
+  cr_expect_eq(shifted, 3, "mamba2's conv histories shifted: %d", shifted);
+  pipeline_release(cu);
+  cell_free(c);
+  arena_free(&arena);
+  read_steps_case("stdlib/mamba2.cell", "NH=2,P=4,N=3,D=5", NULL);
 }
 
 /* On a GPU (make test-gpu): the benchmark's sizes against the CPU back end (both float32). The

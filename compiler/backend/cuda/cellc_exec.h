@@ -427,7 +427,7 @@ static inline void cx_bind(CxRun *r, const CxIO *io, unsigned long long work) {
     case ET_X: at = io->x; break;
     case ET_DY: at = io->dy; break;
     case ET_GX: at = io->dx || !capi ? io->dx : own; break;
-    case ET_GH0: at = capi ? own : io->gh0[a->index]; break;
+    case ET_GH0: at = capi ? own : io->gh0 ? io->gh0[a->index] : 0; break; /* (none in a forward alone) */
     case ET_NOISE: at = io->noise[a->index]; break;
     }
     r->arr[i] = at;
@@ -455,10 +455,27 @@ static inline void cx_bind(CxRun *r, const CxIO *io, unsigned long long work) {
                 pp[i + 1].array >= 0 ? r->arr[pp[i + 1].array] : 0);
 }
 
+/* A history in the shift layout (EtStatePart.shift; the back end's plans, CX_SEQIO): step j of
+ * its value at step `row` is row (row + j) B of its array, n = shift floats wide; the caller's
+ * rows hold the K steps side by side. to_caller: from the array's rows to the caller's. */
+static inline void cx_shift_rows(CxRun *r, const EtStatePart *sp, unsigned long long a, unsigned long long caller, long long row,
+                                 int to_caller) {
+  long long n = sp->shift;
+  for (int j = 0; j < sp->size / sp->shift; j++) {
+    unsigned long long steps = a + 4ull * (unsigned long long)((row + j) * r->B * n), mine = caller + 4ull * (unsigned long long)(j * n);
+    if (to_caller) cx_copy_rows(r, r->B, (int)n, steps, n, mine, sp->size);
+    else cx_copy_rows(r, r->B, (int)n, mine, sp->size, steps, n);
+  }
+}
+
 /* A state's rows of one step (at `row`) from the caller's values (src per part, or CX_CAPI the
  * interleaved values, 0: zero) into the arrays arr0 (and arr1 when complex). */
 static inline void cx_state_in(CxRun *r, int state, int q, const CxIO *io, int back, long long row) {
   const EtStatePart *sp = CX_TABLE(r->t, EtStatePart, sparts);
+  if (sp[q].shift) {
+    for (int p = q; p <= q + sp[q].cplx; p++) cx_shift_rows(r, &sp[p], r->arr[back ? sp[p].darr : sp[p].arr], io->states[p], row, 0);
+    return;
+  }
   int cplx = sp[q].cplx;
   unsigned long long off = 4ull * (unsigned long long)(row * r->B * sp[q].size);
   unsigned long long a0 = r->arr[back ? sp[q].darr : sp[q].arr] + off, a1 = cplx ? r->arr[back ? sp[q + 1].darr : sp[q + 1].arr] + off : 0;
@@ -490,8 +507,11 @@ static inline int cx_forward(CxRun *r, const CxIO *io, unsigned long long work) 
   cx_phase(r, ET_FWD_POST, 0);
   long long last = (long long)r->T * r->B;
   for (int q = 0; io->out && q < t->nsparts; q++) {
-    unsigned long long n = (unsigned long long)r->B * (unsigned long long)sp[q].size, off = 4ull * (unsigned long long)last * sp[q].size;
-    if (r->mode == CX_SEQIO) cx_dtod(r, io->out[q], r->arr[sp[q].arr] + off, 4 * (size_t)n);
+    /* (a still history's final state is h0, its row 0) */
+    unsigned long long n = (unsigned long long)r->B * (unsigned long long)sp[q].size,
+                       off = sp[q].still ? 0 : 4ull * (unsigned long long)last * sp[q].size;
+    if (sp[q].shift) cx_shift_rows(r, &sp[q], r->arr[sp[q].arr], io->out[q], r->T, 1);
+    else if (r->mode == CX_SEQIO) cx_dtod(r, io->out[q], r->arr[sp[q].arr] + off, 4 * (size_t)n);
     else if (sp[q].part == 0)
       cx_pack(r, (long long)n, r->arr[sp[q].arr] + off, 0.0f, sp[q].cplx ? r->arr[sp[q + 1].arr] + off : 0, 0.0f, sp[q].cplx ? 2 : 1,
               io->out[sp[q].state]);
@@ -539,14 +559,20 @@ static inline int cx_backward(CxRun *r, const CxIO *io, unsigned long long work)
     else if (cx_is_zero(p->grad_k)) cx_zero(r, io->grads[i], (size_t)p->numel);
     else cx_fill_rows(r, 1, p->numel, p->grad_k, io->grads[i], 0);
   }
-  /* dL/dh0: the dL/dh0 arrays in scan mode (CX_SEQIO: the caller's already), else the dstates' rows 0 */
+  /* dL/dh0: the dL/dh0 arrays in scan mode (CX_SEQIO: the caller's already), else the dstates' rows 0;
+   * a still history's is dL/dfinal, its dstate's row T */
   for (int q = 0; io->out && q < t->nsparts; q++) {
     long long n = (long long)r->B * sp[q].size;
+    unsigned long long still = 4ull * (unsigned long long)((long long)r->T * n);
     if (r->mode == CX_SEQIO) {
-      if (!t->scan) cx_dtod(r, io->out[q], r->arr[sp[q].darr], 4 * (size_t)n);
+      if (sp[q].still) cx_dtod(r, io->out[q], r->arr[sp[q].darr] + still, 4 * (size_t)n);
+      else if (!t->scan) cx_dtod(r, io->out[q], r->arr[sp[q].darr], 4 * (size_t)n);
     } else if (sp[q].part == 0) {
-      int a0 = t->scan ? sp[q].gh0 : sp[q].darr, a1 = !sp[q].cplx ? -1 : t->scan ? sp[q + 1].gh0 : sp[q + 1].darr;
-      cx_pack(r, n, a0 >= 0 ? r->arr[a0] : 0, 0.0f, a1 >= 0 ? r->arr[a1] : 0, 0.0f, sp[q].cplx ? 2 : 1, io->out[sp[q].state]);
+      int from_gh0 = t->scan && !sp[q].still;
+      int a0 = from_gh0 ? sp[q].gh0 : sp[q].darr, a1 = !sp[q].cplx ? -1 : from_gh0 ? sp[q + 1].gh0 : sp[q + 1].darr;
+      unsigned long long at = sp[q].still ? still : 0;
+      cx_pack(r, n, a0 >= 0 ? r->arr[a0] + at : 0, 0.0f, a1 >= 0 ? r->arr[a1] + at : 0, 0.0f, sp[q].cplx ? 2 : 1,
+              io->out[sp[q].state]);
     }
   }
   return r->status;

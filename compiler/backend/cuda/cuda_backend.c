@@ -273,7 +273,8 @@ static void cuda_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CU(c, cuCtxSynchronize);
 }
 
-/* h_0 .. h_T of a state part into host memory: its state array, [(T + 1) B, size]. */
+/* h_0 .. h_T of a state part into host memory, [(T + 1) B, size]: its state array, or a shifted
+ * history's steps from their rows (Plan.shift: step j of row r at row r + j B, n floats). */
 static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void *out) {
   CudaCell *c = (CudaCell *)cc;
   CudaWork *w = (CudaWork *)ww;
@@ -281,9 +282,23 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   if (what != STEPS_STATE) return -1;
   CHECK(part >= 0 && part < p->nsparts && w->c);
   set_current(c);
-  size_t n = ((size_t)w->run.T + 1) * (size_t)w->run.B * (size_t)p->sparts[part].size;
-  CHECK(c->pl->arrays[c->pl->state_array[part]].width == p->sparts[part].size);
-  CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES(n));
+  size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->run.T + 1) * (size_t)w->run.B;
+  size_t n = c->pl->shift[part] ? (size_t)c->pl->shift[part] : size, K = size / n;
+  CHECK(c->pl->arrays[c->pl->state_array[part]].width == (int)n);
+  if (c->pl->still[part]) { /* no step writes it: every step's value is h0 */
+    CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES((size_t)w->run.B * size));
+    for (size_t r = (size_t)w->run.B; r < rows; r++) memcpy((float *)out + r * size, (float *)out + (r % (size_t)w->run.B) * size, FBYTES(size));
+    return 0;
+  }
+  if (K == 1) {
+    CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES(rows * size));
+    return 0;
+  }
+  float *steps = xmalloc(FBYTES((rows + (K - 1) * (size_t)w->run.B) * n));
+  CU(c, cuMemcpyDtoH, steps, w->run.arr[c->pl->state_array[part]], FBYTES((rows + (K - 1) * (size_t)w->run.B) * n));
+  for (size_t r = 0; r < rows; r++)
+    for (size_t j = 0; j < K; j++) memcpy((float *)out + r * size + j * n, steps + (r + j * (size_t)w->run.B) * n, FBYTES(n));
+  free(steps);
   return 0;
 }
 
@@ -341,7 +356,11 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
     free(c);
     return NULL;
   }
-  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates});
+  /* the CPU back end's plan options that move fewer bytes and run fewer steps (docs/architecture.md):
+   * not dot_sums (this host has no column sum of products, ET_COLSUM's src2), nor sink_hybrid (whose
+   * gain, a loop's rows kept in cache, is the CPU's) */
+  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true,
+                                     .shift_histories = true});
   char why[8192];
   c->source = cg_cuda_source(c->pl, &c->info, why, sizeof why);
   if (!c->source) {
