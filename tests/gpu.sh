@@ -8,7 +8,8 @@
 # LRU residual model's first 20 steps against the CPU, gla in the chunked form against its scan and
 # against the CPU's chunked form, the Python package on CUDA tensors
 # (tests/python_cuda_gpu.py, from the cache `make python-cuda-prebuild` leaves in
-# build/python-cuda-cache: carry it). Skips with one line where there is no GPU. Ends with
+# build/python-cuda-cache: carry it, with the very bin/cellc that filled it, not a stripped copy:
+# its keys hold the binary's hash). Skips with one line where there is no GPU. Ends with
 # "N passed, M failed". CELLC_GPU_JOBS: Criterion's jobs per test binary (default 1; the GPU
 # machine's cores shorten the run), CELLC_GPU_TIMEOUT: seconds per binary (default 1800).
 cd "$(dirname "$0")/.." || exit 1

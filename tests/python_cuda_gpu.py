@@ -127,7 +127,9 @@ def main():
         msg = str(e)
     check("x on the GPU into a module on the CPU is a ValueError saying to move it", msg is not None and ".to(" in msg,
           str(msg))
-    check("nothing was compiled here (the cache was prebuilt): %s" % _build.stats,
+    # the cache's keys hold a hash of cellc's bytes: a stripped or rebuilt copy of the binary that
+    # filled it misses every entry (and re-emits them here)
+    check("nothing was compiled here (the cache was prebuilt by this very bin/cellc): %s" % _build.stats,
           _build.stats["compiles"] == 0 and _build.stats["cuda_builds"] == 0, str(_build.stats))
     finish()
 
