@@ -129,6 +129,9 @@ typedef struct PlanOptions {
                             computed before its loop keeps each step's value once, its arrays
                             [(T + K) B, n] (step j of the history at step t: row t + j): no forward
                             step, and dprev summed in place (schedule.c, Shift) */
+  bool shift_passes;     /* with shift_histories: a backward loop that holds nothing but their dprev
+                            sums runs as K - 1 passes over all rows (the same sums in the same order,
+                            no steps in order: a GPU's launches or latencies per step) */
 } PlanOptions;
 
 Plan *plan_new(Program *p, const PlanOptions *o);

@@ -933,6 +933,77 @@ static void emit_steps(Sched *s) {
   free(first_write);
 }
 
+/* Piece j of the loop's dprev sums: id and its operands in the loop's kernels (loop[k]), into
+ * piece[]; false where a node would belong to two pieces. */
+static bool mark_piece(Sched *s, const bool *loop, int *piece, int id, int j) {
+  if (id < 0 || s->pl->kernel_of[id] < 0 || !loop[s->pl->kernel_of[id]]) return true;
+  if (piece[id] >= 0) return piece[id] == j;
+  piece[id] = j;
+  Node *n = N(s, id);
+  for (int i = 0; i < 2; i++)
+    if (n->a[i] >= 0 && !mark_piece(s, loop, piece, n->a[i], j)) return false;
+  return true;
+}
+
+/* PlanOptions.shift_passes: a backward loop that holds nothing but the shifted histories' dprev sums
+ * (piece j >= 1 adds step j's adjoints at step t into dnew's step j - 1, in place at row t + j) runs
+ * as one pass over all rows a piece, j ascending, at the head of bwd_post. No two rows of a pass
+ * meet, and a row's adds come in the loop's order: step r - 1's piece 1, then step r - 2's piece 2. */
+static void shift_passes(Sched *s) {
+  Plan *pl = s->pl;
+  Phase *ph = &pl->bwd_step;
+  if (!s->shift || !ph->n || pl->fwd_step.n) return;
+  bool *loop = xcalloc((size_t)pl->nkernels + 1, sizeof(bool));
+  int *piece = int_array(s->nn, -1), K = 0;
+  bool ok = true;
+  for (int i = 0; i < ph->n; i++) {
+    ok = ok && ph->steps[i].kind == PS_ELEM;
+    if (ok) loop[ph->steps[i].kernel] = true;
+  }
+  for (int q = 0; ok && q < s->p->nsparts; q++)
+    for (int j = 1; shift_part(s, q) && j < s->shift[q].K && ok; j++) {
+      ok = mark_piece(s, loop, piece, s->shift[q].dprev[j], j);
+      K = max_int(K, s->shift[q].K);
+    }
+  for (int i = 0; ok && i < ph->n; i++) {
+    const Kernel *k = &pl->kernels[ph->steps[i].kernel];
+    for (int m = 0; m < k->n; m++) ok = ok && piece[k->nodes[m]] >= 1;
+  }
+  if (ok) {
+    /* the loop's nodes in order; piece j's into the first loop kernel (j = 1) or a new one */
+    Kernel all = {0};
+    for (int i = 0; i < ph->n; i++) {
+      Kernel *k = &pl->kernels[ph->steps[i].kernel];
+      for (int m = 0; m < k->n; m++) VEC_PUSH(all.nodes, all.n, all.cap, k->nodes[m]);
+      k->n = 0; /* the loop's other kernels are left empty */
+    }
+    PStep *head = NULL;
+    int nhead = 0, cap = 0, reuse = ph->steps[0].kernel;
+    for (int j = 1; j < K; j++) {
+      Kernel kj = {0};
+      for (int m = 0; m < all.n; m++)
+        if (piece[all.nodes[m]] == j) VEC_PUSH(kj.nodes, kj.n, kj.cap, all.nodes[m]);
+      if (!kj.n) continue;
+      int at = reuse >= 0 ? reuse : pl->nkernels;
+      if (reuse >= 0) {
+        free(pl->kernels[at].nodes);
+        pl->kernels[at] = kj, reuse = -1;
+      } else VEC_PUSH(pl->kernels, pl->nkernels, pl->capkernels, kj);
+      for (int m = 0; m < kj.n; m++) pl->kernel_of[kj.nodes[m]] = at;
+      PStep st = new_step(PS_ELEM, -1);
+      st.kernel = at;
+      VEC_PUSH(head, nhead, cap, st);
+    }
+    free(all.nodes);
+    for (int i = 0; i < pl->bwd_post.n; i++) VEC_PUSH(head, nhead, cap, pl->bwd_post.steps[i]);
+    free(pl->bwd_post.steps);
+    pl->bwd_post.steps = head, pl->bwd_post.n = nhead, pl->bwd_post.cap = cap;
+    ph->n = 0;
+  }
+  free(loop);
+  free(piece);
+}
+
 /* The adjoints of static nodes, summed over all rows: a GEMM per outer product, a column sum per
  * other term. */
 static void emit_adjoint_sums(Sched *s) {
@@ -1138,6 +1209,7 @@ Plan *plan_new(Program *p, const PlanOptions *o) {
   stack_sums(&s);
   place_stored(&s);
   emit_steps(&s);
+  if (o->shift_passes) shift_passes(&s);
   emit_adjoint_sums(&s);
   place_accs(&s);
   sched_free(&s);

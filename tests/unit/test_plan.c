@@ -77,11 +77,12 @@ static void check_plans(const char *file, const char *set, const char *dims) {
     if (sequential || scan) {
       Program *p = lower_cell(c, true, scan);
       ad_differentiate(p);
-      for (int cpu = 0; cpu < 2; cpu++) { /* and with the cpu back end's options */
+      for (int opts = 0; opts < 3; opts++) { /* and with the cpu back end's options, and the cuda's */
+        bool cpu = opts == 1, cuda = opts == 2;
         char what[256];
-        snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : "");
-        PlanOptions po = {.scan = scan, .gates = true, .still = cpu, .slice_views = cpu, .sink_hybrid = cpu, .dot_sums = cpu,
-                          .shift_histories = cpu};
+        snprintf(what, sizeof what, "%s (%s mode%s)", file, scan ? "scan" : "sequential", cpu ? ", cpu" : cuda ? ", cuda" : "");
+        PlanOptions po = {.scan = scan, .gates = true, .still = cpu || cuda, .slice_views = cpu || cuda, .sink_hybrid = cpu,
+                          .dot_sums = cpu, .shift_histories = cpu || cuda, .shift_passes = cuda};
         Plan *a = plan_new(p, &po), *b = plan_new(p, &po);
         char *ta = plan_text(a), *tb = plan_text(b);
         cr_expect(!strcmp(ta, tb), "%s: two plans of one program differ", what);
@@ -385,6 +386,39 @@ Test(plan, shift_histories) {
     expect_first_rows_only(pl, "mamba2 shift_histories");
     plan_free(pl);
   }
+  scan_case_free(&k);
+}
+
+/* PlanOptions.shift_passes (the CUDA back end's): Mamba-2's backward loop holds nothing but its
+ * histories' dprev sums, so it runs as 2 passes over all rows at the head of bwd_post (piece 1 of
+ * each history, then piece 2: 3 nodes each); a cell whose loop holds more keeps it. */
+Test(plan, shift_passes) {
+  ScanCase k;
+  scan_case(&k, "stdlib/mamba2.cell", "NH=2,P=4,N=5,D=7");
+  Plan *pl = plan_new(k.p, &(PlanOptions){.scan = true, .still = true, .slice_views = true, .shift_histories = true,
+                                          .shift_passes = true});
+  cr_expect_eq(pl->fwd_step.n, 0);
+  cr_expect_eq(pl->bwd_step.n, 0, "backward steps: %d", pl->bwd_step.n);
+  cr_assert_geq(pl->bwd_post.n, 2);
+  for (int i = 0; i < 2; i++) {
+    const PStep *st = &pl->bwd_post.steps[i];
+    cr_assert_eq(st->kind, PS_ELEM);
+    const Kernel *kk = &pl->kernels[st->kernel];
+    cr_expect_eq(kk->n, 3, "pass %d: %d nodes", i + 1, kk->n);
+    for (int m = 0; m < kk->n; m++) {
+      const Node *n = graph_node(&k.p->g, kk->nodes[m]);
+      cr_expect_eq(n->op, OP_ADD, "pass %d: an ADD into dnew's step", i + 1);
+      cr_expect_eq(pl->kernel_of[kk->nodes[m]], st->kernel);
+    }
+  }
+  expect_all_used(pl, "mamba2 shift_passes");
+  plan_free(pl);
+  scan_case_free(&k);
+  scan_case(&k, "tests/cells/prev_chain.cell", "H=5,D=3");
+  pl = plan_new(k.p, &(PlanOptions){.scan = true, .slice_views = true, .shift_histories = true, .shift_passes = true});
+  cr_expect_gt(pl->fwd_step.n, 0);
+  cr_expect_gt(pl->bwd_step.n, 0, "prev_chain's v is carried step by step: its loop stays");
+  plan_free(pl);
   scan_case_free(&k);
 }
 

@@ -360,7 +360,7 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
    * not dot_sums (this host has no column sum of products, ET_COLSUM's src2), nor sink_hybrid (whose
    * gain, a loop's rows kept in cache, is the CPU's) */
   c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true,
-                                     .shift_histories = true});
+                                     .shift_histories = true, .shift_passes = true});
   char why[8192];
   c->source = cg_cuda_source(c->pl, &c->info, why, sizeof why);
   if (!c->source) {
