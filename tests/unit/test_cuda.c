@@ -106,30 +106,50 @@ Test(cuda, slstm_t1000) { compare_with("interp", 1e-3, 0.4, "stdlib/slstm.cell",
 Test(cuda, gated_deltanet_t1000) { compare("stdlib/gated_deltanet.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 Test(cuda, rwkv6_t1000) { compare("stdlib/rwkv6.cell", NULL, "NH=2,K=3,V=4,D=3", 1000, 2, NULL); }
 
+/* A cell's plan and CUDA source as the back end makes them (cuda_plan_options). */
+typedef struct CellSource {
+  Arena arena;
+  Cell *c;
+  Program *p;
+  Plan *pl;
+  CgCudaInfo info;
+  char *src;
+} CellSource;
+
+static void source_open(CellSource *s, const char *file, const char *set, const char *dims, const char *mode) {
+  memset(s, 0, sizeof *s);
+  s->c = h_cell(&s->arena, file, set, dims, false, mode);
+  bool scan = s->c->mode == MODE_SCAN;
+  s->p = lower_cell(s->c, false, scan);
+  ad_differentiate(s->p);
+  PlanOptions po = cuda_plan_options(scan, true);
+  s->pl = plan_new(s->p, &po);
+  char err[2048];
+  s->src = cg_cuda_source(s->pl, &s->info, err, sizeof err);
+  cr_assert(s->src, "%s: %s", file, err);
+}
+
+static void source_close(CellSource *s) {
+  free(s->src);
+  cg_cuda_info_free(&s->info);
+  plan_free(s->pl);
+  program_free(s->p);
+  cell_free(s->c);
+  arena_free(&s->arena);
+}
+
 /* A row whose temporaries pass a block's 48 KiB without the opt-in: gla's elementwise scan at
  * K = V = 64 keeps its 64 x 64 state's terms per row (13184 floats in one kernel). The kernel runs
  * one warp a block and its launch opts in to the shared memory (cellc_needs_optin); the emulator
  * refuses a launch above 48 KiB without it, as a GPU does. */
 Test(cuda, temporaries_past_48k) {
-  Arena arena = {0};
   const char *dims = "NH=1,K=64,V=64,D=4";
-  Cell *c = h_cell(&arena, "stdlib/gla.cell", NULL, dims, false, "scan");
-  Program *p = lower_cell(c, false, true);
-  ad_differentiate(p);
-  Plan *pl = plan_new(p, &(PlanOptions){.scan = true, .gates = true});
-  CgCudaInfo info;
-  char err[2048];
-  char *src = cg_cuda_source(pl, &info, err, sizeof err);
-  cr_assert(src, "%s", err);
+  CellSource s;
+  source_open(&s, "stdlib/gla.cell", NULL, dims, "scan");
   int most = 0;
-  for (int k = 0; k < pl->nkernels; k++) most = info.tmp_floats[k] > most ? info.tmp_floats[k] : most;
+  for (int k = 0; k < s.pl->nkernels; k++) most = s.info.tmp_floats[k] > most ? s.info.tmp_floats[k] : most;
   cr_assert(4 * most > CELLC_SHARED_BYTES, "the case needs a row past 48 KiB: its largest has %d floats", most);
-  free(src);
-  cg_cuda_info_free(&info);
-  plan_free(pl);
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  source_close(&s);
   compare("stdlib/gla.cell", NULL, dims, 5, 2, "scan");
 }
 
@@ -271,24 +291,17 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
   CudaApi api;
   char err[8192];
   if (cuda_api_open_nvrtc(&api, err, sizeof err) != 0) cr_skip_test("no NVRTC: %s", err);
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, file, set, dims, false, mode);
-  bool scan = c->mode == MODE_SCAN;
-  Program *p = lower_cell(c, false, scan);
-  ad_differentiate(p);
-  Plan *pl = plan_new(p, &(PlanOptions){.scan = scan, .gates = true});
-  CgCudaInfo info;
-  char *src = cg_cuda_source(pl, &info, err, sizeof err);
-  cr_assert(src, "%s", err);
+  CellSource s;
+  source_open(&s, file, set, dims, mode);
   const char *arch[2] = {"sm_80", "sm_90"};
   for (int a = 0; a < 2; a++) {
     CudaImage img;
-    cr_assert_eq(cuda_compile(&api, src, arch[a], CUDA_IMAGE_PTX, NULL, 0, &img, err, sizeof err), 0, "%s %s: %s", file,
+    cr_assert_eq(cuda_compile(&api, s.src, arch[a], CUDA_IMAGE_PTX, NULL, 0, &img, err, sizeof err), 0, "%s %s: %s", file,
                  arch[a], err);
     CudaKernelResources *res = NULL;
     int nres = 0;
     cr_assert_eq(cuda_ptxas_check(img.data, arch[a], &res, &nres, err, sizeof err), 0, "%s", err);
-    int expect = pl->nkernels + info.has_static[0] + info.has_static[1] + info.has_step[0] + info.has_step[1] + 6;
+    int expect = s.pl->nkernels + s.info.has_static[0] + s.info.has_static[1] + s.info.has_step[0] + s.info.has_step[1] + 6;
     cr_expect_eq(nres, expect, "%s %s: ptxas reports %d kernels, the source has %d", file, arch[a], nres, expect);
     for (int k = 0; k < nres; k++)
       cr_expect(res[k].spill_store_bytes == 0 && res[k].spill_load_bytes == 0,
@@ -302,12 +315,7 @@ static void ptxas_cell(const char *file, const char *set, const char *dims, cons
     free(res);
     cuda_image_free(&img);
   }
-  free(src);
-  cg_cuda_info_free(&info);
-  plan_free(pl);
-  program_free(p);
-  cell_free(c);
-  arena_free(&arena);
+  source_close(&s);
   cuda_api_close(&api);
 }
 

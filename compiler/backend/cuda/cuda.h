@@ -10,8 +10,15 @@
 
 #include "backend.h"
 #include "cellc_chunk.h"
+#include "plan.h"
 
 extern const Backend cuda_backend, cuda_emu_backend;
+
+/* The plan options the CUDA back ends plan a program with (docs/architecture.md): the CPU's that
+ * move fewer bytes and run fewer steps, but dot_sums (this host has no column sum of products,
+ * ET_COLSUM's src2) and sink_hybrid (whose gain, a loop's rows kept in cache, is the CPU's); and
+ * shift_passes, for the GPU. */
+PlanOptions cuda_plan_options(bool scan, bool gates);
 
 /* The CUDA C source a compiled program runs (for tests and `--debug`), or NULL for another back end. */
 const char *cuda_compiled_source(const Compiled *c);

@@ -347,6 +347,11 @@ static int shared_fits(CudaCell *c, char *err, size_t errlen) {
   return 0;
 }
 
+PlanOptions cuda_plan_options(bool scan, bool gates) {
+  return (PlanOptions){.scan = scan, .gates = gates, .still = true, .slice_views = true, .shift_histories = true,
+                       .shift_passes = true};
+}
+
 static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const BackendOptions *o, char *err, size_t errlen) {
   CHECK(p->differentiated && (!o->scan || p->scan_form));
   CudaCell *c = xcalloc(1, sizeof *c);
@@ -356,11 +361,8 @@ static Compiled *compile_on(bool emulated, const Backend *be, Program *p, const 
     free(c);
     return NULL;
   }
-  /* the CPU back end's plan options that move fewer bytes and run fewer steps (docs/architecture.md):
-   * not dot_sums (this host has no column sum of products, ET_COLSUM's src2), nor sink_hybrid (whose
-   * gain, a loop's rows kept in cache, is the CPU's) */
-  c->pl = plan_new(p, &(PlanOptions){.scan = o->scan, .gates = o->gates, .still = true, .slice_views = true,
-                                     .shift_histories = true, .shift_passes = true});
+  PlanOptions po = cuda_plan_options(o->scan, o->gates);
+  c->pl = plan_new(p, &po);
   char why[8192];
   c->source = cg_cuda_source(c->pl, &c->info, why, sizeof why);
   if (!c->source) {
