@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "pipeline.h"
 #include "plan.h"
 #include "support.h"
@@ -188,7 +189,8 @@ static OpCost chunk_op_cost(const ChunkLayout *l, double B, double T, int L) {
 /* A lowered program's plan, forward and backward over T B rows (the chunked form's in or out) */
 static Cost program_cost(Program *p, double B, double T) {
   ad_differentiate(p);
-  Plan *pl = plan_new(p, &(PlanOptions){.scan = true});
+  PlanOptions po = cuda_plan_options(true, false);
+  Plan *pl = plan_new(p, &po);
   double all = T * B;
   const Phase *ph[4] = {&pl->fwd_pre, &pl->fwd_post, &pl->bwd_pre, &pl->bwd_post};
   Cost t = {0};
@@ -280,7 +282,8 @@ int main(int argc, char **argv) {
   bool scan = c->mode == MODE_SCAN;
   Program *p = lower_cell(c, false, scan);
   ad_differentiate(p);
-  Plan *pl = plan_new(p, &(PlanOptions){.scan = scan});
+  PlanOptions po = cuda_plan_options(scan, false);
+  Plan *pl = plan_new(p, &po);
   double all = (double)T * B;
   Cost f[3], b[4];
   f[0] = phase_cost(pl, &pl->fwd_pre, all, 1, "fwd_pre", steps);
