@@ -162,14 +162,7 @@ STDLIB_CELLS(SCAN_VS_SEQUENTIAL)
 
 /* read_steps: h_0 .. h_T of every state part in host memory, equal to the interpreter's; h_0 is h0
  * and h_T the final state. */
-static void read_steps_case(const char *file, const char *dims, const char *mode) {
-  Arena arena = {0};
-  Cell *c = h_cell(&arena, file, NULL, dims, false, mode);
-  char err[2048];
-  PipelineOptions ro = {0}, co = {0};
-  ro.backend = &interp_backend, co.backend = under_test();
-  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err), *cu = pipeline_compile(c, &co, err, sizeof err);
-  cr_assert(ref && cu, "%s", err);
+static void read_steps_compare(const char *file, Compiled *ref, Compiled *cu) {
   const Program *p = ref->p;
   int T = 4, B = 2, ns = p->nsparts;
   HBufs *h = h_bufs_new(ref->p, T, B, 3, 0.4, 0.5);
@@ -231,12 +224,53 @@ static void read_steps_case(const char *file, const char *dims, const char *mode
   device_release(dv);
   free(xf);
   h_bufs_free(h);
+}
+
+static void read_steps_case(const char *file, const char *dims, const char *mode) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, file, NULL, dims, false, mode);
+  char err[2048];
+  PipelineOptions ro = {0}, co = {0};
+  ro.backend = &interp_backend, co.backend = under_test();
+  Compiled *ref = pipeline_compile(c, &ro, err, sizeof err), *cu = pipeline_compile(c, &co, err, sizeof err);
+  cr_assert(ref && cu, "%s", err);
+  read_steps_compare(file, ref, cu);
   pipeline_release(ref), pipeline_release(cu);
   cell_free(c);
   arena_free(&arena);
 }
 
 Test(cuda, read_steps_states) { read_steps_case("stdlib/gru.cell", "H=5,D=3", NULL); }
+
+/* The chunked form's out program: its histories that only the in program reads are still (no step
+ * writes them), read back as h0 at every step, as the interpreter's steps give them. */
+Test(cuda, read_steps_still_histories) {
+  Arena arena = {0};
+  Cell *c = h_cell(&arena, "stdlib/mamba2.cell", NULL, "NH=2,P=4,N=3,D=5", false, "chunked");
+  Compiled *cc[2];
+  const Backend *be[2] = {&interp_backend, under_test()};
+  for (int i = 0; i < 2; i++) {
+    Program *p = lower_cell_part(c, false, true, LOWER_CHUNK_OUT);
+    ad_differentiate(p);
+    char err[512] = "";
+    cc[i] = be[i]->compile(p, &(BackendOptions){.scan = true, .f32 = true}, err, sizeof err);
+    cr_assert(cc[i], "%s", err);
+  }
+  size_t n;
+  const EtHeader *t = cuda_compiled_table(cc[1], &n);
+  const EtStatePart *sp = (const EtStatePart *)((const char *)t + t->sparts);
+  int still = 0;
+  for (int q = 0; q < t->nsparts; q++) still += sp[q].still;
+  cr_expect_eq(still, 3, "the out program's still histories: %d", still);
+  read_steps_compare("mamba2's out program", cc[0], cc[1]);
+  for (int i = 0; i < 2; i++) {
+    Program *p = cc[i]->p;
+    cc[i]->be->free(cc[i]);
+    program_free(p);
+  }
+  cell_free(c);
+  arena_free(&arena);
+}
 
 /* Mamba-2's three conv histories in the shift layout (the back end's plan option: each step of a
  * history's value kept once, rows (T + K) B), read back as the usual [(T + 1) B, K n] steps; its

@@ -455,9 +455,10 @@ static inline void cx_bind(CxRun *r, const CxIO *io, unsigned long long work) {
                 pp[i + 1].array >= 0 ? r->arr[pp[i + 1].array] : 0);
 }
 
-/* A history in the shift layout (EtStatePart.shift; the back end's plans, CX_SEQIO): step j of
- * its value at step `row` is row (row + j) B of its array, n = shift floats wide; the caller's
- * rows hold the K steps side by side. to_caller: from the array's rows to the caller's. */
+/* A history in the shift layout (EtStatePart.shift; the back end's plans, CX_SEQIO, as the emitted
+ * code's shift nothing): step j of its value at step `row` is row (row + j) B of its array, n =
+ * shift floats wide; the caller's rows hold the K steps side by side. to_caller: from the array's
+ * rows to the caller's. */
 static inline void cx_shift_rows(CxRun *r, const EtStatePart *sp, unsigned long long a, unsigned long long caller, long long row,
                                  int to_caller) {
   long long n = sp->shift;

@@ -273,8 +273,9 @@ static void cuda_backward(Compiled *cc, Work *ww, const SeqIO *s) {
   CU(c, cuCtxSynchronize);
 }
 
-/* h_0 .. h_T of a state part into host memory, [(T + 1) B, size]: its state array, or a shifted
- * history's steps from their rows (Plan.shift: step j of row r at row r + j B, n floats). */
+/* h_0 .. h_T of a state part into host memory, [(T + 1) B, size]: its state array; h0 throughout for
+ * a still history; a shifted history's steps from their rows (Plan.shift: step j of row r at row
+ * r + j B, n floats), as cpu_read_steps. */
 static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void *out) {
   CudaCell *c = (CudaCell *)cc;
   CudaWork *w = (CudaWork *)ww;
@@ -282,23 +283,21 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   if (what != STEPS_STATE) return -1;
   CHECK(part >= 0 && part < p->nsparts && w->c);
   set_current(c);
-  size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->run.T + 1) * (size_t)w->run.B;
+  size_t B = (size_t)w->run.B, size = (size_t)p->sparts[part].size, rows = ((size_t)w->run.T + 1) * B;
   size_t n = c->pl->shift[part] ? (size_t)c->pl->shift[part] : size, K = size / n;
+  bool still = c->pl->still[part]; /* no step writes it: every step's value is h0 */
+  CUdeviceptr arr = w->run.arr[c->pl->state_array[part]];
   CHECK(c->pl->arrays[c->pl->state_array[part]].width == (int)n);
-  if (c->pl->still[part]) { /* no step writes it: every step's value is h0 */
-    CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES((size_t)w->run.B * size));
-    for (size_t r = (size_t)w->run.B; r < rows; r++) memcpy((float *)out + r * size, (float *)out + (r % (size_t)w->run.B) * size, FBYTES(size));
+  if (K == 1 && !still) {
+    CU(c, cuMemcpyDtoH, out, arr, FBYTES(rows * size));
     return 0;
   }
-  if (K == 1) {
-    CU(c, cuMemcpyDtoH, out, w->run.arr[c->pl->state_array[part]], FBYTES(rows * size));
-    return 0;
-  }
-  float *steps = xmalloc(FBYTES((rows + (K - 1) * (size_t)w->run.B) * n));
-  CU(c, cuMemcpyDtoH, steps, w->run.arr[c->pl->state_array[part]], FBYTES((rows + (K - 1) * (size_t)w->run.B) * n));
+  size_t need = ((still ? B : rows) + (K - 1) * B) * n; /* the array's rows read */
+  float *src = xmalloc(FBYTES(need));
+  CU(c, cuMemcpyDtoH, src, arr, FBYTES(need));
   for (size_t r = 0; r < rows; r++)
-    for (size_t j = 0; j < K; j++) memcpy((float *)out + r * size + j * n, steps + (r + j * (size_t)w->run.B) * n, FBYTES(n));
-  free(steps);
+    for (size_t j = 0; j < K; j++) memcpy((float *)out + r * size + j * n, src + ((still ? r % B : r) + j * B) * n, FBYTES(n));
+  free(src);
   return 0;
 }
 
