@@ -276,6 +276,14 @@ bench-train-chunked: deps all
 test-gpu: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit $(BUILD)/tests/test_cuda_chunk
 	@sh tests/gpu.sh
 
+# What a lent GPU machine needs for the two, in .gpu/ (mk/gpu_bundle.sh; there: sh .gpu/run.sh).
+.PHONY: gpu-bundle
+gpu-bundle: all $(BUILD)/tests/test_cuda $(BUILD)/tests/test_backends $(BUILD)/tests/gpu_cuda_emit \
+            $(BUILD)/tests/test_cuda_chunk $(BUILD)/bench_cell $(BUILD)/peak
+	rm -rf $(BUILD)/python-cuda-cache # (entries of an older cellc only weigh)
+	$(MAKE) python-cuda-prebuild
+	sh mk/gpu_bundle.sh
+
 # What tests/gpu.sh's Python check (tests/python_cuda_gpu.py) loads, built here: the GPU machine has no
 # host compiler. The cache folder travels with the pack-for-gpu bundle.
 .PHONY: python-cuda-prebuild
