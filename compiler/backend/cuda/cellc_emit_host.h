@@ -60,7 +60,8 @@ static int cellc_e_launch(void *ctx, int k, unsigned gx, unsigned gy, unsigned b
   g.x = gx, g.y = gy, g.z = 1;
   b.x = block, b.y = 1, b.z = 1;
   const void *f = k >= 0 ? c->pl->kfn[k] : c->pl->fixed[-1 - k];
-  if (cellc_needs_optin(shared) && cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess)
+  if (cellc_needs_optin(shared) &&
+      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess)
     return CELLC_E_CUDA;
   return cudaLaunchKernel(f, g, b, args, shared, c->s) == cudaSuccess ? CELLC_E_OK : CELLC_E_CUDA;
 }

@@ -463,7 +463,8 @@ static inline void cx_shift_rows(CxRun *r, const EtStatePart *sp, unsigned long 
                                  int to_caller) {
   long long n = sp->shift;
   for (int j = 0; j < sp->size / sp->shift; j++) {
-    unsigned long long steps = a + 4ull * (unsigned long long)((row + j) * r->B * n), mine = caller + 4ull * (unsigned long long)(j * n);
+    unsigned long long steps = a + 4ull * (unsigned long long)((row + j) * r->B * n);
+    unsigned long long mine = caller + 4ull * (unsigned long long)(j * n);
     if (to_caller) cx_copy_rows(r, r->B, (int)n, steps, n, mine, sp->size);
     else cx_copy_rows(r, r->B, (int)n, mine, sp->size, steps, n);
   }
@@ -474,7 +475,8 @@ static inline void cx_shift_rows(CxRun *r, const EtStatePart *sp, unsigned long 
 static inline void cx_state_in(CxRun *r, int state, int q, const CxIO *io, int back, long long row) {
   const EtStatePart *sp = CX_TABLE(r->t, EtStatePart, sparts);
   if (sp[q].shift) {
-    for (int p = q; p <= q + sp[q].cplx; p++) cx_shift_rows(r, &sp[p], r->arr[back ? sp[p].darr : sp[p].arr], io->states[p], row, 0);
+    for (int p = q; p <= q + sp[q].cplx; p++)
+      cx_shift_rows(r, &sp[p], r->arr[back ? sp[p].darr : sp[p].arr], io->states[p], row, 0);
     return;
   }
   int cplx = sp[q].cplx;
