@@ -150,6 +150,12 @@ GemmOperands plan_gemm_operands(const Plan *pl, const PStep *st);
 bool *plan_step_local(const Plan *pl);
 /* The floats an array the back end owns holds for T steps of B rows (0 for the caller's arrays). */
 size_t plan_array_floats(const PlanArray *a, int T, int B);
+/* h_0 .. h_T of state part q, [(T + 1) B, size], from its state array's values at src (host memory):
+ * the array's rows; h0 throughout for a still history; a shifted history's steps from their rows
+ * (step j of row r at row r + j B). The back ends' read_steps. */
+void plan_state_steps(const Plan *pl, int q, int size, const float *src, int T, int B, float *out);
+/* The floats of the state array plan_state_steps reads: the rows it reads, no more. */
+size_t plan_state_steps_floats(const Plan *pl, int q, int size, int T, int B);
 void plan_free(Plan *pl);
 /* The float32 bytes a training run keeps per batch row and step: every array with a row per token
  * (the executor's values and states, and the caller's x, dy, y, dx, gates and noise). */

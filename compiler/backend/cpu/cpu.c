@@ -361,14 +361,7 @@ static int cpu_read_steps(Compiled *cc, Work *ww, StepArray what, int part, void
   Program *p = c->base.p;
   if (what != STEPS_STATE) return -1;
   CHECK(part >= 0 && part < p->nsparts && w->arr);
-  const PlanArray *a = &c->pl->arrays[c->pl->state_array[part]];
-  size_t size = (size_t)p->sparts[part].size, rows = ((size_t)w->T + 1) * (size_t)w->B;
-  const float *src = w->arr[c->pl->state_array[part]];
-  bool still = c->pl->still[part]; /* no step writes it: every step's value is h0 (PlanOptions.still) */
-  size_t n = c->pl->shift[part] ? (size_t)c->pl->shift[part] : size;
-  for (size_t r = 0; r < rows; r++)
-    for (size_t j = 0; j < size / n; j++) /* (step j of a shifted history at row r + j B) */
-      memcpy((float *)out + r * size + j * n, src + ((still ? r % (size_t)w->B : r) + j * (size_t)w->B) * (size_t)a->width, sizeof(float) * n);
+  plan_state_steps(c->pl, part, p->sparts[part].size, w->arr[c->pl->state_array[part]], w->T, w->B, out);
   return 0;
 }
 

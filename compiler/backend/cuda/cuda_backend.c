@@ -283,20 +283,11 @@ static int cuda_read_steps(Compiled *cc, Work *ww, StepArray what, int part, voi
   if (what != STEPS_STATE) return -1;
   CHECK(part >= 0 && part < p->nsparts && w->c);
   set_current(c);
-  size_t B = (size_t)w->run.B, size = (size_t)p->sparts[part].size, rows = ((size_t)w->run.T + 1) * B;
-  size_t n = c->pl->shift[part] ? (size_t)c->pl->shift[part] : size, K = size / n;
-  bool still = c->pl->still[part]; /* no step writes it: every step's value is h0 */
-  CUdeviceptr arr = w->run.arr[c->pl->state_array[part]];
-  CHECK(c->pl->arrays[c->pl->state_array[part]].width == (int)n);
-  if (K == 1 && !still) {
-    CU(c, cuMemcpyDtoH, out, arr, FBYTES(rows * size));
-    return 0;
-  }
-  size_t need = ((still ? B : rows) + (K - 1) * B) * n; /* the array's rows read */
+  int size = p->sparts[part].size, T = w->run.T, B = w->run.B;
+  size_t need = plan_state_steps_floats(c->pl, part, size, T, B);
   float *src = xmalloc(FBYTES(need));
-  CU(c, cuMemcpyDtoH, src, arr, FBYTES(need));
-  for (size_t r = 0; r < rows; r++)
-    for (size_t j = 0; j < K; j++) memcpy((float *)out + r * size + j * n, src + ((still ? r % B : r) + j * B) * n, FBYTES(n));
+  CU(c, cuMemcpyDtoH, src, w->run.arr[c->pl->state_array[part]], FBYTES(need));
+  plan_state_steps(c->pl, part, size, src, T, B, out);
   free(src);
   return 0;
 }
