@@ -1291,7 +1291,7 @@ size_t plan_state_steps_floats(const Plan *pl, int q, int size, int T, int B) {
 
 void plan_state_steps(const Plan *pl, int q, int size, const float *src, int T, int B, float *out) {
   size_t n = pl->shift[q] ? (size_t)pl->shift[q] : (size_t)size, rows = ((size_t)T + 1) * (size_t)B;
-  size_t width = (size_t)pl->arrays[pl->state_array[q]].width; /* (n, or more: rows_stride) */
+  size_t width = (size_t)pl->arrays[pl->state_array[q]].width; /* n: state arrays are not padded */
   for (size_t r = 0; r < rows; r++)
     for (size_t j = 0; j < (size_t)size / n; j++)
       memcpy(out + r * (size_t)size + j * n, src + ((pl->still[q] ? r % (size_t)B : r) + j * (size_t)B) * width, sizeof(float) * n);
