@@ -361,7 +361,7 @@ Test(cuda_chunk, delta_too_large_for_shared_memory) {
   PipelineOptions o = {.backend = under_test()};
   char err[1024] = "";
   cr_assert_null(chunkform_compile(cc, &o, 64, err, sizeof err));
-  cr_expect(strstr(err, "cannot run the chunked form") && strstr(err, "262976 bytes of shared memory") && strstr(err, "shorter chunk"),
+  cr_expect(strstr(err, "cannot run the chunked form") && strstr(err, "279360 bytes of shared memory") && strstr(err, "shorter chunk"),
             "%s", err);
   ChunkForm *f = chunkform_compile(cc, &o, 0, err, sizeof err);
   cr_assert(f, "%s", err);

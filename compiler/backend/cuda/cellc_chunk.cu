@@ -346,6 +346,7 @@ static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &
     sh[m.F + i] = expf((float)(bb[n - 1] - bb[i]));
     sh[m.Ep + i] = i ? expf((float)bb[i - 1]) : 1.0f;
   }
+  __syncthreads(); /* Ep read below */
   for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
     int i = x / n, s = x - i * n;
     const float *qi = sh + m.q + i * m.ldk, *ki = sh + m.k + i * m.ldk, *ks = sh + m.k + s * m.ldk;
@@ -362,7 +363,7 @@ static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &
     float acc = 0.0f;
     for (int k = 0; k < K; k++) acc += ki[k] * S[k * V + y];
     if (KS) KS[x] = acc;
-    sh[m.U + x] += sh[m.c + i] * (i ? expf((float)bb[i - 1]) : 1.0f) * acc;
+    sh[m.U + x] += sh[m.c + i] * sh[m.Ep + i] * acc;
   }
 }
 
@@ -439,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
   CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, 1);
   double *bb = (double *)sh;
   float *S = sh + m.S, *U = sh + m.U, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *KS = sh + m.KS;
-  float *M = sh + m.M, *P = sh + m.P, *dP = sh + m.dP, *dA = sh + m.dA, *dbt = sh + m.dbt, *cc = sh + m.c;
+  float *M = sh + m.M, *P = sh + m.P, *dP = sh + m.dP, *dA = sh + m.dA, *E = sh + m.E, *dbt = sh + m.dbt, *cc = sh + m.c;
   float *G = sh + m.G, *F = sh + m.F, *Ep = sh + m.Ep, *db = sh + m.db, *ra = sh + m.ra, *red = sh + m.red;
   const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
@@ -460,6 +461,11 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
     }
     __syncthreads();
     cd_tables(a, m, sh, bb, n, KS);
+    /* E_is = e^{b_i - b_s} (s <= i): the sums over s below read it, each exponent once a chunk */
+    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+      int i = x / n, s = x - i * n;
+      if (s <= i) E[i * L + s] = expf((float)(bb[i] - bb[s]));
+    }
     __syncthreads();
     cd_solve(a, m, sh, n);
     __syncthreads();
@@ -503,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
       int i = x / K, k = x - i * K;
       float sq = 0.0f, r = 0.0f;
       for (int y = 0; y < V; y++) sq += S[k * V + y] * dO[i * V + y];
-      for (int s = 0; s <= i; s++) r += expf((float)(bb[i] - bb[s])) * dP[i * L + s] * sh[m.k + s * m.ldk + k];
+      for (int s = 0; s <= i; s++) r += E[i * L + s] * dP[i * L + s] * sh[m.k + s * m.ldk + k];
       a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.q_off + h * K + k] = G[i] * sq + r;
       dbt[x] = G[i] * sh[m.q + i * m.ldk + k] * sq;
     }
@@ -514,9 +520,9 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
       int s = x / K, k = x - s * K;
       float gu = 0.0f, sr = 0.0f, r = 0.0f, w = 0.0f;
       for (int y = 0; y < V; y++) gu += g[k * V + y] * U[s * V + y], sr += S[k * V + y] * dR[s * V + y];
-      for (int i = s; i < n; i++) r += expf((float)(bb[i] - bb[s])) * dP[i * L + s] * sh[m.q + i * m.ldk + k];
-      for (int j = s + 1; j < n; j++) w += cc[j] * expf((float)(bb[j - 1] - bb[s])) * dA[j * L + s] * sh[m.k + j * m.ldk + k];
-      for (int t = 0; t < s; t++) w += cc[s] * expf((float)(bb[s - 1] - bb[t])) * dA[s * L + t] * sh[m.k + t * m.ldk + k];
+      for (int i = s; i < n; i++) r += E[i * L + s] * dP[i * L + s] * sh[m.q + i * m.ldk + k];
+      for (int j = s + 1; j < n; j++) w += cc[j] * E[(j - 1) * L + s] * dA[j * L + s] * sh[m.k + j * m.ldk + k];
+      for (int t = 0; t < s; t++) w += cc[s] * E[(s - 1) * L + t] * dA[s * L + t] * sh[m.k + t * m.ldk + k];
       float ks = sh[m.k + s * m.ldk + k];
       a.dyin[((long long)(t0 + s) * a.B + b) * a.nin + a.k_off + h * K + k] = F[s] * gu + r + cc[s] * Ep[s] * sr + w;
       dbt[x] -= F[s] * ks * gu;

@@ -68,9 +68,9 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
  * the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i}, e^{b_{n-1} -
  * b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s} (q_i . k_s)
  * ([L, L], row stride L); the backward adds the state's gradient, dO, dU (then dR in place),
- * S_0^T k_i, dP, dA, the per-key parts of db and the row sums. */
+ * S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key parts of db and the row sums. */
 typedef struct CellcDeltaSmem {
-  int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, dbt, red, ra, db, total;
+  int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, E, dbt, red, ra, db, total;
 } CellcDeltaSmem;
 
 CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int backward) {
@@ -87,7 +87,7 @@ CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int ba
   m.Ep = o, o += L;
   m.M = o, o += L * L;
   m.P = o, o += L * L;
-  m.g = m.dO = m.dU = m.KS = m.dP = m.dA = m.dbt = m.red = m.ra = m.db = o;
+  m.g = m.dO = m.dU = m.KS = m.dP = m.dA = m.E = m.dbt = m.red = m.ra = m.db = o;
   if (backward) {
     m.g = o, o += K * V;
     m.dO = o, o += L * V;
@@ -95,6 +95,7 @@ CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int ba
     m.KS = o, o += L * V;
     m.dP = o, o += L * L;
     m.dA = o, o += L * L;
+    m.E = o, o += L * L;
     m.dbt = o, o += L * K;
     m.red = o, o += K;
     m.ra = o, o += L;
