@@ -388,7 +388,7 @@ static __device__ void cd_solve(const CellcChunkArgs &a, const CellcDeltaSmem &m
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
-  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, 0);
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_FWD);
   double *bb = (double *)sh;
   float *S = sh + m.S, *U = sh + m.U;
   float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
@@ -431,18 +431,50 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
   }
 }
 
-/* The delta rule's backward, a block per head blockIdx.x of a batch row, the chunks from the last,
- * each from its boundary state (a.bnd) and the state's gradient at its end (from a.dfinal): q, k,
- * v, log a and c's gradients into dyin, the first chunk's dS_0 into a.dh0. */
+/* The delta rule's backward in two kernels. Only dS passes between chunks: the walk
+ * (cellc_chunk_delta_bwd, a block per head of a batch row, the chunks from the last) carries it,
+ * each chunk's U again from its boundary state (a.bnd), dU, the back substitution to dR = dv, and
+ * dS_0 passed to the chunk before; it keeps every chunk's dS at its end in a.loc. Given those, the
+ * rest of every chunk's gradients (dq, dk, dc, d log a) is its own: cellc_chunk_delta_grads runs
+ * them a block a chunk, all chunks at once. Each sum is the one kernel's of before, term by term in
+ * the same order. */
+
+/* dU_s = e^{b_{n-1} - b_s} dS^T k_s + sum_{i >= s} P_is dO_i, then (I - diag(c) M)^T dR = dU by back
+ * substitution (a thread a value column); dR into dyin's v columns (it is dv) */
+static __device__ void cd_dR(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, int b, int h, int t0, int n) {
+  int K = a.K, V = a.V, L = a.L;
+  const float *g = sh + m.g, *dO = sh + m.dO, *P = sh + m.P, *M = sh + m.M, *F = sh + m.F, *cc = sh + m.c;
+  float *dR = sh + m.dU;
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int s = x / V, y = x - s * V;
+    const float *ks = sh + m.k + s * m.ldk;
+    float acc = 0.0f, r = 0.0f;
+    for (int k = 0; k < K; k++) acc += ks[k] * g[k * V + y];
+    for (int i = s; i < n; i++) r += P[i * L + s] * dO[i * V + y];
+    dR[x] = F[s] * acc + r;
+  }
+  __syncthreads();
+  for (int y = threadIdx.x; y < V; y += blockDim.x) {
+    for (int i = n - 2; i >= 0; i--) {
+      float acc = 0.0f;
+      for (int t = i + 1; t < n; t++) acc += cc[t] * M[t * L + i] * dR[t * V + y];
+      dR[i * V + y] += acc;
+    }
+    for (int i = 0; i < n; i++) a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.v_off + h * V + y] = dR[i * V + y];
+  }
+}
+
+/* The walk: the chunks from the last, each from its boundary state (a.bnd) and the state's gradient
+ * at its end (from a.dfinal, then the chunk after's dS_0): that gradient into a.loc [B nh, nchunks,
+ * K V], dv into dyin, the first chunk's dS_0 into a.dh0. */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
-  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, 1);
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_WALK);
   double *bb = (double *)sh;
-  float *S = sh + m.S, *U = sh + m.U, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *KS = sh + m.KS;
-  float *M = sh + m.M, *P = sh + m.P, *dP = sh + m.dP, *dA = sh + m.dA, *E = sh + m.E, *dbt = sh + m.dbt, *cc = sh + m.c;
-  float *G = sh + m.G, *F = sh + m.F, *Ep = sh + m.Ep, *db = sh + m.db, *ra = sh + m.ra, *red = sh + m.red;
+  float *S = sh + m.S, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *cc = sh + m.c, *G = sh + m.G, *Ep = sh + m.Ep;
   const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
+  float *loc = a.loc + (long long)bh * nc * K * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
     int k = x / V, y = x - k * V;
     g[x] = a.dfinal[ck_state_at(a, b, h, k, y)];
@@ -450,108 +482,15 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
   for (int c = nc - 1; c >= 0; c--) {
     int t0 = c * L, n = T - t0 < L ? T - t0 : L;
     __syncthreads(); /* dS in, the last chunk's tiles read */
-    for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x];
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], loc[(long long)c * K * V + x] = g[x];
     cd_load(a, m, sh, bb, b, h, t0, n, true);
-    /* the state part of the last step's d log a: S_n . dS_n, a key a thread */
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      const float *s1 = bnd + (long long)(c + 1) * K * V + (long long)k * V;
-      float acc = 0.0f;
-      for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
-      red[k] = acc;
-    }
     __syncthreads();
-    cd_tables(a, m, sh, bb, n, KS);
-    /* E_is = e^{b_i - b_s} (s <= i): the sums over s below read it, each exponent once a chunk */
-    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
-      int i = x / n, s = x - i * n;
-      if (s <= i) E[i * L + s] = expf((float)(bb[i] - bb[s]));
-    }
+    cd_tables(a, m, sh, bb, n, NULL);
     __syncthreads();
     cd_solve(a, m, sh, n);
     __syncthreads();
-    /* dP_is = dO_i . u_s (s <= i); dU_s = e^{b_{n-1} - b_s} dS^T k_s + sum_{i >= s} P_is dO_i */
-    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
-      int i = x / n, s = x - i * n;
-      float acc = 0.0f;
-      if (s <= i)
-        for (int y = 0; y < V; y++) acc += dO[i * V + y] * U[s * V + y];
-      dP[i * L + s] = acc;
-    }
-    for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
-      int s = x / V, y = x - s * V;
-      const float *ks = sh + m.k + s * m.ldk;
-      float acc = 0.0f, r = 0.0f;
-      for (int k = 0; k < K; k++) acc += ks[k] * g[k * V + y];
-      for (int i = s; i < n; i++) r += P[i * L + s] * dO[i * V + y];
-      dR[x] = F[s] * acc + r;
-    }
+    cd_dR(a, m, sh, b, h, t0, n);
     __syncthreads();
-    /* (I - diag(c) M)^T dR = dU by back substitution (a thread a value column); dv = dR */
-    for (int y = threadIdx.x; y < V; y += blockDim.x) {
-      for (int i = n - 2; i >= 0; i--) {
-        float acc = 0.0f;
-        for (int t = i + 1; t < n; t++) acc += cc[t] * M[t * L + i] * dR[t * V + y];
-        dR[i * V + y] += acc;
-      }
-      for (int i = 0; i < n; i++) a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.v_off + h * V + y] = dR[i * V + y];
-    }
-    __syncthreads();
-    /* dA_is = dR_i . u_s (s < i); dq_i = e^{b_i} S_0 dO_i + sum_{s <= i} e^{b_i - b_s} dP_is k_s, and
-       q_i's part of db_i per key */
-    for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
-      int i = x / n, s = x - i * n;
-      float acc = 0.0f;
-      if (s < i)
-        for (int y = 0; y < V; y++) acc += dR[i * V + y] * U[s * V + y];
-      dA[i * L + s] = acc;
-    }
-    for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
-      int i = x / K, k = x - i * K;
-      float sq = 0.0f, r = 0.0f;
-      for (int y = 0; y < V; y++) sq += S[k * V + y] * dO[i * V + y];
-      for (int s = 0; s <= i; s++) r += E[i * L + s] * dP[i * L + s] * sh[m.k + s * m.ldk + k];
-      a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.q_off + h * K + k] = G[i] * sq + r;
-      dbt[x] = G[i] * sh[m.q + i * m.ldk + k] * sq;
-    }
-    __syncthreads();
-    /* dk_s: the final state's, the reads', R's (c_s e^{p_s} S_0 dR_s) and A's; the final state's
-       part of db_s per key; dc_i = e^{p_i} (S_0^T k_i) . dR_i + sum_{s < i} dA_is M_is */
-    for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
-      int s = x / K, k = x - s * K;
-      float gu = 0.0f, sr = 0.0f, r = 0.0f, w = 0.0f;
-      for (int y = 0; y < V; y++) gu += g[k * V + y] * U[s * V + y], sr += S[k * V + y] * dR[s * V + y];
-      for (int i = s; i < n; i++) r += E[i * L + s] * dP[i * L + s] * sh[m.q + i * m.ldk + k];
-      for (int j = s + 1; j < n; j++) w += cc[j] * E[(j - 1) * L + s] * dA[j * L + s] * sh[m.k + j * m.ldk + k];
-      for (int t = 0; t < s; t++) w += cc[s] * E[(s - 1) * L + t] * dA[s * L + t] * sh[m.k + t * m.ldk + k];
-      float ks = sh[m.k + s * m.ldk + k];
-      a.dyin[((long long)(t0 + s) * a.B + b) * a.nin + a.k_off + h * K + k] = F[s] * gu + r + cc[s] * Ep[s] * sr + w;
-      dbt[x] -= F[s] * ks * gu;
-    }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      float acc = 0.0f, r = 0.0f;
-      for (int y = 0; y < V; y++) acc += KS[i * V + y] * dR[i * V + y];
-      for (int s = 0; s < i; s++) r += dA[i * L + s] * M[i * L + s];
-      ra[i] = acc;
-      a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.c_off + h] = Ep[i] * acc + r;
-    }
-    __syncthreads();
-    /* db_i: its per-key parts, the reads' (dP o P) row i less column i, R's through p_{i+1} = b_i,
-       A's (dA o A) row i + 1 less column i (p_{i+1} - b_s cancels at s = i) */
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      float acc = 0.0f;
-      for (int k = 0; k < K; k++) acc += dbt[i * K + k];
-      if (i == n - 1)
-        for (int k = 0; k < K; k++) acc += red[k];
-      for (int s = 0; s < i; s++) acc += dP[i * L + s] * P[i * L + s];
-      for (int j = i + 1; j < n; j++) acc -= dP[j * L + i] * P[j * L + i];
-      if (i + 1 < n) {
-        float r = Ep[i + 1] * ra[i + 1];
-        for (int s = 0; s < i; s++) r += dA[(i + 1) * L + s] * M[(i + 1) * L + s];
-        acc += cc[i + 1] * r;
-      }
-      for (int j = i + 2; j < n; j++) acc -= cc[j] * dA[j * L + i] * M[j * L + i];
-      db[i] = acc;
-    }
     /* dS_0 = e^{b_{n-1}} dS + sum_i e^{b_i} q_i dO_i^T + sum_i c_i e^{p_i} k_i dR_i^T */
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
       int k = x / V, y = x - k * V;
@@ -560,20 +499,123 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
         acc += G[i] * sh[m.q + i * m.ldk + k] * dO[i * V + y] + cc[i] * Ep[i] * sh[m.k + i * m.ldk + k] * dR[i * V + y];
       g[x] = G[n - 1] * g[x] + acc;
     }
-    __syncthreads();
-    /* d log a_t = sum_{i >= t} db_i within the chunk */
-    if (threadIdx.x == 0) {
-      double acc = 0;
-      for (int i = n - 1; i >= 0; i--) {
-        acc += db[i];
-        a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.la_off + h] = (float)acc;
-      }
-    }
   }
   __syncthreads();
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
     int k = x / V, y = x - k * V;
     a.dh0[ck_state_at(a, b, h, k, y)] = g[x];
+  }
+}
+
+/* A chunk's gradients but dv, a block a chunk (blockIdx.y) of a head of a batch row (blockIdx.x),
+ * after the walk: its boundary state (a.bnd), dS at its end (a.loc) and dR (dyin's v columns) read
+ * back; q, k, log a and c's gradients into dyin. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_grads(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T;
+  int nc = (T + L - 1) / L, t0 = c * L, n = T - t0 < L ? T - t0 : L;
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_GRADS);
+  double *bb = (double *)sh;
+  float *S = sh + m.S, *U = sh + m.U, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *KS = sh + m.KS;
+  float *M = sh + m.M, *P = sh + m.P, *dP = sh + m.dP, *dA = sh + m.dA, *E = sh + m.E, *dbt = sh + m.dbt, *cc = sh + m.c;
+  float *G = sh + m.G, *F = sh + m.F, *Ep = sh + m.Ep, *db = sh + m.db, *ra = sh + m.ra, *red = sh + m.red;
+  const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V, *loc = a.loc + ((long long)bh * nc + c) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], g[x] = loc[x];
+  cd_load(a, m, sh, bb, b, h, t0, n, true);
+  __syncthreads();
+  /* the state part of the last step's d log a: S_n . dS_n, a key a thread */
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const float *s1 = bnd + (long long)(c + 1) * K * V + (long long)k * V;
+    float acc = 0.0f;
+    for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
+    red[k] = acc;
+  }
+  cd_tables(a, m, sh, bb, n, KS);
+  /* E_is = e^{b_i - b_s} (s <= i): the sums over s below read it, each exponent once a chunk */
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, s = x - i * n;
+    if (s <= i) E[i * L + s] = expf((float)(bb[i] - bb[s]));
+  }
+  __syncthreads();
+  cd_solve(a, m, sh, n);
+  __syncthreads();
+  /* dP_is = dO_i . u_s (s <= i); dR back from dv */
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, s = x - i * n;
+    float acc = 0.0f;
+    if (s <= i)
+      for (int y = 0; y < V; y++) acc += dO[i * V + y] * U[s * V + y];
+    dP[i * L + s] = acc;
+  }
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    dR[x] = a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.v_off + h * V + y];
+  }
+  __syncthreads();
+  /* dA_is = dR_i . u_s (s < i); dq_i = e^{b_i} S_0 dO_i + sum_{s <= i} e^{b_i - b_s} dP_is k_s, and
+     q_i's part of db_i per key */
+  for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
+    int i = x / n, s = x - i * n;
+    float acc = 0.0f;
+    if (s < i)
+      for (int y = 0; y < V; y++) acc += dR[i * V + y] * U[s * V + y];
+    dA[i * L + s] = acc;
+  }
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int i = x / K, k = x - i * K;
+    float sq = 0.0f, r = 0.0f;
+    for (int y = 0; y < V; y++) sq += S[k * V + y] * dO[i * V + y];
+    for (int s = 0; s <= i; s++) r += E[i * L + s] * dP[i * L + s] * sh[m.k + s * m.ldk + k];
+    a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.q_off + h * K + k] = G[i] * sq + r;
+    dbt[x] = G[i] * sh[m.q + i * m.ldk + k] * sq;
+  }
+  __syncthreads();
+  /* dk_s: the final state's, the reads', R's (c_s e^{p_s} S_0 dR_s) and A's; the final state's
+     part of db_s per key; dc_i = e^{p_i} (S_0^T k_i) . dR_i + sum_{s < i} dA_is M_is */
+  for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
+    int s = x / K, k = x - s * K;
+    float gu = 0.0f, sr = 0.0f, r = 0.0f, w = 0.0f;
+    for (int y = 0; y < V; y++) gu += g[k * V + y] * U[s * V + y], sr += S[k * V + y] * dR[s * V + y];
+    for (int i = s; i < n; i++) r += E[i * L + s] * dP[i * L + s] * sh[m.q + i * m.ldk + k];
+    for (int j = s + 1; j < n; j++) w += cc[j] * E[(j - 1) * L + s] * dA[j * L + s] * sh[m.k + j * m.ldk + k];
+    for (int t = 0; t < s; t++) w += cc[s] * E[(s - 1) * L + t] * dA[s * L + t] * sh[m.k + t * m.ldk + k];
+    float ks = sh[m.k + s * m.ldk + k];
+    a.dyin[((long long)(t0 + s) * a.B + b) * a.nin + a.k_off + h * K + k] = F[s] * gu + r + cc[s] * Ep[s] * sr + w;
+    dbt[x] -= F[s] * ks * gu;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0.0f, r = 0.0f;
+    for (int y = 0; y < V; y++) acc += KS[i * V + y] * dR[i * V + y];
+    for (int s = 0; s < i; s++) r += dA[i * L + s] * M[i * L + s];
+    ra[i] = acc;
+    a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.c_off + h] = Ep[i] * acc + r;
+  }
+  __syncthreads();
+  /* db_i: its per-key parts, the reads' (dP o P) row i less column i, R's through p_{i+1} = b_i,
+     A's (dA o A) row i + 1 less column i (p_{i+1} - b_s cancels at s = i) */
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) acc += dbt[i * K + k];
+    if (i == n - 1)
+      for (int k = 0; k < K; k++) acc += red[k];
+    for (int s = 0; s < i; s++) acc += dP[i * L + s] * P[i * L + s];
+    for (int j = i + 1; j < n; j++) acc -= dP[j * L + i] * P[j * L + i];
+    if (i + 1 < n) {
+      float r = Ep[i + 1] * ra[i + 1];
+      for (int s = 0; s < i; s++) r += dA[(i + 1) * L + s] * M[(i + 1) * L + s];
+      acc += cc[i + 1] * r;
+    }
+    for (int j = i + 2; j < n; j++) acc -= cc[j] * dA[j * L + i] * M[j * L + i];
+    db[i] = acc;
+  }
+  __syncthreads();
+  /* d log a_t = sum_{i >= t} db_i within the chunk */
+  if (threadIdx.x == 0) {
+    double acc = 0;
+    for (int i = n - 1; i >= 0; i--) {
+      acc += db[i];
+      a.dyin[((long long)(t0 + i) * a.B + b) * a.nin + a.la_off + h] = (float)acc;
+    }
   }
 }
 

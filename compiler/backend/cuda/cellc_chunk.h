@@ -64,16 +64,18 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
   return m;
 }
 
-/* The delta rule's block (cellc_chunk_delta_fwd, _bwd), offsets in floats: b (doubles) first, then
- * the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i}, e^{b_{n-1} -
- * b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s} (q_i . k_s)
- * ([L, L], row stride L); the backward adds the state's gradient, dO, dU (then dR in place),
- * S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key parts of db and the row sums. */
+/* The delta rule's blocks (cellc_chunk_delta_fwd, _bwd, _grads), offsets in floats: b (doubles)
+ * first, then the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i},
+ * e^{b_{n-1} - b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s}
+ * (q_i . k_s) ([L, L], row stride L); the backward's walk adds the state's gradient, dO and dU (then
+ * dR in place); its gradients kernel also S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key
+ * parts of db and the row sums. */
+enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the kernel a block is laid out for */
 typedef struct CellcDeltaSmem {
   int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, E, dbt, red, ra, db, total;
 } CellcDeltaSmem;
 
-CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int backward) {
+CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int kernel) {
   CellcDeltaSmem m;
   int o = 2 * L;
   m.ldk = K | 1;
@@ -88,10 +90,12 @@ CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int ba
   m.M = o, o += L * L;
   m.P = o, o += L * L;
   m.g = m.dO = m.dU = m.KS = m.dP = m.dA = m.E = m.dbt = m.red = m.ra = m.db = o;
-  if (backward) {
+  if (kernel != CELLC_DELTA_FWD) {
     m.g = o, o += K * V;
     m.dO = o, o += L * V;
     m.dU = o, o += L * V;
+  }
+  if (kernel == CELLC_DELTA_GRADS) {
     m.KS = o, o += L * V;
     m.dP = o, o += L * L;
     m.dA = o, o += L * L;

@@ -10,7 +10,7 @@
 struct CudaChunk {
   CudaDev *d;
   CUmodule mod;
-  CUfunction local, pass, fwd, bwd, cols, dfwd, dbwd; /* dfwd, dbwd: the delta rule's */
+  CUfunction local, pass, fwd, bwd, cols, dfwd, dbwd, dgrads; /* dfwd, dbwd, dgrads: the delta rule's */
   int optin; /* the device's shared memory a block with the opt-in, bytes */
 };
 
@@ -47,6 +47,7 @@ CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen) {
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->cols, k->mod, "cellc_chunk_cols");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dfwd, k->mod, "cellc_chunk_delta_fwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dbwd, k->mod, "cellc_chunk_delta_bwd");
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dgrads, k->mod, "cellc_chunk_delta_grads");
   if (rc == 0)
     rc = CUDA_CU(&k->d->api, why, sizeof why, cuDeviceGetAttribute, &k->optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                  k->d->dev);
@@ -68,8 +69,14 @@ void cuda_chunk_close(CudaChunk *k) {
   free(k);
 }
 
+/* the delta rule's block for one of its kernels (CELLC_DELTA_*), bytes */
+static size_t delta_shared(const CellcChunkArgs *a, int kernel) {
+  return sizeof(float) * (size_t)cellc_chunk_delta_smem(a->K, a->V, a->L, kernel).total;
+}
+
 size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool delta, bool backward) {
-  if (delta) return sizeof(float) * (size_t)cellc_chunk_delta_smem(K, V, L, backward).total;
+  /* the delta rule's backward: its gradients kernel's block, the larger of its two */
+  if (delta) return sizeof(float) * (size_t)cellc_chunk_delta_smem(K, V, L, backward ? CELLC_DELTA_GRADS : CELLC_DELTA_FWD).total;
   return sizeof(float) * (size_t)cellc_chunk_smem(K, V, L, per_key, backward).total;
 }
 
@@ -105,7 +112,7 @@ int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, c
   if (a->delta) { /* a block per head, its chunks in order (the reads always written) */
     void *one[] = {&v};
     CHECK(a->E == 1 && !a->per_key);
-    return launch(k, k->dfwd, bh, 1, cuda_chunk_shared(a->K, a->V, a->L, false, true, false), one, err, errlen);
+    return launch(k, k->dfwd, bh, 1, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen);
   }
   size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, false);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
@@ -120,9 +127,10 @@ int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t
   CellcChunkArgs v = *a;
   int dir = 1;
   void *args[] = {&v, &dir};
-  if (a->delta) {
+  if (a->delta) { /* the walk a block per head, then every chunk's gradients a block each */
     void *one[] = {&v};
-    return launch(k, k->dbwd, bh, 1, cuda_chunk_shared(a->K, a->V, a->L, false, true, true), one, err, errlen);
+    if (launch(k, k->dbwd, bh, 1, delta_shared(a, CELLC_DELTA_WALK), one, err, errlen) != 0) return -1;
+    return nc ? launch(k, k->dgrads, bh, nc, delta_shared(a, CELLC_DELTA_GRADS), one, err, errlen) : 0;
   }
   size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, true);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
