@@ -337,9 +337,10 @@ static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m,
   }
 }
 
-/* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, P; u_i = v_i + c_i e^{p_i} S_0^T k_i (S_0^T k_i into KS
- * where not NULL) */
-static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, float *KS) {
+/* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, and P where with_P; u_i = v_i + c_i e^{p_i} S_0^T k_i
+ * (S_0^T k_i into KS where not NULL) */
+static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, float *KS,
+                                 bool with_P) {
   int K = a.K, V = a.V, L = a.L;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     sh[m.G + i] = expf((float)bb[i]);
@@ -351,10 +352,13 @@ static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &
     int i = x / n, s = x - i * n;
     const float *qi = sh + m.q + i * m.ldk, *ki = sh + m.k + i * m.ldk, *ks = sh + m.k + s * m.ldk;
     float mk = 0.0f, pq = 0.0f;
-    if (s <= i)
+    if (!with_P) {
+      if (s < i)
+        for (int k = 0; k < K; k++) mk += ki[k] * ks[k];
+    } else if (s <= i)
       for (int k = 0; k < K; k++) mk += ki[k] * ks[k], pq += qi[k] * ks[k];
     sh[m.M + i * L + s] = s < i ? mk * expf((float)(bb[i - 1] - bb[s])) : 0.0f;
-    sh[m.P + i * L + s] = s <= i ? pq * expf((float)(bb[i] - bb[s])) : 0.0f;
+    if (with_P) sh[m.P + i * L + s] = s <= i ? pq * expf((float)(bb[i] - bb[s])) : 0.0f;
   }
   const float *S = sh + m.S;
   for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
@@ -380,11 +384,13 @@ static __device__ void cd_solve(const CellcChunkArgs &a, const CellcDeltaSmem &m
     }
 }
 
-/* The delta rule's forward, a block per head blockIdx.x of a batch row: every chunk's state before
- * it into a.bnd (the last the final state, also into a.final), the reads into xo. Both delta
- * kernels declare one block an SM (__launch_bounds__'s second argument): their shared memory takes
- * most of an SM's at the chunks that fit, and ptxas may then use the registers that spare its
- * spills (without it the backward spilled at 64 on sm_80). */
+/* The delta rule's forward in two kernels, as its backward: only the state passes between chunks.
+ * The walk (cellc_chunk_delta_fwd, a block per head blockIdx.x of a batch row) carries it: every
+ * chunk's state before it into a.bnd (the last the final state, also into a.final). Given those,
+ * each chunk's reads are its own: cellc_chunk_delta_reads writes them into xo, a block a chunk, all
+ * chunks at once. The delta kernels declare one block an SM (__launch_bounds__'s second argument):
+ * their shared memory takes most of an SM's at the chunks that fit, and ptxas may then use the
+ * registers that spare its spills (at 64 the backward spilled on sm_80). */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
@@ -402,19 +408,10 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) bnd[(long long)c * K * V + x] = S[x];
     cd_load(a, m, sh, bb, b, h, t0, n, false);
     __syncthreads();
-    cd_tables(a, m, sh, bb, n, NULL);
+    cd_tables(a, m, sh, bb, n, NULL, false);
     __syncthreads();
     cd_solve(a, m, sh, n);
     __syncthreads();
-    for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
-      int i = x / V, y = x - i * V;
-      const float *qi = sh + m.q + i * m.ldk, *Pi = sh + m.P + i * L;
-      float acc = 0.0f, r = 0.0f;
-      for (int k = 0; k < K; k++) acc += qi[k] * S[k * V + y];
-      for (int s = 0; s <= i; s++) r += Pi[s] * U[s * V + y];
-      a.xo[((long long)(t0 + i) * a.B + b) * a.xw + a.out_off + h * V + y] = sh[m.G + i] * acc + r;
-    }
-    __syncthreads(); /* the reads done with S_0 */
     float en = sh[m.G + n - 1];
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
       int k = x / V, y = x - k * V;
@@ -428,6 +425,34 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
     int k = x / V, y = x - k * V;
     bnd[(long long)nc * K * V + x] = S[x];
     if (a.final) a.final[ck_state_at(a, b, h, k, y)] = S[x];
+  }
+}
+
+/* A chunk's reads, a block a chunk (blockIdx.y) of a head of a batch row (blockIdx.x), after the
+ * walk: from its boundary state (a.bnd), U again, o_i = e^{b_i} S_0^T q_i + sum_{s <= i} P_is u_s
+ * into xo. */
+extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_reads(CellcChunkArgs a) {
+  CELLC_DYNAMIC_SHARED(float, sh);
+  int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T;
+  int nc = (T + L - 1) / L, t0 = c * L, n = T - t0 < L ? T - t0 : L;
+  CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_FWD);
+  double *bb = (double *)sh;
+  float *S = sh + m.S, *U = sh + m.U;
+  const float *bnd = a.bnd + ((long long)bh * (nc + 1) + c) * K * V;
+  for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[x];
+  cd_load(a, m, sh, bb, b, h, t0, n, false);
+  __syncthreads();
+  cd_tables(a, m, sh, bb, n, NULL, true);
+  __syncthreads();
+  cd_solve(a, m, sh, n);
+  __syncthreads();
+  for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
+    int i = x / V, y = x - i * V;
+    const float *qi = sh + m.q + i * m.ldk, *Pi = sh + m.P + i * L;
+    float acc = 0.0f, r = 0.0f;
+    for (int k = 0; k < K; k++) acc += qi[k] * S[k * V + y];
+    for (int s = 0; s <= i; s++) r += Pi[s] * U[s * V + y];
+    a.xo[((long long)(t0 + i) * a.B + b) * a.xw + a.out_off + h * V + y] = sh[m.G + i] * acc + r;
   }
 }
 
@@ -485,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], loc[(long long)c * K * V + x] = g[x];
     cd_load(a, m, sh, bb, b, h, t0, n, true);
     __syncthreads();
-    cd_tables(a, m, sh, bb, n, NULL);
+    cd_tables(a, m, sh, bb, n, NULL, true);
     __syncthreads();
     cd_solve(a, m, sh, n);
     __syncthreads();
@@ -530,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_grad
     for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
     red[k] = acc;
   }
-  cd_tables(a, m, sh, bb, n, KS);
+  cd_tables(a, m, sh, bb, n, KS, true);
   /* E_is = e^{b_i - b_s} (s <= i): the sums over s below read it, each exponent once a chunk */
   for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
     int i = x / n, s = x - i * n;

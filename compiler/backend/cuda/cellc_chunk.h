@@ -64,13 +64,13 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
   return m;
 }
 
-/* The delta rule's blocks (cellc_chunk_delta_fwd, _bwd, _grads), offsets in floats: b (doubles)
+/* The delta rule's blocks (cellc_chunk_delta_fwd, _reads, _bwd, _grads), offsets in floats: b (doubles)
  * first, then the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i},
  * e^{b_{n-1} - b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s}
  * (q_i . k_s) ([L, L], row stride L); the backward's walk adds the state's gradient, dO and dU (then
  * dR in place); its gradients kernel also S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key
  * parts of db and the row sums. */
-enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the kernel a block is laid out for */
+enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the block's layout: forward (both kernels), walk, gradients */
 typedef struct CellcDeltaSmem {
   int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, E, dbt, red, ra, db, total;
 } CellcDeltaSmem;

@@ -10,7 +10,7 @@
 struct CudaChunk {
   CudaDev *d;
   CUmodule mod;
-  CUfunction local, pass, fwd, bwd, cols, dfwd, dbwd, dgrads; /* dfwd, dbwd, dgrads: the delta rule's */
+  CUfunction local, pass, fwd, bwd, cols, dfwd, dreads, dbwd, dgrads; /* d*: the delta rule's */
   int optin; /* the device's shared memory a block with the opt-in, bytes */
 };
 
@@ -46,6 +46,7 @@ CudaChunk *cuda_chunk_open(bool emulated, char *err, size_t errlen) {
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->bwd, k->mod, "cellc_chunk_bwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->cols, k->mod, "cellc_chunk_cols");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dfwd, k->mod, "cellc_chunk_delta_fwd");
+  if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dreads, k->mod, "cellc_chunk_delta_reads");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dbwd, k->mod, "cellc_chunk_delta_bwd");
   if (rc == 0) rc = CUDA_CU(&k->d->api, why, sizeof why, cuModuleGetFunction, &k->dgrads, k->mod, "cellc_chunk_delta_grads");
   if (rc == 0)
@@ -109,10 +110,11 @@ int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, c
   CellcChunkArgs v = *a;
   int dir = 0;
   void *args[] = {&v, &dir};
-  if (a->delta) { /* a block per head, its chunks in order (the reads always written) */
+  if (a->delta) { /* the walk a block per head, then every chunk's reads a block each */
     void *one[] = {&v};
     CHECK(a->E == 1 && !a->per_key);
-    return launch(k, k->dfwd, bh, 1, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen);
+    if (launch(k, k->dfwd, bh, 1, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen) != 0) return -1;
+    return with_reads && nc ? launch(k, k->dreads, bh, nc, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen) : 0;
   }
   size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, false);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
