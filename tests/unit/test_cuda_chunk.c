@@ -342,6 +342,7 @@ Test(cuda_chunk, delta_kernels) {
   for (int i = 0; i < 5; i++) delta_case(Td[i], 16, 16, 64, i % 2 == 1);
   delta_case(65, 16, 16, 64, false), delta_case(64, 16, 16, 64, true);
   delta_case(100, 8, 12, 32, true), delta_case(100, 12, 8, 16, false); /* K != V */
+  delta_case(130, 64, 64, 64, true); /* the heads: the backward's block near the opt-in limit */
 }
 
 /* gated_deltanet through chunkdev.c: against the cpu's chunked form and the interpreter's sequential */
