@@ -390,7 +390,7 @@ static __device__ void cd_solve(const CellcChunkArgs &a, const CellcDeltaSmem &m
  * each chunk's reads are its own: cellc_chunk_delta_reads writes them into xo, a block a chunk, all
  * chunks at once. The delta kernels declare one block an SM (__launch_bounds__'s second argument):
  * their shared memory takes most of an SM's at the chunks that fit, and ptxas may then use the
- * registers that spare its spills (at 64 the backward spilled on sm_80). */
+ * registers that spare spills (the bound of 64 a block of 256 would otherwise get spills on sm_80). */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
