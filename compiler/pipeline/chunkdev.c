@@ -144,11 +144,12 @@ static CellcChunkArgs args_of(const ChunkDevForm *f, const ChunkLayout *l, int T
 }
 
 /* The sizes of a run of T steps of B rows: the per-part counts (pn[np], sn[ns]); per chunked state
- * its boundary states (the forward's, kept for the backward) after the states before it (bat), the
- * scratch of the passes, the largest state's (nloc, ndec) */
+ * its boundary states (the forward's, kept for the backward) after the states before it (bat), and
+ * after them the delta rule's u (keep: CellcChunkArgs.ukeep); the scratch of the passes, the
+ * largest state's (nloc, ndec) */
 typedef struct Sizes {
   size_t *pn, *sn, rows, ny, nx, ng;
-  size_t bat[CHUNK_LAYOUT_MAX + 1], nloc, ndec;
+  size_t bat[CHUNK_LAYOUT_MAX + 1], keep[CHUNK_LAYOUT_MAX], nloc, ndec;
 } Sizes;
 
 static Sizes sizes_of(const ChunkDevForm *f, int T, int B) {
@@ -164,7 +165,8 @@ static Sizes sizes_of(const ChunkDevForm *f, int T, int B) {
     const ChunkLayout *l = &f->lay[i];
     size_t E = (size_t)(l->nterms + l->nreads - 1), nc = ((size_t)T * E + (size_t)f->L * E - 1) / ((size_t)f->L * E);
     size_t heads = (size_t)B * (size_t)l->nh, kv = (size_t)l->K * (size_t)l->V;
-    z.bat[i + 1] = z.bat[i] + heads * (nc + 1) * kv;
+    z.keep[i] = z.bat[i] + heads * (nc + 1) * kv;
+    z.bat[i + 1] = z.keep[i] + (l->delta ? heads * (size_t)T * (size_t)l->V : 0);
     z.nloc = z.nloc > heads * nc * kv ? z.nloc : heads * nc * kv;
     z.ndec = z.ndec > heads * nc * (size_t)l->K ? z.ndec : heads * nc * (size_t)l->K;
   }
@@ -227,6 +229,7 @@ void chunkdev_forward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, double
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
     a.yin = yin, a.xo = xo, a.h0 = d->h0[q], a.final = d->final[q], a.bnd = bnd + z.bat[i], a.loc = loc, a.dec = dec;
+    a.ukeep = l->delta ? bnd + z.keep[i] : NULL;
     if (cuda_chunk_forward(k->ck, &a, true, err, sizeof err) != 0) die(err);
   }
   SeqIO so = *d;
@@ -264,6 +267,7 @@ void chunkdev_backward(ChunkDev *k, const ChunkDevForm *f, const SeqIO *d, doubl
     int q = f->full_of[l->state];
     CellcChunkArgs a = args_of(f, l, T, B, nin, xw);
     a.yin = yin, a.dyin = dyin, a.dxo = gxo, a.h0 = d->h0[q], a.dfinal = d->dfinal[q], a.bnd = k->bnd + z.bat[i];
+    a.ukeep = l->delta ? k->bnd + z.keep[i] : NULL;
     a.dh0 = d->grad_h0[q], a.loc = k->loc, a.dec = k->dec;
     if (cuda_chunk_backward(k->ck, &a, err, sizeof err) != 0) die(err);
   }

@@ -184,7 +184,7 @@ typedef struct Rig {
   Device *dv;
   CudaChunk *ck;
   size_t ny, nx, kv;
-  float *dy, *ddy, *dxo, *ddo, *dh0, *dfin, *ddf, *dgh, *dbnd, *dloc, *ddec;
+  float *dy, *ddy, *dxo, *ddo, *dh0, *dfin, *ddf, *dgh, *dbnd, *dloc, *ddec, *dkeep;
   float *ho, *hf, *hg, *hgh;
 } Rig;
 
@@ -207,7 +207,7 @@ static void rig_open(Rig *g, const double *yin, int T, int nin, int K, int V, in
   g->dy = dv->alloc(dv, 4 * ny + 4), g->ddy = dv->alloc(dv, 4 * ny + 4), g->dxo = dv->alloc(dv, 4 * nx + 4);
   g->ddo = dv->alloc(dv, 4 * nx + 4), g->dh0 = dv->alloc(dv, 4 * kv), g->dfin = dv->alloc(dv, 4 * kv), g->ddf = dv->alloc(dv, 4 * kv);
   g->dgh = dv->alloc(dv, 4 * kv), g->dbnd = dv->alloc(dv, 4 * nb), g->dloc = dv->alloc(dv, 4 * nb);
-  g->ddec = dv->alloc(dv, 4 * (size_t)w * nc);
+  g->ddec = dv->alloc(dv, 4 * (size_t)w * nc), g->dkeep = dv->alloc(dv, 4 * nx + 4);
   dv->upload(dv, g->dy, hy, 4 * ny), dv->upload(dv, g->ddo, hdo, 4 * nx), dv->upload(dv, g->dh0, hs0, 4 * kv);
   dv->upload(dv, g->ddf, hds, 4 * kv);
   free(hy), free(hs0), free(hds), free(hdo);
@@ -217,7 +217,7 @@ static void rig_open(Rig *g, const double *yin, int T, int nin, int K, int V, in
 static void rig_run(Rig *g, CellcChunkArgs *a) {
   char err[8192];
   a->yin = g->dy, a->dyin = g->ddy, a->xo = g->dxo, a->dxo = g->ddo, a->h0 = g->dh0, a->final = g->dfin, a->dfinal = g->ddf;
-  a->dh0 = g->dgh, a->bnd = g->dbnd, a->loc = g->dloc, a->dec = g->ddec;
+  a->dh0 = g->dgh, a->bnd = g->dbnd, a->loc = g->dloc, a->dec = g->ddec, a->ukeep = g->dkeep;
   cr_assert_eq(cuda_chunk_forward(g->ck, a, true, err, sizeof err), 0, "%s", err);
   cr_assert_eq(cuda_chunk_backward(g->ck, a, err, sizeof err), 0, "%s", err);
   cr_assert_eq(cuda_chunk_sync(g->ck, err, sizeof err), 0, "%s", err);
@@ -230,7 +230,7 @@ static void rig_run(Rig *g, CellcChunkArgs *a) {
 
 static void rig_close(Rig *g) {
   Device *dv = g->dv;
-  float *bufs[] = {g->dy, g->ddy, g->dxo, g->ddo, g->dh0, g->dfin, g->ddf, g->dgh, g->dbnd, g->dloc, g->ddec};
+  float *bufs[] = {g->dy, g->ddy, g->dxo, g->ddo, g->dh0, g->dfin, g->ddf, g->dgh, g->dbnd, g->dloc, g->ddec, g->dkeep};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dv->free(dv, bufs[i]);
   cuda_chunk_close(g->ck);
   device_release(dv);

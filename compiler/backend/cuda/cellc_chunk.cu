@@ -310,10 +310,12 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK) cellc_chunk_bwd(CellcChun
  * Every exponent is at most 0 (chunkdelta.c's scheme). The backward is chunkdelta.c's, the chunks
  * in reverse from the forward's boundary states (a.bnd), its sums grouped as the tables'. */
 
-/* the chunk's q, k, v (into U), c and b (thread 0, float64, floored as chunkop.h's) */
+/* the chunk's q, k, c, b (thread 0, float64, floored as chunkop.h's), dO where grad, and into U
+ * either v or, where kept, the forward walk's u (a.ukeep) */
 static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, double *bb, int b, int h, int t0,
-                               int n, bool grad) {
+                               int n, bool grad, bool kept) {
   int K = a.K, V = a.V;
+  const float *u = a.ukeep + ((long long)(b * a.nh + h) * a.T + t0) * V;
   for (int x = threadIdx.x; x < n * K; x += blockDim.x) {
     int i = x / K, k = x - i * K;
     const float *row = a.yin + ((long long)(t0 + i) * a.B + b) * a.nin;
@@ -323,7 +325,7 @@ static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m,
   for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
     int i = x / V, y = x - i * V;
     long long r = (long long)(t0 + i) * a.B + b;
-    sh[m.U + x] = a.yin[r * a.nin + a.v_off + h * V + y];
+    sh[m.U + x] = kept ? u[x] : a.yin[r * a.nin + a.v_off + h * V + y];
     if (grad) sh[m.dO + x] = a.dxo[r * a.xw + a.out_off + h * V + y];
   }
   for (int i = threadIdx.x; i < n; i += blockDim.x) sh[m.c + i] = a.yin[((long long)(t0 + i) * a.B + b) * a.nin + a.c_off + h];
@@ -337,11 +339,9 @@ static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m,
   }
 }
 
-/* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, and P where with_P; u_i = v_i + c_i e^{p_i} S_0^T k_i
- * (S_0^T k_i into KS where not NULL) */
-static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, float *KS,
-                                 bool with_P) {
-  int K = a.K, V = a.V, L = a.L;
+/* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, and P where with_P */
+static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, bool with_P) {
+  int K = a.K, L = a.L;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     sh[m.G + i] = expf((float)bb[i]);
     sh[m.F + i] = expf((float)(bb[n - 1] - bb[i]));
@@ -360,6 +360,12 @@ static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &
     sh[m.M + i * L + s] = s < i ? mk * expf((float)(bb[i - 1] - bb[s])) : 0.0f;
     if (with_P) sh[m.P + i * L + s] = s <= i ? pq * expf((float)(bb[i] - bb[s])) : 0.0f;
   }
+}
+
+/* S_0^T k_i into KS where not NULL; u's right side, U = v + c_i e^{p_i} S_0^T k_i, where rhs (after
+ * cd_tables: e^{p_i}) */
+static __device__ void cd_rhs(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, int n, float *KS, bool rhs) {
+  int K = a.K, V = a.V;
   const float *S = sh + m.S;
   for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
     int i = x / V, y = x - i * V;
@@ -367,7 +373,7 @@ static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &
     float acc = 0.0f;
     for (int k = 0; k < K; k++) acc += ki[k] * S[k * V + y];
     if (KS) KS[x] = acc;
-    sh[m.U + x] += sh[m.c + i] * sh[m.Ep + i] * acc;
+    if (rhs) sh[m.U + x] += sh[m.c + i] * sh[m.Ep + i] * acc;
   }
 }
 
@@ -386,8 +392,9 @@ static __device__ void cd_solve(const CellcChunkArgs &a, const CellcDeltaSmem &m
 
 /* The delta rule's forward in two kernels, as its backward: only the state passes between chunks.
  * The walk (cellc_chunk_delta_fwd, a block per head blockIdx.x of a batch row) carries it: every
- * chunk's state before it into a.bnd (the last the final state, also into a.final). Given those,
- * each chunk's reads are its own: cellc_chunk_delta_reads writes them into xo, a block a chunk, all
+ * chunk's state before it into a.bnd (the last the final state, also into a.final), every step's u
+ * (the solve's, which the state before the chunk enters) into a.ukeep. Given those, each chunk's
+ * reads are its own: cellc_chunk_delta_reads writes them into xo, a block a chunk, all
  * chunks at once. The delta kernels declare one block an SM (__launch_bounds__'s second argument):
  * their shared memory takes most of an SM's at the chunks that fit, and ptxas may then use the
  * registers that spare spills (the bound of 64 a block of 256 would otherwise get spills on sm_80). */
@@ -397,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
   CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_FWD);
   double *bb = (double *)sh;
   float *S = sh + m.S, *U = sh + m.U;
-  float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
+  float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V, *ukeep = a.ukeep + (long long)bh * T * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
     int k = x / V, y = x - k * V;
     S[x] = a.h0[ck_state_at(a, b, h, k, y)];
@@ -406,12 +413,14 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
     int t0 = c * L, n = T - t0 < L ? T - t0 : L;
     __syncthreads(); /* the state in, the last chunk's tiles read */
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) bnd[(long long)c * K * V + x] = S[x];
-    cd_load(a, m, sh, bb, b, h, t0, n, false);
+    cd_load(a, m, sh, bb, b, h, t0, n, false, false);
     __syncthreads();
-    cd_tables(a, m, sh, bb, n, NULL, false);
+    cd_tables(a, m, sh, bb, n, false);
+    cd_rhs(a, m, sh, n, NULL, true);
     __syncthreads();
     cd_solve(a, m, sh, n);
     __syncthreads();
+    for (int x = threadIdx.x; x < n * V; x += blockDim.x) ukeep[(long long)t0 * V + x] = U[x];
     float en = sh[m.G + n - 1];
     for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
       int k = x / V, y = x - k * V;
@@ -429,8 +438,8 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_fwd(
 }
 
 /* A chunk's reads, a block a chunk (blockIdx.y) of a head of a batch row (blockIdx.x), after the
- * walk: from its boundary state (a.bnd), U again, o_i = e^{b_i} S_0^T q_i + sum_{s <= i} P_is u_s
- * into xo. */
+ * walk: from its boundary state (a.bnd) and u (a.ukeep), o_i = e^{b_i} S_0^T q_i + sum_{s <= i}
+ * P_is u_s into xo. */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_reads(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T;
@@ -440,11 +449,9 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_read
   float *S = sh + m.S, *U = sh + m.U;
   const float *bnd = a.bnd + ((long long)bh * (nc + 1) + c) * K * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[x];
-  cd_load(a, m, sh, bb, b, h, t0, n, false);
+  cd_load(a, m, sh, bb, b, h, t0, n, false, true);
   __syncthreads();
-  cd_tables(a, m, sh, bb, n, NULL, true);
-  __syncthreads();
-  cd_solve(a, m, sh, n);
+  cd_tables(a, m, sh, bb, n, true);
   __syncthreads();
   for (int x = threadIdx.x; x < n * V; x += blockDim.x) {
     int i = x / V, y = x - i * V;
@@ -458,11 +465,10 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_read
 
 /* The delta rule's backward in two kernels. Only dS passes between chunks: the walk
  * (cellc_chunk_delta_bwd, a block per head of a batch row, the chunks from the last) carries it,
- * each chunk's U again from its boundary state (a.bnd), dU, the back substitution to dR = dv, and
- * dS_0 passed to the chunk before; it keeps every chunk's dS at its end in a.loc. Given those, the
- * rest of every chunk's gradients (dq, dk, dc, d log a) is its own: cellc_chunk_delta_grads runs
- * them a block a chunk, all chunks at once. Each sum is the one kernel's of before, term by term in
- * the same order. */
+ * each chunk's dU from the forward's u (a.ukeep), the back substitution to dR = dv, and dS_0
+ * passed to the chunk before; it keeps every chunk's dS at its end in a.loc. Given those, the rest
+ * of every chunk's gradients (dq, dk, dc, d log a) is its own: cellc_chunk_delta_grads runs them a
+ * block a chunk, all chunks at once. */
 
 /* dU_s = e^{b_{n-1} - b_s} dS^T k_s + sum_{i >= s} P_is dO_i, then (I - diag(c) M)^T dR = dU by back
  * substitution (a thread a value column); dR into dyin's v columns (it is dv) */
@@ -489,7 +495,7 @@ static __device__ void cd_dR(const CellcChunkArgs &a, const CellcDeltaSmem &m, f
   }
 }
 
-/* The walk: the chunks from the last, each from its boundary state (a.bnd) and the state's gradient
+/* The walk: the chunks from the last, each from the forward's u (a.ukeep) and the state's gradient
  * at its end (from a.dfinal, then the chunk after's dS_0): that gradient into a.loc [B nh, nchunks,
  * K V], dv into dyin, the first chunk's dS_0 into a.dh0. */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(CellcChunkArgs a) {
@@ -497,8 +503,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
   int bh = blockIdx.x, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T, nc = (T + L - 1) / L;
   CellcDeltaSmem m = cellc_chunk_delta_smem(K, V, L, CELLC_DELTA_WALK);
   double *bb = (double *)sh;
-  float *S = sh + m.S, *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *cc = sh + m.c, *G = sh + m.G, *Ep = sh + m.Ep;
-  const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V;
+  float *g = sh + m.g, *dO = sh + m.dO, *dR = sh + m.dU, *cc = sh + m.c, *G = sh + m.G, *Ep = sh + m.Ep;
   float *loc = a.loc + (long long)bh * nc * K * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) {
     int k = x / V, y = x - k * V;
@@ -507,12 +512,10 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
   for (int c = nc - 1; c >= 0; c--) {
     int t0 = c * L, n = T - t0 < L ? T - t0 : L;
     __syncthreads(); /* dS in, the last chunk's tiles read */
-    for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], loc[(long long)c * K * V + x] = g[x];
-    cd_load(a, m, sh, bb, b, h, t0, n, true);
+    for (int x = threadIdx.x; x < K * V; x += blockDim.x) loc[(long long)c * K * V + x] = g[x];
+    cd_load(a, m, sh, bb, b, h, t0, n, true, true);
     __syncthreads();
-    cd_tables(a, m, sh, bb, n, NULL, true);
-    __syncthreads();
-    cd_solve(a, m, sh, n);
+    cd_tables(a, m, sh, bb, n, true);
     __syncthreads();
     cd_dR(a, m, sh, b, h, t0, n);
     __syncthreads();
@@ -533,8 +536,8 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_bwd(
 }
 
 /* A chunk's gradients but dv, a block a chunk (blockIdx.y) of a head of a batch row (blockIdx.x),
- * after the walk: its boundary state (a.bnd), dS at its end (a.loc) and dR (dyin's v columns) read
- * back; q, k, log a and c's gradients into dyin. */
+ * after the walk: its boundary state (a.bnd), u (a.ukeep), dS at its end (a.loc) and dR (dyin's v
+ * columns) read back; q, k, log a and c's gradients into dyin. */
 extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_grads(CellcChunkArgs a) {
   CELLC_DYNAMIC_SHARED(float, sh);
   int bh = blockIdx.x, c = blockIdx.y, b = bh / a.nh, h = bh - b * a.nh, K = a.K, V = a.V, L = a.L, T = a.T;
@@ -546,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_grad
   float *G = sh + m.G, *F = sh + m.F, *Ep = sh + m.Ep, *db = sh + m.db, *ra = sh + m.ra, *red = sh + m.red;
   const float *bnd = a.bnd + (long long)bh * (nc + 1) * K * V, *loc = a.loc + ((long long)bh * nc + c) * K * V;
   for (int x = threadIdx.x; x < K * V; x += blockDim.x) S[x] = bnd[(long long)c * K * V + x], g[x] = loc[x];
-  cd_load(a, m, sh, bb, b, h, t0, n, true);
+  cd_load(a, m, sh, bb, b, h, t0, n, true, true);
   __syncthreads();
   /* the state part of the last step's d log a: S_n . dS_n, a key a thread */
   for (int k = threadIdx.x; k < K; k += blockDim.x) {
@@ -555,14 +558,13 @@ extern "C" __global__ void __launch_bounds__(CK_BLOCK, 1) cellc_chunk_delta_grad
     for (int y = 0; y < V; y++) acc += s1[y] * g[k * V + y];
     red[k] = acc;
   }
-  cd_tables(a, m, sh, bb, n, KS, true);
+  cd_tables(a, m, sh, bb, n, true);
+  cd_rhs(a, m, sh, n, KS, false);
   /* E_is = e^{b_i - b_s} (s <= i): the sums over s below read it, each exponent once a chunk */
   for (int x = threadIdx.x; x < n * n; x += blockDim.x) {
     int i = x / n, s = x - i * n;
     if (s <= i) E[i * L + s] = expf((float)(bb[i] - bb[s]));
   }
-  __syncthreads();
-  cd_solve(a, m, sh, n);
   __syncthreads();
   /* dP_is = dO_i . u_s (s <= i); dR back from dv */
   for (int x = threadIdx.x; x < n * n; x += blockDim.x) {

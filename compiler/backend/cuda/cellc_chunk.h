@@ -28,6 +28,7 @@ typedef struct CellcChunkArgs {
   float *loc;              /* scratch [B nh, nchunks, K V]: each chunk's part of the pass, then dS at its end */
   float *dec;              /* scratch [B nh, nchunks, w]: each chunk's whole decay */
   int delta, c_off;        /* the delta rule (compiler/ir/chunkdelta.h; E = 1, a decay per head), its c's offset */
+  float *ukeep;            /* the delta rule: every step's u [B nh, T, V], the forward's, for its reads and the backward */
 } CellcChunkArgs;
 
 /* The block's dynamic shared memory, offsets in floats from its start: the cumulative log-decays
@@ -64,13 +65,13 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
   return m;
 }
 
-/* The delta rule's blocks (cellc_chunk_delta_fwd, _reads, _bwd, _grads), offsets in floats: b (doubles)
- * first, then the state, q and k (odd stride ldk), U (v, then the solve's u in place), c, e^{b_i},
- * e^{b_{n-1} - b_i}, e^{p_i}, the tables M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s}
- * (q_i . k_s) ([L, L], row stride L); the backward's walk adds the state's gradient, dO and dU (then
- * dR in place); its gradients kernel also S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key
- * parts of db and the row sums. */
-enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the block's layout: forward (both kernels), walk, gradients */
+/* The delta rule's blocks (cellc_chunk_delta_fwd, _reads, _bwd, _grads), offsets in floats: b
+ * (doubles) first, then the state (not in the backward's walk), q and k (odd stride ldk), U (v, then
+ * the solve's u in place; or the forward's u), c, e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}, the tables
+ * M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s} (q_i . k_s) ([L, L], row stride L); the
+ * backward's walk adds the state's gradient, dO and dU (then dR in place); its gradients kernel
+ * also S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key parts of db and the row sums. */
+enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the layout's kernel: the forward's two, the walk, the gradients */
 typedef struct CellcDeltaSmem {
   int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, E, dbt, red, ra, db, total;
 } CellcDeltaSmem;
@@ -79,7 +80,7 @@ CELLC_CHUNK_FN CellcDeltaSmem cellc_chunk_delta_smem(int K, int V, int L, int ke
   CellcDeltaSmem m;
   int o = 2 * L;
   m.ldk = K | 1;
-  m.S = o, o += K * V;
+  m.S = o, o += kernel == CELLC_DELTA_WALK ? 0 : K * V;
   m.q = o, o += L * m.ldk;
   m.k = o, o += L * m.ldk;
   m.U = o, o += L * V;
