@@ -340,7 +340,8 @@ static __device__ void cd_load(const CellcChunkArgs &a, const CellcDeltaSmem &m,
 }
 
 /* e^{b_i}, e^{b_{n-1} - b_i}, e^{p_i}; M, and P where with_P */
-static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n, bool with_P) {
+static __device__ void cd_tables(const CellcChunkArgs &a, const CellcDeltaSmem &m, float *sh, const double *bb, int n,
+                                 bool with_P) {
   int K = a.K, L = a.L;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     sh[m.G + i] = expf((float)bb[i]);

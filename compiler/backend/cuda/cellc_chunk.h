@@ -71,7 +71,8 @@ CELLC_CHUNK_FN CellcChunkSmem cellc_chunk_smem(int K, int V, int L, int per_key,
  * M_is = e^{p_i - b_s} (k_i . k_s) and P_is = e^{b_i - b_s} (q_i . k_s) ([L, L], row stride L); the
  * backward's walk adds the state's gradient, dO and dU (then dR in place); its gradients kernel
  * also S_0^T k_i, dP, dA, E (e^{b_i - b_s}, s <= i), the per-key parts of db and the row sums. */
-enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS }; /* the layout's kernel: the forward's two, the walk, the gradients */
+/* the kernel a layout is for: the forward's two, the backward's walk, its gradients */
+enum { CELLC_DELTA_FWD, CELLC_DELTA_WALK, CELLC_DELTA_GRADS };
 typedef struct CellcDeltaSmem {
   int ldk, S, q, k, U, c, G, F, Ep, M, P, g, dO, dU, KS, dP, dA, E, dbt, red, ra, db, total;
 } CellcDeltaSmem;

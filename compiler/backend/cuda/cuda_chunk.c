@@ -71,13 +71,13 @@ void cuda_chunk_close(CudaChunk *k) {
 }
 
 /* the delta rule's block for one of its kernels (CELLC_DELTA_*), bytes */
-static size_t delta_shared(const CellcChunkArgs *a, int kernel) {
-  return sizeof(float) * (size_t)cellc_chunk_delta_smem(a->K, a->V, a->L, kernel).total;
+static size_t delta_shared(int K, int V, int L, int kernel) {
+  return sizeof(float) * (size_t)cellc_chunk_delta_smem(K, V, L, kernel).total;
 }
 
 size_t cuda_chunk_shared(int K, int V, int L, bool per_key, bool delta, bool backward) {
   /* the delta rule's backward: its gradients kernel's block, the larger of its two */
-  if (delta) return sizeof(float) * (size_t)cellc_chunk_delta_smem(K, V, L, backward ? CELLC_DELTA_GRADS : CELLC_DELTA_FWD).total;
+  if (delta) return delta_shared(K, V, L, backward ? CELLC_DELTA_GRADS : CELLC_DELTA_FWD);
   return sizeof(float) * (size_t)cellc_chunk_smem(K, V, L, per_key, backward).total;
 }
 
@@ -113,8 +113,8 @@ int cuda_chunk_forward(CudaChunk *k, const CellcChunkArgs *a, bool with_reads, c
   if (a->delta) { /* the walk a block per head, then every chunk's reads a block each */
     void *one[] = {&v};
     CHECK(a->E == 1 && !a->per_key);
-    if (launch(k, k->dfwd, bh, 1, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen) != 0) return -1;
-    return with_reads && nc ? launch(k, k->dreads, bh, nc, delta_shared(a, CELLC_DELTA_FWD), one, err, errlen) : 0;
+    if (launch(k, k->dfwd, bh, 1, delta_shared(a->K, a->V, a->L, CELLC_DELTA_FWD), one, err, errlen) != 0) return -1;
+    return with_reads && nc ? launch(k, k->dreads, bh, nc, delta_shared(a->K, a->V, a->L, CELLC_DELTA_FWD), one, err, errlen) : 0;
   }
   size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, false);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
@@ -131,8 +131,8 @@ int cuda_chunk_backward(CudaChunk *k, const CellcChunkArgs *a, char *err, size_t
   void *args[] = {&v, &dir};
   if (a->delta) { /* the walk a block per head, then every chunk's gradients a block each */
     void *one[] = {&v};
-    if (launch(k, k->dbwd, bh, 1, delta_shared(a, CELLC_DELTA_WALK), one, err, errlen) != 0) return -1;
-    return nc ? launch(k, k->dgrads, bh, nc, delta_shared(a, CELLC_DELTA_GRADS), one, err, errlen) : 0;
+    if (launch(k, k->dbwd, bh, 1, delta_shared(a->K, a->V, a->L, CELLC_DELTA_WALK), one, err, errlen) != 0) return -1;
+    return nc ? launch(k, k->dgrads, bh, nc, delta_shared(a->K, a->V, a->L, CELLC_DELTA_GRADS), one, err, errlen) : 0;
   }
   size_t sh = cuda_chunk_shared(a->K, a->V, a->L, a->per_key, false, true);
   if (nc && launch(k, k->local, bh, nc, sh, args, err, errlen) != 0) return -1;
